@@ -1,0 +1,51 @@
+//! IEEE half-precision codec: 2 bytes per value, little-endian.
+
+use half::f16;
+
+use super::{check_dim, Codec, CodecKind};
+use crate::error::Result;
+use crate::kernels::{self, Isa};
+
+#[derive(Debug, Clone)]
+pub struct F16Codec {
+    dim: usize,
+}
+
+impl F16Codec {
+    pub fn new(dim: usize) -> Result<Self> {
+        check_dim(dim)?;
+        Ok(F16Codec { dim })
+    }
+}
+
+impl Codec for F16Codec {
+    fn kind(&self) -> CodecKind {
+        CodecKind::F16
+    }
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    fn bytes_per_vector(&self) -> usize {
+        2 * self.dim
+    }
+    fn encode(&self, v: &[f32], out: &mut Vec<u8>) {
+        debug_assert_eq!(v.len(), self.dim);
+        out.extend(v.iter().flat_map(|x| f16::from_f32(*x).to_bits().to_le_bytes()));
+    }
+    fn decode(&self, bytes: &[u8], out: &mut Vec<f32>) {
+        out.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()),
+        );
+    }
+    fn prepare_query(&self, query: &[f32]) -> Vec<f32> {
+        query.to_vec()
+    }
+    fn maxsim(&self, isa: Isa, prepared: &[f32], doc: &[u8]) -> f32 {
+        kernels::maxsim_f16(isa, prepared, self.dim, doc)
+    }
+    fn params(&self) -> Vec<u8> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,96 @@
+//! `manifest.json`: the commit point and table of contents of an index directory.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{fsio, FORMAT_VERSION, OLDEST_READABLE_VERSION};
+use crate::codec::CodecKind;
+use crate::error::{CellarError, IoContext, Result};
+
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// One binary file listed by the manifest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub name: String,
+    pub kind: String,
+    pub bytes: u64,
+    pub body_crc32c: u32,
+}
+
+/// Counts that a reader can check its files against.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub docs: u64,
+    pub tokens: u64,
+    pub pages: u64,
+}
+
+/// The manifest of a vector-store directory.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format_version: u32,
+    pub dim: usize,
+    pub codec: CodecKind,
+    pub bytes_per_token: usize,
+    pub has_pooled: bool,
+    pub page_bytes: usize,
+    pub counts: Counts,
+    pub files: Vec<FileEntry>,
+    pub created_by: String,
+}
+
+impl Manifest {
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let json = serde_json::to_vec_pretty(self).expect("manifest serialises");
+        fsio::write_atomic(&dir.join(MANIFEST_FILE), &json)
+    }
+
+    pub fn read(dir: &Path) -> Result<Manifest> {
+        let path = dir.join(MANIFEST_FILE);
+        if !path.exists() && dir.is_dir() {
+            return Err(CellarError::InvalidInput(format!(
+                "{} has no {MANIFEST_FILE}: not an index, or its build was interrupted",
+                dir.display()
+            )));
+        }
+        let bytes = std::fs::read(&path).at(&path)?;
+        let version = peek_version(&bytes);
+        if let Some(found) = version.filter(|v| !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(v)) {
+            return Err(CellarError::Incompatible {
+                path,
+                found,
+                oldest: OLDEST_READABLE_VERSION,
+                newest: FORMAT_VERSION,
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| {
+            let offset = line_col_to_offset(&bytes, e.line(), e.column());
+            CellarError::corrupted(&path, offset, format!("invalid manifest: {e}"))
+        })
+    }
+
+    pub fn file(&self, name: &str) -> Option<&FileEntry> {
+        self.files.iter().find(|f| f.name == name)
+    }
+}
+
+/// Reads only `format_version`, so a newer manifest with unknown fields still gets the
+/// version error rather than a parse error.
+fn peek_version(bytes: &[u8]) -> Option<u32> {
+    #[derive(Deserialize)]
+    struct Versioned {
+        format_version: u32,
+    }
+    serde_json::from_slice::<Versioned>(bytes).ok().map(|v| v.format_version)
+}
+
+fn line_col_to_offset(bytes: &[u8], line: usize, column: usize) -> u64 {
+    let line_start: usize = bytes
+        .split(|b| *b == b'\n')
+        .take(line.saturating_sub(1))
+        .map(|l| l.len() + 1)
+        .sum();
+    (line_start + column.saturating_sub(1)) as u64
+}

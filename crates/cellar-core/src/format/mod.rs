@@ -1,0 +1,59 @@
+//! Bytes on disk: the common file header, the file kinds, the manifest and atomic writes.
+//!
+//! An index is a directory holding `manifest.json` plus immutable binary files. Every binary file
+//! starts with a 64-byte [`FileHeader`](header::FileHeader) (magic, format version, kind, body
+//! offset, body length, body checksum, header checksum). The manifest is written last: a directory
+//! without one is an interrupted build, never a half-readable index. The layouts are drawn in
+//! `docs/format/`, and a test checks those drawings against the constants here.
+
+pub mod fsio;
+pub mod header;
+pub mod manifest;
+
+pub use header::{FileHeader, HEADER_BYTES};
+pub use manifest::{FileEntry, Manifest};
+
+/// The format version this build writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// The oldest format version this build still reads.
+pub const OLDEST_READABLE_VERSION: u32 = 1;
+/// Page size of the vector store: records never straddle a page unless they are larger than one.
+pub const PAGE_BYTES: usize = 4096;
+
+/// Every kind of binary file in an index directory. The numeric value is stored in the header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum FileKind {
+    /// Token-vector records packed in 4 KiB pages (`vectors.bin`).
+    Vectors = 1,
+    /// Per-document (offset, length, checksum) table (`offsets.bin`).
+    Offsets = 2,
+    /// Parameters of the vector codec, e.g. int8 per-dimension scales (`codec.bin`).
+    CodecParams = 3,
+}
+
+impl FileKind {
+    pub const ALL: [FileKind; 3] = [FileKind::Vectors, FileKind::Offsets, FileKind::CodecParams];
+
+    pub fn from_u32(value: u32) -> Option<FileKind> {
+        FileKind::ALL.into_iter().find(|k| *k as u32 == value)
+    }
+
+    /// Name used in the manifest and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::Vectors => "vectors",
+            FileKind::Offsets => "offsets",
+            FileKind::CodecParams => "codec_params",
+        }
+    }
+
+    /// File name inside an index directory.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            FileKind::Vectors => "vectors.bin",
+            FileKind::Offsets => "offsets.bin",
+            FileKind::CodecParams => "codec.bin",
+        }
+    }
+}

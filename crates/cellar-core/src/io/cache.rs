@@ -1,0 +1,43 @@
+//! Page-cache control for benchmarks: evict a file's cached pages so the next reads hit the disk.
+
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+use crate::error::{CellarError, IoContext, Result};
+
+/// Drops `path`'s clean pages from the page cache (`posix_fadvise(POSIX_FADV_DONTNEED)`).
+pub fn evict_file(path: &Path) -> Result<()> {
+    let file = File::open(path).at(path)?;
+    // SAFETY: plain syscall on a valid fd.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(CellarError::io(path, std::io::Error::from_raw_os_error(rc)));
+    }
+    Ok(())
+}
+
+/// How many of `path`'s pages are resident in the page cache right now (via mincore).
+pub fn resident_pages(path: &Path) -> Result<(u64, u64)> {
+    let file = File::open(path).at(path)?;
+    let len = file.metadata().at(path)?.len() as usize;
+    if len == 0 {
+        return Ok((0, 0));
+    }
+    // SAFETY: read-only private mapping of a file we opened; unmapped before returning.
+    let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+    if ptr == libc::MAP_FAILED {
+        return Err(CellarError::io(path, std::io::Error::last_os_error()));
+    }
+    let pages = len.div_ceil(4096);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: ptr maps len bytes; vec has one byte per page.
+    let rc = unsafe { libc::mincore(ptr, len, vec.as_mut_ptr()) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: unmapping what we mapped.
+    unsafe { libc::munmap(ptr, len) };
+    if rc != 0 {
+        return Err(CellarError::io(path, err));
+    }
+    Ok((vec.iter().filter(|b| **b & 1 == 1).count() as u64, pages as u64))
+}

@@ -1,0 +1,94 @@
+//! Direct-I/O reader: `O_DIRECT` (the page cache is bypassed, so RAM holds only the offsets table
+//! and the batch buffers), page-aligned reads batched through io_uring. If the kernel refuses
+//! io_uring and the engine is `Auto`, a bounded pool of `pread` threads serves instead and a
+//! warning is printed once per process.
+
+use std::fs::File;
+use std::sync::Once;
+
+use super::aligned::AlignedBuf;
+use super::pread_pool::PreadPool;
+use super::uring::RingPool;
+use super::{BatchBytes, BatchContext, ReadPlan, ReadStats, ReaderKind, ReaderOptions, ReaderSource, RecordBatch, RecordReader};
+use crate::error::{CellarError, Result};
+use crate::format::fsio::open_with_flags;
+
+/// How the direct reader issues its reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoEngine {
+    /// io_uring, falling back (loudly, once) to the pread pool if the kernel refuses it.
+    Auto,
+    /// io_uring or an error.
+    Uring,
+    /// A bounded pool of threads calling pread.
+    Pread,
+}
+
+enum Engine {
+    Uring(RingPool),
+    Pread(PreadPool),
+}
+
+pub struct DirectReader {
+    source: ReaderSource,
+    file: File,
+    engine: Engine,
+}
+
+/// Threads of the fallback pool: enough to keep a few reads in flight per core.
+const PREAD_THREADS: usize = 16;
+
+static FALLBACK_WARNING: Once = Once::new();
+
+impl DirectReader {
+    pub fn open(source: ReaderSource, options: &ReaderOptions) -> Result<Self> {
+        let file = open_with_flags(&source.path, libc::O_DIRECT)?;
+        let depth = options.queue_depth.clamp(1, 4096) as u32;
+        let engine = match options.io_engine {
+            IoEngine::Pread => Engine::Pread(PreadPool::new(PREAD_THREADS)),
+            IoEngine::Uring => Engine::Uring(RingPool::new(depth).map_err(|e| {
+                CellarError::Unsupported(format!("io_uring was requested but the kernel refuses it: {e}"))
+            })?),
+            IoEngine::Auto => match RingPool::new(depth) {
+                Ok(pool) => Engine::Uring(pool),
+                Err(e) => {
+                    FALLBACK_WARNING.call_once(|| {
+                        log::warn!("io_uring unavailable ({e}); direct reader falls back to {PREAD_THREADS} pread threads");
+                        eprintln!(
+                            "WARNING: cellar: the kernel refuses io_uring ({e}); the direct reader falls back to a pool of {PREAD_THREADS} pread threads, expect lower IOPS"
+                        );
+                    });
+                    Engine::Pread(PreadPool::new(PREAD_THREADS))
+                }
+            },
+        };
+        Ok(DirectReader { source, file, engine })
+    }
+
+}
+
+impl RecordReader for DirectReader {
+    fn kind(&self) -> ReaderKind {
+        ReaderKind::Direct
+    }
+
+    fn engine(&self) -> &'static str {
+        match self.engine {
+            Engine::Uring(_) => "io_uring",
+            Engine::Pread(_) => "pread-pool",
+        }
+    }
+
+    fn read_batch(&self, ids: &[crate::DocId]) -> Result<RecordBatch> {
+        let plan = ReadPlan::new(&self.source.offsets, ids)?;
+        let mut buf = AlignedBuf::zeroed(plan.buf_len);
+        let path = &self.source.path;
+        match &self.engine {
+            Engine::Uring(pool) => pool.read_runs(&self.file, path, &plan.runs, &mut buf)?,
+            Engine::Pread(pool) => pool.read_runs(&self.file, path, &plan.runs, &mut buf)?,
+        }
+        let stats = ReadStats { read_calls: plan.runs.len() as u64, pages: plan.pages(), bytes: plan.buf_len as u64 };
+        let context = BatchContext { path, ids, bytes_per_vector: self.source.bytes_per_vector };
+        RecordBatch::verified(BatchBytes::Owned(buf), plan.spans, &context, &plan.entries, stats)
+    }
+}

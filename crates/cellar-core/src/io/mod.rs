@@ -1,0 +1,193 @@
+//! Readers of the vector store behind one interface, chosen at open time:
+//! - [`ReaderKind::Ram`]: the whole `vectors.bin` body in memory (the control);
+//! - [`ReaderKind::Mmap`]: a memory map with `madvise(MADV_RANDOM)`; the pages a batch needs are
+//!   faulted in during `read_batch`, so I/O is counted and timed there, not during scoring;
+//! - [`ReaderKind::Direct`]: `O_DIRECT` reads batched through io_uring, or, if the kernel refuses
+//!   io_uring, a bounded pool of `pread` threads (logged once, loudly).
+//!
+//! Every batch verifies each record's CRC-32C and reports [`ReadStats`].
+
+mod aligned;
+pub mod cache;
+mod direct;
+mod mmap;
+mod plan;
+mod pread_pool;
+mod ram;
+mod uring;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use aligned::AlignedBuf;
+pub use direct::IoEngine;
+pub use plan::ReadPlan;
+
+use crate::error::{CellarError, Result};
+use crate::format::FileHeader;
+use crate::ids::DocId;
+use crate::store::offsets::OffsetsTable;
+use crate::store::record::{self, RecordView};
+
+/// Which reader a store is opened with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReaderKind {
+    Ram,
+    Mmap,
+    Direct,
+}
+
+impl ReaderKind {
+    pub const ALL: [ReaderKind; 3] = [ReaderKind::Ram, ReaderKind::Mmap, ReaderKind::Direct];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ReaderKind::Ram => "ram",
+            ReaderKind::Mmap => "mmap",
+            ReaderKind::Direct => "direct",
+        }
+    }
+}
+
+impl std::str::FromStr for ReaderKind {
+    type Err = CellarError;
+    fn from_str(s: &str) -> Result<Self> {
+        ReaderKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
+            CellarError::InvalidInput(format!("unknown reader {s:?}: expected one of ram, mmap, direct"))
+        })
+    }
+}
+
+/// Options for opening a reader.
+#[derive(Clone, Debug)]
+pub struct ReaderOptions {
+    pub kind: ReaderKind,
+    /// Direct reader only: io_uring, pread pool, or io_uring with a loud fallback.
+    pub io_engine: IoEngine,
+    /// Direct reader only: most reads in flight per batch.
+    pub queue_depth: usize,
+}
+
+impl ReaderOptions {
+    pub fn new(kind: ReaderKind) -> Self {
+        ReaderOptions { kind, io_engine: IoEngine::Auto, queue_depth: 128 }
+    }
+}
+
+/// What one batch cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// System calls or io_uring submissions' reads issued (0 for ram and mmap).
+    pub read_calls: u64,
+    /// Distinct 4 KiB pages the batch covered.
+    pub pages: u64,
+    /// Bytes moved: pages * 4096 for mmap and direct, record bytes for ram.
+    pub bytes: u64,
+}
+
+impl std::ops::AddAssign for ReadStats {
+    fn add_assign(&mut self, other: ReadStats) {
+        self.read_calls += other.read_calls;
+        self.pages += other.pages;
+        self.bytes += other.bytes;
+    }
+}
+
+/// Bytes a batch's records live in.
+enum BatchBytes {
+    Shared(Arc<dyn AsRef<[u8]> + Send + Sync>),
+    Owned(AlignedBuf),
+}
+
+impl BatchBytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            BatchBytes::Shared(bytes) => (**bytes).as_ref(),
+            BatchBytes::Owned(buf) => buf.as_slice(),
+        }
+    }
+}
+
+/// The records of one batch, in the order their ids were asked for; all checksums verified.
+pub struct RecordBatch {
+    bytes: BatchBytes,
+    spans: Vec<(usize, usize)>,
+    bytes_per_vector: usize,
+    stats: ReadStats,
+}
+
+impl RecordBatch {
+    fn verified(
+        bytes: BatchBytes,
+        spans: Vec<(usize, usize)>,
+        context: &BatchContext<'_>,
+        entries: &[crate::store::offsets::OffsetEntry],
+        stats: ReadStats,
+    ) -> Result<Self> {
+        let data = bytes.as_slice();
+        for ((start, len), (entry, id)) in spans.iter().zip(entries.iter().zip(context.ids)) {
+            let rec = &data[*start..start + len];
+            if crc32c::crc32c(rec) != entry.crc32c {
+                return Err(CellarError::corrupted(
+                    context.path,
+                    entry.offset,
+                    format!("record of doc {id} ({} bytes) fails its checksum", entry.len),
+                ));
+            }
+            record::parse(rec, context.bytes_per_vector, context.path, entry.offset)?;
+        }
+        Ok(RecordBatch { bytes, spans, bytes_per_vector: context.bytes_per_vector, stats })
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The i-th record (checked when the batch was built).
+    pub fn record(&self, i: usize) -> RecordView<'_> {
+        let (start, len) = self.spans[i];
+        let bytes = &self.bytes.as_slice()[start..start + len];
+        record::parse(bytes, self.bytes_per_vector, std::path::Path::new(""), 0).expect("record verified at read time")
+    }
+
+    pub fn stats(&self) -> ReadStats {
+        self.stats
+    }
+}
+
+/// What every reader needs to turn raw bytes into a checked batch.
+struct BatchContext<'a> {
+    path: &'a Path,
+    ids: &'a [DocId],
+    bytes_per_vector: usize,
+}
+
+/// Reads batches of document records.
+pub trait RecordReader: Send + Sync {
+    fn kind(&self) -> ReaderKind;
+    /// How reads are issued ("memory", "page-faults", "io_uring", "pread-pool").
+    fn engine(&self) -> &'static str;
+    /// Reads the records of `ids` (duplicates allowed), in order.
+    fn read_batch(&self, ids: &[DocId]) -> Result<RecordBatch>;
+}
+
+/// Everything a reader is opened over.
+pub struct ReaderSource {
+    pub path: std::path::PathBuf,
+    pub header: FileHeader,
+    pub offsets: Arc<OffsetsTable>,
+    pub bytes_per_vector: usize,
+}
+
+/// Opens the reader `options` ask for.
+pub fn open_reader(source: ReaderSource, options: &ReaderOptions) -> Result<Box<dyn RecordReader>> {
+    Ok(match options.kind {
+        ReaderKind::Ram => Box::new(ram::RamReader::open(source)?),
+        ReaderKind::Mmap => Box::new(mmap::MmapReader::open(source)?),
+        ReaderKind::Direct => Box::new(direct::DirectReader::open(source, options)?),
+    })
+}

@@ -1,0 +1,202 @@
+//! AVX2 + FMA + F16C kernels: 8 f32 lanes; tails go through small zero-padded stack buffers.
+
+use super::{add_all, pad_block, transpose_query, Workspace};
+use core::arch::x86_64::*;
+
+/// f32 lanes per vector.
+const W: usize = 8;
+/// Query lane groups (vectors) per panel.
+const RV: usize = 2;
+/// Doc tokens per block.
+const J: usize = 6;
+/// Below this many query tokens the rows strategy is used.
+const PANEL_MIN_NQ: usize = 4;
+/// Query rows sharing one doc-chunk load in the rows strategy.
+const RB: usize = 4;
+
+/// Loads `n` (1..=8) doc elements starting at element `idx`, converted to f32 (lanes `n..`
+/// zero). Elements are i8 when `I8`, little-endian f16 otherwise; any alignment.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load<const I8: bool>(doc: *const u8, idx: usize, n: usize) -> __m256 {
+    let size = if I8 { 1 } else { 2 };
+    let p = doc.add(size * idx);
+    let v = if n == W {
+        if I8 {
+            _mm_loadl_epi64(p.cast())
+        } else {
+            _mm_loadu_si128(p.cast())
+        }
+    } else {
+        let mut tmp = [0u8; 16];
+        core::ptr::copy_nonoverlapping(p, tmp.as_mut_ptr(), size * n);
+        _mm_loadu_si128(tmp.as_ptr().cast())
+    };
+    if I8 {
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
+    } else {
+        _mm256_cvtph_ps(v)
+    }
+}
+
+/// Loads `n` (1..=8) query values at `q`, lanes `n..` zero.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_query_tail(q: *const f32, n: usize) -> __m256 {
+    let mut tmp = [0f32; W];
+    core::ptr::copy_nonoverlapping(q, tmp.as_mut_ptr(), n);
+    _mm256_loadu_ps(tmp.as_ptr())
+}
+
+/// Entry point; see `x86::dispatch`. `nq >= 1`, `nd >= 1`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn maxsim<const I8: bool>(
+    query: &[f32],
+    dim: usize,
+    doc: *const u8,
+    nd: usize,
+) -> f32 {
+    let nq = query.len() / dim;
+    if nq < PANEL_MIN_NQ {
+        return rows::<I8>(query, dim, doc, nd);
+    }
+    let nqp = nq.div_ceil(W) * W;
+    let mut ws = Workspace::take();
+    let buf = ws.slice(nqp * dim + nqp + J * dim);
+    let (qt, rest) = buf.split_at_mut(nqp * dim);
+    let (maxima, block) = rest.split_at_mut(nqp);
+    transpose_query(query, dim, qt, nqp);
+    maxima.fill(f32::NEG_INFINITY);
+    for j0 in (0..nd).step_by(J) {
+        let real = J.min(nd - j0);
+        convert::<I8>(doc, j0 * dim, real * dim, block.as_mut_ptr());
+        pad_block(block, dim, real);
+        let mut p = 0;
+        while p + RV * W <= nqp {
+            panel::<RV>(qt.as_ptr().add(p), nqp, dim, block.as_ptr(), maxima.as_mut_ptr().add(p));
+            p += RV * W;
+        }
+        if p < nqp {
+            // RV == 2, so at most one lane group is left.
+            panel::<1>(qt.as_ptr().add(p), nqp, dim, block.as_ptr(), maxima.as_mut_ptr().add(p));
+        }
+    }
+    add_all(0.0, &maxima[..nq])
+}
+
+/// Converts `count` doc elements starting at element `start` to f32 at `dst`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn convert<const I8: bool>(doc: *const u8, start: usize, count: usize, dst: *mut f32) {
+    let mut i = 0;
+    while i + W <= count {
+        _mm256_storeu_ps(dst.add(i), load::<I8>(doc, start + i, W));
+        i += W;
+    }
+    if i < count {
+        let mut tmp = [0f32; W];
+        _mm256_storeu_ps(tmp.as_mut_ptr(), load::<I8>(doc, start + i, count - i));
+        core::ptr::copy_nonoverlapping(tmp.as_ptr(), dst.add(i), count - i);
+    }
+}
+
+/// Scores `J` converted doc tokens (`block`, row-major, `dim` apart) against `G` lane groups
+/// of the transposed query (`qt`, columns `nqp` apart) and folds them into `maxima`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panel<const G: usize>(
+    qt: *const f32,
+    nqp: usize,
+    dim: usize,
+    block: *const f32,
+    maxima: *mut f32,
+) {
+    let mut acc = [[_mm256_setzero_ps(); G]; J];
+    for k in 0..dim {
+        let col = qt.add(k * nqp);
+        let mut q = [_mm256_setzero_ps(); G];
+        for (g, qg) in q.iter_mut().enumerate() {
+            *qg = _mm256_loadu_ps(col.add(g * W));
+        }
+        for (j, accj) in acc.iter_mut().enumerate() {
+            let d = _mm256_broadcast_ss(&*block.add(j * dim + k));
+            for (a, &qg) in accj.iter_mut().zip(&q) {
+                *a = _mm256_fmadd_ps(qg, d, *a);
+            }
+        }
+    }
+    for g in 0..G {
+        let mut m = _mm256_loadu_ps(maxima.add(g * W));
+        for accj in &acc {
+            m = _mm256_max_ps(m, accj[g]);
+        }
+        _mm256_storeu_ps(maxima.add(g * W), m);
+    }
+}
+
+/// Rows strategy: blocks of up to `RB` query rows, lanes over dimensions.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows<const I8: bool>(query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
+    let mut total = 0.0f32;
+    for block in query.chunks(RB * dim) {
+        let q = block.as_ptr();
+        total = match block.len() / dim {
+            4 => add_all(total, &rows_block::<I8, 4>(q, dim, doc, nd)),
+            3 => add_all(total, &rows_block::<I8, 3>(q, dim, doc, nd)),
+            2 => add_all(total, &rows_block::<I8, 2>(q, dim, doc, nd)),
+            _ => add_all(total, &rows_block::<I8, 1>(q, dim, doc, nd)),
+        };
+    }
+    total
+}
+
+/// Horizontal sum of the 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Max over the `nd` doc tokens of the dot product with each of `R` query rows at `q`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_block<const I8: bool, const R: usize>(
+    q: *const f32,
+    dim: usize,
+    doc: *const u8,
+    nd: usize,
+) -> [f32; R] {
+    let mut best = [f32::NEG_INFINITY; R];
+    let full = dim / W * W;
+    let mut qtail = [_mm256_setzero_ps(); R];
+    if full < dim {
+        for (r, t) in qtail.iter_mut().enumerate() {
+            *t = load_query_tail(q.add(r * dim + full), dim - full);
+        }
+    }
+    for j in 0..nd {
+        let base = j * dim;
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut k = 0;
+        while k < full {
+            let d = load::<I8>(doc, base + k, W);
+            for (r, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(r * dim + k)), d, *a);
+            }
+            k += W;
+        }
+        if full < dim {
+            let d = load::<I8>(doc, base + full, dim - full);
+            for (a, &t) in acc.iter_mut().zip(&qtail) {
+                *a = _mm256_fmadd_ps(t, d, *a);
+            }
+        }
+        for (b, &a) in best.iter_mut().zip(&acc) {
+            *b = b.max(hsum(a));
+        }
+    }
+    best
+}

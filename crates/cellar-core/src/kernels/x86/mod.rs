@@ -1,0 +1,114 @@
+//! x86_64 SIMD kernels (AVX2 + FMA + F16C, and AVX-512 F/BW), chosen at run time.
+//!
+//! Two strategies, both exact up to floating-point reordering:
+//! - *panel* (enough query tokens): the query is transposed once per call so that SIMD lanes
+//!   run over query tokens; each doc token is converted to f32 once, and every dimension
+//!   `k` costs one broadcast of `d[j][k]` and one FMA per lane group. Several doc tokens and
+//!   query lane groups are register-blocked, running maxima stay in vectors, and no horizontal
+//!   reduction is needed until the final sum.
+//! - *rows* (few query tokens, e.g. `dot_*`): lanes run over dimensions, a small block of
+//!   query rows shares each doc-chunk load and conversion, with one horizontal sum per pair.
+
+mod avx2;
+mod avx512;
+
+use super::Isa;
+use std::cell::Cell;
+
+/// AVX2 level: 256-bit float math, FMA and half-precision conversion.
+pub fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+/// AVX-512 level: F and BW (masked byte/word loads); tails and conversions also use AVX2/F16C.
+pub fn has_avx512() -> bool {
+    has_avx2() && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
+}
+
+pub fn maxsim_f16(isa: Isa, query: &[f32], dim: usize, doc: &[u8]) -> f32 {
+    dispatch::<false>(isa, query, dim, doc.as_ptr(), doc.len() / 2 / dim)
+}
+
+pub fn maxsim_i8(isa: Isa, query: &[f32], dim: usize, doc: &[i8]) -> f32 {
+    dispatch::<true>(isa, query, dim, doc.as_ptr().cast(), doc.len() / dim)
+}
+
+/// `doc` holds `nd * dim` elements: i8 when `I8`, little-endian f16 otherwise.
+fn dispatch<const I8: bool>(isa: Isa, query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
+    let nq = query.len() / dim;
+    if nq == 0 || nd == 0 {
+        return 0.0;
+    }
+    match isa {
+        // SAFETY: the required CPU features were just checked; the caller (`kernels`) checked
+        // that `query` holds `nq * dim` values and `doc` holds `nd * dim` elements.
+        Isa::Avx512 if has_avx512() => unsafe { avx512::maxsim::<I8>(query, dim, doc, nd) },
+        Isa::Avx2 if has_avx2() => unsafe { avx2::maxsim::<I8>(query, dim, doc, nd) },
+        _ => panic!("kernel level {} is not supported by this CPU", isa.name()),
+    }
+}
+
+/// Reusable per-thread f32 workspace for the panel kernels (transposed query, converted doc
+/// tokens, running maxima), so that scoring many documents allocates nothing per call.
+struct Workspace {
+    buf: Vec<f32>,
+}
+
+thread_local! {
+    static WORKSPACE: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+}
+
+impl Workspace {
+    fn take() -> Workspace {
+        Workspace { buf: WORKSPACE.with(Cell::take) }
+    }
+
+    /// A zero-initialised-or-stale slice of `len` floats whose start is 64-byte aligned.
+    fn slice(&mut self, len: usize) -> &mut [f32] {
+        const ALIGN_FLOATS: usize = 16;
+        if self.buf.len() < len + ALIGN_FLOATS {
+            self.buf.resize(len + ALIGN_FLOATS, 0.0);
+        }
+        let off = self.buf.as_ptr().align_offset(64).min(ALIGN_FLOATS);
+        &mut self.buf[off..off + len]
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        WORKSPACE.with(|w| w.set(buf));
+    }
+}
+
+/// Writes `query` (`nq` rows of `dim`) column-major into `qt`: `qt[k * nqp + i] = q[i][k]`,
+/// with lanes `nq..nqp` of every column zeroed.
+fn transpose_query(query: &[f32], dim: usize, qt: &mut [f32], nqp: usize) {
+    let nq = query.len() / dim;
+    debug_assert!(nq <= nqp && qt.len() == nqp * dim);
+    for (i, row) in query.chunks_exact(dim).enumerate() {
+        for (col, &v) in qt[i..].iter_mut().step_by(nqp).zip(row) {
+            *col = v;
+        }
+    }
+    for col in qt.chunks_exact_mut(nqp) {
+        col[nq..].fill(0.0);
+    }
+}
+
+/// Fills doc-token slots `real..` of a converted block with copies of the last real token:
+/// a duplicated token cannot change a maximum, so every block can run at full width.
+fn pad_block(block: &mut [f32], dim: usize, real: usize) {
+    let (head, tail) = block.split_at_mut(real * dim);
+    let last = &head[(real - 1) * dim..];
+    for slot in tail.chunks_exact_mut(dim) {
+        slot.copy_from_slice(last);
+    }
+}
+
+/// `total` plus the per-row maxima, added in row order like the reference.
+fn add_all(total: f32, maxima: &[f32]) -> f32 {
+    maxima.iter().fold(total, |t, &m| t + m)
+}

@@ -1,0 +1,142 @@
+//! The token-vector store: one record per document in 4 KiB-aligned pages (`vectors.bin`), an
+//! offsets table (`offsets.bin`), codec parameters (`codec.bin`) and `manifest.json`.
+//!
+//! Build with [`StoreWriter`], open with [`VectorStore::open`], which validates every header,
+//! the small files' checksums and the manifest's counts, keeps only the offsets table in RAM and
+//! reads records through the reader the options name.
+
+pub mod offsets;
+pub mod record;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use offsets::{OffsetEntry, OffsetsTable};
+pub use record::RecordView;
+pub use writer::{StoreWriter, MAX_TOKENS_PER_DOC};
+
+use crate::codec::{codec_from_params, Codec};
+use crate::error::{CellarError, Result};
+use crate::format::fsio::{open_checked, read_small_file, verify_body};
+use crate::format::{FileHeader, FileKind, Manifest};
+use crate::ids::DocId;
+use crate::io::{open_reader, ReaderKind, ReaderOptions, ReaderSource, RecordBatch, RecordReader};
+
+pub struct VectorStore {
+    dir: PathBuf,
+    manifest: Manifest,
+    codec: Arc<dyn Codec>,
+    offsets: Arc<OffsetsTable>,
+    vectors_header: FileHeader,
+    reader: Box<dyn RecordReader>,
+}
+
+impl VectorStore {
+    pub fn open(dir: &Path, options: &ReaderOptions) -> Result<Self> {
+        let manifest = Manifest::read(dir)?;
+        let vectors_path = dir.join(FileKind::Vectors.file_name());
+        let (_, vectors_header) = open_checked(&vectors_path, FileKind::Vectors)?;
+        check_against_manifest(&manifest, &vectors_path, &vectors_header)?;
+
+        let offsets_path = dir.join(FileKind::Offsets.file_name());
+        let (offsets_header, body) = read_small_file(&offsets_path, FileKind::Offsets)?;
+        check_against_manifest(&manifest, &offsets_path, &offsets_header)?;
+        let offsets = OffsetsTable::decode(&body, &offsets_path, &vectors_header)?;
+        if offsets.len() as u64 != manifest.counts.docs {
+            return Err(CellarError::corrupted(
+                &offsets_path,
+                0,
+                format!("{} entries but the manifest counts {} documents", offsets.len(), manifest.counts.docs),
+            ));
+        }
+
+        let codec_path = dir.join(FileKind::CodecParams.file_name());
+        let (codec_header, params) = read_small_file(&codec_path, FileKind::CodecParams)?;
+        check_against_manifest(&manifest, &codec_path, &codec_header)?;
+        let codec = codec_from_params(manifest.codec, manifest.dim, &params, &codec_path)?;
+
+        let offsets = Arc::new(offsets);
+        let source = ReaderSource {
+            path: vectors_path,
+            header: vectors_header.clone(),
+            offsets: offsets.clone(),
+            bytes_per_vector: codec.bytes_per_vector(),
+        };
+        let reader = open_reader(source, options)?;
+        Ok(VectorStore { dir: dir.to_path_buf(), manifest, codec, offsets, vectors_header, reader })
+    }
+
+    /// Reads the records of `ids`, in order, through the store's reader.
+    pub fn read_batch(&self, ids: &[DocId]) -> Result<RecordBatch> {
+        self.reader.read_batch(ids)
+    }
+
+    /// Streams the whole vectors body through its checksum (slow on large stores; `cellar verify`).
+    pub fn verify(&self) -> Result<()> {
+        let path = self.vectors_path();
+        let file = std::fs::File::open(&path).map_err(|e| CellarError::io(&path, e))?;
+        verify_body(&file, &path, &self.vectors_header)
+    }
+
+    pub fn len(&self) -> usize {
+        self.offsets.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.offsets.is_empty()
+    }
+
+    pub fn dim(&self) -> usize {
+        self.manifest.dim
+    }
+
+    pub fn codec(&self) -> &Arc<dyn Codec> {
+        &self.codec
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    pub fn offsets(&self) -> &OffsetsTable {
+        &self.offsets
+    }
+
+    pub fn reader_kind(&self) -> ReaderKind {
+        self.reader.kind()
+    }
+
+    /// How the reader issues reads (e.g. "io_uring", or "pread-pool" after a fallback).
+    pub fn reader_engine(&self) -> &'static str {
+        self.reader.engine()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn vectors_path(&self) -> PathBuf {
+        self.dir.join(FileKind::Vectors.file_name())
+    }
+}
+
+/// A file's header must agree with what the manifest recorded for it.
+fn check_against_manifest(manifest: &Manifest, path: &Path, header: &FileHeader) -> Result<()> {
+    let name = header.kind.file_name();
+    let entry = manifest.file(name).ok_or_else(|| {
+        CellarError::corrupted(path, 0, format!("the manifest does not list {name}"))
+    })?;
+    let file_bytes = header.body_offset + header.body_len;
+    if entry.bytes != file_bytes || entry.body_crc32c != header.body_crc32c {
+        return Err(CellarError::corrupted(
+            path,
+            0,
+            format!(
+                "header (bytes {file_bytes}, crc {:08x}) disagrees with the manifest (bytes {}, crc {:08x})",
+                header.body_crc32c, entry.bytes, entry.body_crc32c
+            ),
+        ));
+    }
+    Ok(())
+}

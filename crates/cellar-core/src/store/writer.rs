@@ -1,0 +1,167 @@
+//! Streams documents into a new store directory with bounded memory: records go straight to
+//! `vectors.bin` (under a temp name) and entries to `offsets.bin`; only the current record is
+//! buffered. `finish` commits each file atomically and writes the manifest last.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::offsets::OffsetEntry;
+use super::record;
+use crate::codec::{validate_vector, Codec};
+use crate::error::{CellarError, IoContext, Result};
+use crate::format::fsio::{write_small_file, BodyWriter, TMP_SUFFIX};
+use crate::format::manifest::{Counts, MANIFEST_FILE};
+use crate::format::{FileEntry, FileHeader, FileKind, Manifest, FORMAT_VERSION, PAGE_BYTES};
+use crate::ids::DocId;
+
+/// Largest number of tokens one document may have.
+pub const MAX_TOKENS_PER_DOC: usize = 1 << 20;
+
+pub struct StoreWriter {
+    dir: PathBuf,
+    codec: Arc<dyn Codec>,
+    has_pooled: bool,
+    vectors: BodyWriter,
+    offsets: BodyWriter,
+    record: Vec<u8>,
+    docs: u64,
+    tokens: u64,
+}
+
+impl StoreWriter {
+    /// Starts a store in `dir` (created if missing). Refuses a directory that already holds an
+    /// index; removes temp files an interrupted build left behind.
+    pub fn create(dir: &Path, codec: Arc<dyn Codec>, has_pooled: bool) -> Result<Self> {
+        std::fs::create_dir_all(dir).at(dir)?;
+        if dir.join(MANIFEST_FILE).exists() {
+            return Err(CellarError::invalid(format!(
+                "{} already holds an index; choose an empty directory",
+                dir.display()
+            )));
+        }
+        remove_stale_temp_files(dir)?;
+        let vectors = BodyWriter::create(&dir.join(FileKind::Vectors.file_name()), FileKind::Vectors, PAGE_BYTES as u64)?;
+        let offsets = BodyWriter::create(
+            &dir.join(FileKind::Offsets.file_name()),
+            FileKind::Offsets,
+            crate::format::HEADER_BYTES as u64,
+        )?;
+        Ok(StoreWriter { dir: dir.to_path_buf(), codec, has_pooled, vectors, offsets, record: Vec::new(), docs: 0, tokens: 0 })
+    }
+
+    /// Appends one document: `tokens` is `n * dim` values (n >= 1), token-major; `pooled` must be
+    /// given exactly when the store was created with pooled vectors. Returns the document's id.
+    /// A rejected document leaves the writer usable and writes nothing.
+    pub fn add(&mut self, tokens: &[f32], pooled: Option<&[f32]>) -> Result<DocId> {
+        self.validate(tokens, pooled)?;
+        let dim = self.codec.dim();
+        let n_tokens = tokens.len() / dim;
+        self.record.clear();
+        record::encode_header(n_tokens as u32, self.has_pooled, &mut self.record);
+        if let Some(p) = pooled {
+            self.codec.encode(p, &mut self.record);
+        }
+        for t in tokens.chunks_exact(dim) {
+            self.codec.encode(t, &mut self.record);
+        }
+        let offset = record::place(self.vectors.position(), self.record.len() as u64);
+        let padding = (offset - self.vectors.position()) as usize;
+        self.vectors.write(&[0u8; PAGE_BYTES][..padding])?;
+        self.vectors.write(&self.record)?;
+        let entry = OffsetEntry { offset, len: self.record.len() as u32, crc32c: crc32c::crc32c(&self.record) };
+        self.offsets.write(&entry.encode())?;
+        let id = DocId(self.docs as u32);
+        self.docs += 1;
+        self.tokens += n_tokens as u64;
+        Ok(id)
+    }
+
+    fn validate(&self, tokens: &[f32], pooled: Option<&[f32]>) -> Result<()> {
+        let dim = self.codec.dim();
+        let doc = self.docs;
+        if self.docs >= u32::MAX as u64 {
+            return Err(CellarError::invalid("a store holds at most 2^32 - 1 documents"));
+        }
+        if tokens.is_empty() {
+            return Err(CellarError::invalid(format!("document {doc} is empty: it has no token vectors")));
+        }
+        if tokens.len() % dim != 0 {
+            return Err(CellarError::invalid(format!(
+                "document {doc}: {} values is not a whole number of {dim}-dimensional token vectors",
+                tokens.len()
+            )));
+        }
+        let n_tokens = tokens.len() / dim;
+        if n_tokens > MAX_TOKENS_PER_DOC {
+            return Err(CellarError::invalid(format!(
+                "document {doc} has {n_tokens} tokens, more than the limit of {MAX_TOKENS_PER_DOC}"
+            )));
+        }
+        for (t, v) in tokens.chunks_exact(dim).enumerate() {
+            validate_vector(v, dim, || format!("document {doc}, token {t}"))?;
+        }
+        match (pooled, self.has_pooled) {
+            (Some(p), true) => validate_vector(p, dim, || format!("document {doc}, pooled vector")),
+            (None, false) => Ok(()),
+            (Some(_), false) => Err(CellarError::invalid(format!(
+                "document {doc} has a pooled vector but the store was created without pooled vectors"
+            ))),
+            (None, true) => Err(CellarError::invalid(format!(
+                "document {doc} lacks the pooled vector this store was created with"
+            ))),
+        }
+    }
+
+    pub fn docs(&self) -> u64 {
+        self.docs
+    }
+
+    /// Pads the last page, commits every file and writes the manifest (the commit point).
+    pub fn finish(mut self) -> Result<Manifest> {
+        if self.docs == 0 {
+            return Err(CellarError::invalid("a store needs at least one document"));
+        }
+        let page = PAGE_BYTES as u64;
+        let tail = (self.vectors.position().next_multiple_of(page) - self.vectors.position()) as usize;
+        self.vectors.write(&vec![0u8; tail])?;
+        let pages = (self.vectors.position() - page) / page;
+        let codec_path = self.dir.join(FileKind::CodecParams.file_name());
+        let files = [
+            (FileKind::Vectors, self.vectors.finish()?),
+            (FileKind::Offsets, self.offsets.finish()?),
+            (FileKind::CodecParams, write_small_file(&codec_path, FileKind::CodecParams, &self.codec.params())?),
+        ];
+        let manifest = Manifest {
+            format_version: FORMAT_VERSION,
+            dim: self.codec.dim(),
+            codec: self.codec.kind(),
+            bytes_per_token: self.codec.bytes_per_vector(),
+            has_pooled: self.has_pooled,
+            page_bytes: PAGE_BYTES,
+            counts: Counts { docs: self.docs, tokens: self.tokens, pages },
+            files: files.iter().map(|(kind, header)| file_entry(*kind, header)).collect(),
+            created_by: concat!("cellar ", env!("CARGO_PKG_VERSION")).to_string(),
+        };
+        manifest.write(&self.dir)?;
+        Ok(manifest)
+    }
+}
+
+fn file_entry(kind: FileKind, header: &FileHeader) -> FileEntry {
+    FileEntry {
+        name: kind.file_name().to_string(),
+        kind: kind.name().to_string(),
+        bytes: header.body_offset + header.body_len,
+        body_crc32c: header.body_crc32c,
+    }
+}
+
+fn remove_stale_temp_files(dir: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(dir).at(dir)? {
+        let path = entry.at(dir)?.path();
+        if path.to_string_lossy().ends_with(TMP_SUFFIX) {
+            std::fs::remove_file(&path).at(&path)?;
+        }
+    }
+    Ok(())
+}

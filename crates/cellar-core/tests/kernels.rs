@@ -1,0 +1,189 @@
+//! Every kernel level this CPU can run must agree with the scalar reference: seeded random
+//! shapes (odd dims, dims below a vector width, empty queries and documents, misaligned f16
+//! records) plus hand-computed answers.
+
+use cellar_core::kernels::{dot_f16, dot_i8, maxsim_f16, maxsim_i8, Isa};
+use half::f16;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::StandardNormal;
+
+/// Dims around every vector width and tail boundary the kernels have.
+const EDGE_DIMS: [usize; 14] = [1, 7, 15, 16, 17, 31, 33, 63, 64, 65, 127, 128, 129, 384];
+
+fn simd_levels() -> Vec<Isa> {
+    Isa::available().into_iter().filter(|&isa| isa != Isa::Scalar).collect()
+}
+
+fn f16_bytes(values: &[f32], offset: usize) -> Vec<u8> {
+    let mut bytes = vec![0xAB; offset];
+    for &v in values {
+        bytes.extend_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
+    }
+    bytes
+}
+
+fn f16_values(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
+}
+
+fn normals(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.sample::<f32, _>(StandardNormal) * scale).collect()
+}
+
+/// Worst-case rounding bound for a MaxSim computed in any order with f32 arithmetic:
+/// each dot product of `dim` terms is off by at most about `dim * eps * sum|q_k d_k|`, a max
+/// moves by no more than its arguments do, and summing `nq` maxima adds `nq * eps * sum|max|`.
+/// Doubled for slack, it stays far below the size of one missing term or a wrong maximum.
+fn tolerance(query: &[f32], doc: &[f32], dim: usize) -> f64 {
+    let nq = query.len() / dim;
+    let mut scale = 0.0f64;
+    for q in query.chunks_exact(dim) {
+        let worst = doc
+            .chunks_exact(dim)
+            .map(|d| q.iter().zip(d).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum::<f64>())
+            .fold(0.0f64, f64::max);
+        scale += worst;
+    }
+    2.0 * (dim + nq + 2) as f64 * f32::EPSILON as f64 * scale + 1e-30
+}
+
+fn assert_close(what: &str, isa: Isa, got: f32, want: f32, tol: f64) {
+    let err = (got as f64 - want as f64).abs();
+    assert!(err <= tol, "{what} on {}: got {got}, scalar {want}, |err| {err:e} > tol {tol:e}", isa.name());
+}
+
+fn random_dim(rng: &mut StdRng, case: usize) -> usize {
+    if case % 2 == 0 {
+        EDGE_DIMS[(case / 2) % EDGE_DIMS.len()]
+    } else {
+        rng.gen_range(1..=300)
+    }
+}
+
+#[test]
+fn detected_is_the_best_available_level() {
+    let available = Isa::available();
+    assert_eq!(available.first(), Some(&Isa::Scalar));
+    assert_eq!(available.last(), Some(&Isa::detected()));
+    assert!(available.windows(2).all(|w| w[0] < w[1]), "levels out of order: {available:?}");
+}
+
+#[test]
+fn maxsim_f16_matches_scalar() {
+    let mut rng = StdRng::seed_from_u64(0x5EED_F16);
+    for case in 0..300 {
+        let dim = random_dim(&mut rng, case);
+        let (nq, nd) = (rng.gen_range(0..=40), rng.gen_range(0..=70));
+        let query = normals(&mut rng, nq * dim, 1.0);
+        let offset = case % 3; // 1 byte off makes every f16 record misaligned
+        let stored = f16_bytes(&normals(&mut rng, nd * dim, 0.5), offset);
+        let doc = &stored[offset..];
+        let want = maxsim_f16(Isa::Scalar, &query, dim, doc);
+        let tol = tolerance(&query, &f16_values(doc), dim);
+        for isa in simd_levels() {
+            let got = maxsim_f16(isa, &query, dim, doc);
+            let what = format!("maxsim_f16 case {case} (dim {dim}, nq {nq}, nd {nd}, off {offset})");
+            assert_close(&what, isa, got, want, tol);
+        }
+    }
+}
+
+#[test]
+fn maxsim_i8_matches_scalar() {
+    let mut rng = StdRng::seed_from_u64(0x5EED_018);
+    for case in 0..300 {
+        let dim = random_dim(&mut rng, case);
+        let (nq, nd) = (rng.gen_range(0..=40), rng.gen_range(0..=70));
+        // Scale-folded queries are small; codes span the whole i8 range.
+        let query = normals(&mut rng, nq * dim, 0.01);
+        let offset = case % 3;
+        let stored: Vec<i8> = (0..offset + nd * dim).map(|_| rng.gen()).collect();
+        let doc = &stored[offset..];
+        let want = maxsim_i8(Isa::Scalar, &query, dim, doc);
+        let doc_f32: Vec<f32> = doc.iter().map(|&c| c as f32).collect();
+        let tol = tolerance(&query, &doc_f32, dim);
+        for isa in simd_levels() {
+            let got = maxsim_i8(isa, &query, dim, doc);
+            let what = format!("maxsim_i8 case {case} (dim {dim}, nq {nq}, nd {nd}, off {offset})");
+            assert_close(&what, isa, got, want, tol);
+        }
+    }
+}
+
+#[test]
+fn dots_match_scalar() {
+    let mut rng = StdRng::seed_from_u64(0x5EED_D07);
+    for case in 0..400 {
+        let len = if case < 20 { case } else { random_dim(&mut rng, case) };
+        let a = normals(&mut rng, len, 1.0);
+        let offset = case % 2;
+        let stored = f16_bytes(&normals(&mut rng, len, 1.0), offset);
+        let b16 = &stored[offset..];
+        let b8: Vec<i8> = (0..len).map(|_| rng.gen()).collect();
+        let b8_f32: Vec<f32> = b8.iter().map(|&c| c as f32).collect();
+        let want16 = dot_f16(Isa::Scalar, &a, b16);
+        let want8 = dot_i8(Isa::Scalar, &a, &b8);
+        let (tol16, tol8) = if len == 0 {
+            (0.0, 0.0)
+        } else {
+            (tolerance(&a, &f16_values(b16), len), tolerance(&a, &b8_f32, len))
+        };
+        for isa in simd_levels() {
+            assert_close(&format!("dot_f16 len {len}"), isa, dot_f16(isa, &a, b16), want16, tol16);
+            assert_close(&format!("dot_i8 len {len}"), isa, dot_i8(isa, &a, &b8), want8, tol8);
+        }
+    }
+}
+
+#[test]
+fn empty_query_or_document_scores_zero() {
+    for isa in Isa::available() {
+        for dim in [1, 16, 129] {
+            let query = vec![0.5f32; 3 * dim];
+            assert_eq!(maxsim_f16(isa, &query, dim, &[]), 0.0, "{}", isa.name());
+            assert_eq!(maxsim_i8(isa, &query, dim, &[]), 0.0, "{}", isa.name());
+            let doc16 = f16_bytes(&vec![1.0; 2 * dim], 0);
+            assert_eq!(maxsim_f16(isa, &[], dim, &doc16), 0.0, "{}", isa.name());
+            assert_eq!(maxsim_i8(isa, &[], dim, &vec![1i8; 2 * dim]), 0.0, "{}", isa.name());
+        }
+    }
+}
+
+#[test]
+fn small_known_answer() {
+    // q0 = [1, 2, 3], q1 = [-1, 0, 0.5].
+    let query = [1.0, 2.0, 3.0, -1.0, 0.0, 0.5];
+    // f16 docs d0 = [1, 0, -1], d1 = [0.5, 0.5, 0.5]:
+    //   q0.d0 = -2, q0.d1 = 3 -> 3;  q1.d0 = -1.5, q1.d1 = -0.25 -> -0.25;  total 2.75.
+    let doc16 = f16_bytes(&[1.0, 0.0, -1.0, 0.5, 0.5, 0.5], 1);
+    // i8 docs d0 = [2, 0, -1], d1 = [1, 1, 1]:
+    //   q0.d0 = -1, q0.d1 = 6 -> 6;  q1.d0 = -2.5, q1.d1 = -0.5 -> -0.5;  total 5.5.
+    let doc8 = [2i8, 0, -1, 1, 1, 1];
+    for isa in Isa::available() {
+        assert_eq!(maxsim_f16(isa, &query, 3, &doc16[1..]), 2.75, "{}", isa.name());
+        assert_eq!(maxsim_i8(isa, &query, 3, &doc8), 5.5, "{}", isa.name());
+        assert_eq!(dot_f16(isa, &query[..3], &doc16[7..]), 3.0, "{}", isa.name());
+        assert_eq!(dot_i8(isa, &query[3..], &doc8[..3]), -2.5, "{}", isa.name());
+    }
+}
+
+#[test]
+fn larger_known_answer() {
+    // 20 query tokens in dim 19: q_i = s_i * (i + 1) * e_(i mod 19), s_i = +1 for even i and
+    // -1 for odd i. 9 doc tokens d_j = (j - 4) * [1; 19]. So q_i.d_j = s_i * (i + 1) * (j - 4),
+    // maximised at j = 8 (even i) or j = 0 (odd i) with value 4 * (i + 1): total 4 * 210.
+    let (dim, nq, nd) = (19, 20, 9);
+    let mut query = vec![0.0f32; nq * dim];
+    for i in 0..nq {
+        let sign = if i % 2 == 0 { 1.0 } else { -1.0 };
+        query[i * dim + i % dim] = sign * (i + 1) as f32;
+    }
+    let doc: Vec<f32> = (0..nd * dim).map(|e| (e / dim) as f32 - 4.0).collect();
+    let doc16 = f16_bytes(&doc, 1);
+    let doc8: Vec<i8> = doc.iter().map(|&v| v as i8).collect();
+    for isa in Isa::available() {
+        assert_eq!(maxsim_f16(isa, &query, dim, &doc16[1..]), 840.0, "{}", isa.name());
+        assert_eq!(maxsim_i8(isa, &query, dim, &doc8), 840.0, "{}", isa.name());
+    }
+}
