@@ -121,7 +121,23 @@ pub fn open_checked(path: &Path, kind: FileKind) -> Result<(File, FileHeader)> {
     let mut head = vec![0u8; HEADER_BYTES.min(file_len as usize)];
     file.read_exact_at(&mut head, 0).at(path)?;
     let header = FileHeader::decode(&head, path, kind, file_len)?;
+    check_zero_gap(&file, path, &header)?;
     Ok((file, header))
+}
+
+/// The bytes between the header and a page-aligned body are not covered by either checksum,
+/// so they must be zero.
+fn check_zero_gap(file: &File, path: &Path, header: &FileHeader) -> Result<()> {
+    let mut gap = vec![0u8; header.body_offset as usize - HEADER_BYTES];
+    file.read_exact_at(&mut gap, HEADER_BYTES as u64).at(path)?;
+    match gap.iter().position(|b| *b != 0) {
+        None => Ok(()),
+        Some(i) => Err(CellarError::corrupted(
+            path,
+            (HEADER_BYTES + i) as u64,
+            "non-zero byte in the padding between header and body",
+        )),
+    }
 }
 
 /// Reads a whole small binary file, validating header and body checksum.

@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use super::{FileKind, FORMAT_VERSION, OLDEST_READABLE_VERSION};
+use super::{FileKind, FORMAT_VERSION, OLDEST_READABLE_VERSION, PAGE_BYTES};
 use crate::error::{CellarError, Result};
 
 pub const HEADER_BYTES: usize = 64;
@@ -129,7 +129,8 @@ impl FileHeader {
 
     fn check_length(&self, path: &Path, file_len: u64) -> Result<()> {
         let expected = self.body_offset.checked_add(self.body_len);
-        if self.body_offset < HEADER_BYTES as u64 || expected != Some(file_len) {
+        let offset_ok = (HEADER_BYTES as u64..=PAGE_BYTES as u64).contains(&self.body_offset);
+        if !offset_ok || expected != Some(file_len) {
             return Err(CellarError::corrupted(
                 path,
                 file_len.min(self.body_offset),

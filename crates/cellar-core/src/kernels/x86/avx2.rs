@@ -10,7 +10,7 @@ const RV: usize = 2;
 /// Doc tokens per block.
 const J: usize = 6;
 /// Below this many query tokens the rows strategy is used.
-const PANEL_MIN_NQ: usize = 4;
+const PANEL_MIN_NQ: usize = 1;
 /// Query rows sharing one doc-chunk load in the rows strategy.
 const RB: usize = 4;
 

@@ -1,0 +1,6 @@
+//! Integration tests of cellar-core: one binary, one module per concern.
+
+mod corruption;
+mod fixture;
+mod format_docs;
+mod store;

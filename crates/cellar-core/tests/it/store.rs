@@ -1,0 +1,192 @@
+//! Writing and reading stores: round trips through every reader, page packing, bad input.
+
+use cellar_core::codec::CodecKind;
+use cellar_core::format::PAGE_BYTES;
+use cellar_core::io::{ReaderKind, ReaderOptions};
+use cellar_core::kernels::Isa;
+use cellar_core::store::{StoreWriter, VectorStore};
+use cellar_core::{CellarError, DocId};
+
+use super::fixture::{self, DIM};
+
+fn tolerance(kind: CodecKind) -> f32 {
+    match kind {
+        CodecKind::F16 => 1e-3,
+        CodecKind::Int8 => 1.0 / 127.0,
+    }
+}
+
+#[test]
+fn every_reader_returns_what_was_written() {
+    for kind in [CodecKind::F16, CodecKind::Int8] {
+        let dir = tempfile::tempdir().unwrap();
+        let docs = fixture::docs(60, 1);
+        fixture::write(dir.path(), kind, &docs);
+        // Out of order, with a duplicate, to exercise the read planner.
+        let ids: Vec<DocId> = [5u32, 0, 59, 3, 3, 17, 10].into_iter().map(DocId).collect();
+        for options in fixture::all_reader_options() {
+            let store = VectorStore::open(dir.path(), &options).unwrap();
+            let batch = store.read_batch(&ids).unwrap();
+            assert_eq!(batch.len(), ids.len());
+            for (i, id) in ids.iter().enumerate() {
+                let rec = batch.record(i);
+                let doc = &docs[id.index()];
+                assert_eq!(rec.n_tokens, doc.tokens.len() / DIM, "{options:?} doc {id}");
+                let mut decoded = Vec::new();
+                store.codec().decode(rec.tokens, &mut decoded);
+                let worst = decoded.iter().zip(&doc.tokens).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(worst <= tolerance(kind), "{kind:?} {options:?} doc {id}: error {worst}");
+                let mut pooled = Vec::new();
+                store.codec().decode(rec.pooled.unwrap(), &mut pooled);
+                assert_eq!(pooled.len(), DIM);
+            }
+            let stats = batch.stats();
+            assert!(stats.pages >= 1 && stats.bytes > 0, "{options:?}: {stats:?}");
+            if options.kind == ReaderKind::Direct {
+                assert!(stats.read_calls >= 1 && stats.bytes == stats.pages * PAGE_BYTES as u64);
+            }
+        }
+    }
+}
+
+#[test]
+fn readers_agree_on_maxsim_scores() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = fixture::docs(40, 2);
+    fixture::write(dir.path(), CodecKind::Int8, &docs);
+    let query: Vec<f32> = docs[7].tokens[..3 * DIM].to_vec();
+    let ids: Vec<DocId> = (0..40).map(DocId).collect();
+    let scores: Vec<Vec<f32>> = ReaderKind::ALL
+        .into_iter()
+        .map(|kind| {
+            let store = VectorStore::open(dir.path(), &ReaderOptions::new(kind)).unwrap();
+            let prepared = store.codec().prepare_query(&query);
+            let batch = store.read_batch(&ids).unwrap();
+            (0..batch.len()).map(|i| store.codec().maxsim(Isa::Scalar, &prepared, batch.record(i).tokens)).collect()
+        })
+        .collect();
+    assert_eq!(scores[0], scores[1]);
+    assert_eq!(scores[0], scores[2]);
+    let best = scores[0].iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+    assert_eq!(best, 7, "the document the query was cut from scores highest");
+}
+
+#[test]
+fn records_are_packed_into_pages_without_straddling() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = fixture::docs(200, 3);
+    fixture::write(dir.path(), CodecKind::F16, &docs);
+    let store = VectorStore::open(dir.path(), &ReaderOptions::new(ReaderKind::Ram)).unwrap();
+    let page = PAGE_BYTES as u64;
+    let mut shared_pages = 0;
+    let mut previous_page = u64::MAX;
+    for i in 0..store.len() {
+        let e = store.offsets().get(DocId(i as u32)).unwrap();
+        let (first, last) = (e.offset / page, (e.offset + e.len as u64 - 1) / page);
+        assert_eq!(e.offset % 8, 0, "records start 8-byte aligned");
+        if e.len as u64 <= page {
+            assert_eq!(first, last, "doc {i} of {} bytes straddles a page", e.len);
+        } else {
+            assert_eq!(e.offset % page, 0, "large doc {i} starts on a page boundary");
+        }
+        shared_pages += (first == previous_page) as usize;
+        previous_page = last;
+    }
+    assert!(shared_pages > 50, "small records share pages ({shared_pages} did)");
+    let m = store.manifest();
+    assert_eq!(m.counts.docs, 200);
+    assert_eq!(m.counts.tokens, docs.iter().map(|d| (d.tokens.len() / DIM) as u64).sum::<u64>());
+    assert_eq!(m.bytes_per_token, 2 * DIM);
+}
+
+#[test]
+fn a_batch_reads_a_shared_page_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs: Vec<fixture::Doc> = (0..10)
+        .map(|_| fixture::Doc { tokens: vec![0.5; 2 * DIM], pooled: vec![0.1; DIM] })
+        .collect();
+    fixture::write(dir.path(), CodecKind::F16, &docs);
+    let store = VectorStore::open(dir.path(), &ReaderOptions::new(ReaderKind::Direct)).unwrap();
+    let batch = store.read_batch(&(0..10).map(DocId).collect::<Vec<_>>()).unwrap();
+    assert_eq!(batch.stats().pages, 1, "ten 200-byte records live on one page");
+    assert_eq!(batch.stats().read_calls, 1);
+}
+
+#[test]
+fn bad_documents_get_typed_errors_and_leave_the_writer_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = fixture::docs(4, 4);
+    let mut writer = StoreWriter::create(dir.path(), fixture::codec(CodecKind::F16, &docs), true).unwrap();
+    let pooled = vec![0.0f32; DIM];
+    let err = writer.add(&[], Some(&pooled)).unwrap_err();
+    assert!(matches!(err, CellarError::InvalidInput(ref m) if m.contains("empty")), "{err}");
+    let err = writer.add(&vec![0.1; DIM + 1], Some(&pooled)).unwrap_err();
+    assert!(matches!(err, CellarError::InvalidInput(ref m) if m.contains("whole number")), "{err}");
+    let mut nan = vec![0.1; 2 * DIM];
+    nan[DIM + 5] = f32::NAN;
+    let err = writer.add(&nan, Some(&pooled)).unwrap_err();
+    assert!(matches!(err, CellarError::InvalidInput(ref m) if m.contains("token 1") && m.contains("dimension 5")), "{err}");
+    let err = writer.add(&vec![0.1; DIM], Some(&[0.0; 3])).unwrap_err();
+    assert!(matches!(err, CellarError::WrongDimension { expected: DIM, received: 3 }), "{err}");
+    let err = writer.add(&vec![0.1; DIM], None).unwrap_err();
+    assert!(matches!(err, CellarError::InvalidInput(_)), "{err}");
+    assert_eq!(writer.docs(), 0, "rejected documents are not counted");
+    writer.add(&docs[0].tokens, Some(&docs[0].pooled)).unwrap();
+    writer.finish().unwrap();
+    let store = VectorStore::open(dir.path(), &ReaderOptions::new(ReaderKind::Mmap)).unwrap();
+    assert_eq!(store.len(), 1);
+    let err = store.read_batch(&[DocId(0), DocId(1)]).err().unwrap();
+    assert!(matches!(err, CellarError::DocOutOfRange { id: 1, count: 1 }), "{err}");
+    assert!(err.is_user_error());
+}
+
+#[test]
+fn an_empty_store_and_an_occupied_directory_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = fixture::docs(1, 5);
+    let writer = StoreWriter::create(dir.path(), fixture::codec(CodecKind::F16, &docs), false).unwrap();
+    assert!(matches!(writer.finish(), Err(CellarError::InvalidInput(_))));
+    fixture::write(dir.path(), CodecKind::F16, &docs);
+    let again = StoreWriter::create(dir.path(), fixture::codec(CodecKind::F16, &docs), true);
+    assert!(matches!(again, Err(CellarError::InvalidInput(ref m)) if m.contains("already holds")));
+}
+
+#[test]
+fn an_interrupted_build_leaves_no_index_and_no_temp_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = fixture::docs(5, 6);
+    {
+        let mut writer = StoreWriter::create(dir.path(), fixture::codec(CodecKind::F16, &docs), true).unwrap();
+        writer.add(&docs[0].tokens, Some(&docs[0].pooled)).unwrap();
+        // Dropped without finish: as if the process stopped mid-build.
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(leftovers.is_empty(), "temp files removed: {leftovers:?}");
+    let err = VectorStore::open(dir.path(), &ReaderOptions::new(ReaderKind::Ram)).err().unwrap();
+    assert!(matches!(err, CellarError::InvalidInput(ref m) if m.contains("manifest.json")), "{err}");
+    // A later build in the same directory succeeds and cleans stray temp files.
+    std::fs::write(dir.path().join("vectors.bin.cellar-tmp"), b"torn").unwrap();
+    fixture::write(dir.path(), CodecKind::F16, &docs);
+    assert!(!dir.path().join("vectors.bin.cellar-tmp").exists());
+    VectorStore::open(dir.path(), &ReaderOptions::new(ReaderKind::Ram)).unwrap().verify().unwrap();
+}
+
+#[test]
+fn synthetic_corpus_is_reproducible_and_realistic() {
+    use cellar_core::synth::{SynthConfig, SynthCorpus};
+    let config = SynthConfig { docs: 300, mean_tokens: 64, dim: 32, clusters: 16, seed: 9 };
+    let corpus = SynthCorpus::new(config.clone()).unwrap();
+    let (mut a, mut p) = (Vec::new(), Vec::new());
+    let (mut b, mut q) = (Vec::new(), Vec::new());
+    corpus.doc(17, &mut a, &mut p);
+    SynthCorpus::new(config).unwrap().doc(17, &mut b, &mut q);
+    assert_eq!(a, b);
+    let lengths: Vec<usize> = (0..300).map(|i| { corpus.doc(i, &mut a, &mut p); a.len() / 32 }).collect();
+    let mean = lengths.iter().sum::<usize>() as f64 / 300.0;
+    assert!((50.0..80.0).contains(&mean), "mean token count {mean}");
+    assert!(lengths.iter().min() < lengths.iter().max(), "token counts vary");
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = corpus.write_store(dir.path(), CodecKind::Int8, |_| {}).unwrap();
+    assert_eq!(manifest.counts.docs, 300);
+    assert_eq!(manifest.counts.tokens, lengths.iter().sum::<usize>() as u64);
+}
