@@ -1,1 +1,48 @@
-fn main() {}
+//! `cellar`: the command-line tool. Each subcommand lives in its own module; this file only
+//! parses arguments and turns errors into a message and exit code 2.
+
+mod bench_store;
+mod inspect;
+mod progress;
+mod synth;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cellar", version, about = "SSD-resident late-interaction retrieval: store tools")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print an index's manifest and file headers without loading its vectors.
+    Inspect(inspect::InspectArgs),
+    /// Write a store of clustered synthetic token vectors (scale tests without a model).
+    Synth(synth::SynthArgs),
+    /// Benchmark the ram, mmap and direct readers side by side, with fio and memory caps.
+    BenchStore(bench_store::BenchStoreArgs),
+    /// Internal: one reader's measurement, run by bench-store in a child process.
+    #[command(hide = true)]
+    BenchStoreWorker(bench_store::worker::WorkerArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::run(args),
+        Command::Synth(args) => synth::run(args),
+        Command::BenchStore(args) => bench_store::run(args),
+        Command::BenchStoreWorker(args) => bench_store::worker::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cellar: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

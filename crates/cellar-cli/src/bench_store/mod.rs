@@ -1,0 +1,177 @@
+//! `cellar bench-store`: the readers side by side on a store of at least 2 GiB, with the page
+//! cache evicted before each run, mmap and direct also under a cgroup memory cap, fio's figures
+//! for the same disk and MaxSim kernel throughput. Writes JSON and a markdown table.
+
+mod cgroup;
+mod fio;
+mod maxsim;
+mod report;
+pub mod worker;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cellar_core::codec::CodecKind;
+use cellar_core::format::manifest::MANIFEST_FILE;
+use cellar_core::format::Manifest;
+use cellar_core::io::ReaderKind;
+use cellar_core::synth::SynthConfig;
+use cellar_core::{CellarError, Result};
+
+use cgroup::MemoryCgroup;
+use report::{ReaderRow, Report};
+use worker::WorkerReport;
+
+#[derive(clap::Args)]
+pub struct BenchStoreArgs {
+    /// Store to measure; a synthetic one is written there first if it holds none.
+    #[arg(long, default_value = "bench/work/store-2g")]
+    pub store: PathBuf,
+    /// Size of the synthetic store to write, in GiB.
+    #[arg(long, default_value_t = 2.0)]
+    pub min_gib: f64,
+    #[arg(long, default_value_t = 128)]
+    pub dim: usize,
+    #[arg(long, default_value_t = 100)]
+    pub tokens: usize,
+    #[arg(long, default_value = "f16")]
+    pub codec: CodecKind,
+    /// Random batches per reader.
+    #[arg(long, default_value_t = 100)]
+    pub batches: usize,
+    #[arg(long, default_value_t = 200)]
+    pub batch_size: usize,
+    /// Concurrent batch streams per reader.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Memory cap for the capped runs, as a fraction of the store's size.
+    #[arg(long, default_value_t = 0.10)]
+    pub cap_fraction: f64,
+    /// Seconds per fio job (0 skips fio).
+    #[arg(long, default_value_t = 10)]
+    pub fio_seconds: u32,
+    /// Output path prefix: writes PREFIX.json and PREFIX.md.
+    #[arg(long, default_value = "bench/results/bench-store")]
+    pub out: PathBuf,
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+}
+
+pub fn run(args: BenchStoreArgs) -> Result<()> {
+    validate(&args)?;
+    let manifest = ensure_store(&args)?;
+    let store_bytes: u64 = manifest.files.iter().map(|f| f.bytes).sum();
+    let cap_bytes = (store_bytes as f64 * args.cap_fraction) as u64;
+    let mut report = Report::new(&args, &manifest, store_bytes, cap_bytes);
+
+    let vectors = args.store.join("vectors.bin");
+    for depth in [1, 32] {
+        if args.fio_seconds > 0 {
+            eprintln!("bench-store: fio 4k random reads at queue depth {depth} ({} s)", args.fio_seconds);
+            report.add_fio(fio::random_read(&vectors, depth, args.fio_seconds));
+        }
+    }
+    let runs = [
+        (ReaderKind::Ram, false),
+        (ReaderKind::Mmap, false),
+        (ReaderKind::Direct, false),
+        (ReaderKind::Mmap, true),
+        (ReaderKind::Direct, true),
+    ];
+    for (i, (reader, capped)) in runs.into_iter().enumerate() {
+        eprintln!("bench-store: {} reader{}", reader.name(), if capped { " under the memory cap" } else { "" });
+        let row = match run_worker(&args, reader, capped.then_some(cap_bytes), i) {
+            Ok((worker, cgroup_peak)) => ReaderRow::measured(worker, capped, cgroup_peak),
+            Err(e) => ReaderRow::failed(reader, capped, e.to_string()),
+        };
+        report.readers.push(row);
+    }
+    eprintln!("bench-store: MaxSim kernels");
+    report.kernels = maxsim::measure(manifest.dim)?;
+    report.write(&args.out)
+}
+
+fn validate(args: &BenchStoreArgs) -> Result<()> {
+    let bad = |what: String| Err(CellarError::InvalidInput(what));
+    if !(args.cap_fraction > 0.0 && args.cap_fraction <= 1.0) {
+        return bad(format!("--cap-fraction {} must be in (0, 1]", args.cap_fraction));
+    }
+    if args.batches == 0 || args.batch_size == 0 || args.threads == 0 {
+        return bad("--batches, --batch-size and --threads must be at least 1".into());
+    }
+    if !(args.min_gib > 0.0) {
+        return bad(format!("--min-gib {} must be positive", args.min_gib));
+    }
+    Ok(())
+}
+
+/// Opens the store's manifest, writing a synthetic store of `min_gib` first if there is none.
+fn ensure_store(args: &BenchStoreArgs) -> Result<Manifest> {
+    if args.store.join(MANIFEST_FILE).exists() {
+        return Manifest::read(&args.store);
+    }
+    let bytes_per_token = match args.codec {
+        CodecKind::F16 => 2 * args.dim,
+        CodecKind::Int8 => args.dim,
+    };
+    // Mean record ≈ (tokens + pooled) vectors; ~3% page padding.
+    let per_doc = ((args.tokens + 1) * bytes_per_token) as f64 * 1.03;
+    let docs = (args.min_gib * (1u64 << 30) as f64 / per_doc).ceil() as u64;
+    eprintln!("bench-store: writing a synthetic store of {docs} docs (~{:.1} GiB) to {}", args.min_gib, args.store.display());
+    let config = SynthConfig { docs, mean_tokens: args.tokens, dim: args.dim, clusters: 1024, seed: args.seed };
+    crate::synth::write(config, &args.store, args.codec)
+}
+
+/// Runs one reader in a child process, optionally inside a fresh memory cgroup.
+fn run_worker(args: &BenchStoreArgs, reader: ReaderKind, cap_bytes: Option<u64>, run: usize) -> Result<(WorkerReport, Option<(u64, u64)>)> {
+    let cgroup = cap_bytes
+        .map(|limit| MemoryCgroup::create(&format!("cellar-bench-{}-{run}", std::process::id()), limit))
+        .transpose()?;
+    let exe = std::env::current_exe().map_err(|e| CellarError::Unsupported(format!("current exe: {e}")))?;
+    let mut command = Command::new(exe);
+    command
+        .arg("bench-store-worker")
+        .arg("--store")
+        .arg(&args.store)
+        .args(["--reader", reader.name()])
+        .args(["--batches", &args.batches.to_string(), "--batch-size", &args.batch_size.to_string()])
+        .args(["--threads", &args.threads.to_string(), "--seed", &args.seed.to_string()]);
+    if let Some(cg) = &cgroup {
+        command.arg("--cgroup").arg(cg.path());
+    }
+    let output = command.output().map_err(|e| CellarError::Unsupported(format!("cannot start worker: {e}")))?;
+    if !output.status.success() {
+        return Err(CellarError::Unsupported(format!(
+            "worker exited with {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    let worker: WorkerReport = serde_json::from_slice(&output.stdout)
+        .map_err(|e| CellarError::Unsupported(format!("unreadable worker report: {e}")))?;
+    let peak = cgroup.as_ref().map(|cg| Ok::<_, CellarError>((cg.max_usage_bytes()?, cg.fail_count()?))).transpose()?;
+    Ok((worker, peak))
+}
+
+pub(crate) fn git_commit() -> String {
+    Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or_else(|| "unknown".into(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
+pub(crate) fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+pub(crate) fn ensure_parent(path: &Path) -> Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| CellarError::Io { path: parent.to_path_buf(), source: e })?;
+    }
+    Ok(())
+}

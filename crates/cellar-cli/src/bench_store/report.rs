@@ -1,0 +1,208 @@
+//! The bench-store report: one row per reader run, fio's rows, kernel rows; JSON and markdown.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use cellar_core::format::Manifest;
+use cellar_core::io::ReaderKind;
+use cellar_core::{CellarError, Result};
+use serde::Serialize;
+
+use super::fio::FioResult;
+use super::maxsim::KernelResult;
+use super::worker::WorkerReport;
+use super::BenchStoreArgs;
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+#[derive(Serialize)]
+pub struct ReaderRow {
+    pub reader: String,
+    pub engine: String,
+    pub capped: bool,
+    pub error: Option<String>,
+    pub records_per_s: f64,
+    pub mb_per_s: f64,
+    pub iops_4k: f64,
+    pub read_calls_per_s: f64,
+    pub batch_p50_ms: f64,
+    pub batch_p99_ms: f64,
+    pub open_s: f64,
+    pub peak_rss_mib: f64,
+    pub cgroup_peak_mib: Option<f64>,
+    pub cgroup_failcnt: Option<u64>,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl ReaderRow {
+    pub fn measured(w: WorkerReport, capped: bool, cgroup: Option<(u64, u64)>) -> Self {
+        let mut ms = w.batch_ms.clone();
+        ms.sort_by(f64::total_cmp);
+        ReaderRow {
+            reader: w.reader,
+            engine: w.engine,
+            capped,
+            error: None,
+            records_per_s: w.records as f64 / w.wall_s,
+            mb_per_s: w.bytes as f64 / 1e6 / w.wall_s,
+            iops_4k: w.pages as f64 / w.wall_s,
+            read_calls_per_s: w.read_calls as f64 / w.wall_s,
+            batch_p50_ms: percentile(&ms, 50.0),
+            batch_p99_ms: percentile(&ms, 99.0),
+            open_s: w.open_s,
+            peak_rss_mib: w.peak_rss_bytes as f64 / MIB,
+            cgroup_peak_mib: cgroup.map(|(peak, _)| peak as f64 / MIB),
+            cgroup_failcnt: cgroup.map(|(_, fails)| fails),
+        }
+    }
+
+    pub fn failed(reader: ReaderKind, capped: bool, error: String) -> Self {
+        ReaderRow {
+            reader: reader.name().into(),
+            engine: "-".into(),
+            capped,
+            error: Some(error),
+            records_per_s: f64::NAN,
+            mb_per_s: f64::NAN,
+            iops_4k: f64::NAN,
+            read_calls_per_s: f64::NAN,
+            batch_p50_ms: f64::NAN,
+            batch_p99_ms: f64::NAN,
+            open_s: f64::NAN,
+            peak_rss_mib: f64::NAN,
+            cgroup_peak_mib: None,
+            cgroup_failcnt: None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct Report {
+    pub command: String,
+    pub commit: String,
+    pub cpu: String,
+    pub disk_note: String,
+    pub store: String,
+    pub docs: u64,
+    pub tokens: u64,
+    pub dim: usize,
+    pub codec: String,
+    pub store_mib: f64,
+    pub offsets_ram_mib: f64,
+    pub cap_mib: f64,
+    pub batch_size: usize,
+    pub batches: usize,
+    pub threads: usize,
+    pub fio: Vec<std::result::Result<FioResult, String>>,
+    pub readers: Vec<ReaderRow>,
+    pub kernels: Vec<KernelResult>,
+}
+
+impl Report {
+    pub fn new(args: &BenchStoreArgs, m: &Manifest, store_bytes: u64, cap_bytes: u64) -> Self {
+        Report {
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            commit: super::git_commit(),
+            cpu: super::cpu_model(),
+            disk_note: "virtual disk, host-cached: latencies are far below a real SSD's".into(),
+            store: args.store.display().to_string(),
+            docs: m.counts.docs,
+            tokens: m.counts.tokens,
+            dim: m.dim,
+            codec: m.codec.name().into(),
+            store_mib: store_bytes as f64 / MIB,
+            offsets_ram_mib: (m.counts.docs * 16) as f64 / MIB,
+            cap_mib: cap_bytes as f64 / MIB,
+            batch_size: args.batch_size,
+            batches: args.batches,
+            threads: args.threads,
+            fio: Vec::new(),
+            readers: Vec::new(),
+            kernels: Vec::new(),
+        }
+    }
+
+    pub fn add_fio(&mut self, result: std::result::Result<FioResult, String>) {
+        self.fio.push(result);
+    }
+
+    pub fn write(&self, prefix: &Path) -> Result<()> {
+        super::ensure_parent(prefix)?;
+        let json_path = prefix.with_extension("json");
+        let md_path = prefix.with_extension("md");
+        let json = serde_json::to_string_pretty(self).expect("report serialises");
+        let markdown = self.markdown();
+        for (path, text) in [(&json_path, json), (&md_path, markdown.clone())] {
+            std::fs::write(path, text).map_err(|e| CellarError::Io { path: path.clone(), source: e })?;
+        }
+        println!("{markdown}");
+        eprintln!("bench-store: wrote {} and {}", json_path.display(), md_path.display());
+        Ok(())
+    }
+
+    fn markdown(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "# bench-store\n\n`{}` (commit {})\n", self.command, self.commit);
+        let _ = writeln!(
+            s,
+            "Store: {} docs, {} tokens, dim {}, {}; {:.0} MiB on disk, offsets table {:.2} MiB in RAM. \
+             Batches: {} x {} random records, {} stream(s). Memory cap: {:.0} MiB (cgroup v1, page cache counted). \
+             Page cache evicted before each run. CPU: {}. Disk: {}.\n",
+            self.docs, self.tokens, self.dim, self.codec, self.store_mib, self.offsets_ram_mib, self.batches,
+            self.batch_size, self.threads, self.cap_mib, self.cpu, self.disk_note
+        );
+        self.readers_table(&mut s);
+        self.fio_table(&mut s);
+        self.kernel_table(&mut s);
+        s
+    }
+
+    fn readers_table(&self, s: &mut String) {
+        let ram_rate = self.readers.iter().find(|r| r.reader == "ram" && !r.capped).map(|r| r.records_per_s);
+        let _ = writeln!(s, "| reader | engine | memory cap | records/s | vs ram | MB/s | 4K IOPS | reads/s | P50 batch ms | P99 batch ms | peak RSS MiB | cgroup peak MiB |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for r in &self.readers {
+            let cap = if r.capped { format!("{:.0} MiB", self.cap_mib) } else { "none".into() };
+            if let Some(e) = &r.error {
+                let _ = writeln!(s, "| {} | - | {cap} | not measured: {e} |||||||||", r.reader);
+                continue;
+            }
+            let vs = ram_rate.map_or("-".into(), |ram| format!("{:.2}x", r.records_per_s / ram));
+            let cg = r.cgroup_peak_mib.map_or("-".into(), |m| format!("{m:.0}"));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {cap} | {:.0} | {vs} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | {cg} |",
+                r.reader, r.engine, r.records_per_s, r.mb_per_s, r.iops_4k, r.read_calls_per_s, r.batch_p50_ms,
+                r.batch_p99_ms, r.peak_rss_mib
+            );
+        }
+    }
+
+    fn fio_table(&self, s: &mut String) {
+        let _ = writeln!(s, "\n| disk limit (fio, same file) | IOPS | MB/s | P50 us | P99 us |\n|---|---|---|---|---|");
+        for f in &self.fio {
+            let _ = match f {
+                Ok(f) => writeln!(s, "| {} | {:.0} | {:.0} | {:.0} | {:.0} |", f.job, f.iops, f.mb_per_s, f.p50_us, f.p99_us),
+                Err(e) => writeln!(s, "| not measured: {e} |||||"),
+            };
+        }
+    }
+
+    fn kernel_table(&self, s: &mut String) {
+        let _ = writeln!(s, "\n| MaxSim kernel | ISA | q-token x d-token pairs/s | GFLOP/s | vs scalar |\n|---|---|---|---|---|");
+        for k in &self.kernels {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.3e} | {:.1} | {:.1}x |",
+                k.codec, k.isa, k.pairs_per_s, k.gflop_per_s, k.speedup_vs_scalar
+            );
+        }
+    }
+}

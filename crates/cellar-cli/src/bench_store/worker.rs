@@ -1,0 +1,121 @@
+//! One reader's measurement, run in a child process so a memory cap applies to it alone and its
+//! peak RSS is its own. Prints one JSON report on stdout.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use cellar_core::io::{cache, ReaderKind, ReaderOptions};
+use cellar_core::store::VectorStore;
+use cellar_core::{DocId, Result};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::cgroup::MemoryCgroup;
+
+#[derive(clap::Args)]
+pub struct WorkerArgs {
+    #[arg(long)]
+    pub store: PathBuf,
+    #[arg(long)]
+    pub reader: ReaderKind,
+    #[arg(long)]
+    pub batches: usize,
+    #[arg(long)]
+    pub batch_size: usize,
+    #[arg(long)]
+    pub threads: usize,
+    #[arg(long)]
+    pub seed: u64,
+    /// Memory cgroup to join before anything else.
+    #[arg(long)]
+    pub cgroup: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WorkerReport {
+    pub reader: String,
+    pub engine: String,
+    pub open_s: f64,
+    pub records: u64,
+    pub wall_s: f64,
+    pub batch_ms: Vec<f64>,
+    pub bytes: u64,
+    pub pages: u64,
+    pub read_calls: u64,
+    pub peak_rss_bytes: u64,
+}
+
+pub fn run(args: WorkerArgs) -> Result<()> {
+    if let Some(cg) = &args.cgroup {
+        MemoryCgroup::join(cg)?;
+    }
+    let report = measure(&args)?;
+    println!("{}", serde_json::to_string(&report).expect("report serialises"));
+    Ok(())
+}
+
+/// The id batches every reader sees: same seed, same sequence.
+pub fn id_batches(docs: usize, batches: usize, batch_size: usize, seed: u64) -> Vec<Vec<DocId>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..batches).map(|_| (0..batch_size).map(|_| DocId(rng.gen_range(0..docs as u32))).collect()).collect()
+}
+
+fn measure(args: &WorkerArgs) -> Result<WorkerReport> {
+    let vectors = args.store.join("vectors.bin");
+    cache::evict_file(&vectors)?;
+    let opened = Instant::now();
+    let store = VectorStore::open(&args.store, &ReaderOptions::new(args.reader))?;
+    let open_s = opened.elapsed().as_secs_f64();
+    let batches = id_batches(store.len(), args.batches, args.batch_size, args.seed);
+    let started = Instant::now();
+    let per_thread: Vec<Result<Vec<(f64, cellar_core::io::ReadStats)>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..args.threads.max(1))
+            .map(|t| {
+                let (store, batches) = (&store, &batches);
+                scope.spawn(move || {
+                    batches
+                        .iter()
+                        .skip(t)
+                        .step_by(args.threads.max(1))
+                        .map(|ids| {
+                            let began = Instant::now();
+                            let batch = store.read_batch(ids)?;
+                            Ok((began.elapsed().as_secs_f64() * 1e3, batch.stats()))
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("bench thread panicked")).collect()
+    });
+    let wall_s = started.elapsed().as_secs_f64();
+    let mut report = WorkerReport {
+        reader: args.reader.name().into(),
+        engine: store.reader_engine().into(),
+        open_s,
+        records: (args.batches * args.batch_size) as u64,
+        wall_s,
+        batch_ms: Vec::new(),
+        bytes: 0,
+        pages: 0,
+        read_calls: 0,
+        peak_rss_bytes: peak_rss_bytes(),
+    };
+    for (ms, stats) in per_thread.into_iter().collect::<Result<Vec<_>>>()?.into_iter().flatten() {
+        report.batch_ms.push(ms);
+        report.bytes += stats.bytes;
+        report.pages += stats.pages;
+        report.read_calls += stats.read_calls;
+    }
+    Ok(report)
+}
+
+/// VmHWM from /proc/self/status: the peak resident set of this process.
+fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_string))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()))
+        .map_or(0, |kb| kb * 1024)
+}
