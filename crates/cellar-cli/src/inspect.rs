@@ -38,7 +38,10 @@ pub fn run(args: InspectArgs) -> Result<()> {
         c.pages,
         manifest.page_bytes
     );
-    println!("\n{:<12} {:<13} {:>4} {:>11} {:>15} {:>10}", "file", "kind", "ver", "body_offset", "body_len", "body_crc");
+    println!(
+        "\n{:<12} {:<13} {:>4} {:>11} {:>15} {:>10}",
+        "file", "kind", "ver", "body_offset", "body_len", "body_crc"
+    );
     let mut disk_bytes = 0u64;
     for kind in FileKind::ALL {
         let path = args.index.join(kind.file_name());

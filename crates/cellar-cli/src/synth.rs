@@ -54,7 +54,11 @@ pub fn run(args: SynthArgs) -> Result<()> {
 }
 
 /// Writes a synthetic store with a progress bar; shared with bench-store.
-pub fn write(config: SynthConfig, out: &std::path::Path, codec: CodecKind) -> Result<cellar_core::format::Manifest> {
+pub fn write(
+    config: SynthConfig,
+    out: &std::path::Path,
+    codec: CodecKind,
+) -> Result<cellar_core::format::Manifest> {
     let corpus = SynthCorpus::new(config)?;
     let bar = crate::progress::bar(corpus.config().docs, "synth");
     let started = Instant::now();

@@ -35,7 +35,9 @@ fn synth_then_inspect_reports_the_store() {
     let out = cellar(&["inspect", dir.to_str().unwrap(), "--verify"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    for needle in ["codec int8", "16 bytes/token", "300 docs", "vectors.bin", "offsets.bin", "codec.bin", "checksum ok"] {
+    for needle in
+        ["codec int8", "16 bytes/token", "300 docs", "vectors.bin", "offsets.bin", "codec.bin", "checksum ok"]
+    {
         assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
     }
 }

@@ -22,20 +22,11 @@ pub enum CellarError {
 
     /// Bytes on disk are not what the writer wrote.
     #[error("{}: corrupted at byte offset {offset}: {detail}", path.display())]
-    Corrupted {
-        path: PathBuf,
-        offset: u64,
-        detail: String,
-    },
+    Corrupted { path: PathBuf, offset: u64, detail: String },
 
     /// A file written by a format version this build cannot read.
     #[error("{}: format version {found} is not supported (this build reads versions {oldest}..={newest})", path.display())]
-    Incompatible {
-        path: PathBuf,
-        found: u32,
-        oldest: u32,
-        newest: u32,
-    },
+    Incompatible { path: PathBuf, found: u32, oldest: u32, newest: u32 },
 
     /// The platform refuses a capability that was explicitly asked for (e.g. O_DIRECT).
     #[error("unsupported: {0}")]
@@ -78,18 +69,11 @@ impl CellarError {
     }
 
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        CellarError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
+        CellarError::Io { path: path.to_path_buf(), source }
     }
 
     pub(crate) fn corrupted(path: &Path, offset: u64, detail: impl Into<String>) -> Self {
-        CellarError::Corrupted {
-            path: path.to_path_buf(),
-            offset,
-            detail: detail.into(),
-        }
+        CellarError::Corrupted { path: path.to_path_buf(), offset, detail: detail.into() }
     }
 
     pub(crate) fn invalid(detail: impl Into<String>) -> Self {

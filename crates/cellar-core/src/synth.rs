@@ -80,10 +80,12 @@ impl SynthCorpus {
     /// `pooled`. Both are cleared first.
     pub fn doc(&self, i: u64, tokens: &mut Vec<f32>, pooled: &mut Vec<f32>) {
         let dim = self.config.dim;
-        let mut rng = StdRng::seed_from_u64(self.config.seed ^ (i.wrapping_add(1)).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng =
+            StdRng::seed_from_u64(self.config.seed ^ (i.wrapping_add(1)).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let max = 4 * self.config.mean_tokens;
         let n = (self.lengths.sample(&mut rng).round() as usize).clamp(4.min(max), max);
-        let topics: Vec<usize> = (0..rng.gen_range(1..=4)).map(|_| rng.gen_range(0..self.config.clusters)).collect();
+        let topics: Vec<usize> =
+            (0..rng.gen_range(1..=4)).map(|_| rng.gen_range(0..self.config.clusters)).collect();
         tokens.clear();
         tokens.resize(n * dim, 0.0);
         for t in tokens.chunks_exact_mut(dim) {
@@ -127,7 +129,12 @@ impl SynthCorpus {
     }
 
     /// Streams the whole corpus into a new store at `dir`; `progress` is called with docs done.
-    pub fn write_store(&self, dir: &Path, codec: CodecKind, mut progress: impl FnMut(u64)) -> Result<Manifest> {
+    pub fn write_store(
+        &self,
+        dir: &Path,
+        codec: CodecKind,
+        mut progress: impl FnMut(u64),
+    ) -> Result<Manifest> {
         let mut writer = StoreWriter::create(dir, self.codec(codec)?, true)?;
         let (mut tokens, mut pooled) = (Vec::new(), Vec::new());
         for i in 0..self.config.docs {

@@ -12,10 +12,10 @@ pub struct MemoryCgroup {
 fn own_memory_cgroup() -> Result<PathBuf> {
     let text = std::fs::read_to_string("/proc/self/cgroup")
         .map_err(|e| CellarError::Unsupported(format!("cannot read /proc/self/cgroup: {e}")))?;
-    let relative = text
-        .lines()
-        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))
-        .ok_or_else(|| CellarError::Unsupported("no cgroup v1 memory controller in /proc/self/cgroup".into()))?;
+    let relative =
+        text.lines().find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string())).ok_or_else(|| {
+            CellarError::Unsupported("no cgroup v1 memory controller in /proc/self/cgroup".into())
+        })?;
     Ok(PathBuf::from(format!("/sys/fs/cgroup/memory{relative}")))
 }
 
@@ -24,7 +24,8 @@ fn write(path: &Path, value: &str) -> Result<()> {
 }
 
 fn read_u64(path: &Path) -> Result<u64> {
-    let text = std::fs::read_to_string(path).map_err(|e| CellarError::Unsupported(format!("{}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CellarError::Unsupported(format!("{}: {e}", path.display())))?;
     text.trim().parse().map_err(|e| CellarError::Unsupported(format!("{}: {e}", path.display())))
 }
 

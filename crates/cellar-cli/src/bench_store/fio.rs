@@ -18,7 +18,14 @@ pub struct FioResult {
 /// or fails; the caller prints the reason in the report.
 pub fn random_read(file: &Path, depth: u32, seconds: u32) -> Result<FioResult, String> {
     let output = Command::new("fio")
-        .args(["--name=randread", "--rw=randread", "--bs=4k", "--ioengine=io_uring", "--direct=1", "--readonly"])
+        .args([
+            "--name=randread",
+            "--rw=randread",
+            "--bs=4k",
+            "--ioengine=io_uring",
+            "--direct=1",
+            "--readonly",
+        ])
         .arg(format!("--iodepth={depth}"))
         .arg(format!("--runtime={seconds}"))
         .args(["--time_based", "--output-format=json"])

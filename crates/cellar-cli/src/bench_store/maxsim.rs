@@ -46,7 +46,8 @@ pub fn measure(dim: usize) -> Result<Vec<KernelResult>> {
                 passes += 1;
             }
             std::hint::black_box(checksum);
-            let pairs_per_s = (passes as usize * doc_tokens * QUERY_TOKENS) as f64 / started.elapsed().as_secs_f64();
+            let pairs_per_s =
+                (passes as usize * doc_tokens * QUERY_TOKENS) as f64 / started.elapsed().as_secs_f64();
             if isa == Isa::Scalar {
                 scalar_rate = pairs_per_s;
             }

@@ -79,7 +79,11 @@ pub fn run(args: BenchStoreArgs) -> Result<()> {
         (ReaderKind::Direct, true),
     ];
     for (i, (reader, capped)) in runs.into_iter().enumerate() {
-        eprintln!("bench-store: {} reader{}", reader.name(), if capped { " under the memory cap" } else { "" });
+        eprintln!(
+            "bench-store: {} reader{}",
+            reader.name(),
+            if capped { " under the memory cap" } else { "" }
+        );
         let row = match run_worker(&args, reader, capped.then_some(cap_bytes), i) {
             Ok((worker, cgroup_peak)) => ReaderRow::measured(worker, capped, cgroup_peak),
             Err(e) => ReaderRow::failed(reader, capped, e.to_string()),
@@ -117,13 +121,23 @@ fn ensure_store(args: &BenchStoreArgs) -> Result<Manifest> {
     // Mean record ≈ (tokens + pooled) vectors; ~3% page padding.
     let per_doc = ((args.tokens + 1) * bytes_per_token) as f64 * 1.03;
     let docs = (args.min_gib * (1u64 << 30) as f64 / per_doc).ceil() as u64;
-    eprintln!("bench-store: writing a synthetic store of {docs} docs (~{:.1} GiB) to {}", args.min_gib, args.store.display());
-    let config = SynthConfig { docs, mean_tokens: args.tokens, dim: args.dim, clusters: 1024, seed: args.seed };
+    eprintln!(
+        "bench-store: writing a synthetic store of {docs} docs (~{:.1} GiB) to {}",
+        args.min_gib,
+        args.store.display()
+    );
+    let config =
+        SynthConfig { docs, mean_tokens: args.tokens, dim: args.dim, clusters: 1024, seed: args.seed };
     crate::synth::write(config, &args.store, args.codec)
 }
 
 /// Runs one reader in a child process, optionally inside a fresh memory cgroup.
-fn run_worker(args: &BenchStoreArgs, reader: ReaderKind, cap_bytes: Option<u64>, run: usize) -> Result<(WorkerReport, Option<(u64, u64)>)> {
+fn run_worker(
+    args: &BenchStoreArgs,
+    reader: ReaderKind,
+    cap_bytes: Option<u64>,
+    run: usize,
+) -> Result<(WorkerReport, Option<(u64, u64)>)> {
     let cgroup = cap_bytes
         .map(|limit| MemoryCgroup::create(&format!("cellar-bench-{}-{run}", std::process::id()), limit))
         .transpose()?;
@@ -139,7 +153,8 @@ fn run_worker(args: &BenchStoreArgs, reader: ReaderKind, cap_bytes: Option<u64>,
     if let Some(cg) = &cgroup {
         command.arg("--cgroup").arg(cg.path());
     }
-    let output = command.output().map_err(|e| CellarError::Unsupported(format!("cannot start worker: {e}")))?;
+    let output =
+        command.output().map_err(|e| CellarError::Unsupported(format!("cannot start worker: {e}")))?;
     if !output.status.success() {
         return Err(CellarError::Unsupported(format!(
             "worker exited with {}: {}",
@@ -149,7 +164,10 @@ fn run_worker(args: &BenchStoreArgs, reader: ReaderKind, cap_bytes: Option<u64>,
     }
     let worker: WorkerReport = serde_json::from_slice(&output.stdout)
         .map_err(|e| CellarError::Unsupported(format!("unreadable worker report: {e}")))?;
-    let peak = cgroup.as_ref().map(|cg| Ok::<_, CellarError>((cg.max_usage_bytes()?, cg.fail_count()?))).transpose()?;
+    let peak = cgroup
+        .as_ref()
+        .map(|cg| Ok::<_, CellarError>((cg.max_usage_bytes()?, cg.fail_count()?)))
+        .transpose()?;
     Ok((worker, peak))
 }
 
@@ -165,13 +183,18 @@ pub(crate) fn git_commit() -> String {
 pub(crate) fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown".into())
 }
 
 pub(crate) fn ensure_parent(path: &Path) -> Result<()> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| CellarError::Io { path: parent.to_path_buf(), source: e })?;
+        std::fs::create_dir_all(parent)
+            .map_err(|e| CellarError::Io { path: parent.to_path_buf(), source: e })?;
     }
     Ok(())
 }

@@ -179,17 +179,31 @@ impl Report {
             let _ = writeln!(
                 s,
                 "| {} | {} | {cap} | {:.0} | {vs} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | {cg} |",
-                r.reader, r.engine, r.records_per_s, r.mb_per_s, r.iops_4k, r.read_calls_per_s, r.batch_p50_ms,
-                r.batch_p99_ms, r.peak_rss_mib
+                r.reader,
+                r.engine,
+                r.records_per_s,
+                r.mb_per_s,
+                r.iops_4k,
+                r.read_calls_per_s,
+                r.batch_p50_ms,
+                r.batch_p99_ms,
+                r.peak_rss_mib
             );
         }
     }
 
     fn fio_table(&self, s: &mut String) {
-        let _ = writeln!(s, "\n| disk limit (fio, same file) | IOPS | MB/s | P50 us | P99 us |\n|---|---|---|---|---|");
+        let _ = writeln!(
+            s,
+            "\n| disk limit (fio, same file) | IOPS | MB/s | P50 us | P99 us |\n|---|---|---|---|---|"
+        );
         for f in &self.fio {
             let _ = match f {
-                Ok(f) => writeln!(s, "| {} | {:.0} | {:.0} | {:.0} | {:.0} |", f.job, f.iops, f.mb_per_s, f.p50_us, f.p99_us),
+                Ok(f) => writeln!(
+                    s,
+                    "| {} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                    f.job, f.iops, f.mb_per_s, f.p50_us, f.p99_us
+                ),
                 Err(e) => writeln!(s, "| not measured: {e} |||||"),
             };
         }

@@ -33,11 +33,7 @@ impl Codec for F16Codec {
         out.extend(v.iter().flat_map(|x| f16::from_f32(*x).to_bits().to_le_bytes()));
     }
     fn decode(&self, bytes: &[u8], out: &mut Vec<f32>) {
-        out.extend(
-            bytes
-                .chunks_exact(2)
-                .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()),
-        );
+        out.extend(bytes.chunks_exact(2).map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()));
     }
     fn prepare_query(&self, query: &[f32]) -> Vec<f32> {
         query.to_vec()

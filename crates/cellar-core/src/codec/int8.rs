@@ -31,11 +31,11 @@ impl Int8Codec {
             seen += 1;
         }
         if seen == 0 {
-            return Err(CellarError::invalid("int8 codec needs at least one sample vector to fit its scales"));
+            return Err(CellarError::invalid(
+                "int8 codec needs at least one sample vector to fit its scales",
+            ));
         }
-        Ok(Int8Codec {
-            scales: max_abs.iter().map(|m| (m / 127.0).max(MIN_SCALE)).collect(),
-        })
+        Ok(Int8Codec { scales: max_abs.iter().map(|m| (m / 127.0).max(MIN_SCALE)).collect() })
     }
 
     pub fn from_params(dim: usize, params: &[u8], path: &Path) -> Result<Self> {
@@ -44,15 +44,21 @@ impl Int8Codec {
             return Err(CellarError::corrupted(
                 path,
                 0,
-                format!("int8 codec holds {} bytes of scales, expected {} for dim {dim}", params.len(), 4 * dim),
+                format!(
+                    "int8 codec holds {} bytes of scales, expected {} for dim {dim}",
+                    params.len(),
+                    4 * dim
+                ),
             ));
         }
-        let scales: Vec<f32> = params
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let scales: Vec<f32> =
+            params.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         if let Some(k) = scales.iter().position(|s| !s.is_finite() || *s <= 0.0) {
-            return Err(CellarError::corrupted(path, 4 * k as u64, format!("int8 scale {k} is {}", scales[k])));
+            return Err(CellarError::corrupted(
+                path,
+                4 * k as u64,
+                format!("int8 scale {k} is {}", scales[k]),
+            ));
         }
         Ok(Int8Codec { scales })
     }
@@ -79,11 +85,7 @@ impl Codec for Int8Codec {
     }
     fn encode(&self, v: &[f32], out: &mut Vec<u8>) {
         debug_assert_eq!(v.len(), self.scales.len());
-        out.extend(
-            v.iter()
-                .zip(&self.scales)
-                .map(|(x, s)| (x / s).round().clamp(-127.0, 127.0) as i8 as u8),
-        );
+        out.extend(v.iter().zip(&self.scales).map(|(x, s)| (x / s).round().clamp(-127.0, 127.0) as i8 as u8));
     }
     fn decode(&self, bytes: &[u8], out: &mut Vec<f32>) {
         out.extend(as_i8(bytes).iter().zip(self.scales.iter().cycle()).map(|(c, s)| *c as f32 * s));

@@ -41,9 +41,7 @@ impl std::str::FromStr for CodecKind {
         match s {
             "f16" => Ok(CodecKind::F16),
             "int8" => Ok(CodecKind::Int8),
-            other => Err(CellarError::invalid(format!(
-                "unknown codec {other:?}: expected one of f16, int8"
-            ))),
+            other => Err(CellarError::invalid(format!("unknown codec {other:?}: expected one of f16, int8"))),
         }
     }
 }
@@ -67,12 +65,7 @@ pub trait Codec: Send + Sync + Debug {
 }
 
 /// Rebuilds a codec from its persisted parameters; `path` names `codec.bin` in errors.
-pub fn codec_from_params(
-    kind: CodecKind,
-    dim: usize,
-    params: &[u8],
-    path: &Path,
-) -> Result<Arc<dyn Codec>> {
+pub fn codec_from_params(kind: CodecKind, dim: usize, params: &[u8], path: &Path) -> Result<Arc<dyn Codec>> {
     Ok(match kind {
         CodecKind::F16 => Arc::new(F16Codec::new(dim)?),
         CodecKind::Int8 => Arc::new(Int8Codec::from_params(dim, params, path)?),
@@ -82,10 +75,7 @@ pub fn codec_from_params(
 /// Checks a vector is `dim` long and finite; `what` names it in the error.
 pub fn validate_vector(v: &[f32], dim: usize, what: impl Fn() -> String) -> Result<()> {
     if v.len() != dim {
-        return Err(CellarError::WrongDimension {
-            expected: dim,
-            received: v.len(),
-        });
+        return Err(CellarError::WrongDimension { expected: dim, received: v.len() });
     }
     if let Some(k) = v.iter().position(|x| !x.is_finite()) {
         return Err(CellarError::invalid(format!(
@@ -99,9 +89,7 @@ pub fn validate_vector(v: &[f32], dim: usize, what: impl Fn() -> String) -> Resu
 
 pub(crate) fn check_dim(dim: usize) -> Result<()> {
     if dim == 0 || dim > 65_536 {
-        return Err(CellarError::invalid(format!(
-            "dimension {dim} is out of range 1..=65536"
-        )));
+        return Err(CellarError::invalid(format!("dimension {dim} is out of range 1..=65536")));
     }
     Ok(())
 }

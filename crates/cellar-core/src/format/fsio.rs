@@ -85,8 +85,7 @@ impl BodyWriter {
 
     /// Writes the header, fsyncs, renames into place and fsyncs the directory.
     pub fn finish(mut self) -> Result<FileHeader> {
-        let header =
-            FileHeader::new(self.kind, self.body_offset, self.body_len, self.body_crc32c);
+        let header = FileHeader::new(self.kind, self.body_offset, self.body_len, self.body_crc32c);
         self.out.flush().at(&self.tmp_path)?;
         let file = self.out.get_mut();
         file.seek(SeekFrom::Start(0)).at(&self.tmp_path)?;
@@ -168,15 +167,11 @@ pub fn verify_body(file: &File, path: &Path, header: &FileHeader) -> Result<()> 
 /// Opens for reading with extra flags (e.g. O_DIRECT), naming the path in errors.
 pub fn open_with_flags(path: &Path, flags: i32) -> Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::EINVAL) => CellarError::Unsupported(format!(
-                "{}: the file system refuses O_DIRECT (EINVAL); use the mmap or ram reader",
-                path.display()
-            )),
-            _ => CellarError::io(path, e),
-        })
+    OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| match e.raw_os_error() {
+        Some(libc::EINVAL) => CellarError::Unsupported(format!(
+            "{}: the file system refuses O_DIRECT (EINVAL); use the mmap or ram reader",
+            path.display()
+        )),
+        _ => CellarError::io(path, e),
+    })
 }

@@ -35,10 +35,7 @@ pub const HEADER_FIELDS: [(&str, usize, usize); 8] = [
 ];
 
 fn field(name: &str) -> std::ops::Range<usize> {
-    let (_, offset, size) = HEADER_FIELDS
-        .iter()
-        .find(|(n, _, _)| *n == name)
-        .expect("header field name");
+    let (_, offset, size) = HEADER_FIELDS.iter().find(|(n, _, _)| *n == name).expect("header field name");
     *offset..offset + size
 }
 
@@ -54,13 +51,7 @@ pub struct FileHeader {
 
 impl FileHeader {
     pub fn new(kind: FileKind, body_offset: u64, body_len: u64, body_crc32c: u32) -> Self {
-        FileHeader {
-            format_version: FORMAT_VERSION,
-            kind,
-            body_offset,
-            body_len,
-            body_crc32c,
-        }
+        FileHeader { format_version: FORMAT_VERSION, kind, body_offset, body_len, body_crc32c }
     }
 
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
@@ -92,11 +83,7 @@ impl FileHeader {
         let crc_range = field("header_crc32c");
         let stored_crc = u32_at(bytes, crc_range.clone());
         if crc32c::crc32c(&bytes[..crc_range.start]) != stored_crc {
-            return Err(CellarError::corrupted(
-                path,
-                crc_range.start as u64,
-                "header checksum mismatch",
-            ));
+            return Err(CellarError::corrupted(path, crc_range.start as u64, "header checksum mismatch"));
         }
         let format_version = u32_at(bytes, field("format_version"));
         if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&format_version) {

@@ -87,10 +87,7 @@ fn peek_version(bytes: &[u8]) -> Option<u32> {
 }
 
 fn line_col_to_offset(bytes: &[u8], line: usize, column: usize) -> u64 {
-    let line_start: usize = bytes
-        .split(|b| *b == b'\n')
-        .take(line.saturating_sub(1))
-        .map(|l| l.len() + 1)
-        .sum();
+    let line_start: usize =
+        bytes.split(|b| *b == b'\n').take(line.saturating_sub(1)).map(|l| l.len() + 1).sum();
     (line_start + column.saturating_sub(1)) as u64
 }

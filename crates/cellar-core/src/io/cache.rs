@@ -25,7 +25,9 @@ pub fn resident_pages(path: &Path) -> Result<(u64, u64)> {
         return Ok((0, 0));
     }
     // SAFETY: read-only private mapping of a file we opened; unmapped before returning.
-    let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+    let ptr = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0)
+    };
     if ptr == libc::MAP_FAILED {
         return Err(CellarError::io(path, std::io::Error::last_os_error()));
     }

@@ -9,7 +9,10 @@ use std::sync::Once;
 use super::aligned::AlignedBuf;
 use super::pread_pool::PreadPool;
 use super::uring::RingPool;
-use super::{BatchBytes, BatchContext, ReadPlan, ReadStats, ReaderKind, ReaderOptions, ReaderSource, RecordBatch, RecordReader};
+use super::{
+    BatchBytes, BatchContext, ReadPlan, ReadStats, ReaderKind, ReaderOptions, ReaderSource, RecordBatch,
+    RecordReader,
+};
 use crate::error::{CellarError, Result};
 use crate::format::fsio::open_with_flags;
 
@@ -64,7 +67,6 @@ impl DirectReader {
         };
         Ok(DirectReader { source, file, engine })
     }
-
 }
 
 impl RecordReader for DirectReader {
@@ -87,7 +89,8 @@ impl RecordReader for DirectReader {
             Engine::Uring(pool) => pool.read_runs(&self.file, path, &plan.runs, &mut buf)?,
             Engine::Pread(pool) => pool.read_runs(&self.file, path, &plan.runs, &mut buf)?,
         }
-        let stats = ReadStats { read_calls: plan.runs.len() as u64, pages: plan.pages(), bytes: plan.buf_len as u64 };
+        let stats =
+            ReadStats { read_calls: plan.runs.len() as u64, pages: plan.pages(), bytes: plan.buf_len as u64 };
         let context = BatchContext { path, ids, bytes_per_vector: self.source.bytes_per_vector };
         RecordBatch::verified(BatchBytes::Owned(buf), plan.spans, &context, &plan.entries, stats)
     }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use memmap2::{Advice, Mmap};
 
-use super::{BatchBytes, BatchContext, ReadPlan, ReadStats, ReaderKind, ReaderSource, RecordBatch, RecordReader};
+use super::{
+    BatchBytes, BatchContext, ReadPlan, ReadStats, ReaderKind, ReaderSource, RecordBatch, RecordReader,
+};
 use crate::error::{IoContext, Result};
 use crate::format::PAGE_BYTES;
 
@@ -39,14 +41,23 @@ impl RecordReader for MmapReader {
         let plan = ReadPlan::new(&self.source.offsets, ids)?;
         let mut touched = 0u8;
         for run in &plan.runs {
-            for page_start in (run.file_offset as usize..run.file_offset as usize + run.len).step_by(PAGE_BYTES) {
+            for page_start in
+                (run.file_offset as usize..run.file_offset as usize + run.len).step_by(PAGE_BYTES)
+            {
                 // SAFETY: runs lie inside the mapped file (offsets were bounds-checked at open).
                 touched ^= unsafe { std::ptr::read_volatile(self.map.as_ptr().add(page_start)) };
             }
         }
         std::hint::black_box(touched);
         let stats = ReadStats { read_calls: 0, pages: plan.pages(), bytes: plan.buf_len as u64 };
-        let context = BatchContext { path: &self.source.path, ids, bytes_per_vector: self.source.bytes_per_vector };
-        RecordBatch::verified(BatchBytes::Shared(self.map.clone()), plan.file_spans(), &context, &plan.entries, stats)
+        let context =
+            BatchContext { path: &self.source.path, ids, bytes_per_vector: self.source.bytes_per_vector };
+        RecordBatch::verified(
+            BatchBytes::Shared(self.map.clone()),
+            plan.file_spans(),
+            &context,
+            &plan.entries,
+            stats,
+        )
     }
 }

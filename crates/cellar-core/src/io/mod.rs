@@ -151,7 +151,8 @@ impl RecordBatch {
     pub fn record(&self, i: usize) -> RecordView<'_> {
         let (start, len) = self.spans[i];
         let bytes = &self.bytes.as_slice()[start..start + len];
-        record::parse(bytes, self.bytes_per_vector, std::path::Path::new(""), 0).expect("record verified at read time")
+        record::parse(bytes, self.bytes_per_vector, std::path::Path::new(""), 0)
+            .expect("record verified at read time")
     }
 
     pub fn stats(&self) -> ReadStats {

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use super::{BatchBytes, BatchContext, ReadPlan, ReadStats, ReaderKind, ReaderSource, RecordBatch, RecordReader};
+use super::{
+    BatchBytes, BatchContext, ReadPlan, ReadStats, ReaderKind, ReaderSource, RecordBatch, RecordReader,
+};
 use crate::error::{IoContext, Result};
 
 pub struct RamReader {
@@ -35,7 +37,14 @@ impl RecordReader for RamReader {
             pages: plan.pages(),
             bytes: plan.entries.iter().map(|e| e.len as u64).sum(),
         };
-        let context = BatchContext { path: &self.source.path, ids, bytes_per_vector: self.source.bytes_per_vector };
-        RecordBatch::verified(BatchBytes::Shared(self.bytes.clone()), plan.file_spans(), &context, &plan.entries, stats)
+        let context =
+            BatchContext { path: &self.source.path, ids, bytes_per_vector: self.source.bytes_per_vector };
+        RecordBatch::verified(
+            BatchBytes::Shared(self.bytes.clone()),
+            plan.file_spans(),
+            &context,
+            &plan.entries,
+            stats,
+        )
     }
 }

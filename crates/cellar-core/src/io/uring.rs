@@ -45,7 +45,13 @@ impl RingPool {
 }
 
 /// Submits one read per run and reaps every completion; short reads are finished with pread.
-fn read_chunk(ring: &mut IoUring, file: &File, path: &Path, runs: &[Run], buf: &mut AlignedBuf) -> Result<()> {
+fn read_chunk(
+    ring: &mut IoUring,
+    file: &File,
+    path: &Path,
+    runs: &[Run],
+    buf: &mut AlignedBuf,
+) -> Result<()> {
     let base = buf.as_mut_ptr();
     {
         let mut sq = ring.submission();

@@ -47,7 +47,11 @@ impl VectorStore {
             return Err(CellarError::corrupted(
                 &offsets_path,
                 0,
-                format!("{} entries but the manifest counts {} documents", offsets.len(), manifest.counts.docs),
+                format!(
+                    "{} entries but the manifest counts {} documents",
+                    offsets.len(),
+                    manifest.counts.docs
+                ),
             ));
         }
 
@@ -124,9 +128,9 @@ impl VectorStore {
 /// A file's header must agree with what the manifest recorded for it.
 fn check_against_manifest(manifest: &Manifest, path: &Path, header: &FileHeader) -> Result<()> {
     let name = header.kind.file_name();
-    let entry = manifest.file(name).ok_or_else(|| {
-        CellarError::corrupted(path, 0, format!("the manifest does not list {name}"))
-    })?;
+    let entry = manifest
+        .file(name)
+        .ok_or_else(|| CellarError::corrupted(path, 0, format!("the manifest does not list {name}")))?;
     let file_bytes = header.body_offset + header.body_len;
     if entry.bytes != file_bytes || entry.body_crc32c != header.body_crc32c {
         return Err(CellarError::corrupted(

@@ -86,10 +86,10 @@ impl OffsetsTable {
     }
 
     pub fn get(&self, id: DocId) -> Result<OffsetEntry> {
-        self.entries.get(id.index()).copied().ok_or(CellarError::DocOutOfRange {
-            id: id.0 as u64,
-            count: self.entries.len() as u64,
-        })
+        self.entries
+            .get(id.index())
+            .copied()
+            .ok_or(CellarError::DocOutOfRange { id: id.0 as u64, count: self.entries.len() as u64 })
     }
 
     /// RAM the table takes.

@@ -40,7 +40,12 @@ pub fn encode_header(n_tokens: u32, has_pooled: bool, out: &mut Vec<u8>) {
 }
 
 /// Parses and checks a record read from `path` at `offset`.
-pub fn parse<'a>(bytes: &'a [u8], bytes_per_vector: usize, path: &Path, offset: u64) -> Result<RecordView<'a>> {
+pub fn parse<'a>(
+    bytes: &'a [u8],
+    bytes_per_vector: usize,
+    path: &Path,
+    offset: u64,
+) -> Result<RecordView<'a>> {
     let corrupted = |detail: String| CellarError::corrupted(path, offset, detail);
     if bytes.len() < RECORD_HEADER_BYTES {
         return Err(corrupted(format!("record of {} bytes is shorter than its header", bytes.len())));
@@ -57,11 +62,7 @@ pub fn parse<'a>(bytes: &'a [u8], bytes_per_vector: usize, path: &Path, offset: 
     }
     let body = &bytes[RECORD_HEADER_BYTES..];
     let (pooled, tokens) = body.split_at(pooled_bytes);
-    Ok(RecordView {
-        n_tokens,
-        pooled: (pooled_bytes > 0).then_some(pooled),
-        tokens,
-    })
+    Ok(RecordView { n_tokens, pooled: (pooled_bytes > 0).then_some(pooled), tokens })
 }
 
 /// Absolute offset where a record of `len` bytes goes, given the next free byte `position`.

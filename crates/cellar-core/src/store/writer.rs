@@ -40,13 +40,26 @@ impl StoreWriter {
             )));
         }
         remove_stale_temp_files(dir)?;
-        let vectors = BodyWriter::create(&dir.join(FileKind::Vectors.file_name()), FileKind::Vectors, PAGE_BYTES as u64)?;
+        let vectors = BodyWriter::create(
+            &dir.join(FileKind::Vectors.file_name()),
+            FileKind::Vectors,
+            PAGE_BYTES as u64,
+        )?;
         let offsets = BodyWriter::create(
             &dir.join(FileKind::Offsets.file_name()),
             FileKind::Offsets,
             crate::format::HEADER_BYTES as u64,
         )?;
-        Ok(StoreWriter { dir: dir.to_path_buf(), codec, has_pooled, vectors, offsets, record: Vec::new(), docs: 0, tokens: 0 })
+        Ok(StoreWriter {
+            dir: dir.to_path_buf(),
+            codec,
+            has_pooled,
+            vectors,
+            offsets,
+            record: Vec::new(),
+            docs: 0,
+            tokens: 0,
+        })
     }
 
     /// Appends one document: `tokens` is `n * dim` values (n >= 1), token-major; `pooled` must be
@@ -68,7 +81,8 @@ impl StoreWriter {
         let padding = (offset - self.vectors.position()) as usize;
         self.vectors.write(&[0u8; PAGE_BYTES][..padding])?;
         self.vectors.write(&self.record)?;
-        let entry = OffsetEntry { offset, len: self.record.len() as u32, crc32c: crc32c::crc32c(&self.record) };
+        let entry =
+            OffsetEntry { offset, len: self.record.len() as u32, crc32c: crc32c::crc32c(&self.record) };
         self.offsets.write(&entry.encode())?;
         let id = DocId(self.docs as u32);
         self.docs += 1;
@@ -129,7 +143,10 @@ impl StoreWriter {
         let files = [
             (FileKind::Vectors, self.vectors.finish()?),
             (FileKind::Offsets, self.offsets.finish()?),
-            (FileKind::CodecParams, write_small_file(&codec_path, FileKind::CodecParams, &self.codec.params())?),
+            (
+                FileKind::CodecParams,
+                write_small_file(&codec_path, FileKind::CodecParams, &self.codec.params())?,
+            ),
         ];
         let manifest = Manifest {
             format_version: FORMAT_VERSION,

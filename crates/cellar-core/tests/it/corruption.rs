@@ -118,7 +118,9 @@ fn random_bit_flips_in_vectors_never_panic_and_never_pass_verification() {
         let (offset, bit) = (rng.gen_range(0..len), rng.gen_range(0..8));
         flip_bit(&path, offset, bit);
         match open(dir.path(), ReaderKind::Direct) {
-            Err(e) => assert!(matches!(e, CellarError::Corrupted { .. } | CellarError::Incompatible { .. }), "{e}"),
+            Err(e) => {
+                assert!(matches!(e, CellarError::Corrupted { .. } | CellarError::Incompatible { .. }), "{e}")
+            }
             Ok(store) => {
                 assert!(store.verify().is_err(), "flip at {offset} passed verification");
                 // Reading may succeed only if the flip fell into padding between records.

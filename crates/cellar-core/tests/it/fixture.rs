@@ -34,7 +34,9 @@ pub fn docs(n: usize, seed: u64) -> Vec<Doc> {
 pub fn codec(kind: CodecKind, docs: &[Doc]) -> Arc<dyn Codec> {
     match kind {
         CodecKind::F16 => Arc::new(F16Codec::new(DIM).unwrap()),
-        CodecKind::Int8 => Arc::new(Int8Codec::fit(DIM, docs.iter().flat_map(|d| d.tokens.chunks_exact(DIM))).unwrap()),
+        CodecKind::Int8 => {
+            Arc::new(Int8Codec::fit(DIM, docs.iter().flat_map(|d| d.tokens.chunks_exact(DIM))).unwrap())
+        }
     }
 }
 

@@ -12,14 +12,24 @@ fn doc(name: &str) -> String {
 
 /// Rows of the markdown table whose header row starts with `first_column`.
 fn table(text: &str, first_column: &str) -> Vec<Vec<String>> {
-    let cells = |line: &str| line.trim().trim_matches('|').split('|').map(|c| c.trim().trim_matches('`').to_string()).collect::<Vec<_>>();
-    let mut lines = text.lines().skip_while(|l| !(l.trim_start().starts_with('|') && cells(l)[0] == first_column));
+    let cells = |line: &str| {
+        line.trim()
+            .trim_matches('|')
+            .split('|')
+            .map(|c| c.trim().trim_matches('`').to_string())
+            .collect::<Vec<_>>()
+    };
+    let mut lines =
+        text.lines().skip_while(|l| !(l.trim_start().starts_with('|') && cells(l)[0] == first_column));
     lines.next().unwrap_or_else(|| panic!("no table starting with column {first_column:?}"));
     lines.skip(1).take_while(|l| l.trim_start().starts_with('|')).map(cells).collect()
 }
 
 fn field_rows(text: &str) -> Vec<(String, usize, usize)> {
-    table(text, "offset").into_iter().map(|r| (r[2].clone(), r[0].parse().unwrap(), r[1].parse().unwrap())).collect()
+    table(text, "offset")
+        .into_iter()
+        .map(|r| (r[2].clone(), r[0].parse().unwrap(), r[1].parse().unwrap()))
+        .collect()
 }
 
 fn owned(fields: &[(&str, usize, usize)]) -> Vec<(String, usize, usize)> {
@@ -35,8 +45,10 @@ fn header_layout_matches_the_code() {
     assert!(text.contains(&format!("{HEADER_BYTES}-byte header")));
     assert!(text.contains(r"\x89CELLAR\n") && MAGIC == *b"\x89CELLAR\n");
     assert!(text.contains(&format!("format version {FORMAT_VERSION}")));
-    let kinds: Vec<(u32, String, String)> =
-        table(&text, "kind").into_iter().map(|r| (r[0].parse().unwrap(), r[1].clone(), r[2].clone())).collect();
+    let kinds: Vec<(u32, String, String)> = table(&text, "kind")
+        .into_iter()
+        .map(|r| (r[0].parse().unwrap(), r[1].clone(), r[2].clone()))
+        .collect();
     let expected: Vec<(u32, String, String)> =
         FileKind::ALL.iter().map(|k| (*k as u32, k.name().to_string(), k.file_name().to_string())).collect();
     assert_eq!(kinds, expected);

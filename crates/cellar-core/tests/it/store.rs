@@ -62,7 +62,9 @@ fn readers_agree_on_maxsim_scores() {
             let store = VectorStore::open(dir.path(), &ReaderOptions::new(kind)).unwrap();
             let prepared = store.codec().prepare_query(&query);
             let batch = store.read_batch(&ids).unwrap();
-            (0..batch.len()).map(|i| store.codec().maxsim(Isa::Scalar, &prepared, batch.record(i).tokens)).collect()
+            (0..batch.len())
+                .map(|i| store.codec().maxsim(Isa::Scalar, &prepared, batch.record(i).tokens))
+                .collect()
         })
         .collect();
     assert_eq!(scores[0], scores[1]);
@@ -102,9 +104,8 @@ fn records_are_packed_into_pages_without_straddling() {
 #[test]
 fn a_batch_reads_a_shared_page_once() {
     let dir = tempfile::tempdir().unwrap();
-    let docs: Vec<fixture::Doc> = (0..10)
-        .map(|_| fixture::Doc { tokens: vec![0.5; 2 * DIM], pooled: vec![0.1; DIM] })
-        .collect();
+    let docs: Vec<fixture::Doc> =
+        (0..10).map(|_| fixture::Doc { tokens: vec![0.5; 2 * DIM], pooled: vec![0.1; DIM] }).collect();
     fixture::write(dir.path(), CodecKind::F16, &docs);
     let store = VectorStore::open(dir.path(), &ReaderOptions::new(ReaderKind::Direct)).unwrap();
     let batch = store.read_batch(&(0..10).map(DocId).collect::<Vec<_>>()).unwrap();
@@ -125,7 +126,10 @@ fn bad_documents_get_typed_errors_and_leave_the_writer_usable() {
     let mut nan = vec![0.1; 2 * DIM];
     nan[DIM + 5] = f32::NAN;
     let err = writer.add(&nan, Some(&pooled)).unwrap_err();
-    assert!(matches!(err, CellarError::InvalidInput(ref m) if m.contains("token 1") && m.contains("dimension 5")), "{err}");
+    assert!(
+        matches!(err, CellarError::InvalidInput(ref m) if m.contains("token 1") && m.contains("dimension 5")),
+        "{err}"
+    );
     let err = writer.add(&vec![0.1; DIM], Some(&[0.0; 3])).unwrap_err();
     assert!(matches!(err, CellarError::WrongDimension { expected: DIM, received: 3 }), "{err}");
     let err = writer.add(&vec![0.1; DIM], None).unwrap_err();
@@ -156,7 +160,8 @@ fn an_interrupted_build_leaves_no_index_and_no_temp_files() {
     let dir = tempfile::tempdir().unwrap();
     let docs = fixture::docs(5, 6);
     {
-        let mut writer = StoreWriter::create(dir.path(), fixture::codec(CodecKind::F16, &docs), true).unwrap();
+        let mut writer =
+            StoreWriter::create(dir.path(), fixture::codec(CodecKind::F16, &docs), true).unwrap();
         writer.add(&docs[0].tokens, Some(&docs[0].pooled)).unwrap();
         // Dropped without finish: as if the process stopped mid-build.
     }
@@ -181,7 +186,12 @@ fn synthetic_corpus_is_reproducible_and_realistic() {
     corpus.doc(17, &mut a, &mut p);
     SynthCorpus::new(config).unwrap().doc(17, &mut b, &mut q);
     assert_eq!(a, b);
-    let lengths: Vec<usize> = (0..300).map(|i| { corpus.doc(i, &mut a, &mut p); a.len() / 32 }).collect();
+    let lengths: Vec<usize> = (0..300)
+        .map(|i| {
+            corpus.doc(i, &mut a, &mut p);
+            a.len() / 32
+        })
+        .collect();
     let mean = lengths.iter().sum::<usize>() as f64 / 300.0;
     assert!((50.0..80.0).contains(&mean), "mean token count {mean}");
     assert!(lengths.iter().min() < lengths.iter().max(), "token counts vary");
