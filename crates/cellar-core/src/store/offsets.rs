@@ -52,7 +52,7 @@ pub struct OffsetsTable {
 impl OffsetsTable {
     /// Decodes the body of `offsets.bin` and checks every entry lies inside the vectors body.
     pub fn decode(body: &[u8], path: &Path, vectors: &FileHeader) -> Result<Self> {
-        if body.len() % ENTRY_BYTES != 0 {
+        if !body.len().is_multiple_of(ENTRY_BYTES) {
             return Err(CellarError::corrupted(
                 path,
                 (HEADER_BYTES + body.len()) as u64,

@@ -99,7 +99,7 @@ impl StoreWriter {
         if tokens.is_empty() {
             return Err(CellarError::invalid(format!("document {doc} is empty: it has no token vectors")));
         }
-        if tokens.len() % dim != 0 {
+        if !tokens.len().is_multiple_of(dim) {
             return Err(CellarError::invalid(format!(
                 "document {doc}: {} values is not a whole number of {dim}-dimensional token vectors",
                 tokens.len()
