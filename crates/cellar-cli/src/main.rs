@@ -15,6 +15,9 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Internal: join this cgroup-v1 memory cgroup before doing anything (used by bench-store).
+    #[arg(long, global = true, hide = true)]
+    cgroup: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -32,12 +35,13 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
+    let joined = cli.cgroup.as_deref().map_or(Ok(()), bench_store::join_cgroup);
+    let result = joined.and_then(|()| match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
         Command::BenchStore(args) => bench_store::run(args),
         Command::BenchStoreWorker(args) => bench_store::worker::run(args),
-    };
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

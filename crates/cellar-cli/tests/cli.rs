@@ -75,3 +75,34 @@ fn bad_arguments_exit_with_code_2() {
     let bench = cellar(&["bench-store", "--store", dir.to_str().unwrap(), "--cap-fraction", "1.5"]);
     assert_user_error(&bench, "--cap-fraction");
 }
+
+#[test]
+fn refused_io_uring_falls_back_to_preads_with_one_loud_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    assert!(synth(&dir, &[]).status.success());
+    let run = |env: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cellar"));
+        command.args(["bench-store-worker", "--store", dir.to_str().unwrap(), "--reader", "direct"]);
+        command.args(["--batches", "6", "--batch-size", "20", "--threads", "3", "--seed", "1"]);
+        if let Some(value) = env {
+            command.env("CELLAR_IO_URING", value);
+        }
+        command.output().unwrap()
+    };
+    let out = run(Some("off"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["engine"], "pread-pool");
+    assert_eq!(report["records"], 120);
+    assert_eq!(
+        stderr(&out).matches("WARNING: cellar: the kernel refuses io_uring").count(),
+        1,
+        "{}",
+        stderr(&out)
+    );
+    let out = run(None);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["engine"], "io_uring");
+    assert!(!stderr(&out).contains("WARNING"), "{}", stderr(&out));
+}

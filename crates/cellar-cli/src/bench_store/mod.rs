@@ -15,7 +15,6 @@ use cellar_core::codec::CodecKind;
 use cellar_core::format::manifest::MANIFEST_FILE;
 use cellar_core::format::Manifest;
 use cellar_core::io::ReaderKind;
-use cellar_core::synth::SynthConfig;
 use cellar_core::{CellarError, Result};
 
 use cgroup::MemoryCgroup;
@@ -59,10 +58,11 @@ pub struct BenchStoreArgs {
 
 pub fn run(args: BenchStoreArgs) -> Result<()> {
     validate(&args)?;
-    let manifest = ensure_store(&args)?;
+    let (manifest, build) = ensure_store(&args)?;
     let store_bytes: u64 = manifest.files.iter().map(|f| f.bytes).sum();
     let cap_bytes = (store_bytes as f64 * args.cap_fraction) as u64;
     let mut report = Report::new(&args, &manifest, store_bytes, cap_bytes);
+    report.build = build;
 
     let vectors = args.store.join("vectors.bin");
     for depth in [1, 32] {
@@ -78,13 +78,13 @@ pub fn run(args: BenchStoreArgs) -> Result<()> {
         (ReaderKind::Mmap, true),
         (ReaderKind::Direct, true),
     ];
-    for (i, (reader, capped)) in runs.into_iter().enumerate() {
+    for (reader, capped) in runs {
         eprintln!(
             "bench-store: {} reader{}",
             reader.name(),
             if capped { " under the memory cap" } else { "" }
         );
-        let row = match run_worker(&args, reader, capped.then_some(cap_bytes), i) {
+        let row = match run_worker(&args, reader, capped.then_some(cap_bytes)) {
             Ok((worker, cgroup_peak)) => ReaderRow::measured(worker, capped, cgroup_peak),
             Err(e) => ReaderRow::failed(reader, capped, e.to_string()),
         };
@@ -110,9 +110,11 @@ fn validate(args: &BenchStoreArgs) -> Result<()> {
 }
 
 /// Opens the store's manifest, writing a synthetic store of `min_gib` first if there is none.
-fn ensure_store(args: &BenchStoreArgs) -> Result<Manifest> {
+/// The writer runs in a child process under the same memory cap as the capped readers, to show
+/// that a store much larger than the memory available can be built.
+fn ensure_store(args: &BenchStoreArgs) -> Result<(Manifest, Option<BuildRow>)> {
     if args.store.join(MANIFEST_FILE).exists() {
-        return Manifest::read(&args.store);
+        return Ok((Manifest::read(&args.store)?, None));
     }
     let bytes_per_token = match args.codec {
         CodecKind::F16 => 2 * args.dim,
@@ -121,14 +123,47 @@ fn ensure_store(args: &BenchStoreArgs) -> Result<Manifest> {
     // Mean record ≈ (tokens + pooled) vectors; ~3% page padding.
     let per_doc = ((args.tokens + 1) * bytes_per_token) as f64 * 1.03;
     let docs = (args.min_gib * (1u64 << 30) as f64 / per_doc).ceil() as u64;
+    let cap_bytes = (args.min_gib * (1u64 << 30) as f64 * args.cap_fraction) as u64;
     eprintln!(
-        "bench-store: writing a synthetic store of {docs} docs (~{:.1} GiB) to {}",
+        "bench-store: writing a synthetic store of {docs} docs (~{:.1} GiB) to {} under a {} MiB memory cap",
         args.min_gib,
-        args.store.display()
+        args.store.display(),
+        cap_bytes >> 20
     );
-    let config =
-        SynthConfig { docs, mean_tokens: args.tokens, dim: args.dim, clusters: 1024, seed: args.seed };
-    crate::synth::write(config, &args.store, args.codec)
+    let started = std::time::Instant::now();
+    let child_args = [
+        "synth".to_string(),
+        format!("--docs={docs}"),
+        format!("--tokens={}", args.tokens),
+        format!("--dim={}", args.dim),
+        format!("--codec={}", args.codec.name()),
+        format!("--seed={}", args.seed),
+        format!("--out={}", args.store.display()),
+    ];
+    let (_, cgroup) = run_child(&child_args, Some(cap_bytes), "synth")?;
+    let build = BuildRow {
+        docs,
+        seconds: started.elapsed().as_secs_f64(),
+        cap_mib: cap_bytes as f64 / MIB,
+        cgroup_peak_mib: cgroup.map(|(peak, _)| peak as f64 / MIB),
+    };
+    Ok((Manifest::read(&args.store)?, Some(build)))
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// How the synthetic store was written (when this run wrote it).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BuildRow {
+    pub docs: u64,
+    pub seconds: f64,
+    pub cap_mib: f64,
+    pub cgroup_peak_mib: Option<f64>,
+}
+
+/// Moves this process into a memory cgroup (the hidden global `--cgroup` option).
+pub fn join_cgroup(path: &Path) -> Result<()> {
+    MemoryCgroup::join(path)
 }
 
 /// Runs one reader in a child process, optionally inside a fresh memory cgroup.
@@ -136,39 +171,51 @@ fn run_worker(
     args: &BenchStoreArgs,
     reader: ReaderKind,
     cap_bytes: Option<u64>,
-    run: usize,
 ) -> Result<(WorkerReport, Option<(u64, u64)>)> {
+    let child_args = [
+        "bench-store-worker".to_string(),
+        format!("--store={}", args.store.display()),
+        format!("--reader={}", reader.name()),
+        format!("--batches={}", args.batches),
+        format!("--batch-size={}", args.batch_size),
+        format!("--threads={}", args.threads),
+        format!("--seed={}", args.seed),
+    ];
+    let (stdout, cgroup) = run_child(&child_args, cap_bytes, reader.name())?;
+    let worker: WorkerReport = serde_json::from_slice(&stdout)
+        .map_err(|e| CellarError::Unsupported(format!("unreadable worker report: {e}")))?;
+    Ok((worker, cgroup))
+}
+
+/// Runs this binary with `child_args`, inside a fresh memory cgroup of `cap_bytes` if given (the
+/// child joins it before doing anything). Returns its stdout and the cgroup's (peak, fail count).
+fn run_child(
+    child_args: &[String],
+    cap_bytes: Option<u64>,
+    name: &str,
+) -> Result<(Vec<u8>, Option<(u64, u64)>)> {
     let cgroup = cap_bytes
-        .map(|limit| MemoryCgroup::create(&format!("cellar-bench-{}-{run}", std::process::id()), limit))
+        .map(|limit| MemoryCgroup::create(&format!("cellar-bench-{}-{name}", std::process::id()), limit))
         .transpose()?;
     let exe = std::env::current_exe().map_err(|e| CellarError::Unsupported(format!("current exe: {e}")))?;
     let mut command = Command::new(exe);
-    command
-        .arg("bench-store-worker")
-        .arg("--store")
-        .arg(&args.store)
-        .args(["--reader", reader.name()])
-        .args(["--batches", &args.batches.to_string(), "--batch-size", &args.batch_size.to_string()])
-        .args(["--threads", &args.threads.to_string(), "--seed", &args.seed.to_string()]);
+    command.args(child_args).stderr(std::process::Stdio::inherit());
     if let Some(cg) = &cgroup {
         command.arg("--cgroup").arg(cg.path());
     }
     let output =
-        command.output().map_err(|e| CellarError::Unsupported(format!("cannot start worker: {e}")))?;
+        command.output().map_err(|e| CellarError::Unsupported(format!("cannot start {name}: {e}")))?;
     if !output.status.success() {
-        return Err(CellarError::Unsupported(format!(
-            "worker exited with {}: {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        )));
+        use std::os::unix::process::ExitStatusExt;
+        let oom = cgroup.is_some() && output.status.signal() == Some(libc::SIGKILL);
+        let why = if oom { " (SIGKILL: the memory cap's OOM killer)" } else { "" };
+        return Err(CellarError::Unsupported(format!("{name} child exited with {}{why}", output.status)));
     }
-    let worker: WorkerReport = serde_json::from_slice(&output.stdout)
-        .map_err(|e| CellarError::Unsupported(format!("unreadable worker report: {e}")))?;
-    let peak = cgroup
+    let usage = cgroup
         .as_ref()
         .map(|cg| Ok::<_, CellarError>((cg.max_usage_bytes()?, cg.fail_count()?)))
         .transpose()?;
-    Ok((worker, peak))
+    Ok((output.stdout, usage))
 }
 
 pub(crate) fn git_commit() -> String {

@@ -100,6 +100,7 @@ pub struct Report {
     pub batch_size: usize,
     pub batches: usize,
     pub threads: usize,
+    pub build: Option<super::BuildRow>,
     pub fio: Vec<std::result::Result<FioResult, String>>,
     pub readers: Vec<ReaderRow>,
     pub kernels: Vec<KernelResult>,
@@ -123,6 +124,7 @@ impl Report {
             batch_size: args.batch_size,
             batches: args.batches,
             threads: args.threads,
+            build: None,
             fio: Vec::new(),
             readers: Vec::new(),
             kernels: Vec::new(),
@@ -158,6 +160,16 @@ impl Report {
             self.docs, self.tokens, self.dim, self.codec, self.store_mib, self.offsets_ram_mib, self.batches,
             self.batch_size, self.threads, self.cap_mib, self.cpu, self.disk_note
         );
+        if let Some(b) = &self.build {
+            let peak = b.cgroup_peak_mib.map_or("-".into(), |p| format!("{p:.0}"));
+            let _ =
+                writeln!(
+                s,
+                "Built by `cellar synth` in {:.0} s inside a {:.0} MiB memory cap (cgroup peak {peak} MiB): \
+                 the writer streams, so a store {:.0}x larger than its memory limit builds.\n",
+                b.seconds, b.cap_mib, self.store_mib / b.cap_mib
+            );
+        }
         self.readers_table(&mut s);
         self.fio_table(&mut s);
         self.kernel_table(&mut s);
@@ -193,6 +205,10 @@ impl Report {
     }
 
     fn fio_table(&self, s: &mut String) {
+        if self.fio.is_empty() {
+            let _ = writeln!(s, "\nDisk limits: fio not run (--fio-seconds 0).");
+            return;
+        }
         let _ = writeln!(
             s,
             "\n| disk limit (fio, same file) | IOPS | MB/s | P50 us | P99 us |\n|---|---|---|---|---|"

@@ -11,8 +11,6 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::cgroup::MemoryCgroup;
-
 #[derive(clap::Args)]
 pub struct WorkerArgs {
     #[arg(long)]
@@ -27,9 +25,6 @@ pub struct WorkerArgs {
     pub threads: usize,
     #[arg(long)]
     pub seed: u64,
-    /// Memory cgroup to join before anything else.
-    #[arg(long)]
-    pub cgroup: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -47,9 +42,6 @@ pub struct WorkerReport {
 }
 
 pub fn run(args: WorkerArgs) -> Result<()> {
-    if let Some(cg) = &args.cgroup {
-        MemoryCgroup::join(cg)?;
-    }
     let report = measure(&args)?;
     println!("{}", serde_json::to_string(&report).expect("report serialises"));
     Ok(())

@@ -14,6 +14,8 @@ use super::aligned::AlignedBuf;
 use super::plan::Run;
 use crate::error::{CellarError, IoContext, Result};
 
+pub const DISABLE_VAR: &str = "CELLAR_IO_URING";
+
 pub struct RingPool {
     rings: Mutex<Vec<IoUring>>,
     depth: u32,
@@ -21,7 +23,12 @@ pub struct RingPool {
 
 impl RingPool {
     /// Creates one ring now, so a kernel that refuses io_uring is found at open time.
+    /// `CELLAR_IO_URING=off` in the environment refuses it too (for kernels whose io_uring
+    /// misbehaves, and to exercise the fallback).
     pub fn new(depth: u32) -> std::io::Result<Self> {
+        if std::env::var_os(DISABLE_VAR).is_some_and(|v| v == "off") {
+            return Err(std::io::Error::other(format!("disabled by {DISABLE_VAR}=off")));
+        }
         let ring = IoUring::new(depth)?;
         Ok(RingPool { rings: Mutex::new(vec![ring]), depth })
     }
