@@ -1,16 +1,18 @@
 //! AVX2 + FMA + F16C kernels: 8 f32 lanes; tails go through small zero-padded stack buffers.
 
-use super::{add_all, pad_block, transpose_query, Workspace};
+use super::{add_all, pad_block, Workspace};
 use core::arch::x86_64::*;
 
 /// f32 lanes per vector.
 const W: usize = 8;
 /// Query lane groups (vectors) per panel.
 const RV: usize = 2;
-/// Doc tokens per block.
+/// Doc tokens per block: with two lane groups, 6 tokens fill the registers; a lone lane group
+/// (few query tokens) needs more tokens in flight to keep the FMA units busy.
 const J: usize = 6;
+const J_LONE: usize = 12;
 /// Below this many query tokens the rows strategy is used.
-const PANEL_MIN_NQ: usize = 1;
+const PANEL_MIN_NQ: usize = 7;
 /// Query rows sharing one doc-chunk load in the rows strategy.
 const RB: usize = 4;
 
@@ -50,35 +52,48 @@ unsafe fn load_query_tail(q: *const f32, n: usize) -> __m256 {
 
 /// Entry point; see `x86::dispatch`. `nq >= 1`, `nd >= 1`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn maxsim<const I8: bool>(
-    query: &[f32],
-    dim: usize,
-    doc: *const u8,
-    nd: usize,
-) -> f32 {
+pub(super) unsafe fn maxsim<const I8: bool>(query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
     let nq = query.len() / dim;
     if nq < PANEL_MIN_NQ {
         return rows::<I8>(query, dim, doc, nd);
     }
     let nqp = nq.div_ceil(W) * W;
+    if nqp == W {
+        panels::<I8, J_LONE>(query, dim, doc, nd, nqp)
+    } else {
+        panels::<I8, J>(query, dim, doc, nd, nqp)
+    }
+}
+
+/// Panel strategy with blocks of `JB` doc tokens; `nqp` is `nq` rounded up to `W`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panels<const I8: bool, const JB: usize>(
+    query: &[f32],
+    dim: usize,
+    doc: *const u8,
+    nd: usize,
+    nqp: usize,
+) -> f32 {
+    let nq = query.len() / dim;
     let mut ws = Workspace::take();
-    let buf = ws.slice(nqp * dim + nqp + J * dim);
+    let buf = ws.slice(nqp * dim + nqp + JB * dim);
     let (qt, rest) = buf.split_at_mut(nqp * dim);
     let (maxima, block) = rest.split_at_mut(nqp);
     transpose_query(query, dim, qt, nqp);
     maxima.fill(f32::NEG_INFINITY);
-    for j0 in (0..nd).step_by(J) {
-        let real = J.min(nd - j0);
+    let (qt, maxima_ptr) = (qt.as_ptr(), maxima.as_mut_ptr());
+    for j0 in (0..nd).step_by(JB) {
+        let real = JB.min(nd - j0);
         convert::<I8>(doc, j0 * dim, real * dim, block.as_mut_ptr());
         pad_block(block, dim, real);
         let mut p = 0;
         while p + RV * W <= nqp {
-            panel::<RV>(qt.as_ptr().add(p), nqp, dim, block.as_ptr(), maxima.as_mut_ptr().add(p));
+            panel::<RV, JB>(qt.add(p), nqp, dim, block.as_ptr(), maxima_ptr.add(p));
             p += RV * W;
         }
         if p < nqp {
             // RV == 2, so at most one lane group is left.
-            panel::<1>(qt.as_ptr().add(p), nqp, dim, block.as_ptr(), maxima.as_mut_ptr().add(p));
+            panel::<1, JB>(qt.add(p), nqp, dim, block.as_ptr(), maxima_ptr.add(p));
         }
     }
     add_all(0.0, &maxima[..nq])
@@ -100,18 +115,18 @@ unsafe fn convert<const I8: bool>(doc: *const u8, start: usize, count: usize, ds
     }
 }
 
-/// Scores `J` converted doc tokens (`block`, row-major, `dim` apart) against `G` lane groups
+/// Scores `JB` converted doc tokens (`block`, row-major, `dim` apart) against `G` lane groups
 /// of the transposed query (`qt`, columns `nqp` apart) and folds them into `maxima`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel<const G: usize>(
+unsafe fn panel<const G: usize, const JB: usize>(
     qt: *const f32,
     nqp: usize,
     dim: usize,
     block: *const f32,
     maxima: *mut f32,
 ) {
-    let mut acc = [[_mm256_setzero_ps(); G]; J];
+    let mut acc = [[_mm256_setzero_ps(); G]; JB];
     for k in 0..dim {
         let col = qt.add(k * nqp);
         let mut q = [_mm256_setzero_ps(); G];
@@ -199,4 +214,65 @@ unsafe fn rows_block<const I8: bool, const R: usize>(
         }
     }
     best
+}
+
+/// Writes `query` (`nq` rows of `dim`) column-major into `qt`: `qt[k * nqp + i] = q[i][k]`,
+/// with lanes `nq..nqp` of every column zeroed (`nqp` a multiple of 8). 8x8 tiles are
+/// transposed in registers; leftover columns are copied one by one.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn transpose_query(query: &[f32], dim: usize, qt: &mut [f32], nqp: usize) {
+    let nq = query.len() / dim;
+    assert!(nq <= nqp && nqp.is_multiple_of(W) && qt.len() == nqp * dim);
+    let (q, t) = (query.as_ptr(), qt.as_mut_ptr());
+    let full = dim / W * W;
+    for i0 in (0..nqp).step_by(W) {
+        let rows = nq.saturating_sub(i0).min(W);
+        for k0 in (0..full).step_by(W) {
+            let mut r = [_mm256_setzero_ps(); W];
+            for (a, row) in r.iter_mut().enumerate().take(rows) {
+                *row = _mm256_loadu_ps(q.add((i0 + a) * dim + k0));
+            }
+            for (b, col) in transpose8(r).iter().enumerate() {
+                _mm256_storeu_ps(t.add((k0 + b) * nqp + i0), *col);
+            }
+        }
+        for k in full..dim {
+            for a in 0..W {
+                *t.add(k * nqp + i0 + a) = if a < rows { *q.add((i0 + a) * dim + k) } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// 8x8 transpose: `out[c][r] = m[r][c]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn transpose8(m: [__m256; 8]) -> [__m256; 8] {
+    let t0 = _mm256_unpacklo_ps(m[0], m[1]);
+    let t1 = _mm256_unpackhi_ps(m[0], m[1]);
+    let t2 = _mm256_unpacklo_ps(m[2], m[3]);
+    let t3 = _mm256_unpackhi_ps(m[2], m[3]);
+    let t4 = _mm256_unpacklo_ps(m[4], m[5]);
+    let t5 = _mm256_unpackhi_ps(m[4], m[5]);
+    let t6 = _mm256_unpacklo_ps(m[6], m[7]);
+    let t7 = _mm256_unpackhi_ps(m[6], m[7]);
+    // Each s holds two columns of 4 rows: s0 = cols 0 and 4, s1 = 1 and 5, s2 = 2 and 6, ...
+    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(s0, s4),
+        _mm256_permute2f128_ps::<0x20>(s1, s5),
+        _mm256_permute2f128_ps::<0x20>(s2, s6),
+        _mm256_permute2f128_ps::<0x20>(s3, s7),
+        _mm256_permute2f128_ps::<0x31>(s0, s4),
+        _mm256_permute2f128_ps::<0x31>(s1, s5),
+        _mm256_permute2f128_ps::<0x31>(s2, s6),
+        _mm256_permute2f128_ps::<0x31>(s3, s7),
+    ]
 }

@@ -1,16 +1,19 @@
 //! AVX-512 F/BW kernels: 16 f32 lanes, masked loads for every tail.
 
-use super::{add_all, pad_block, transpose_query, Workspace};
+use super::avx2::transpose_query;
+use super::{add_all, pad_block, Workspace};
 use core::arch::x86_64::*;
 
 /// f32 lanes per vector.
 const W: usize = 16;
 /// Query lane groups (vectors) per panel.
 const RV: usize = 2;
-/// Doc tokens per block.
+/// Doc tokens per block: with two lane groups, 6 tokens fill the registers; a lone lane group
+/// (few query tokens) needs more tokens in flight to keep the FMA units busy.
 const J: usize = 6;
+const J_LONE: usize = 12;
 /// Below this many query tokens the rows strategy is used.
-const PANEL_MIN_NQ: usize = 1;
+const PANEL_MIN_NQ: usize = 9;
 /// Query rows sharing one doc-chunk load in the rows strategy.
 const RB: usize = 4;
 
@@ -40,35 +43,48 @@ unsafe fn load<const I8: bool>(doc: *const u8, idx: usize, n: usize) -> __m512 {
 
 /// Entry point; see `x86::dispatch`. `nq >= 1`, `nd >= 1`.
 #[target_feature(enable = "avx512f,avx512bw,f16c,avx2,fma")]
-pub(super) unsafe fn maxsim<const I8: bool>(
-    query: &[f32],
-    dim: usize,
-    doc: *const u8,
-    nd: usize,
-) -> f32 {
+pub(super) unsafe fn maxsim<const I8: bool>(query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
     let nq = query.len() / dim;
     if nq < PANEL_MIN_NQ {
         return rows::<I8>(query, dim, doc, nd);
     }
     let nqp = nq.div_ceil(W) * W;
+    if nqp == W {
+        panels::<I8, J_LONE>(query, dim, doc, nd, nqp)
+    } else {
+        panels::<I8, J>(query, dim, doc, nd, nqp)
+    }
+}
+
+/// Panel strategy with blocks of `JB` doc tokens; `nqp` is `nq` rounded up to `W`.
+#[target_feature(enable = "avx512f,avx512bw,f16c,avx2,fma")]
+unsafe fn panels<const I8: bool, const JB: usize>(
+    query: &[f32],
+    dim: usize,
+    doc: *const u8,
+    nd: usize,
+    nqp: usize,
+) -> f32 {
+    let nq = query.len() / dim;
     let mut ws = Workspace::take();
-    let buf = ws.slice(nqp * dim + nqp + J * dim);
+    let buf = ws.slice(nqp * dim + nqp + JB * dim);
     let (qt, rest) = buf.split_at_mut(nqp * dim);
     let (maxima, block) = rest.split_at_mut(nqp);
     transpose_query(query, dim, qt, nqp);
     maxima.fill(f32::NEG_INFINITY);
-    for j0 in (0..nd).step_by(J) {
-        let real = J.min(nd - j0);
+    let (qt, maxima_ptr) = (qt.as_ptr(), maxima.as_mut_ptr());
+    for j0 in (0..nd).step_by(JB) {
+        let real = JB.min(nd - j0);
         convert::<I8>(doc, j0 * dim, real * dim, block.as_mut_ptr());
         pad_block(block, dim, real);
         let mut p = 0;
         while p + RV * W <= nqp {
-            panel::<RV>(qt.as_ptr().add(p), nqp, dim, block.as_ptr(), maxima.as_mut_ptr().add(p));
+            panel::<RV, JB>(qt.add(p), nqp, dim, block.as_ptr(), maxima_ptr.add(p));
             p += RV * W;
         }
         if p < nqp {
             // RV == 2, so at most one lane group is left.
-            panel::<1>(qt.as_ptr().add(p), nqp, dim, block.as_ptr(), maxima.as_mut_ptr().add(p));
+            panel::<1, JB>(qt.add(p), nqp, dim, block.as_ptr(), maxima_ptr.add(p));
         }
     }
     add_all(0.0, &maxima[..nq])
@@ -89,18 +105,18 @@ unsafe fn convert<const I8: bool>(doc: *const u8, start: usize, count: usize, ds
     }
 }
 
-/// Scores `J` converted doc tokens (`block`, row-major, `dim` apart) against `G` lane groups
+/// Scores `JB` converted doc tokens (`block`, row-major, `dim` apart) against `G` lane groups
 /// of the transposed query (`qt`, columns `nqp` apart) and folds them into `maxima`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,f16c,avx2,fma")]
-unsafe fn panel<const G: usize>(
+unsafe fn panel<const G: usize, const JB: usize>(
     qt: *const f32,
     nqp: usize,
     dim: usize,
     block: *const f32,
     maxima: *mut f32,
 ) {
-    let mut acc = [[_mm512_setzero_ps(); G]; J];
+    let mut acc = [[_mm512_setzero_ps(); G]; JB];
     for k in 0..dim {
         let col = qt.add(k * nqp);
         let mut q = [_mm512_setzero_ps(); G];

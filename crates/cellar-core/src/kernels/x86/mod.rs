@@ -8,6 +8,9 @@
 //!   reduction is needed until the final sum.
 //! - *rows* (few query tokens, e.g. `dot_*`): lanes run over dimensions, a small block of
 //!   query rows shares each doc-chunk load and conversion, with one horizontal sum per pair.
+//!
+//! Asking for a level this CPU lacks (one not in `Isa::available()`) panics rather than
+//! executing unsupported instructions. NaN inputs give unspecified (but memory-safe) results.
 
 mod avx2;
 mod avx512;
@@ -17,9 +20,7 @@ use std::cell::Cell;
 
 /// AVX2 level: 256-bit float math, FMA and half-precision conversion.
 pub fn has_avx2() -> bool {
-    is_x86_feature_detected!("avx2")
-        && is_x86_feature_detected!("fma")
-        && is_x86_feature_detected!("f16c")
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
 }
 
 /// AVX-512 level: F and BW (masked byte/word loads); tails and conversions also use AVX2/F16C.
@@ -62,7 +63,8 @@ thread_local! {
 
 impl Workspace {
     fn take() -> Workspace {
-        Workspace { buf: WORKSPACE.with(Cell::take) }
+        // During thread teardown the slot may be gone: work with a fresh buffer then.
+        Workspace { buf: WORKSPACE.try_with(Cell::take).unwrap_or_default() }
     }
 
     /// A zero-initialised-or-stale slice of `len` floats whose start is 64-byte aligned.
@@ -79,22 +81,7 @@ impl Workspace {
 impl Drop for Workspace {
     fn drop(&mut self) {
         let buf = std::mem::take(&mut self.buf);
-        WORKSPACE.with(|w| w.set(buf));
-    }
-}
-
-/// Writes `query` (`nq` rows of `dim`) column-major into `qt`: `qt[k * nqp + i] = q[i][k]`,
-/// with lanes `nq..nqp` of every column zeroed.
-fn transpose_query(query: &[f32], dim: usize, qt: &mut [f32], nqp: usize) {
-    let nq = query.len() / dim;
-    debug_assert!(nq <= nqp && qt.len() == nqp * dim);
-    for (i, row) in query.chunks_exact(dim).enumerate() {
-        for (col, &v) in qt[i..].iter_mut().step_by(nqp).zip(row) {
-            *col = v;
-        }
-    }
-    for col in qt.chunks_exact_mut(nqp) {
-        col[nq..].fill(0.0);
+        let _ = WORKSPACE.try_with(|w| w.set(buf));
     }
 }
 
