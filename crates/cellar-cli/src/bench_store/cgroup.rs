@@ -5,6 +5,12 @@ use std::path::{Path, PathBuf};
 
 use cellar_core::{CellarError, Result};
 
+#[derive(Clone, Copy, Debug)]
+pub struct CgroupUsage {
+    pub peak_bytes: u64,
+    pub fail_count: u64,
+}
+
 pub struct MemoryCgroup {
     path: PathBuf,
 }
@@ -49,12 +55,12 @@ impl MemoryCgroup {
         write(&path.join("cgroup.procs"), &std::process::id().to_string())
     }
 
-    pub fn max_usage_bytes(&self) -> Result<u64> {
-        read_u64(&self.path.join("memory.max_usage_in_bytes"))
-    }
-
-    pub fn fail_count(&self) -> Result<u64> {
-        read_u64(&self.path.join("memory.failcnt"))
+    /// Peak charge (RSS + page cache) and how often the limit was hit.
+    pub fn usage(&self) -> Result<CgroupUsage> {
+        Ok(CgroupUsage {
+            peak_bytes: read_u64(&self.path.join("memory.max_usage_in_bytes"))?,
+            fail_count: read_u64(&self.path.join("memory.failcnt"))?,
+        })
     }
 }
 

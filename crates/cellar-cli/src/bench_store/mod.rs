@@ -17,7 +17,7 @@ use cellar_core::format::Manifest;
 use cellar_core::io::ReaderKind;
 use cellar_core::{CellarError, Result};
 
-use cgroup::MemoryCgroup;
+use cgroup::{CgroupUsage, MemoryCgroup};
 use report::{ReaderRow, Report};
 use worker::WorkerReport;
 
@@ -103,7 +103,7 @@ fn validate(args: &BenchStoreArgs) -> Result<()> {
     if args.batches == 0 || args.batch_size == 0 || args.threads == 0 {
         return bad("--batches, --batch-size and --threads must be at least 1".into());
     }
-    if !(args.min_gib > 0.0) {
+    if args.min_gib.is_nan() || args.min_gib <= 0.0 {
         return bad(format!("--min-gib {} must be positive", args.min_gib));
     }
     Ok(())
@@ -145,7 +145,7 @@ fn ensure_store(args: &BenchStoreArgs) -> Result<(Manifest, Option<BuildRow>)> {
         docs,
         seconds: started.elapsed().as_secs_f64(),
         cap_mib: cap_bytes as f64 / MIB,
-        cgroup_peak_mib: cgroup.map(|(peak, _)| peak as f64 / MIB),
+        cgroup_peak_mib: cgroup.map(|u| u.peak_bytes as f64 / MIB),
     };
     Ok((Manifest::read(&args.store)?, Some(build)))
 }
@@ -171,7 +171,7 @@ fn run_worker(
     args: &BenchStoreArgs,
     reader: ReaderKind,
     cap_bytes: Option<u64>,
-) -> Result<(WorkerReport, Option<(u64, u64)>)> {
+) -> Result<(WorkerReport, Option<CgroupUsage>)> {
     let child_args = [
         "bench-store-worker".to_string(),
         format!("--store={}", args.store.display()),
@@ -188,12 +188,12 @@ fn run_worker(
 }
 
 /// Runs this binary with `child_args`, inside a fresh memory cgroup of `cap_bytes` if given (the
-/// child joins it before doing anything). Returns its stdout and the cgroup's (peak, fail count).
+/// child joins it before doing anything). Returns its stdout and the cgroup's usage.
 fn run_child(
     child_args: &[String],
     cap_bytes: Option<u64>,
     name: &str,
-) -> Result<(Vec<u8>, Option<(u64, u64)>)> {
+) -> Result<(Vec<u8>, Option<CgroupUsage>)> {
     let cgroup = cap_bytes
         .map(|limit| MemoryCgroup::create(&format!("cellar-bench-{}-{name}", std::process::id()), limit))
         .transpose()?;
@@ -211,10 +211,7 @@ fn run_child(
         let why = if oom { " (SIGKILL: the memory cap's OOM killer)" } else { "" };
         return Err(CellarError::Unsupported(format!("{name} child exited with {}{why}", output.status)));
     }
-    let usage = cgroup
-        .as_ref()
-        .map(|cg| Ok::<_, CellarError>((cg.max_usage_bytes()?, cg.fail_count()?)))
-        .transpose()?;
+    let usage = cgroup.as_ref().map(MemoryCgroup::usage).transpose()?;
     Ok((output.stdout, usage))
 }
 

@@ -42,7 +42,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 impl ReaderRow {
-    pub fn measured(w: WorkerReport, capped: bool, cgroup: Option<(u64, u64)>) -> Self {
+    pub fn measured(w: WorkerReport, capped: bool, cgroup: Option<super::cgroup::CgroupUsage>) -> Self {
         let mut ms = w.batch_ms.clone();
         ms.sort_by(f64::total_cmp);
         ReaderRow {
@@ -58,8 +58,8 @@ impl ReaderRow {
             batch_p99_ms: percentile(&ms, 99.0),
             open_s: w.open_s,
             peak_rss_mib: w.peak_rss_bytes as f64 / MIB,
-            cgroup_peak_mib: cgroup.map(|(peak, _)| peak as f64 / MIB),
-            cgroup_failcnt: cgroup.map(|(_, fails)| fails),
+            cgroup_peak_mib: cgroup.map(|u| u.peak_bytes as f64 / MIB),
+            cgroup_failcnt: cgroup.map(|u| u.fail_count),
         }
     }
 

@@ -53,6 +53,9 @@ pub fn id_batches(docs: usize, batches: usize, batch_size: usize, seed: u64) -> 
     (0..batches).map(|_| (0..batch_size).map(|_| DocId(rng.gen_range(0..docs as u32))).collect()).collect()
 }
 
+/// One batch's latency in milliseconds and what it read.
+type Timed = (f64, cellar_core::io::ReadStats);
+
 fn measure(args: &WorkerArgs) -> Result<WorkerReport> {
     let vectors = args.store.join("vectors.bin");
     cache::evict_file(&vectors)?;
@@ -61,7 +64,7 @@ fn measure(args: &WorkerArgs) -> Result<WorkerReport> {
     let open_s = opened.elapsed().as_secs_f64();
     let batches = id_batches(store.len(), args.batches, args.batch_size, args.seed);
     let started = Instant::now();
-    let per_thread: Vec<Result<Vec<(f64, cellar_core::io::ReadStats)>>> = std::thread::scope(|scope| {
+    let per_thread: Vec<Result<Vec<Timed>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..args.threads.max(1))
             .map(|t| {
                 let (store, batches) = (&store, &batches);

@@ -121,7 +121,7 @@ fn bad_documents_get_typed_errors_and_leave_the_writer_usable() {
     let pooled = vec![0.0f32; DIM];
     let err = writer.add(&[], Some(&pooled)).unwrap_err();
     assert!(matches!(err, CellarError::InvalidInput(ref m) if m.contains("empty")), "{err}");
-    let err = writer.add(&vec![0.1; DIM + 1], Some(&pooled)).unwrap_err();
+    let err = writer.add(&[0.1; DIM + 1], Some(&pooled)).unwrap_err();
     assert!(matches!(err, CellarError::InvalidInput(ref m) if m.contains("whole number")), "{err}");
     let mut nan = vec![0.1; 2 * DIM];
     nan[DIM + 5] = f32::NAN;
@@ -130,9 +130,9 @@ fn bad_documents_get_typed_errors_and_leave_the_writer_usable() {
         matches!(err, CellarError::InvalidInput(ref m) if m.contains("token 1") && m.contains("dimension 5")),
         "{err}"
     );
-    let err = writer.add(&vec![0.1; DIM], Some(&[0.0; 3])).unwrap_err();
+    let err = writer.add(&[0.1; DIM], Some(&[0.0; 3])).unwrap_err();
     assert!(matches!(err, CellarError::WrongDimension { expected: DIM, received: 3 }), "{err}");
-    let err = writer.add(&vec![0.1; DIM], None).unwrap_err();
+    let err = writer.add(&[0.1; DIM], None).unwrap_err();
     assert!(matches!(err, CellarError::InvalidInput(_)), "{err}");
     assert_eq!(writer.docs(), 0, "rejected documents are not counted");
     writer.add(&docs[0].tokens, Some(&docs[0].pooled)).unwrap();
