@@ -14,9 +14,9 @@ pub struct FioResult {
     pub p99_us: f64,
 }
 
-/// 4 KiB random reads, O_DIRECT, io_uring, at queue depth `depth`. Err(reason) if fio is missing
-/// or fails; the caller prints the reason in the report.
-pub fn random_read(file: &Path, depth: u32, seconds: u32) -> Result<FioResult, String> {
+/// Random reads of `block_kib` KiB, O_DIRECT, io_uring, at queue depth `depth`. Err(reason) if
+/// fio is missing or fails; the caller prints the reason in the report.
+pub fn random_read(file: &Path, block_kib: u64, depth: u32, seconds: u32) -> Result<FioResult, String> {
     let output = Command::new("fio")
         .args([
             "--name=randread",
@@ -40,7 +40,7 @@ pub fn random_read(file: &Path, depth: u32, seconds: u32) -> Result<FioResult, S
     let read = &json["jobs"][0]["read"];
     let pct = |p: &str| read["clat_ns"]["percentile"][p].as_f64().unwrap_or(f64::NAN) / 1e3;
     Ok(FioResult {
-        job: format!("fio 4k randread io_uring direct qd{depth}"),
+        job: format!("fio {block_kib}k randread io_uring direct qd{depth}"),
         iops: read["iops"].as_f64().unwrap_or(f64::NAN),
         mb_per_s: read["bw_bytes"].as_f64().unwrap_or(f64::NAN) / 1e6,
         p50_us: pct("50.000000"),

@@ -14,7 +14,7 @@ use std::process::Command;
 use cellar_core::codec::CodecKind;
 use cellar_core::format::manifest::MANIFEST_FILE;
 use cellar_core::format::Manifest;
-use cellar_core::io::ReaderKind;
+use cellar_core::io::{ReaderKind, ReaderOptions};
 use cellar_core::{CellarError, Result};
 
 use cgroup::{CgroupUsage, MemoryCgroup};
@@ -64,29 +64,25 @@ pub fn run(args: BenchStoreArgs) -> Result<()> {
     let mut report = Report::new(&args, &manifest, store_bytes, cap_bytes);
     report.build = build;
 
-    let vectors = args.store.join("vectors.bin");
-    for depth in [1, 32] {
-        if args.fio_seconds > 0 {
-            eprintln!("bench-store: fio 4k random reads at queue depth {depth} ({} s)", args.fio_seconds);
-            report.add_fio(fio::random_read(&vectors, depth, args.fio_seconds));
+    if args.fio_seconds > 0 {
+        for (block_kib, depth) in fio_jobs(&manifest, store_bytes) {
+            eprintln!(
+                "bench-store: fio {block_kib} KiB random reads, queue depth {depth} ({} s)",
+                args.fio_seconds
+            );
+            report.add_fio(fio::random_read(
+                &args.store.join("vectors.bin"),
+                block_kib,
+                depth,
+                args.fio_seconds,
+            ));
         }
     }
-    let runs = [
-        (ReaderKind::Ram, false),
-        (ReaderKind::Mmap, false),
-        (ReaderKind::Direct, false),
-        (ReaderKind::Mmap, true),
-        (ReaderKind::Direct, true),
-    ];
-    for (reader, capped) in runs {
-        eprintln!(
-            "bench-store: {} reader{}",
-            reader.name(),
-            if capped { " under the memory cap" } else { "" }
-        );
-        let row = match run_worker(&args, reader, capped.then_some(cap_bytes)) {
-            Ok((worker, cgroup_peak)) => ReaderRow::measured(worker, capped, cgroup_peak),
-            Err(e) => ReaderRow::failed(reader, capped, e.to_string()),
+    for run in READER_RUNS {
+        eprintln!("bench-store: {}", run.label());
+        let row = match run_worker(&args, &run, run.capped.then_some(cap_bytes)) {
+            Ok((worker, cgroup_peak)) => ReaderRow::measured(worker, run.capped, cgroup_peak),
+            Err(e) => ReaderRow::failed(run.reader, run.capped, e.to_string()),
         };
         report.readers.push(row);
     }
@@ -166,12 +162,52 @@ pub fn join_cgroup(path: &Path) -> Result<()> {
     MemoryCgroup::join(path)
 }
 
+/// One reader configuration measured side by side with the others.
+struct ReaderRun {
+    reader: ReaderKind,
+    willneed: bool,
+    capped: bool,
+}
+
+impl ReaderRun {
+    const fn new(reader: ReaderKind, willneed: bool, capped: bool) -> Self {
+        ReaderRun { reader, willneed, capped }
+    }
+
+    fn label(&self) -> String {
+        let hint = if self.reader == ReaderKind::Mmap && self.willneed { "+willneed" } else { "" };
+        let cap = if self.capped { " under the memory cap" } else { "" };
+        format!("{} reader{hint}{cap}", self.reader.name())
+    }
+}
+
+/// RAM uncapped is the control; mmap (plain and with MADV_WILLNEED) and direct run uncapped and
+/// capped.
+const READER_RUNS: [ReaderRun; 7] = [
+    ReaderRun::new(ReaderKind::Ram, false, false),
+    ReaderRun::new(ReaderKind::Mmap, false, false),
+    ReaderRun::new(ReaderKind::Mmap, true, false),
+    ReaderRun::new(ReaderKind::Direct, false, false),
+    ReaderRun::new(ReaderKind::Mmap, false, true),
+    ReaderRun::new(ReaderKind::Mmap, true, true),
+    ReaderRun::new(ReaderKind::Direct, false, true),
+];
+
+/// fio jobs: 4 KiB at queue depth 1 and 32 (the disk's headline limits), and reads the size of
+/// a mean record at the direct reader's queue depth (the limit for this store's access pattern).
+fn fio_jobs(manifest: &Manifest, store_bytes: u64) -> [(u64, u32); 3] {
+    let mean_record_kib = (store_bytes / manifest.counts.docs.max(1)).div_ceil(4096) * 4;
+    let depth = ReaderOptions::new(ReaderKind::Direct).queue_depth as u32;
+    [(4, 1), (4, 32), (mean_record_kib, depth)]
+}
+
 /// Runs one reader in a child process, optionally inside a fresh memory cgroup.
 fn run_worker(
     args: &BenchStoreArgs,
-    reader: ReaderKind,
+    run: &ReaderRun,
     cap_bytes: Option<u64>,
 ) -> Result<(WorkerReport, Option<CgroupUsage>)> {
+    let reader = run.reader;
     let child_args = [
         "bench-store-worker".to_string(),
         format!("--store={}", args.store.display()),
@@ -180,6 +216,7 @@ fn run_worker(
         format!("--batch-size={}", args.batch_size),
         format!("--threads={}", args.threads),
         format!("--seed={}", args.seed),
+        format!("--willneed={}", run.willneed),
     ];
     let (stdout, cgroup) = run_child(&child_args, cap_bytes, reader.name())?;
     let worker: WorkerReport = serde_json::from_slice(&stdout)

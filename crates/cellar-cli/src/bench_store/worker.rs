@@ -25,6 +25,9 @@ pub struct WorkerArgs {
     pub threads: usize,
     #[arg(long)]
     pub seed: u64,
+    /// Mmap reader: announce each batch's pages with MADV_WILLNEED before faulting them in.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub willneed: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -60,7 +63,9 @@ fn measure(args: &WorkerArgs) -> Result<WorkerReport> {
     let vectors = args.store.join("vectors.bin");
     cache::evict_file(&vectors)?;
     let opened = Instant::now();
-    let store = VectorStore::open(&args.store, &ReaderOptions::new(args.reader))?;
+    let mut options = ReaderOptions::new(args.reader);
+    options.mmap_willneed = args.willneed;
+    let store = VectorStore::open(&args.store, &options)?;
     let open_s = opened.elapsed().as_secs_f64();
     let batches = id_batches(store.len(), args.batches, args.batch_size, args.seed);
     let started = Instant::now();

@@ -1,7 +1,8 @@
 //! Readers of the vector store behind one interface, chosen at open time:
 //! - [`ReaderKind::Ram`]: the whole `vectors.bin` body in memory (the control);
 //! - [`ReaderKind::Mmap`]: a memory map with `madvise(MADV_RANDOM)`; the pages a batch needs are
-//!   faulted in during `read_batch`, so I/O is counted and timed there, not during scoring;
+//!   announced with `MADV_WILLNEED` (optional) and faulted in during `read_batch`, so I/O is
+//!   counted and timed there, not during scoring;
 //! - [`ReaderKind::Direct`]: `O_DIRECT` reads batched through io_uring, or, if the kernel refuses
 //!   io_uring, a bounded pool of `pread` threads (logged once, loudly).
 //!
@@ -66,18 +67,21 @@ pub struct ReaderOptions {
     pub io_engine: IoEngine,
     /// Direct reader only: most reads in flight per batch.
     pub queue_depth: usize,
+    /// Mmap reader only: `MADV_WILLNEED` every run of a batch before touching it, so the kernel
+    /// fetches them concurrently instead of one page fault at a time.
+    pub mmap_willneed: bool,
 }
 
 impl ReaderOptions {
     pub fn new(kind: ReaderKind) -> Self {
-        ReaderOptions { kind, io_engine: IoEngine::Auto, queue_depth: 128 }
+        ReaderOptions { kind, io_engine: IoEngine::Auto, queue_depth: 128, mmap_willneed: true }
     }
 }
 
 /// What one batch cost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadStats {
-    /// System calls or io_uring submissions' reads issued (0 for ram and mmap).
+    /// Reads issued: io_uring reads or preads (direct), `MADV_WILLNEED` calls (mmap), 0 (ram).
     pub read_calls: u64,
     /// Distinct 4 KiB pages the batch covered.
     pub pages: u64,
@@ -188,7 +192,7 @@ pub struct ReaderSource {
 pub fn open_reader(source: ReaderSource, options: &ReaderOptions) -> Result<Box<dyn RecordReader>> {
     Ok(match options.kind {
         ReaderKind::Ram => Box::new(ram::RamReader::open(source)?),
-        ReaderKind::Mmap => Box::new(mmap::MmapReader::open(source)?),
+        ReaderKind::Mmap => Box::new(mmap::MmapReader::open(source, options.mmap_willneed)?),
         ReaderKind::Direct => Box::new(direct::DirectReader::open(source, options)?),
     })
 }

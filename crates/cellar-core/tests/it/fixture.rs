@@ -54,6 +54,9 @@ pub fn all_reader_options() -> Vec<ReaderOptions> {
     let mut pread = ReaderOptions::new(ReaderKind::Direct);
     pread.io_engine = IoEngine::Pread;
     out.push(pread);
+    let mut faults_only = ReaderOptions::new(ReaderKind::Mmap);
+    faults_only.mmap_willneed = false;
+    out.push(faults_only);
     let mut shallow = ReaderOptions::new(ReaderKind::Direct);
     shallow.queue_depth = 2;
     out.push(shallow);
