@@ -18,14 +18,8 @@ pub struct FioResult {
 /// fio is missing or fails; the caller prints the reason in the report.
 pub fn random_read(file: &Path, block_kib: u64, depth: u32, seconds: u32) -> Result<FioResult, String> {
     let output = Command::new("fio")
-        .args([
-            "--name=randread",
-            "--rw=randread",
-            "--bs=4k",
-            "--ioengine=io_uring",
-            "--direct=1",
-            "--readonly",
-        ])
+        .args(["--name=randread", "--rw=randread", "--ioengine=io_uring", "--direct=1", "--readonly"])
+        .arg(format!("--bs={block_kib}k"))
         .arg(format!("--iodepth={depth}"))
         .arg(format!("--runtime={seconds}"))
         .args(["--time_based", "--output-format=json"])
