@@ -136,12 +136,15 @@ fn ensure_store(args: &BenchStoreArgs) -> Result<(Manifest, Option<BuildRow>)> {
         format!("--seed={}", args.seed),
         format!("--out={}", args.store.display()),
     ];
-    let (_, cgroup) = run_child(&child_args, Some(cap_bytes), "synth")?;
+    let cgroup = memory_cgroup("synth", cap_bytes)
+        .inspect_err(|e| eprintln!("WARNING: bench-store: writing the store without a memory cap: {e}"));
+    let (_, usage) = run_child(&child_args, cgroup.as_ref().ok(), "synth")?;
     let build = BuildRow {
         docs,
         seconds: started.elapsed().as_secs_f64(),
-        cap_mib: cap_bytes as f64 / MIB,
-        cgroup_peak_mib: cgroup.map(|u| u.peak_bytes as f64 / MIB),
+        cap_mib: cgroup.as_ref().ok().map(|_| cap_bytes as f64 / MIB),
+        cgroup_peak_mib: usage.map(|u| u.peak_bytes as f64 / MIB),
+        uncapped_because: cgroup.err().map(|e| e.to_string()),
     };
     Ok((Manifest::read(&args.store)?, Some(build)))
 }
@@ -153,8 +156,9 @@ const MIB: f64 = (1u64 << 20) as f64;
 pub struct BuildRow {
     pub docs: u64,
     pub seconds: f64,
-    pub cap_mib: f64,
+    pub cap_mib: Option<f64>,
     pub cgroup_peak_mib: Option<f64>,
+    pub uncapped_because: Option<String>,
 }
 
 /// Moves this process into a memory cgroup (the hidden global `--cgroup` option).
@@ -218,26 +222,29 @@ fn run_worker(
         format!("--seed={}", args.seed),
         format!("--willneed={}", run.willneed),
     ];
-    let (stdout, cgroup) = run_child(&child_args, cap_bytes, reader.name())?;
+    let cgroup = cap_bytes.map(|limit| memory_cgroup(reader.name(), limit)).transpose()?;
+    let (stdout, usage) = run_child(&child_args, cgroup.as_ref(), reader.name())?;
     let worker: WorkerReport = serde_json::from_slice(&stdout)
         .map_err(|e| CellarError::Unsupported(format!("unreadable worker report: {e}")))?;
-    Ok((worker, cgroup))
+    Ok((worker, usage))
 }
 
-/// Runs this binary with `child_args`, inside a fresh memory cgroup of `cap_bytes` if given (the
-/// child joins it before doing anything). Returns its stdout and the cgroup's usage.
+/// A fresh memory cgroup for one child, removed when dropped.
+fn memory_cgroup(name: &str, limit_bytes: u64) -> Result<MemoryCgroup> {
+    MemoryCgroup::create(&format!("cellar-bench-{}-{name}", std::process::id()), limit_bytes)
+}
+
+/// Runs this binary with `child_args`, inside `cgroup` if given (the child joins it before doing
+/// anything). Returns its stdout and the cgroup's usage.
 fn run_child(
     child_args: &[String],
-    cap_bytes: Option<u64>,
+    cgroup: Option<&MemoryCgroup>,
     name: &str,
 ) -> Result<(Vec<u8>, Option<CgroupUsage>)> {
-    let cgroup = cap_bytes
-        .map(|limit| MemoryCgroup::create(&format!("cellar-bench-{}-{name}", std::process::id()), limit))
-        .transpose()?;
     let exe = std::env::current_exe().map_err(|e| CellarError::Unsupported(format!("current exe: {e}")))?;
     let mut command = Command::new(exe);
     command.args(child_args).stderr(std::process::Stdio::inherit());
-    if let Some(cg) = &cgroup {
+    if let Some(cg) = cgroup {
         command.arg("--cgroup").arg(cg.path());
     }
     let output =
@@ -248,7 +255,7 @@ fn run_child(
         let why = if oom { " (SIGKILL: the memory cap's OOM killer)" } else { "" };
         return Err(CellarError::Unsupported(format!("{name} child exited with {}{why}", output.status)));
     }
-    let usage = cgroup.as_ref().map(MemoryCgroup::usage).transpose()?;
+    let usage = cgroup.map(MemoryCgroup::usage).transpose()?;
     Ok((output.stdout, usage))
 }
 

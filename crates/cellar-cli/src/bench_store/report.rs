@@ -161,19 +161,31 @@ impl Report {
             self.batch_size, self.threads, self.cap_mib, self.cpu, self.disk_note
         );
         if let Some(b) = &self.build {
-            let peak = b.cgroup_peak_mib.map_or("-".into(), |p| format!("{p:.0}"));
-            let _ =
-                writeln!(
-                s,
-                "Built by `cellar synth` in {:.0} s inside a {:.0} MiB memory cap (cgroup peak {peak} MiB): \
-                 the writer streams, so a store {:.0}x larger than its memory limit builds.\n",
-                b.seconds, b.cap_mib, self.store_mib / b.cap_mib
-            );
+            self.build_line(b, &mut s);
         }
         self.readers_table(&mut s);
         self.fio_table(&mut s);
         self.kernel_table(&mut s);
         s
+    }
+
+    fn build_line(&self, b: &super::BuildRow, s: &mut String) {
+        let _ = match (b.cap_mib, &b.uncapped_because) {
+            (Some(cap), _) => writeln!(
+                s,
+                "Built by `cellar synth` in {:.0} s inside a {cap:.0} MiB memory cap (cgroup peak {} MiB): \
+                 the writer streams, so a store {:.0}x larger than its memory limit builds.\n",
+                b.seconds,
+                b.cgroup_peak_mib.map_or("-".into(), |p| format!("{p:.0}")),
+                self.store_mib / cap
+            ),
+            (None, why) => writeln!(
+                s,
+                "Built by `cellar synth` in {:.0} s without a memory cap ({}).\n",
+                b.seconds,
+                why.as_deref().unwrap_or("no cap requested")
+            ),
+        };
     }
 
     fn readers_table(&self, s: &mut String) {
