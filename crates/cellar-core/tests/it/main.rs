@@ -3,4 +3,5 @@
 mod corruption;
 mod fixture;
 mod format_docs;
+mod golden;
 mod store;
