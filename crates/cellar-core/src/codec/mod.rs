@@ -87,9 +87,12 @@ pub fn validate_vector(v: &[f32], dim: usize, what: impl Fn() -> String) -> Resu
     Ok(())
 }
 
+/// Largest vector dimension a store accepts.
+pub const MAX_DIM: usize = 65_536;
+
 pub(crate) fn check_dim(dim: usize) -> Result<()> {
-    if dim == 0 || dim > 65_536 {
-        return Err(CellarError::invalid(format!("dimension {dim} is out of range 1..=65536")));
+    if dim == 0 || dim > MAX_DIM {
+        return Err(CellarError::invalid(format!("dimension {dim} is out of range 1..={MAX_DIM}")));
     }
     Ok(())
 }

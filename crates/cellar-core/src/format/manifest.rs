@@ -4,8 +4,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{fsio, FORMAT_VERSION, OLDEST_READABLE_VERSION};
+use super::{fsio, FORMAT_VERSION, OLDEST_READABLE_VERSION, PAGE_BYTES};
 use crate::codec::CodecKind;
+use crate::codec::MAX_DIM;
 use crate::error::{CellarError, IoContext, Result};
 
 pub const MANIFEST_FILE: &str = "manifest.json";
@@ -65,10 +66,35 @@ impl Manifest {
                 newest: FORMAT_VERSION,
             });
         }
-        serde_json::from_slice(&bytes).map_err(|e| {
+        let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
             let offset = line_col_to_offset(&bytes, e.line(), e.column());
             CellarError::corrupted(&path, offset, format!("invalid manifest: {e}"))
-        })
+        })?;
+        manifest.check_consistent(&path)?;
+        Ok(manifest)
+    }
+
+    /// Fields that parse but contradict each other are corruption, not the caller's input.
+    fn check_consistent(&self, path: &Path) -> Result<()> {
+        let expected_bytes_per_token = match self.codec {
+            CodecKind::F16 => 2 * self.dim,
+            CodecKind::Int8 => self.dim,
+        };
+        let problem = if !(1..=MAX_DIM).contains(&self.dim) {
+            format!("dim {} is outside 1..={MAX_DIM}", self.dim)
+        } else if self.page_bytes != PAGE_BYTES {
+            format!("page_bytes {} but this format uses {PAGE_BYTES}", self.page_bytes)
+        } else if self.bytes_per_token != expected_bytes_per_token {
+            format!(
+                "bytes_per_token {} but codec {} at dim {} takes {expected_bytes_per_token}",
+                self.bytes_per_token,
+                self.codec.name(),
+                self.dim
+            )
+        } else {
+            return Ok(());
+        };
+        Err(CellarError::corrupted(path, 0, format!("inconsistent manifest: {problem}")))
     }
 
     pub fn file(&self, name: &str) -> Option<&FileEntry> {

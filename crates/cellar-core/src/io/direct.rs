@@ -91,7 +91,8 @@ impl RecordReader for DirectReader {
         }
         let stats =
             ReadStats { read_calls: plan.runs.len() as u64, pages: plan.pages(), bytes: plan.buf_len as u64 };
-        let context = BatchContext { path, ids, bytes_per_vector: self.source.bytes_per_vector };
+        let context =
+            BatchContext { path, ids, bytes_per_vector: self.source.bytes_per_vector, check_crc: true };
         RecordBatch::verified(BatchBytes::Owned(buf), plan.spans, &context, &plan.entries, stats)
     }
 }

@@ -65,8 +65,12 @@ impl RecordReader for MmapReader {
         }
         std::hint::black_box(touched);
         let stats = ReadStats { read_calls, pages: plan.pages(), bytes: plan.buf_len as u64 };
-        let context =
-            BatchContext { path: &self.source.path, ids, bytes_per_vector: self.source.bytes_per_vector };
+        let context = BatchContext {
+            path: &self.source.path,
+            ids,
+            bytes_per_vector: self.source.bytes_per_vector,
+            check_crc: true,
+        };
         RecordBatch::verified(
             BatchBytes::Shared(self.map.clone()),
             plan.file_spans(),

@@ -175,3 +175,21 @@ fn a_file_of_the_wrong_kind_is_refused() {
     let kind_offset = HEADER_FIELDS.iter().find(|f| f.0 == "file_kind").unwrap().1 as u64;
     assert_eq!(offset, kind_offset, "{err}");
 }
+
+#[test]
+fn a_manifest_that_contradicts_itself_is_corruption() {
+    let dir = store_dir();
+    let path = dir.path().join("manifest.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    for (from, to, needle) in [
+        ("\"dim\": 24", "\"dim\": 0", "dim 0"),
+        ("\"bytes_per_token\": 24", "\"bytes_per_token\": 48", "bytes_per_token 48"),
+        ("\"page_bytes\": 4096", "\"page_bytes\": 512", "page_bytes 512"),
+    ] {
+        assert!(text.contains(from), "fixture manifest lacks {from}");
+        std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+        let err = open(dir.path(), ReaderKind::Mmap).err().unwrap();
+        let (p, _) = corrupted_at(&err);
+        assert!(p.ends_with("manifest.json") && err.to_string().contains(needle), "{err}");
+    }
+}

@@ -1,5 +1,6 @@
 //! Integration tests of cellar-core: one binary, one module per concern.
 
+mod arbitrary_bytes;
 mod corruption;
 mod fixture;
 mod format_docs;
