@@ -36,7 +36,7 @@ pub struct BenchStoreArgs {
     #[arg(long, default_value = "f16")]
     pub codec: CodecKind,
     /// Random batches per reader.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 500)]
     pub batches: usize,
     #[arg(long, default_value_t = 200)]
     pub batch_size: usize,
