@@ -1,6 +1,7 @@
 //! Batched reads through io_uring. Rings are pooled: a batch borrows one, submits up to
 //! `depth` reads at a time and waits for all of them before returning the ring, so no read is
-//! ever in flight into a buffer that has been freed — also on error.
+//! ever in flight into a buffer that has been freed — also on error: if the ring stops answering
+//! (a non-transient error, or transient ones past a bound), the buffer is leaked on purpose.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -41,14 +42,41 @@ impl RingPool {
         }
     }
 
+    /// Reads every run into `buf`. If the ring fails in a way that leaves reads possibly in flight,
+    /// the buffer is abandoned (leaked, replaced by an empty one) and the ring dropped rather than
+    /// reused, so the kernel can never write into freed memory.
     pub fn read_runs(&self, file: &File, path: &Path, runs: &[Run], buf: &mut AlignedBuf) -> Result<()> {
         let mut ring = self.take(path)?;
-        let result = runs
-            .chunks(self.depth as usize)
-            .try_for_each(|chunk| read_chunk(&mut ring, file, path, chunk, buf));
+        for chunk in runs.chunks(self.depth as usize) {
+            match read_chunk(&mut ring, file, path, chunk, buf) {
+                Ok(()) => {}
+                Err(ChunkError::Settled(e)) => {
+                    self.rings.lock().expect("ring pool lock").push(ring);
+                    return Err(e);
+                }
+                Err(ChunkError::Abandoned(e)) => {
+                    std::mem::forget(std::mem::replace(buf, AlignedBuf::zeroed(0)));
+                    return Err(e);
+                }
+            }
+        }
         self.rings.lock().expect("ring pool lock").push(ring);
-        result
+        Ok(())
     }
+}
+
+enum ChunkError {
+    /// Every completion was reaped: buffer and ring are safe to reuse.
+    Settled(CellarError),
+    /// The ring stopped answering with reads possibly still in flight.
+    Abandoned(CellarError),
+}
+
+/// Waits on a ring that keeps failing transiently give up after this many tries.
+const MAX_TRANSIENT_RETRIES: u32 = 10_000;
+
+fn is_transient(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY))
 }
 
 /// Submits one read per run and reaps every completion; short reads are finished with pread.
@@ -58,7 +86,7 @@ fn read_chunk(
     path: &Path,
     runs: &[Run],
     buf: &mut AlignedBuf,
-) -> Result<()> {
+) -> std::result::Result<(), ChunkError> {
     let base = buf.as_mut_ptr();
     {
         let mut sq = ring.submission();
@@ -76,14 +104,13 @@ fn read_chunk(
     let mut outstanding = runs.len();
     let mut first_error: Option<CellarError> = None;
     let mut short: Vec<(usize, usize)> = Vec::new();
+    let mut retries = 0;
     while outstanding > 0 {
         if let Err(e) = ring.submit_and_wait(1) {
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
+            retries += 1;
+            if !is_transient(&e) || retries > MAX_TRANSIENT_RETRIES {
+                return Err(ChunkError::Abandoned(CellarError::io(path, e)));
             }
-            // Cannot tell which reads are still in flight: wait for them before erroring out.
-            first_error.get_or_insert(CellarError::io(path, e));
-            continue;
         }
         for cqe in ring.completion() {
             outstanding -= 1;
@@ -97,13 +124,14 @@ fn read_chunk(
         }
     }
     if let Some(e) = first_error {
-        return Err(e);
+        return Err(ChunkError::Settled(e));
     }
     for (i, done) in short {
         let run = runs[i];
         let dst = &mut buf.as_mut_slice()[run.buf_offset + done..run.buf_offset + run.len];
         file.read_exact_at(dst, run.file_offset + done as u64).map_err(|e| {
-            CellarError::corrupted(path, run.file_offset + done as u64, format!("short read: {e}"))
+            let at = run.file_offset + done as u64;
+            ChunkError::Settled(CellarError::corrupted(path, at, format!("short read: {e}")))
         })?;
     }
     Ok(())

@@ -193,3 +193,28 @@ fn a_manifest_that_contradicts_itself_is_corruption() {
         assert!(p.ends_with("manifest.json") && err.to_string().contains(needle), "{err}");
     }
 }
+
+#[test]
+fn a_file_truncated_after_open_gives_short_read_errors_and_the_reader_keeps_working() {
+    let dir = store_dir();
+    let path = dir.path().join("vectors.bin");
+    let engines = fixture::all_reader_options().into_iter().filter(|o| o.kind == ReaderKind::Direct);
+    for options in engines {
+        let store = VectorStore::open(dir.path(), &options).unwrap();
+        let last = DocId(store.len() as u32 - 1);
+        let entry = store.offsets().get(last).unwrap();
+        let full = std::fs::read(&path).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(entry.offset / 4096 * 4096)
+            .unwrap();
+        let err = store.read_batch(&[DocId(0), last]).err().unwrap();
+        assert!(matches!(err, CellarError::Corrupted { .. } | CellarError::Io { .. }), "{options:?}: {err}");
+        assert!(err.to_string().contains("vectors.bin"), "{err}");
+        store.read_batch(&[DocId(0), DocId(1)]).unwrap();
+        std::fs::write(&path, full).unwrap();
+        store.read_batch(&[DocId(0), last]).unwrap();
+    }
+}
