@@ -112,10 +112,7 @@ fn ensure_store(args: &BenchStoreArgs) -> Result<(Manifest, Option<BuildRow>)> {
     if args.store.join(MANIFEST_FILE).exists() {
         return Ok((Manifest::read(&args.store)?, None));
     }
-    let bytes_per_token = match args.codec {
-        CodecKind::F16 => 2 * args.dim,
-        CodecKind::Int8 => args.dim,
-    };
+    let bytes_per_token = args.codec.bytes_per_vector(args.dim);
     // Mean record ≈ (tokens + pooled) vectors; ~3% page padding.
     let per_doc = ((args.tokens + 1) * bytes_per_token) as f64 * 1.03;
     let docs = (args.min_gib * (1u64 << 30) as f64 / per_doc).ceil() as u64;

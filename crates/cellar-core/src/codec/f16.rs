@@ -26,7 +26,7 @@ impl Codec for F16Codec {
         self.dim
     }
     fn bytes_per_vector(&self) -> usize {
-        2 * self.dim
+        CodecKind::F16.bytes_per_vector(self.dim)
     }
     fn encode(&self, v: &[f32], out: &mut Vec<u8>) {
         debug_assert_eq!(v.len(), self.dim);

@@ -81,7 +81,7 @@ impl Codec for Int8Codec {
         self.scales.len()
     }
     fn bytes_per_vector(&self) -> usize {
-        self.scales.len()
+        CodecKind::Int8.bytes_per_vector(self.scales.len())
     }
     fn encode(&self, v: &[f32], out: &mut Vec<u8>) {
         debug_assert_eq!(v.len(), self.scales.len());

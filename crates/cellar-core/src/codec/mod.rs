@@ -33,6 +33,14 @@ impl CodecKind {
             CodecKind::Int8 => "int8",
         }
     }
+
+    /// Bytes one encoded vector of `dim` values takes.
+    pub fn bytes_per_vector(self, dim: usize) -> usize {
+        match self {
+            CodecKind::F16 => 2 * dim,
+            CodecKind::Int8 => dim,
+        }
+    }
 }
 
 impl std::str::FromStr for CodecKind {

@@ -76,10 +76,7 @@ impl Manifest {
 
     /// Fields that parse but contradict each other are corruption, not the caller's input.
     fn check_consistent(&self, path: &Path) -> Result<()> {
-        let expected_bytes_per_token = match self.codec {
-            CodecKind::F16 => 2 * self.dim,
-            CodecKind::Int8 => self.dim,
-        };
+        let expected_bytes_per_token = self.codec.bytes_per_vector(self.dim);
         let problem = if !(1..=MAX_DIM).contains(&self.dim) {
             format!("dim {} is outside 1..={MAX_DIM}", self.dim)
         } else if self.page_bytes != PAGE_BYTES {

@@ -10,8 +10,7 @@ use super::aligned::AlignedBuf;
 use super::pread_pool::PreadPool;
 use super::uring::RingPool;
 use super::{
-    BatchBytes, BatchContext, ReadPlan, ReadStats, ReaderKind, ReaderOptions, ReaderSource, RecordBatch,
-    RecordReader,
+    BatchBytes, ReadPlan, ReadStats, ReaderKind, ReaderOptions, ReaderSource, RecordBatch, RecordReader,
 };
 use crate::error::{CellarError, Result};
 use crate::format::fsio::open_with_flags;
@@ -91,8 +90,7 @@ impl RecordReader for DirectReader {
         }
         let stats =
             ReadStats { read_calls: plan.runs.len() as u64, pages: plan.pages(), bytes: plan.buf_len as u64 };
-        let context =
-            BatchContext { path, ids, bytes_per_vector: self.source.bytes_per_vector, check_crc: true };
+        let context = self.source.context(ids, true);
         RecordBatch::verified(BatchBytes::Owned(buf), plan.spans, &context, &plan.entries, stats)
     }
 }

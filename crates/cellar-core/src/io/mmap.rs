@@ -1,6 +1,6 @@
 //! Memory-mapped reader with `MADV_RANDOM` (no read-ahead): the kernel's page cache holds what
-//! fits, and a memory cap decides how much that is. `read_batch` touches every page the batch
-//! needs, so the page faults (the I/O) happen and are counted there. With `willneed`, each run
+//! fits, and a memory cap decides how much that is. `read_batch` checks every record's CRC, which
+//! reads every page the batch needs, so the page faults (the I/O) happen and are counted there. With `willneed`, each run
 //! of the batch is first announced with `MADV_WILLNEED`, which starts reading all of them at
 //! once; without it, every missing page is one synchronous fault (queue depth 1).
 
@@ -9,11 +9,8 @@ use std::sync::Arc;
 
 use memmap2::{Advice, Mmap};
 
-use super::{
-    BatchBytes, BatchContext, ReadPlan, ReadStats, ReaderKind, ReaderSource, RecordBatch, RecordReader,
-};
+use super::{BatchBytes, ReadPlan, ReadStats, ReaderKind, ReaderSource, RecordBatch, RecordReader};
 use crate::error::{IoContext, Result};
-use crate::format::PAGE_BYTES;
 
 pub struct MmapReader {
     source: ReaderSource,
@@ -54,23 +51,9 @@ impl RecordReader for MmapReader {
             }
             read_calls = plan.runs.len() as u64;
         }
-        let mut touched = 0u8;
-        for run in &plan.runs {
-            for page_start in
-                (run.file_offset as usize..run.file_offset as usize + run.len).step_by(PAGE_BYTES)
-            {
-                // SAFETY: runs lie inside the mapped file (offsets were bounds-checked at open).
-                touched ^= unsafe { std::ptr::read_volatile(self.map.as_ptr().add(page_start)) };
-            }
-        }
-        std::hint::black_box(touched);
         let stats = ReadStats { read_calls, pages: plan.pages(), bytes: plan.buf_len as u64 };
-        let context = BatchContext {
-            path: &self.source.path,
-            ids,
-            bytes_per_vector: self.source.bytes_per_vector,
-            check_crc: true,
-        };
+        // Checking every record's CRC reads all its bytes, so this is where the pages fault in.
+        let context = self.source.context(ids, true);
         RecordBatch::verified(
             BatchBytes::Shared(self.map.clone()),
             plan.file_spans(),

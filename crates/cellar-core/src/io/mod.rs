@@ -114,11 +114,19 @@ impl BatchBytes {
     }
 }
 
+/// Where a verified record lies in the batch bytes, and its parsed layout.
+#[derive(Clone, Copy)]
+struct RecordSpan {
+    start: usize,
+    len: usize,
+    n_tokens: usize,
+    pooled_bytes: usize,
+}
+
 /// The records of one batch, in the order their ids were asked for; all verified.
 pub struct RecordBatch {
     bytes: BatchBytes,
-    spans: Vec<(usize, usize)>,
-    bytes_per_vector: usize,
+    spans: Vec<RecordSpan>,
     stats: ReadStats,
 }
 
@@ -131,8 +139,9 @@ impl RecordBatch {
         stats: ReadStats,
     ) -> Result<Self> {
         let data = bytes.as_slice();
-        for ((start, len), (entry, id)) in spans.iter().zip(entries.iter().zip(context.ids)) {
-            let rec = &data[*start..start + len];
+        let mut checked = Vec::with_capacity(spans.len());
+        for ((start, len), (entry, id)) in spans.into_iter().zip(entries.iter().zip(context.ids)) {
+            let rec = &data[start..start + len];
             if context.check_crc && crc32c::crc32c(rec) != entry.crc32c {
                 return Err(CellarError::corrupted(
                     context.path,
@@ -140,9 +149,11 @@ impl RecordBatch {
                     format!("record of doc {id} ({} bytes) fails its checksum", entry.len),
                 ));
             }
-            record::parse(rec, context.bytes_per_vector, context.path, entry.offset)?;
+            let view = record::parse(rec, context.bytes_per_vector, context.path, entry.offset)?;
+            let pooled_bytes = view.pooled.map_or(0, <[u8]>::len);
+            checked.push(RecordSpan { start, len, n_tokens: view.n_tokens, pooled_bytes });
         }
-        Ok(RecordBatch { bytes, spans, bytes_per_vector: context.bytes_per_vector, stats })
+        Ok(RecordBatch { bytes, spans: checked, stats })
     }
 
     pub fn len(&self) -> usize {
@@ -153,12 +164,12 @@ impl RecordBatch {
         self.spans.is_empty()
     }
 
-    /// The i-th record (checked when the batch was built).
+    /// The i-th record (parsed and checked when the batch was built).
     pub fn record(&self, i: usize) -> RecordView<'_> {
-        let (start, len) = self.spans[i];
-        let bytes = &self.bytes.as_slice()[start..start + len];
-        record::parse(bytes, self.bytes_per_vector, std::path::Path::new(""), 0)
-            .expect("record verified at read time")
+        let span = self.spans[i];
+        let body = &self.bytes.as_slice()[span.start + record::RECORD_HEADER_BYTES..span.start + span.len];
+        let (pooled, tokens) = body.split_at(span.pooled_bytes);
+        RecordView { n_tokens: span.n_tokens, pooled: (span.pooled_bytes > 0).then_some(pooled), tokens }
     }
 
     pub fn stats(&self) -> ReadStats {
@@ -190,6 +201,14 @@ pub struct ReaderSource {
     pub header: FileHeader,
     pub offsets: Arc<OffsetsTable>,
     pub bytes_per_vector: usize,
+}
+
+impl ReaderSource {
+    /// The context a batch of `ids` is checked in; `check_crc` is false only where the bytes were
+    /// verified already and cannot have changed since (ram).
+    fn context<'a>(&'a self, ids: &'a [DocId], check_crc: bool) -> BatchContext<'a> {
+        BatchContext { path: &self.path, ids, bytes_per_vector: self.bytes_per_vector, check_crc }
+    }
 }
 
 /// Opens the reader `options` ask for.

@@ -2,9 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{
-    BatchBytes, BatchContext, ReadPlan, ReadStats, ReaderKind, ReaderSource, RecordBatch, RecordReader,
-};
+use super::{BatchBytes, ReadPlan, ReadStats, ReaderKind, ReaderSource, RecordBatch, RecordReader};
 use crate::error::{IoContext, Result};
 
 pub struct RamReader {
@@ -37,13 +35,8 @@ impl RecordReader for RamReader {
             pages: plan.pages(),
             bytes: plan.entries.iter().map(|e| e.len as u64).sum(),
         };
-        let context = BatchContext {
-            path: &self.source.path,
-            ids,
-            bytes_per_vector: self.source.bytes_per_vector,
-            // The whole body was checked against its CRC at open and has been in RAM since.
-            check_crc: false,
-        };
+        // The whole body was checked against its CRC at open and has been in RAM since.
+        let context = self.source.context(ids, false);
         RecordBatch::verified(
             BatchBytes::Shared(self.bytes.clone()),
             plan.file_spans(),

@@ -17,7 +17,7 @@ pub use record::RecordView;
 pub use writer::{StoreWriter, MAX_TOKENS_PER_DOC};
 
 use crate::codec::{codec_from_params, Codec};
-use crate::error::{CellarError, Result};
+use crate::error::{CellarError, IoContext, Result};
 use crate::format::fsio::{open_checked, read_small_file, verify_body};
 use crate::format::{FileHeader, FileKind, Manifest};
 use crate::ids::DocId;
@@ -79,7 +79,7 @@ impl VectorStore {
     /// Streams the whole vectors body through its checksum (slow on large stores; `cellar verify`).
     pub fn verify(&self) -> Result<()> {
         let path = self.vectors_path();
-        let file = std::fs::File::open(&path).map_err(|e| CellarError::io(&path, e))?;
+        let file = std::fs::File::open(&path).at(&path)?;
         verify_body(&file, &path, &self.vectors_header)
     }
 
