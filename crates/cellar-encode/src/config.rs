@@ -1,0 +1,126 @@
+//! The encoder's options and the subset of a Hugging Face `config.json` the forward pass needs.
+
+use std::path::{Path, PathBuf};
+
+use cellar_core::Result;
+use serde::Deserialize;
+
+use crate::errors::model_err;
+
+/// How to load and run an encoder. Build with [`EncoderConfig::new`] and override fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncoderConfig {
+    /// Directory holding `config.json`, `model.safetensors` and `tokenizer.json`.
+    pub model_dir: PathBuf,
+    /// Longest query in tokens, [CLS] and [SEP] included; longer queries are truncated. Default 64.
+    pub query_max_tokens: usize,
+    /// Longest document in tokens, [CLS] and [SEP] included; longer ones are truncated. Default 256.
+    pub doc_max_tokens: usize,
+    /// Drop [CLS]/[SEP] (any special token) from the output token vectors. They still go through
+    /// the model and into the pooled vector. Default true.
+    pub skip_special: bool,
+    /// Drop tokens whose text (less a leading `##`) is only Unicode punctuation or symbols.
+    /// Default true.
+    pub skip_punctuation: bool,
+    /// Threads one encode call may use for its matrix products and row kernels. Default 1.
+    pub threads: usize,
+    /// Documents per forward pass in [`crate::Encoder::encode_docs`]. Default 32.
+    pub batch_size: usize,
+}
+
+impl EncoderConfig {
+    /// The defaults listed on each field, for the checkpoint in `model_dir`.
+    pub fn new(model_dir: impl Into<PathBuf>) -> Self {
+        EncoderConfig {
+            model_dir: model_dir.into(),
+            query_max_tokens: 64,
+            doc_max_tokens: 256,
+            skip_special: true,
+            skip_punctuation: true,
+            threads: 1,
+            batch_size: 32,
+        }
+    }
+}
+
+/// The fields of a BERT `config.json` that shape the network.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct BertConfig {
+    /// Width of every token state.
+    pub hidden_size: usize,
+    /// Attention heads per layer; `hidden_size` must divide evenly.
+    pub num_attention_heads: usize,
+    /// Encoder layers.
+    pub num_hidden_layers: usize,
+    /// Width of the feed-forward block.
+    pub intermediate_size: usize,
+    /// Rows of the word-embedding table.
+    pub vocab_size: usize,
+    /// Rows of the position-embedding table: the longest input the model accepts.
+    pub max_position_embeddings: usize,
+    /// LayerNorm epsilon.
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    /// Activation of the feed-forward block; only the erf GELU is supported.
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    /// Only "absolute" position embeddings are supported.
+    #[serde(default = "default_pos")]
+    pub position_embedding_type: String,
+    /// The checkpoint's name as its author saved it, when present.
+    #[serde(default, rename = "_name_or_path")]
+    pub name_or_path: Option<String>,
+}
+
+fn default_eps() -> f64 {
+    1e-12
+}
+
+fn default_act() -> String {
+    "gelu".to_string()
+}
+
+fn default_pos() -> String {
+    "absolute".to_string()
+}
+
+impl BertConfig {
+    /// Reads and checks `dir/config.json`.
+    pub fn load(dir: &Path) -> Result<BertConfig> {
+        let path = dir.join("config.json");
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| model_err(&path, format!("cannot read: {e}")))?;
+        let cfg: BertConfig =
+            serde_json::from_str(&text).map_err(|e| model_err(&path, format!("not a BERT config: {e}")))?;
+        cfg.check(&path)?;
+        Ok(cfg)
+    }
+
+    fn check(&self, path: &Path) -> Result<()> {
+        let bad = |detail: String| Err(model_err(path, detail));
+        if self.hidden_size == 0 || self.num_attention_heads == 0 || self.num_hidden_layers == 0 {
+            return bad("hidden_size, num_attention_heads and num_hidden_layers must be positive".into());
+        }
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return bad(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        if !matches!(self.hidden_act.as_str(), "gelu" | "gelu_python") {
+            return bad(format!("hidden_act {:?} is not supported (only the erf \"gelu\")", self.hidden_act));
+        }
+        if self.position_embedding_type != "absolute" {
+            return bad(format!(
+                "position_embedding_type {:?} is not supported",
+                self.position_embedding_type
+            ));
+        }
+        Ok(())
+    }
+
+    /// Width of one attention head.
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads
+    }
+}

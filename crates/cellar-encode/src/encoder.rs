@@ -1,0 +1,239 @@
+//! The public encoder: text in, L2-normalised token vectors and a pooled vector out.
+
+use std::path::Path;
+
+use candle_core::Tensor;
+use cellar_core::Result;
+
+use crate::bert::Bert;
+use crate::config::{BertConfig, EncoderConfig};
+use crate::errors::{invalid, model_err, tensor_err};
+use crate::projection::Projection;
+use crate::threads::Pools;
+use crate::tokenize::{Kind, SkipRules, TokenSeq, Tokenizers};
+use crate::weights::Weights;
+
+/// The vectors of one encoded text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encoded {
+    /// `n_tokens * dim` values, row-major; each row is one kept token's vector, L2-normalised.
+    /// Padding is never included; skipped tokens (see [`EncoderConfig`]) are left out.
+    pub tokens: Vec<f32>,
+    /// Rows in `tokens`. Never 0: when every token would be skipped, all of them are kept.
+    pub n_tokens: usize,
+    /// `dim` values: the mean of the states of all real tokens ([CLS] and [SEP] included, as in
+    /// sentence-transformers mean pooling), projected if the model has a projection, L2-normalised.
+    pub pooled: Vec<f32>,
+}
+
+/// A loaded checkpoint. `Send + Sync`: share one between threads with `Arc<Encoder>`; each call
+/// uses at most `config.threads` threads of its own.
+pub struct Encoder {
+    /// What it was loaded with.
+    config: EncoderConfig,
+    /// The transformer.
+    bert: Bert,
+    /// The linear layer after it, if the checkpoint has one.
+    projection: Option<Projection>,
+    /// Query- and document-truncating tokenizers.
+    tokenizers: Tokenizers,
+    /// Per-call thread pools.
+    pools: Pools,
+    /// Human-readable checkpoint name.
+    name: String,
+}
+
+impl Encoder {
+    /// Loads `config.json`, `model.safetensors`, `tokenizer.json` (and any projection) from
+    /// `config.model_dir`. Missing or unusable files are `CellarError::Model` naming the file; bad
+    /// options (zero threads or batch, limits outside `3..=max_position_embeddings`) are
+    /// `CellarError::InvalidInput`.
+    pub fn load(config: EncoderConfig) -> Result<Encoder> {
+        let dir = config.model_dir.clone();
+        if !dir.is_dir() {
+            return Err(model_err(&dir, "model directory not found"));
+        }
+        let cfg = BertConfig::load(&dir)?;
+        check_options(&config, &cfg)?;
+        let weights = Weights::load_bert(&dir.join("model.safetensors"))?;
+        let hidden = cfg.hidden_size;
+        let (vocab, name) = (cfg.vocab_size, model_name(&dir));
+        let summary = format!(
+            "{name} (base {}): {} layers, hidden {hidden}",
+            cfg.name_or_path.as_deref().unwrap_or("?"),
+            cfg.num_hidden_layers
+        );
+        let bert = Bert::load(cfg, &weights)?;
+        let projection = Projection::find(&dir, &weights, hidden)?;
+        drop(weights);
+        let tokenizers = Tokenizers::load(&dir, config.query_max_tokens, config.doc_max_tokens)?;
+        if tokenizers.vocab_size() > vocab {
+            let detail = format!("tokenizer has {} tokens, the model only {vocab}", tokenizers.vocab_size());
+            return Err(model_err(&dir.join("tokenizer.json"), detail));
+        }
+        let pools = Pools::new(config.threads);
+        log::info!(
+            "loaded encoder {summary}, output dim {}",
+            projection.as_ref().map_or(hidden, |p| p.out_dim)
+        );
+        Ok(Encoder { config, bert, projection, tokenizers, pools, name })
+    }
+
+    /// Width of every output vector (the projection's output if there is one, else hidden size).
+    pub fn dim(&self) -> usize {
+        self.projection.as_ref().map_or(self.bert.cfg.hidden_size, |p| p.out_dim)
+    }
+
+    /// The checkpoint's name: its directory's name (with the parent's when the name is generic
+    /// like `model`), or `org/name` for a Hugging Face cache directory.
+    pub fn model_name(&self) -> String {
+        self.name.clone()
+    }
+
+    /// The options it was loaded with.
+    pub fn config(&self) -> &EncoderConfig {
+        &self.config
+    }
+
+    /// Tokens `text` has as a document after truncation, [CLS] and [SEP] included.
+    pub fn tokens_of(&self, text: &str) -> Result<usize> {
+        Ok(self.tokenizers.encode(text, Kind::Doc, self.skip_rules())?.ids.len())
+    }
+
+    /// Encodes one query (truncated at `query_max_tokens`). Empty or whitespace-only text is
+    /// `CellarError::InvalidInput`.
+    pub fn encode_query(&self, text: &str) -> Result<Encoded> {
+        if text.trim().is_empty() {
+            return Err(invalid("empty query"));
+        }
+        let seq = self.tokenizers.encode(text, Kind::Query, self.skip_rules())?;
+        let mut out = self.pools.run(|| self.run_batch(&[&seq]))??;
+        out.pop().ok_or_else(|| invalid("query produced no output"))
+    }
+
+    /// Encodes documents (each truncated at `doc_max_tokens`; empty text is allowed). Runs
+    /// `batch_size` documents per forward pass, grouped by length to limit padding; the result is
+    /// in input order.
+    pub fn encode_docs(&self, texts: &[&str]) -> Result<Vec<Encoded>> {
+        let skip = self.skip_rules();
+        let seqs =
+            texts.iter().map(|t| self.tokenizers.encode(t, Kind::Doc, skip)).collect::<Result<Vec<_>>>()?;
+        let mut order: Vec<usize> = (0..seqs.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(seqs[i].ids.len()));
+        let mut out: Vec<Option<Encoded>> = vec![None; seqs.len()];
+        self.pools.run(|| -> Result<()> {
+            for chunk in order.chunks(self.config.batch_size) {
+                let batch: Vec<&TokenSeq> = chunk.iter().map(|&i| &seqs[i]).collect();
+                for (&i, enc) in chunk.iter().zip(self.run_batch(&batch)?) {
+                    out[i] = Some(enc);
+                }
+            }
+            Ok(())
+        })??;
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    fn skip_rules(&self) -> SkipRules {
+        SkipRules { special: self.config.skip_special, punctuation: self.config.skip_punctuation }
+    }
+
+    /// One forward pass over `seqs`, padded to the longest; results in the same order.
+    fn run_batch(&self, seqs: &[&TokenSeq]) -> Result<Vec<Encoded>> {
+        let seq_len = seqs.iter().map(|s| s.ids.len()).max().unwrap_or(0);
+        if seq_len == 0 {
+            return Ok(Vec::new());
+        }
+        let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
+        let mut ids = vec![0u32; seqs.len() * seq_len];
+        for (row, s) in ids.chunks_mut(seq_len).zip(seqs) {
+            row[..s.ids.len()].copy_from_slice(&s.ids);
+        }
+        let dir = &self.config.model_dir;
+        let hidden = self.bert.forward(&ids, seq_len, &lens).map_err(|e| tensor_err(dir, e))?;
+        let projected = match &self.projection {
+            Some(p) => Some(p.rows(&hidden).and_then(|t| flat(&t)).map_err(|e| tensor_err(dir, e))?),
+            None => None,
+        };
+        let hidden = flat(&hidden).map_err(|e| tensor_err(dir, e))?;
+        let h = self.bert.cfg.hidden_size;
+        let rows_of =
+            |v: &[f32], width: usize, b: usize, n: usize| v[b * seq_len * width..][..n * width].to_vec();
+        let encoded = seqs.iter().enumerate().map(|(b, s)| {
+            let states = rows_of(&hidden, h, b, s.ids.len());
+            let tokens = match &projected {
+                Some(p) => rows_of(p, self.dim(), b, s.ids.len()),
+                None => states.clone(),
+            };
+            self.finish(&states, tokens, &s.keep)
+        });
+        Ok(encoded.collect())
+    }
+
+    /// Builds the output of one text from its hidden `states` and (projected) token `rows`.
+    fn finish(&self, states: &[f32], rows: Vec<f32>, keep: &[bool]) -> Encoded {
+        let (h, dim) = (self.bert.cfg.hidden_size, self.dim());
+        let mut mean = vec![0f32; h];
+        for row in states.chunks_exact(h) {
+            mean.iter_mut().zip(row).for_each(|(m, v)| *m += v);
+        }
+        let inv = 1.0 / (states.len() / h).max(1) as f32;
+        mean.iter_mut().for_each(|m| *m *= inv);
+        let mut pooled = match &self.projection {
+            Some(p) => p.one(&mean),
+            None => mean,
+        };
+        normalize(&mut pooled);
+        let mut tokens = Vec::with_capacity(rows.len());
+        for (row, _) in rows.chunks_exact(dim).zip(keep).filter(|(_, &k)| k) {
+            let start = tokens.len();
+            tokens.extend_from_slice(row);
+            normalize(&mut tokens[start..]);
+        }
+        let n_tokens = tokens.len() / dim;
+        Encoded { tokens, n_tokens, pooled }
+    }
+}
+
+/// A 2-D tensor's values, row-major.
+fn flat(t: &Tensor) -> candle_core::Result<Vec<f32>> {
+    t.flatten_all()?.to_vec1::<f32>()
+}
+
+/// Scales `v` to unit L2 norm (a zero vector stays zero).
+fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        let inv = 1.0 / norm;
+        v.iter_mut().for_each(|x| *x *= inv);
+    }
+}
+
+/// Rejects options the model cannot honour.
+fn check_options(c: &EncoderConfig, cfg: &BertConfig) -> Result<()> {
+    if c.threads == 0 || c.batch_size == 0 {
+        return Err(invalid("threads and batch_size must be at least 1"));
+    }
+    let max = cfg.max_position_embeddings;
+    for (what, n) in [("query_max_tokens", c.query_max_tokens), ("doc_max_tokens", c.doc_max_tokens)] {
+        if !(3..=max).contains(&n) {
+            return Err(invalid(format!("{what} is {n}; this model takes 3..={max} tokens")));
+        }
+    }
+    Ok(())
+}
+
+/// A readable name for the checkpoint in `dir` (see [`Encoder::model_name`]).
+fn model_name(dir: &Path) -> String {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let names: Vec<String> = dir.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    if let Some(hub) = names.iter().rev().find_map(|n| n.strip_prefix("models--")) {
+        return hub.replace("--", "/");
+    }
+    match names.as_slice() {
+        [.., parent, name] if matches!(name.as_str(), "model" | "models" | "checkpoint" | "onnx") => {
+            format!("{parent}/{name}")
+        }
+        [.., name] => name.clone(),
+        [] => String::from("unknown"),
+    }
+}

