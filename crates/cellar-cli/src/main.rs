@@ -2,16 +2,20 @@
 //! parses arguments and turns errors into a message and exit code 2.
 
 mod bench_store;
+mod eval_cmd;
+mod index_cmd;
 mod inspect;
 mod progress;
+mod search_cmd;
 mod synth;
+mod tune_cmd;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cellar", version, about = "SSD-resident late-interaction retrieval: store tools")]
+#[command(name = "cellar", version, about = "SSD-resident late-interaction retrieval")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -22,6 +26,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Build an index (vectors, BM25, texts) from a BEIR folder or a corpus.jsonl.
+    Index(index_cmd::IndexArgs),
+    /// Answer one query: BM25, dense, rerank or hybrid.
+    Search(search_cmd::SearchArgs),
+    /// Evaluate every mode against a split's relevance judgments and print one table.
+    Eval(eval_cmd::EvalArgs),
+    /// Sweep alpha and rerank_k on a development split and save the best as defaults.
+    Tune(tune_cmd::TuneArgs),
     /// Print an index's manifest and file headers without loading its vectors.
     Inspect(inspect::InspectArgs),
     /// Write a store of clustered synthetic token vectors (scale tests without a model).
@@ -37,6 +49,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let joined = cli.cgroup.as_deref().map_or(Ok(()), bench_store::join_cgroup);
     let result = joined.and_then(|()| match cli.command {
+        Command::Index(args) => index_cmd::run(args),
+        Command::Search(args) => search_cmd::run(args),
+        Command::Eval(args) => eval_cmd::run(args),
+        Command::Tune(args) => tune_cmd::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
         Command::BenchStore(args) => bench_store::run(args),

@@ -28,6 +28,10 @@ pub enum CellarError {
     #[error("{}: format version {found} is not supported (this build reads versions {oldest}..={newest})", path.display())]
     Incompatible { path: PathBuf, found: u32, oldest: u32, newest: u32 },
 
+    /// A model checkpoint (config, weights, tokenizer) is missing or unusable.
+    #[error("{}: model: {detail}", path.display())]
+    Model { path: PathBuf, detail: String },
+
     /// The platform refuses a capability that was explicitly asked for (e.g. O_DIRECT).
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -53,6 +57,7 @@ impl CellarError {
             CellarError::DocOutOfRange { .. } => "doc_out_of_range",
             CellarError::Corrupted { .. } => "corrupted",
             CellarError::Incompatible { .. } => "incompatible_version",
+            CellarError::Model { .. } => "model",
             CellarError::Unsupported(_) => "unsupported",
             CellarError::Io { .. } => "io",
         }

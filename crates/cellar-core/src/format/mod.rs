@@ -30,10 +30,23 @@ pub enum FileKind {
     Offsets = 2,
     /// Parameters of the vector codec, e.g. int8 per-dimension scales (`codec.bin`).
     CodecParams = 3,
+    /// One pooled (single-vector) embedding per document, f16 (`pooled.bin`).
+    Pooled = 4,
+    /// Documents' display text, one JSON line each (`texts.bin`).
+    Texts = 5,
+    /// Byte offset of every document's line in `texts.bin` (`text_offsets.bin`).
+    TextOffsets = 6,
 }
 
 impl FileKind {
-    pub const ALL: [FileKind; 3] = [FileKind::Vectors, FileKind::Offsets, FileKind::CodecParams];
+    pub const ALL: [FileKind; 6] = [
+        FileKind::Vectors,
+        FileKind::Offsets,
+        FileKind::CodecParams,
+        FileKind::Pooled,
+        FileKind::Texts,
+        FileKind::TextOffsets,
+    ];
 
     pub fn from_u32(value: u32) -> Option<FileKind> {
         FileKind::ALL.into_iter().find(|k| *k as u32 == value)
@@ -45,6 +58,9 @@ impl FileKind {
             FileKind::Vectors => "vectors",
             FileKind::Offsets => "offsets",
             FileKind::CodecParams => "codec_params",
+            FileKind::Pooled => "pooled",
+            FileKind::Texts => "texts",
+            FileKind::TextOffsets => "text_offsets",
         }
     }
 
@@ -54,6 +70,9 @@ impl FileKind {
             FileKind::Vectors => "vectors.bin",
             FileKind::Offsets => "offsets.bin",
             FileKind::CodecParams => "codec.bin",
+            FileKind::Pooled => "pooled.bin",
+            FileKind::Texts => "texts.bin",
+            FileKind::TextOffsets => "text_offsets.bin",
         }
     }
 }

@@ -1,0 +1,80 @@
+//! `cellar eval`: runs every row of the evaluation table over a split's judged queries.
+
+use std::path::PathBuf;
+
+use cellar_core::io::ReaderKind;
+use cellar_core::{CellarError, Result};
+use cellar_search::corpus::Collection;
+use cellar_search::eval::{self, RowResult};
+use cellar_search::{Index, OpenOptions};
+use clap::Args;
+
+use crate::progress;
+
+#[derive(Args)]
+pub struct EvalArgs {
+    #[arg(long)]
+    pub index: PathBuf,
+    /// BEIR folder with queries.jsonl and qrels/<split>.tsv.
+    #[arg(long)]
+    pub data: PathBuf,
+    #[arg(long, default_value = "test")]
+    pub split: String,
+    #[arg(long, default_value = "mmap")]
+    pub reader: ReaderKind,
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Write one TREC run file per row into this directory.
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Write the rows as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Evaluate only the first N judged queries.
+    #[arg(long)]
+    pub max_queries: Option<usize>,
+}
+
+pub fn run(args: EvalArgs) -> Result<()> {
+    let index = Index::open(
+        &args.index,
+        OpenOptions { reader: args.reader, model_dir: args.model, encoder_threads: 1 },
+    )?;
+    let collection = Collection::locate(&args.data)?;
+    let qrels = collection.qrels(&args.split)?;
+    let mut queries = eval::judged_queries(&collection.queries()?, &qrels);
+    queries.truncate(args.max_queries.unwrap_or(usize::MAX));
+    if queries.is_empty() {
+        return Err(CellarError::InvalidInput(format!(
+            "no query of {} is judged in qrels/{}.tsv",
+            args.data.display(),
+            args.split
+        )));
+    }
+    let prepared = eval::prepare_all(&index, &queries, &progress::bar(queries.len() as u64, "queries"))?;
+    let ids = eval::doc_ids(&index)?;
+    let mut rows: Vec<RowResult> = Vec::new();
+    for spec in eval::default_rows(index.config()) {
+        let row = eval::evaluate_row(&index, &queries, &prepared, &qrels, &ids, &spec)?;
+        if let Some(dir) = &args.run_dir {
+            std::fs::create_dir_all(dir).map_err(|e| CellarError::Io { path: dir.clone(), source: e })?;
+            eval::write_run(&dir.join(format!("{}.run", rows.len())), &row, &format!("row{}", rows.len()))?;
+        }
+        rows.push(row);
+    }
+    println!(
+        "{} / {}: {} judged queries, {} documents, reader {}, mean query encoding {:.1} ms\n",
+        args.data.display(),
+        args.split,
+        queries.len(),
+        index.len(),
+        index.reader_kind().name(),
+        rows.iter().map(|r| r.mean_encode_ms).fold(0.0, f64::max)
+    );
+    print!("{}", eval::table(&rows));
+    if let Some(path) = &args.json {
+        let json = serde_json::to_vec_pretty(&rows).map_err(|e| CellarError::InvalidInput(e.to_string()))?;
+        std::fs::write(path, json).map_err(|e| CellarError::Io { path: path.clone(), source: e })?;
+    }
+    Ok(())
+}

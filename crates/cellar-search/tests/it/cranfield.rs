@@ -1,0 +1,44 @@
+//! Quality on a real collection: cranfield (1,400 documents, 225 graded queries), when
+//! `../shared/data/cranfield` is present. The floors sit well below the measured figures
+//! (see the README's evaluation tables); they catch a broken stage, not a small regression.
+
+use std::path::PathBuf;
+
+use cellar_search::corpus::Collection;
+use cellar_search::eval::{self, RowSpec};
+use cellar_search::{Index, Mode, OpenOptions};
+use indicatif::ProgressBar;
+use tempfile::TempDir;
+
+fn cranfield() -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/cranfield");
+    if path.join("corpus.jsonl").is_file() {
+        Some(path)
+    } else {
+        eprintln!("SKIPPED: {} is absent", path.display());
+        None
+    }
+}
+
+#[test]
+fn cranfield_rerank_beats_a_floor_and_bm25() {
+    let Some(data) = cranfield() else { return };
+    let tmp = TempDir::new().unwrap();
+    let out = tmp.path().join("index");
+    Index::build(&crate::fixture::options(&data, &out)).unwrap();
+    let index = Index::open(&out, OpenOptions::default()).unwrap();
+    let collection = Collection::locate(&data).unwrap();
+    let qrels = collection.qrels("test").unwrap();
+    let queries = eval::judged_queries(&collection.queries().unwrap(), &qrels);
+    assert_eq!(queries.len(), 225);
+    let prepared = eval::prepare_all(&index, &queries, &ProgressBar::hidden()).unwrap();
+    let ids = eval::doc_ids(&index).unwrap();
+    let ndcg = |mode| {
+        let row = eval::evaluate_row(&index, &queries, &prepared, &qrels, &ids, &RowSpec::new("row", mode))
+            .unwrap();
+        row.metrics.ndcg_at_10
+    };
+    let (bm25, rerank) = (ndcg(Mode::Bm25), ndcg(Mode::Rerank));
+    assert!(bm25 > 0.25, "bm25 nDCG@10 {bm25}");
+    assert!(rerank > 0.25, "rerank nDCG@10 {rerank}");
+}

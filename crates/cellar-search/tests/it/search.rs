@@ -1,0 +1,108 @@
+//! The query pipeline on the fixture index: modes, fusion, partial re-ranking, bad input.
+
+use cellar_core::io::ReaderKind;
+use cellar_core::CellarError;
+use cellar_search::fusion::Stage;
+use cellar_search::{Mode, SearchOptions};
+
+use crate::fixture::open;
+
+fn options(k: usize, mode: Mode) -> SearchOptions {
+    SearchOptions { k, mode: Some(mode), ..Default::default() }
+}
+
+#[test]
+fn every_mode_finds_the_topic_of_the_query() {
+    let index = open(ReaderKind::Mmap);
+    for mode in Mode::ALL {
+        let response = index.search("which instrument is played with a bow", &options(5, mode)).unwrap();
+        assert_eq!(response.hits.len(), 5, "{mode}");
+        assert!(response.hits[0].id.starts_with("violin-"), "{mode}: top hit {}", response.hits[0].id);
+        assert!(!response.hits[0].text.is_empty());
+    }
+}
+
+#[test]
+fn readers_give_identical_rankings() {
+    let query = "glaciers retreating in a warming climate";
+    let rankings: Vec<Vec<(String, f32)>> = ReaderKind::ALL
+        .into_iter()
+        .map(|reader| {
+            let response = open(reader).search(query, &options(10, Mode::Hybrid)).unwrap();
+            response.hits.into_iter().map(|h| (h.id, h.score)).collect()
+        })
+        .collect();
+    assert_eq!(rankings[0], rankings[1]);
+    assert_eq!(rankings[0], rankings[2]);
+}
+
+#[test]
+fn rerank_orders_by_maxsim_and_reports_io_and_timings() {
+    let index = open(ReaderKind::Direct);
+    let response = index.search("magma rising through the crust", &options(10, Mode::Rerank)).unwrap();
+    let maxsim: Vec<f32> = response.hits.iter().map(|h| h.maxsim.expect("re-ranked")).collect();
+    assert!(maxsim.windows(2).all(|w| w[0] >= w[1]), "rerank must sort by MaxSim: {maxsim:?}");
+    assert!(response.io.bytes_read > 0 && response.io.read_calls > 0);
+    assert!(response.timings.read_ms > 0.0 && response.timings.maxsim_ms > 0.0);
+    assert_eq!(response.params.alpha, 0.0);
+}
+
+#[test]
+fn partial_rerank_keeps_the_tail_in_first_stage_order() {
+    let index = open(ReaderKind::Mmap);
+    let query = "hot water and hot ovens";
+    let bm25 = index.search(query, &options(30, Mode::Bm25)).unwrap();
+    let mut request = options(30, Mode::Hybrid);
+    request.rerank_k = Some(4);
+    let hybrid = index.search(query, &request).unwrap();
+    assert_eq!(hybrid.reranked, 4);
+    let head: Vec<&str> = hybrid.hits[..4].iter().map(|h| h.id.as_str()).collect();
+    let mut bm25_head: Vec<&str> = bm25.hits[..4].iter().map(|h| h.id.as_str()).collect();
+    let mut sorted_head = head.clone();
+    sorted_head.sort();
+    bm25_head.sort();
+    assert_eq!(sorted_head, bm25_head, "the re-ranked head is the BM25 top 4, reordered");
+    let tail: Vec<&str> = hybrid.hits[4..].iter().map(|h| h.id.as_str()).collect();
+    let bm25_tail: Vec<&str> = bm25.hits[4..hybrid.hits.len()].iter().map(|h| h.id.as_str()).collect();
+    assert_eq!(tail, bm25_tail);
+    assert!(hybrid.hits[4..].iter().all(|h| h.stage == Stage::FirstStage && h.maxsim.is_none()));
+}
+
+#[test]
+fn alpha_one_keeps_bm25_order() {
+    let index = open(ReaderKind::Mmap);
+    let query = "football championship final";
+    let bm25 = index.search(query, &options(10, Mode::Bm25)).unwrap();
+    let mut request = options(10, Mode::Hybrid);
+    request.alpha = Some(1.0);
+    request.candidates = Some(10);
+    let hybrid = index.search(query, &request).unwrap();
+    let ids = |r: &cellar_search::SearchResponse| r.hits.iter().map(|h| h.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&bm25), ids(&hybrid));
+}
+
+#[test]
+fn bad_requests_are_typed_errors() {
+    let index = open(ReaderKind::Mmap);
+    let invalid = |result: cellar_core::Result<cellar_search::SearchResponse>| {
+        matches!(result, Err(CellarError::InvalidInput(_)))
+    };
+    assert!(invalid(index.search("", &options(5, Mode::Hybrid))));
+    assert!(invalid(index.search("   ", &options(5, Mode::Bm25))));
+    assert!(invalid(index.search(&"word ".repeat(2000), &options(5, Mode::Hybrid))));
+    assert!(invalid(index.search("bread", &options(0, Mode::Hybrid))));
+    let mut bad_alpha = options(5, Mode::Hybrid);
+    bad_alpha.alpha = Some(1.5);
+    assert!(invalid(index.search("bread", &bad_alpha)));
+    assert!(matches!("fuzzy".parse::<Mode>(), Err(CellarError::InvalidInput(m)) if m.contains("hybrid")));
+    // The index keeps answering after bad requests.
+    assert_eq!(index.search("bread", &options(3, Mode::Bm25)).unwrap().hits.len(), 3);
+}
+
+#[test]
+fn a_query_of_stop_words_only_returns_no_bm25_hits() {
+    let index = open(ReaderKind::Mmap);
+    let response = index.search("the and of", &options(5, Mode::Hybrid)).unwrap();
+    assert!(response.hits.is_empty());
+    assert_eq!(index.search("the and of", &options(5, Mode::Dense)).unwrap().hits.len(), 5);
+}
