@@ -1,0 +1,56 @@
+"""Cellar: SSD-resident ColBERT-style retrieval.
+
+BM25 finds candidates, their token vectors are read from disk and re-scored with MaxSim, and
+the two scores are fused::
+
+    import cellar
+
+    index = cellar.Index.build("data/scifact", "scifact.cellar")   # or cellar.Index.open(path)
+    result = index.search("does vitamin D prevent fractures?", k=10, mode="hybrid")
+    for doc_id, score, text in zip(result.ids, result.scores, result.texts):
+        print(doc_id, round(score, 3), text[:80])
+
+    metrics = index.evaluate({"q1": "..."}, {"q1": {"doc7": 2}})   # {"nDCG@10": ..., ...}
+
+Searches and evaluations release the GIL: one :class:`Index` can serve many Python threads.
+Errors derive from :class:`CellarError`; bad input raises :class:`InvalidInputError`, which is
+also a :class:`ValueError`.
+"""
+
+from __future__ import annotations
+
+from ._cellar import MAX_K, MAX_QUERY_BYTES, Index, SearchResult, __version__
+from ._errors import (
+    CellarError,
+    CellarIOError,
+    CorruptedError,
+    IncompatibleError,
+    InvalidInputError,
+    ModelError,
+    UnsupportedError,
+)
+
+#: Search modes accepted by :meth:`Index.search` and :meth:`Index.evaluate`.
+MODES = ("hybrid", "rerank", "bm25", "dense")
+#: Readers accepted by :meth:`Index.open`.
+READERS = ("mmap", "direct", "ram")
+#: Vector codecs accepted by :meth:`Index.build`.
+CODECS = ("f16", "int8")
+
+__all__ = [
+    "Index",
+    "SearchResult",
+    "CellarError",
+    "InvalidInputError",
+    "CorruptedError",
+    "IncompatibleError",
+    "ModelError",
+    "UnsupportedError",
+    "CellarIOError",
+    "MODES",
+    "READERS",
+    "CODECS",
+    "MAX_K",
+    "MAX_QUERY_BYTES",
+    "__version__",
+]

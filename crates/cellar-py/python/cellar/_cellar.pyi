@@ -1,0 +1,92 @@
+"""Type hints of the native module (see the docstrings on the objects themselves)."""
+
+from collections.abc import Iterable, Mapping
+from os import PathLike
+from pathlib import Path
+from typing import Any, Literal
+
+_Path = str | PathLike[str]
+_Mode = Literal["hybrid", "rerank", "bm25", "dense"]
+_Reader = Literal["mmap", "direct", "ram"]
+_Codec = Literal["f16", "int8"]
+_Id = str | int
+
+__version__: str
+MAX_K: int
+MAX_QUERY_BYTES: int
+
+class SearchResult:
+    @property
+    def ids(self) -> list[str]: ...
+    @property
+    def scores(self) -> list[float]: ...
+    @property
+    def texts(self) -> list[str]: ...
+    @property
+    def titles(self) -> list[str]: ...
+    @property
+    def hits(self) -> list[dict[str, Any]]: ...
+    @property
+    def timings(self) -> dict[str, float]: ...
+    @property
+    def params(self) -> dict[str, Any]: ...
+    @property
+    def io(self) -> dict[str, int]: ...
+    @property
+    def bytes_read(self) -> int: ...
+    @property
+    def candidates(self) -> int: ...
+    @property
+    def reranked(self) -> int: ...
+    def to_dict(self) -> dict[str, Any]: ...
+    def __len__(self) -> int: ...
+
+class Index:
+    @staticmethod
+    def build(
+        source: _Path,
+        out: _Path,
+        *,
+        model: _Path | None = None,
+        codec: _Codec = "f16",
+        pca_dim: int | None = None,
+        doc_max_tokens: int = 256,
+        query_max_tokens: int = 64,
+        keep_special: bool = False,
+        keep_punctuation: bool = False,
+        max_docs: int | None = None,
+        threads: int | None = None,
+        reader: _Reader = "mmap",
+        progress: bool = False,
+    ) -> Index: ...
+    @staticmethod
+    def open(
+        path: _Path, reader: _Reader = "mmap", model: _Path | None = None, encoder_threads: int = 1
+    ) -> Index: ...
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        mode: _Mode | None = "hybrid",
+        candidates: int | None = None,
+        rerank_k: int | None = None,
+        alpha: float | None = None,
+    ) -> SearchResult: ...
+    def evaluate(
+        self,
+        queries: Mapping[_Id, str] | Iterable[tuple[_Id, str]],
+        qrels: Mapping[_Id, Mapping[_Id, int]],
+        *,
+        mode: _Mode | None = "hybrid",
+        k: int = 100,
+        candidates: int | None = None,
+        rerank_k: int | None = None,
+        alpha: float | None = None,
+    ) -> dict[str, Any]: ...
+    @property
+    def config(self) -> dict[str, Any]: ...
+    @property
+    def path(self) -> Path: ...
+    @property
+    def reader(self) -> _Reader: ...
+    def __len__(self) -> int: ...

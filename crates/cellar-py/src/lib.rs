@@ -1,0 +1,37 @@
+//! `cellar._cellar`, the native half of the `cellar` Python package (the pure-Python half in
+//! `python/cellar` re-exports it and defines the exception classes).
+//!
+//! - `index`: `Index.build`, `Index.open`, `search`, `evaluate`, with the GIL released
+//! - `result`: `SearchResult`
+//! - `evaluate`: scoring judged queries with `cellar-search`'s evaluation code
+//! - `args`, `convert`, `errors`: Python ⇄ Rust conversions and exception mapping
+//!
+//! Build and install with maturin; see `python/README.md`.
+
+mod args;
+mod convert;
+mod errors;
+mod evaluate;
+mod index;
+mod result;
+
+use pyo3::prelude::*;
+
+/// Panics inside the engine's error boundary, for tests that a Rust panic becomes a
+/// `CellarError` (code ``"panic"``) instead of taking the interpreter down.
+#[pyfunction]
+fn _panic_for_tests(py: Python<'_>, message: &str) -> PyResult<()> {
+    errors::without_gil(py, || -> cellar_core::Result<()> { panic!("{message}") })
+}
+
+/// Native module of the `cellar` package; import `cellar` instead.
+#[pymodule]
+fn _cellar(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
+    m.add_class::<index::PyIndex>()?;
+    m.add_class::<result::PySearchResult>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("MAX_K", cellar_search::params::MAX_K)?;
+    m.add("MAX_QUERY_BYTES", cellar_search::params::MAX_QUERY_BYTES)?;
+    Ok(())
+}

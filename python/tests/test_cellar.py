@@ -1,0 +1,387 @@
+"""Tests of the `cellar` Python package: build, open, search, evaluate, errors and the GIL."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from topics import QUERIES, TOPICS, UNJUDGED, topic_of
+
+import cellar
+
+MODES = ("hybrid", "rerank", "bm25", "dense")
+N_DOCS = sum(len(docs) for docs in TOPICS.values())
+
+
+# --- build, open, metadata ------------------------------------------------------------------
+
+
+def test_build_returns_an_open_index(collection: Path, tmp_path: Path) -> None:
+    idx = cellar.Index.build(collection, tmp_path / "idx", codec="int8", max_docs=8)
+    assert isinstance(idx, cellar.Index)
+    assert len(idx) == 8
+    assert idx.reader == "mmap"
+    assert idx.config["codec"] == "int8"
+    assert idx.config["build"]["docs"] == 8
+    assert idx.search("volcano lava", k=3, mode="bm25").ids[0].startswith("volcano-")
+
+
+def test_open_reports_size_config_and_repr(index: cellar.Index, index_dir: Path) -> None:
+    assert len(index) == N_DOCS
+    config = index.config
+    assert config["build"]["docs"] == N_DOCS
+    assert config["codec"] == "f16"
+    assert config["search"]["mode"] == "hybrid"
+    assert config["search"]["alpha"] == 0.3, "f32 values reach Python in their shortest form"
+    assert config["encoder"]["skip_special"] is True
+    assert Path(index.path) == index_dir
+    assert "docs=36" in repr(index) and "mmap" in repr(index)
+
+
+@pytest.mark.parametrize("reader", ["ram", "mmap", "direct"])
+def test_every_reader_gives_the_same_ranking(index_dir: Path, index: cellar.Index, reader: str) -> None:
+    try:
+        idx = cellar.Index.open(index_dir, reader=reader)
+    except cellar.UnsupportedError:
+        assert reader == "direct", "only O_DIRECT may be refused by the file system"
+        return
+    assert idx.reader == reader
+    query = "black hole event horizon"
+    assert idx.search(query, k=10).ids == index.search(query, k=10).ids
+
+
+# --- search -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_search_every_mode_ranks_the_topic_first(index: cellar.Index, mode: str) -> None:
+    # Every query shares words with at least 3 documents of its topic, so BM25-based modes (which
+    # rank BM25 candidates only) also fill k=3.
+    for qid, (text, topic) in QUERIES.items():
+        res = index.search(text, k=3, mode=mode)
+        assert len(res) == 3, (qid, mode)
+        assert len(res.ids) == len(res.scores) == len(res.texts) == len(res.titles) == len(res.hits) == 3
+        assert [topic_of(d) for d in res.ids] == [topic] * 3, f"{mode}: {text!r} ranked {res.ids}"
+        assert res.scores == sorted(res.scores, reverse=True)
+        assert res.params["mode"] == mode and res.params["k"] == 3
+
+
+def test_search_result_fields_are_aligned(index: cellar.Index) -> None:
+    res = index.search("honeybee hive honey", k=4, mode="hybrid")
+    for i, hit in enumerate(res.hits):
+        assert hit["id"] == res.ids[i]
+        assert hit["title"] == res.titles[i]
+        assert hit["text"] == res.texts[i]
+        assert hit["score"] == res.scores[i]
+        assert set(hit) == {"id", "internal_id", "score", "stage", "first_stage_score", "maxsim", "title", "text"}
+    by_id = {doc: (title, text) for doc, title, text in zip(res.ids, res.titles, res.texts)}
+    assert by_id["bees-3"] == TOPICS["bees"][3]
+    assert set(res.timings) == {"encode", "first_stage", "read", "maxsim", "fuse", "text", "total"}
+    assert all(v >= 0 for v in res.timings.values())
+    assert res.bytes_read > 0 and res.bytes_read == res.io["bytes_read"]
+    assert res.reranked > 0 and res.candidates >= res.reranked
+    assert json.loads(json.dumps(res.to_dict()))["hits"][0]["id"] == res.ids[0]
+    assert "SearchResult(mode=hybrid" in repr(res)
+
+
+def test_search_defaults_and_parameters(index: cellar.Index) -> None:
+    res = index.search("sourdough yeast")
+    assert res.params["k"] == 10 and res.params["mode"] == "hybrid"
+    assert 2 <= len(res) <= 10, "hybrid ranks BM25 candidates: only documents sharing a word"
+    assert index.search("sourdough yeast", mode=None).params["mode"] == index.config["search"]["mode"]
+    res = index.search("sourdough yeast", k=3, candidates=20, rerank_k=5, alpha=0.5)
+    assert res.params == {"mode": "hybrid", "k": 3, "candidates": 20, "rerank_k": 5, "alpha": 0.5}
+    assert res.reranked <= 5
+    assert index.search("sourdough yeast", mode="rerank").params["alpha"] == 0.0
+    assert index.search("sourdough yeast", mode="bm25").bytes_read == 0
+    assert len(index.search("sourdough yeast", k=1000, mode="dense")) == N_DOCS
+
+
+def test_concurrent_searches_agree_with_serial_ones(index: cellar.Index) -> None:
+    texts = [text for text, _ in QUERIES.values()] * 3
+    expected = [index.search(t, k=5).ids for t in texts]
+    results: list[list[str] | None] = [None] * len(texts)
+
+    def work(offset: int) -> None:
+        for i in range(offset, len(texts), 4):
+            results[i] = index.search(texts[i], k=5).ids
+
+    threads = [threading.Thread(target=work, args=(o,)) for o in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == expected
+
+
+# --- evaluate ---------------------------------------------------------------------------------
+
+
+def test_evaluate_returns_sane_metrics(index: cellar.Index, queries, qrels) -> None:
+    for mode in MODES:
+        m = index.evaluate(queries, qrels, mode=mode)
+        assert m["queries"] == len(QUERIES)
+        for key in ("nDCG@10", "MRR@10", "R@100", "S@5"):
+            assert 0.0 <= m[key] <= 1.0, (mode, key, m[key])
+        # Every query ranks its topic first, but the top document may be the unjudged fourth.
+        assert m["S@5"] == 1.0 and m["MRR@10"] >= 0.5, (mode, m)
+        assert m["nDCG@10"] > 0.5
+        assert m["params"]["mode"] == mode and m["params"]["k"] == 100
+
+
+def test_evaluate_scores_only_judged_queries_and_accepts_pairs(index: cellar.Index, queries, qrels) -> None:
+    as_dict = index.evaluate(queries, qrels)
+    pairs = [*queries.items(), UNJUDGED]
+    as_pairs = index.evaluate(pairs, qrels)
+    assert as_pairs["queries"] == len(QUERIES)
+    for key in ("nDCG@10", "MRR@10", "R@100", "S@5"):
+        assert as_dict[key] == as_pairs[key]
+
+
+def test_evaluate_matches_a_hand_computed_case(index: cellar.Index) -> None:
+    text = "honeybee pollen nectar flowers"
+    ranking = index.search(text, k=100, mode="bm25").ids
+    assert len(ranking) >= 3
+    missing = next(d for d in (f"{t}-{i}" for t in TOPICS for i in range(4)) if d not in ranking)
+    # Rank 1 judged irrelevant, rank 3 relevant (grade 2), one relevant document not retrieved.
+    qrels = {"q": {ranking[0]: 0, ranking[2]: 2, missing: 1}}
+    m = index.evaluate({"q": text}, qrels, mode="bm25", k=100)
+    dcg = 2 / math.log2(4)
+    idcg = 2 / math.log2(2) + 1 / math.log2(3)
+    assert m["queries"] == 1
+    assert m["nDCG@10"] == pytest.approx(dcg / idcg, abs=1e-12)
+    assert m["MRR@10"] == pytest.approx(1 / 3, abs=1e-12)
+    assert m["R@100"] == 0.5
+    assert m["S@5"] == 1.0
+
+
+def test_evaluate_accepts_int_ids(index: cellar.Index) -> None:
+    m = index.evaluate([(7, "black hole event horizon")], {7: {"blackhole-1": 1}}, mode="bm25")
+    assert m["queries"] == 1 and m["S@5"] == 1.0
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+def test_exception_hierarchy() -> None:
+    assert issubclass(cellar.InvalidInputError, cellar.CellarError)
+    assert issubclass(cellar.InvalidInputError, ValueError)
+    assert issubclass(cellar.CellarIOError, OSError)
+    for cls in (cellar.CorruptedError, cellar.IncompatibleError, cellar.ModelError, cellar.UnsupportedError):
+        assert issubclass(cls, cellar.CellarError) and not issubclass(cls, ValueError)
+
+
+@pytest.mark.parametrize("query", ["", "   \n"])
+def test_empty_query_is_invalid_input(index: cellar.Index, query: str) -> None:
+    with pytest.raises(cellar.InvalidInputError, match="empty") as info:
+        index.search(query)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, cellar.CellarError)
+    assert info.value.code == "invalid_input"
+
+
+def test_overlong_query_is_invalid_input(index: cellar.Index) -> None:
+    with pytest.raises(ValueError, match="limit"):
+        index.search("word " * cellar.MAX_QUERY_BYTES)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        ({"mode": "fancy"}, "unknown mode"),
+        ({"k": 0}, "k must be a positive integer"),
+        ({"k": -3}, "k must be a positive integer"),
+        ({"k": cellar.MAX_K + 1}, "k must be between"),
+        ({"candidates": 0}, "candidates"),
+        ({"rerank_k": -1}, "rerank_k"),
+        ({"alpha": 1.5}, "alpha"),
+        ({"alpha": float("nan")}, "alpha"),
+    ],
+)
+def test_bad_search_arguments_are_invalid_input(index: cellar.Index, kwargs, pattern: str) -> None:
+    with pytest.raises(cellar.InvalidInputError, match=pattern):
+        index.search("volcano", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{"k": "10"}, {"k": 2.5}, {"mode": 3}, {"alpha": "high"}])
+def test_wrong_argument_types_are_type_errors(index: cellar.Index, kwargs) -> None:
+    with pytest.raises(TypeError):
+        index.search("volcano", **kwargs)
+    with pytest.raises(TypeError):
+        index.search(42)  # type: ignore[arg-type]
+
+
+def test_bad_evaluate_arguments(index: cellar.Index, queries, qrels) -> None:
+    with pytest.raises(cellar.InvalidInputError, match="no.*judgments|none of"):
+        index.evaluate({"x": "volcano"}, qrels)
+    with pytest.raises(cellar.InvalidInputError, match="more than once"):
+        index.evaluate([("q-bees", "bees"), ("q-bees", "honey")], qrels)
+    with pytest.raises(cellar.InvalidInputError, match="q-bees.*empty"):
+        index.evaluate({"q-bees": " "}, qrels)
+    with pytest.raises(cellar.InvalidInputError, match="k must"):
+        index.evaluate(queries, qrels, k=0)
+    with pytest.raises(cellar.InvalidInputError, match="unknown mode"):
+        index.evaluate(queries, qrels, mode="best")
+    with pytest.raises(TypeError, match="qrels"):
+        index.evaluate(queries, [("q-bees", "bees-0", 1)])
+    with pytest.raises(TypeError, match="grade"):
+        index.evaluate(queries, {"q-bees": {"bees-0": "relevant"}})
+    with pytest.raises(TypeError, match="queries"):
+        index.evaluate("q-bees", qrels)
+    with pytest.raises(TypeError, match="pair"):
+        index.evaluate([("q-bees", "bees", "extra")], qrels)
+
+
+def test_bad_open_and_build_choices_are_invalid_input(index_dir: Path, collection: Path, tmp_path: Path) -> None:
+    with pytest.raises(cellar.InvalidInputError, match="unknown reader"):
+        cellar.Index.open(index_dir, reader="tape")
+    with pytest.raises(cellar.InvalidInputError, match="unknown codec"):
+        cellar.Index.build(collection, tmp_path / "x", codec="f8")
+    with pytest.raises(cellar.InvalidInputError, match="doc_max_tokens"):
+        cellar.Index.build(collection, tmp_path / "x", doc_max_tokens=0)
+    with pytest.raises(cellar.InvalidInputError, match="not empty"):
+        cellar.Index.build(collection, index_dir)
+    with pytest.raises(cellar.InvalidInputError, match="no such collection"):
+        cellar.Index.build(tmp_path / "nowhere", tmp_path / "x")
+
+
+def test_missing_index_dir(tmp_path: Path) -> None:
+    with pytest.raises(cellar.CellarError, match="no such index directory") as info:
+        cellar.Index.open(tmp_path / "absent")
+    assert isinstance(info.value, ValueError)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(cellar.InvalidInputError, match="no index.json"):
+        cellar.Index.open(tmp_path / "empty")
+
+
+def copy_index(index_dir: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "copy.cellar"
+    shutil.copytree(index_dir, copy)
+    return copy
+
+
+def test_corrupted_index_json(index_dir: Path, tmp_path: Path) -> None:
+    copy = copy_index(index_dir, tmp_path)
+    (copy / "index.json").write_text("{ this is not json")
+    with pytest.raises(cellar.CorruptedError, match="index.json") as info:
+        cellar.Index.open(copy)
+    assert info.value.code == "corrupted" and not isinstance(info.value, ValueError)
+
+
+def test_incompatible_format_version(index_dir: Path, tmp_path: Path) -> None:
+    copy = copy_index(index_dir, tmp_path)
+    config = json.loads((copy / "index.json").read_text())
+    config["format_version"] = 99
+    (copy / "index.json").write_text(json.dumps(config))
+    with pytest.raises(cellar.IncompatibleError, match="99"):
+        cellar.Index.open(copy)
+
+
+def test_index_parts_that_disagree_are_corrupted(index_dir: Path, tmp_path: Path) -> None:
+    copy = copy_index(index_dir, tmp_path)
+    config = json.loads((copy / "index.json").read_text())
+    config["build"]["docs"] += 1
+    (copy / "index.json").write_text(json.dumps(config))
+    with pytest.raises(cellar.CorruptedError, match="documents"):
+        cellar.Index.open(copy)
+
+
+def test_missing_model(collection: Path, index_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(cellar.ModelError, match="not found") as info:
+        cellar.Index.build(collection, tmp_path / "idx", model=tmp_path / "no-model")
+    assert info.value.code == "model"
+    idx = cellar.Index.open(index_dir, model=tmp_path / "no-model")
+    assert idx.search("volcano lava", mode="bm25").ids, "BM25 needs no model"
+    with pytest.raises(cellar.ModelError):
+        idx.search("volcano lava", mode="hybrid")
+
+
+def test_io_error_is_an_oserror(collection: Path, tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(cellar.CellarIOError) as info:
+        cellar.Index.build(collection, tmp_path / "a-file" / "idx")
+    assert isinstance(info.value, OSError) and isinstance(info.value, cellar.CellarError)
+    assert info.value.errno == errno.ENOTDIR
+    assert info.value.code == "io"
+
+
+# --- the GIL ----------------------------------------------------------------------------------
+
+
+def ticks_during(call) -> int:
+    """Runs `call` in a worker thread while a pure-Python thread counts its own ticks made while
+    the worker is inside `call`; returns that count.
+
+    The switch interval is made huge, so the interpreter never takes the GIL from the worker on
+    its own: the ticker can tick inside `call` only if `call` releases the GIL. The ticker sleeps
+    between ticks (sleeping releases the GIL), so the worker always gets it back.
+    """
+    inside = threading.Event()
+    done = threading.Event()
+    ticks = [0]
+
+    def ticker() -> None:
+        while not done.is_set():
+            if inside.is_set():
+                ticks[0] += 1
+            threading.Event().wait(0.0005)
+
+    failure: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            inside.set()
+            call()
+        except BaseException as e:  # re-raised below, in the test's thread
+            failure.append(e)
+        finally:
+            inside.clear()
+            done.set()
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    try:
+        threads = [threading.Thread(target=ticker), threading.Thread(target=worker)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+    finally:
+        sys.setswitchinterval(old)
+    if failure:
+        raise failure[0]
+    return ticks[0]
+
+
+def test_evaluate_releases_the_gil(index: cellar.Index, queries, qrels) -> None:
+    assert ticks_during(lambda: [index.evaluate(queries, qrels, mode="hybrid") for _ in range(5)]) > 0
+
+
+def test_search_releases_the_gil(index: cellar.Index) -> None:
+    texts = [text for text, _ in QUERIES.values()]
+    assert ticks_during(lambda: [index.search(t, k=10, mode="hybrid") for t in texts * 5]) > 0
+
+
+def test_the_tick_counter_sees_a_gil_holding_call() -> None:
+    """Control: a call that holds the GIL throughout (a pure-Python busy loop) gets no ticks."""
+
+    def busy() -> None:
+        total = 0
+        for i in range(3_000_000):
+            total += i
+
+    assert ticks_during(busy) == 0
+
+
+def test_a_rust_panic_is_a_cellar_error() -> None:
+    from cellar import _cellar
+
+    with pytest.raises(cellar.CellarError, match="internal error.*boom") as info:
+        _cellar._panic_for_tests("boom")
+    assert info.value.code == "panic"
+    assert type(info.value) is cellar.CellarError
