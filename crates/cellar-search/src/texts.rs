@@ -107,7 +107,7 @@ impl TextsReader {
 }
 
 fn decode_offsets(body: &[u8], path: &Path) -> Result<Vec<u64>> {
-    if body.len() % 8 != 0 || body.is_empty() {
+    if !body.len().is_multiple_of(8) || body.is_empty() {
         let detail = format!("{} bytes is not a whole, non-empty number of u64 offsets", body.len());
         return Err(CellarError::Corrupted { path: path.to_path_buf(), offset: 0, detail });
     }
