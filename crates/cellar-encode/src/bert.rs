@@ -108,22 +108,40 @@ impl Layer {
     /// `x` is `(batch * seq, hidden)`; returns the same shape.
     fn forward(&self, x: &Tensor, cfg: &BertConfig, seq: usize, lens: &[usize]) -> CResult<Tensor> {
         let (batch, heads, hd) = (lens.len(), cfg.num_attention_heads, cfg.head_dim());
-        let qkv = x
-            .matmul(&self.qkv_w)?
-            .apply_op1_no_bwd(&BiasAct { bias: Some(&self.qkv_b), act: Act::Identity })?;
+        let qkv = x.matmul(&self.qkv_w)?;
+        qkv.inplace_op1(&BiasAct { bias: Some(&self.qkv_b), act: Act::Identity })?;
         // (batch, seq, 3, heads, hd) -> (3, batch, heads, seq, hd): one copy, then q/k/v are views.
         let qkv = qkv.reshape((batch, seq, 3, heads, hd))?.permute((2, 0, 3, 1, 4))?.contiguous()?;
-        let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
-        let probs = q.matmul(&k.t()?)?.apply_op1_no_bwd(&MaskedSoftmax { lens })?;
-        let ctx = probs.matmul(&v)?.transpose(1, 2)?.contiguous()?.reshape((batch * seq, heads * hd))?;
+        let ctx = attention(&qkv.get(0)?, &qkv.get(1)?, &qkv.get(2)?, lens)?;
+        let ctx = ctx.transpose(1, 2)?.contiguous()?.reshape((batch * seq, heads * hd))?;
         let attn = ctx.matmul(&self.out_w)?;
-        let attn = attn.apply_op2_no_bwd(x, &AddNorm { bias: Some(&self.out_b), norm: &self.ln_attn })?;
-        let ff = attn
-            .matmul(&self.ff_in_w)?
-            .apply_op1_no_bwd(&BiasAct { bias: Some(&self.ff_in_b), act: Act::Gelu })?;
-        ff.matmul(&self.ff_out_w)?
-            .apply_op2_no_bwd(&attn, &AddNorm { bias: Some(&self.ff_out_b), norm: &self.ln_ff })
+        attn.inplace_op2(x, &AddNorm { bias: Some(&self.out_b), norm: &self.ln_attn })?;
+        let ff = attn.matmul(&self.ff_in_w)?;
+        ff.inplace_op1(&BiasAct { bias: Some(&self.ff_in_b), act: Act::Gelu })?;
+        let out = ff.matmul(&self.ff_out_w)?;
+        out.inplace_op2(&attn, &AddNorm { bias: Some(&self.ff_out_b), norm: &self.ln_ff })?;
+        Ok(out)
     }
+}
+
+/// Bytes of attention scores computed at once: a few sequences at a time keep the scores in cache
+/// (one `(batch, heads, seq, seq)` tensor for a batch of 32 long documents is ~100 MB and made
+/// the whole pass ~25% slower).
+const SCORES_BUDGET: usize = 4 << 20;
+
+/// Softmax attention of `(batch, heads, seq, head_dim)` queries, keys and values, a group of
+/// sequences at a time; padding keys (beyond `lens[b]`) get no weight.
+fn attention(q: &Tensor, k: &Tensor, v: &Tensor, lens: &[usize]) -> CResult<Tensor> {
+    let (batch, heads, seq, _) = q.dims4()?;
+    let group = (SCORES_BUDGET / (heads * seq * seq * 4)).clamp(1, batch);
+    let mut parts = Vec::with_capacity(batch.div_ceil(group));
+    for start in (0..batch).step_by(group) {
+        let n = group.min(batch - start);
+        let probs = q.narrow(0, start, n)?.matmul(&k.narrow(0, start, n)?.t()?)?;
+        probs.inplace_op1(&MaskedSoftmax { lens: &lens[start..start + n] })?;
+        parts.push(probs.matmul(&v.narrow(0, start, n)?)?);
+    }
+    Tensor::cat(&parts, 0)
 }
 
 impl Bert {
@@ -146,10 +164,8 @@ impl Bert {
     pub fn forward(&self, ids: &[u32], seq: usize, lens: &[usize]) -> CResult<Tensor> {
         let ids = Tensor::from_slice(ids, ids.len(), &Device::Cpu)?;
         let pos = self.pos_type.narrow(0, 0, seq)?;
-        let mut x = self
-            .word
-            .index_select(&ids, 0)?
-            .apply_op2_no_bwd(&pos, &AddNorm { bias: None, norm: &self.ln_emb })?;
+        let mut x = self.word.index_select(&ids, 0)?;
+        x.inplace_op2(&pos, &AddNorm { bias: None, norm: &self.ln_emb })?;
         for layer in &self.layers {
             x = layer.forward(&x, &self.cfg, seq, lens)?;
         }

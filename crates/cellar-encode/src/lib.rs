@@ -17,6 +17,7 @@ mod config;
 mod eigen;
 mod encoder;
 mod errors;
+mod math;
 mod ops;
 mod pca;
 mod projection;

@@ -97,7 +97,9 @@ impl Projection {
 
     /// Projects every row of `x`, `(rows, hidden)` -> `(rows, out_dim)`.
     pub fn rows(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        x.matmul(&self.weight_t)?.apply_op1_no_bwd(&BiasAct { bias: self.bias.as_deref(), act: self.act })
+        let y = x.matmul(&self.weight_t)?;
+        y.inplace_op1(&BiasAct { bias: self.bias.as_deref(), act: self.act })?;
+        Ok(y)
     }
 
     /// Projects one vector of `hidden` values.

@@ -41,6 +41,13 @@ fn padding_does_not_change_a_document() {
     assert_eq!(got.n_tokens, alone.n_tokens);
     assert!(cosine(&got.pooled, &alone.pooled) > 0.9999);
     assert!(min_row_cosine(&got.tokens, &alone.tokens, enc.dim()) > 0.9999);
+    // Long sequences: attention then runs one sequence at a time inside the pass.
+    let (a, b) = (long_text(300), long_text(90));
+    let batched = enc.encode_docs(&[a.as_str(), b.as_str(), SHORT]).expect("batched");
+    for (text, got) in [b.as_str(), SHORT].iter().zip(&batched[1..]) {
+        let alone = enc.encode_docs(&[text]).expect("alone").remove(0);
+        assert!(min_row_cosine(&got.tokens, &alone.tokens, enc.dim()) > 0.9999);
+    }
 }
 
 #[test]
