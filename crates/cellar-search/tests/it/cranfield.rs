@@ -21,7 +21,7 @@ fn cranfield() -> Option<PathBuf> {
 }
 
 #[test]
-fn cranfield_rerank_beats_a_floor_and_bm25() {
+fn cranfield_quality_stays_above_floors() {
     let Some(data) = cranfield() else { return };
     let tmp = TempDir::new().unwrap();
     let out = tmp.path().join("index");
@@ -38,7 +38,9 @@ fn cranfield_rerank_beats_a_floor_and_bm25() {
             .unwrap();
         row.metrics.ndcg_at_10
     };
-    let (bm25, rerank) = (ndcg(Mode::Bm25), ndcg(Mode::Rerank));
-    assert!(bm25 > 0.25, "bm25 nDCG@10 {bm25}");
-    assert!(rerank > 0.25, "rerank nDCG@10 {rerank}");
+    // Measured: bm25 0.369, rerank 0.381, hybrid 0.403 (README). A broken stage falls far below.
+    let (bm25, rerank, hybrid) = (ndcg(Mode::Bm25), ndcg(Mode::Rerank), ndcg(Mode::Hybrid));
+    assert!(bm25 > 0.33, "bm25 nDCG@10 {bm25}");
+    assert!(rerank > 0.33, "rerank nDCG@10 {rerank}");
+    assert!(hybrid > 0.33, "hybrid nDCG@10 {hybrid}");
 }
