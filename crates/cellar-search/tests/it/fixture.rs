@@ -61,7 +61,6 @@ pub fn write_collection(dir: &Path) {
 /// A collection and an f16 index built from it, shared by the tests of one binary.
 pub struct Built {
     pub _tmp: TempDir,
-    pub data: PathBuf,
     pub index_dir: PathBuf,
 }
 
@@ -82,7 +81,7 @@ pub fn built() -> &'static Built {
         write_collection(&data);
         let index_dir = tmp.path().join("index");
         Index::build(&options(&data, &index_dir)).unwrap();
-        Built { _tmp: tmp, data, index_dir }
+        Built { _tmp: tmp, index_dir }
     })
 }
 
