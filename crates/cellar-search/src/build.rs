@@ -78,21 +78,7 @@ impl BuildOptions {
 
 /// Projects `n` token vectors with `pca` and L2-normalises each.
 pub fn project_tokens(pca: &Pca, tokens: &[f32], n: usize) -> Vec<f32> {
-    let in_dim = tokens.len() / n.max(1);
-    let mut out = Vec::with_capacity(n * pca.out_dim());
-    for row in tokens.chunks_exact(in_dim.max(1)).take(n) {
-        let mut projected = pca.project(row);
-        normalise(&mut projected);
-        out.extend_from_slice(&projected);
-    }
-    out
-}
-
-fn normalise(v: &mut [f32]) {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        v.iter_mut().for_each(|x| *x /= norm);
-    }
+    pca.project_normalized(&tokens[..(n * pca.in_dim()).min(tokens.len())])
 }
 
 impl Index {

@@ -20,6 +20,7 @@ also a :class:`ValueError`.
 from __future__ import annotations
 
 from ._cellar import MAX_K, MAX_QUERY_BYTES, Index, SearchResult, __version__
+from . import _errors
 from ._errors import (
     CellarError,
     CellarIOError,
@@ -40,13 +41,7 @@ CODECS = ("f16", "int8")
 __all__ = [
     "Index",
     "SearchResult",
-    "CellarError",
-    "InvalidInputError",
-    "CorruptedError",
-    "IncompatibleError",
-    "ModelError",
-    "UnsupportedError",
-    "CellarIOError",
+    *_errors.__all__,
     "MODES",
     "READERS",
     "CODECS",
