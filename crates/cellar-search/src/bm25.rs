@@ -158,13 +158,25 @@ impl Bm25Index {
         let top = searcher
             .search(&BooleanQuery::new(clauses), &TopDocs::with_limit(n).order_by_score())
             .map_err(|e| tantivy_error(&self.path, e))?;
-        top.into_iter().map(|(score, address)| Ok(Scored { id: self.internal_id(address)?, score })).collect()
+        // One internal-id column per segment, opened once per search, not once per hit.
+        let columns = searcher
+            .segment_readers()
+            .iter()
+            .map(|segment| segment.fast_fields().u64("doc").map_err(|e| tantivy_error(&self.path, e)))
+            .collect::<Result<Vec<_>>>()?;
+        top.into_iter()
+            .map(|(score, address)| {
+                let column = &columns[address.segment_ord as usize];
+                Ok(Scored { id: self.internal_id(column, address)?, score })
+            })
+            .collect()
     }
 
-    fn internal_id(&self, address: tantivy::DocAddress) -> Result<DocId> {
-        let searcher = self.reader.searcher();
-        let segment = searcher.segment_reader(address.segment_ord);
-        let column = segment.fast_fields().u64("doc").map_err(|e| tantivy_error(&self.path, e))?;
+    fn internal_id(
+        &self,
+        column: &tantivy::columnar::Column<u64>,
+        address: tantivy::DocAddress,
+    ) -> Result<DocId> {
         let id = column.first(address.doc_id).ok_or_else(|| CellarError::Corrupted {
             path: self.path.clone(),
             offset: 0,
