@@ -43,7 +43,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
         "file", "kind", "ver", "body_offset", "body_len", "body_crc"
     );
     let mut disk_bytes = 0u64;
-    for kind in FileKind::ALL {
+    for kind in FileKind::STORE {
         let path = args.index.join(kind.file_name());
         let (_, h) = open_checked(&path, kind)?;
         disk_bytes += h.body_offset + h.body_len;

@@ -48,6 +48,9 @@ impl FileKind {
         FileKind::TextOffsets,
     ];
 
+    /// The files of a token-vector store directory (the others belong to a search index).
+    pub const STORE: [FileKind; 3] = [FileKind::Vectors, FileKind::Offsets, FileKind::CodecParams];
+
     pub fn from_u32(value: u32) -> Option<FileKind> {
         FileKind::ALL.into_iter().find(|k| *k as u32 == value)
     }
