@@ -188,9 +188,4 @@ impl Bm25Index {
             detail: format!("internal id {id} does not fit in 32 bits"),
         })
     }
-
-    /// Total bytes of the index directory.
-    pub fn disk_bytes(&self) -> u64 {
-        crate::disk::dir_bytes(&self.path)
-    }
 }

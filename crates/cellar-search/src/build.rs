@@ -308,11 +308,8 @@ impl<'a> BuildRun<'a> {
     fn write(&mut self, doc: &Document, encoded: &Encoded) -> Result<()> {
         let sinks = self.sinks.as_mut().expect("sinks are open before any write");
         let start = Instant::now();
-        let tokens = match &sinks.pca {
-            Some(pca) => project_tokens(pca, &encoded.tokens, encoded.n_tokens),
-            None => encoded.tokens.clone(),
-        };
-        let id = sinks.store.add(&tokens, None)?;
+        let projected = sinks.pca.as_ref().map(|pca| project_tokens(pca, &encoded.tokens, encoded.n_tokens));
+        let id = sinks.store.add(projected.as_deref().unwrap_or(&encoded.tokens), None)?;
         sinks.pooled.add(&encoded.pooled)?;
         sinks.texts.add(doc)?;
         self.report.write_secs += start.elapsed().as_secs_f64();

@@ -63,7 +63,7 @@ pub fn default_rows(config: &IndexConfig) -> Vec<RowSpec> {
     let mut rows = vec![
         RowSpec::new("bm25", Mode::Bm25),
         RowSpec::new("dense pooled (exact)", Mode::Dense),
-        rerank_row("rerank", None),
+        rerank_row(),
         hybrid_row(config, None),
     ];
     for rerank_k in [16, 32, 64, 128, 200] {
@@ -74,9 +74,10 @@ pub fn default_rows(config: &IndexConfig) -> Vec<RowSpec> {
     rows
 }
 
-fn rerank_row(label: &str, rerank_k: Option<usize>) -> RowSpec {
-    let mut row = RowSpec::new(label, Mode::Rerank);
-    row.options.rerank_k = Some(rerank_k.unwrap_or(usize::MAX));
+/// MaxSim over every candidate (rerank_k is capped at the candidate count).
+fn rerank_row() -> RowSpec {
+    let mut row = RowSpec::new("rerank", Mode::Rerank);
+    row.options.rerank_k = Some(usize::MAX);
     row
 }
 

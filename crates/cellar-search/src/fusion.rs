@@ -2,8 +2,6 @@
 //! re-ranked candidates of one query (population standard deviation), and partial re-ranking:
 //! candidates beyond `rerank_k` keep their first-stage order below the re-ranked ones.
 
-use std::cmp::Ordering;
-
 use cellar_core::DocId;
 
 use crate::bm25::Scored;
@@ -61,7 +59,7 @@ pub fn fuse(candidates: &[Scored], maxsim: &[f32], alpha: f32) -> Vec<Fused> {
             stage: Stage::Reranked,
         })
         .collect();
-    fused.sort_by(|a, b| b.score.total_cmp(&a.score).then(order_of_ids(a.id, b.id)));
+    fused.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.0.cmp(&b.id.0)));
     fused.extend(tail.iter().map(|c| Fused {
         id: c.id,
         score: c.score,
@@ -70,13 +68,4 @@ pub fn fuse(candidates: &[Scored], maxsim: &[f32], alpha: f32) -> Vec<Fused> {
         stage: Stage::FirstStage,
     }));
     fused
-}
-
-fn order_of_ids(a: DocId, b: DocId) -> Ordering {
-    a.0.cmp(&b.0)
-}
-
-/// A first-stage ranking as it stands, with no re-ranking.
-pub fn first_stage_only(candidates: &[Scored]) -> Vec<Fused> {
-    fuse(candidates, &[], 1.0)
 }

@@ -70,8 +70,4 @@ impl PooledMatrix {
         }
         top.into_sorted()
     }
-
-    pub fn ram_bytes(&self) -> usize {
-        self.bytes.len()
-    }
 }
