@@ -2,6 +2,7 @@
 //! parses arguments and turns errors into a message and exit code 2.
 
 mod bench_store;
+mod cgroup;
 mod eval_cmd;
 mod index_cmd;
 mod inspect;

@@ -2,7 +2,6 @@
 //! cache evicted before each run, mmap and direct also under a cgroup memory cap, fio's figures
 //! for the same disk and MaxSim kernel throughput. Writes JSON and a markdown table.
 
-mod cgroup;
 mod fio;
 mod maxsim;
 mod report;
@@ -17,7 +16,7 @@ use cellar_core::format::Manifest;
 use cellar_core::io::{ReaderKind, ReaderOptions};
 use cellar_core::{CellarError, Result};
 
-use cgroup::{CgroupUsage, MemoryCgroup};
+use crate::cgroup::{CgroupUsage, MemoryCgroup};
 use report::{ReaderRow, Report};
 use worker::WorkerReport;
 

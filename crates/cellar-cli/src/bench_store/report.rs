@@ -42,7 +42,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 impl ReaderRow {
-    pub fn measured(w: WorkerReport, capped: bool, cgroup: Option<super::cgroup::CgroupUsage>) -> Self {
+    pub fn measured(w: WorkerReport, capped: bool, cgroup: Option<crate::cgroup::CgroupUsage>) -> Self {
         let mut ms = w.batch_ms.clone();
         ms.sort_by(f64::total_cmp);
         ReaderRow {
