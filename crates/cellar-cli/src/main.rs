@@ -1,6 +1,7 @@
 //! `cellar`: the command-line tool. Each subcommand lives in its own module; this file only
 //! parses arguments and turns errors into a message and exit code 2.
 
+mod bench_load;
 mod bench_store;
 mod cgroup;
 mod eval_cmd;
@@ -41,6 +42,9 @@ enum Command {
     Synth(synth::SynthArgs),
     /// Benchmark the ram, mmap and direct readers side by side, with fio and memory caps.
     BenchStore(bench_store::BenchStoreArgs),
+    /// Open-loop load benchmark of `cellar serve`: Poisson arrivals over a sweep of offered QPS,
+    /// latency percentiles, throughput, errors; optional memory caps; JSON, markdown and a plot.
+    Bench(bench_load::BenchArgs),
     /// Internal: one reader's measurement, run by bench-store in a child process.
     #[command(hide = true)]
     BenchStoreWorker(bench_store::worker::WorkerArgs),
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
         Command::BenchStore(args) => bench_store::run(args),
+        Command::Bench(args) => bench_load::run(args),
         Command::BenchStoreWorker(args) => bench_store::worker::run(args),
     });
     match result {

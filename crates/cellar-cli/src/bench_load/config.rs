@@ -1,0 +1,180 @@
+//! One server configuration of the benchmark, parsed from `--config 'key=value,...'`.
+
+use std::path::PathBuf;
+
+use cellar_core::io::ReaderKind;
+use cellar_core::{CellarError, Result};
+use serde::Serialize;
+
+/// Who turns query text into vectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Vectors {
+    /// The server encodes (it loads the model).
+    Server,
+    /// The bench encodes each query once before the run and sends `query_vectors`: the server
+    /// never loads the encoder, so a memory cap measures the index, not the model.
+    Client,
+}
+
+impl std::str::FromStr for Vectors {
+    type Err = CellarError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "server" => Ok(Vectors::Server),
+            "client" => Ok(Vectors::Client),
+            other => Err(CellarError::InvalidInput(format!("vectors={other:?}: expected server or client"))),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ConfigSpec {
+    pub name: String,
+    /// The index the server opens (and the bench encodes with when `vectors=client`).
+    pub index: Option<PathBuf>,
+    /// `None` for a server that was already running (`--url`).
+    pub reader: Option<String>,
+    /// Memory cap as a percentage of the index's size on disk; `None`: uncapped.
+    pub cap_pct: Option<f64>,
+    pub threads: usize,
+    pub ssd_latency_us: Option<u64>,
+    pub vectors: Vectors,
+    /// Set for a server that was already running.
+    pub url: Option<String>,
+}
+
+pub const KEYS: &str = "name, index, reader, cap, threads, ssd_latency_us, vectors";
+
+/// Parses `name=ram-f16,index=DIR,reader=ram[,cap=25][,threads=2][,ssd_latency_us=100][,vectors=client]`.
+pub fn parse(spec: &str) -> Result<ConfigSpec> {
+    let bad = |why: String| CellarError::InvalidInput(format!("--config {spec:?}: {why}"));
+    let mut c = ConfigSpec {
+        name: String::new(),
+        index: None,
+        reader: None,
+        cap_pct: None,
+        threads: 1,
+        ssd_latency_us: None,
+        vectors: Vectors::Server,
+        url: None,
+    };
+    let mut seen = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (key, value) =
+            item.split_once('=').ok_or_else(|| bad(format!("{item:?} is not key=value (keys: {KEYS})")))?;
+        let (key, value) = (key.trim(), value.trim());
+        if seen.contains(&key) {
+            return Err(bad(format!("{key} given twice")));
+        }
+        seen.push(key);
+        match key {
+            "name" => c.name = value.to_string(),
+            "index" => c.index = Some(PathBuf::from(value)),
+            "reader" => {
+                value
+                    .parse::<ReaderKind>()
+                    .map_err(|_| bad(format!("reader={value:?}: expected ram, mmap or direct")))?;
+                c.reader = Some(value.to_string());
+            }
+            "cap" => {
+                let pct: f64 = value
+                    .trim_end_matches('%')
+                    .parse()
+                    .map_err(|_| bad(format!("cap={value:?} is not a number")))?;
+                if !(pct > 0.0 && pct.is_finite()) {
+                    return Err(bad(format!("cap={value}: must be a positive percentage of the index size")));
+                }
+                c.cap_pct = Some(pct);
+            }
+            "threads" => {
+                c.threads = value
+                    .parse()
+                    .ok()
+                    .filter(|t| *t >= 1)
+                    .ok_or_else(|| bad(format!("threads={value:?}: expected an integer >= 1")))?;
+            }
+            "ssd_latency_us" => {
+                c.ssd_latency_us = Some(
+                    value
+                        .parse()
+                        .map_err(|_| bad(format!("ssd_latency_us={value:?}: expected an integer")))?,
+                );
+            }
+            "vectors" => c.vectors = value.parse().map_err(|e: CellarError| bad(e.to_string()))?,
+            other => return Err(bad(format!("unknown key {other:?} (keys: {KEYS})"))),
+        }
+    }
+    if c.name.is_empty() {
+        return Err(bad("name is missing".into()));
+    }
+    if c.name.contains(|ch: char| ch.is_control() || ch == '|') {
+        return Err(bad(format!("name {:?} has a control character or '|'", c.name)));
+    }
+    let index = c.index.as_ref().ok_or_else(|| bad("index is missing".into()))?;
+    if !index.join("index.json").is_file() {
+        return Err(bad(format!("{} is not an index (no index.json)", index.display())));
+    }
+    let reader = c.reader.get_or_insert_with(|| "mmap".into());
+    if c.ssd_latency_us.is_some() && reader != "direct" {
+        return Err(bad("ssd_latency_us applies to the direct reader only".into()));
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index_dir() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index.json"), "{}").unwrap();
+        dir
+    }
+
+    #[test]
+    fn parses_every_key() {
+        let dir = index_dir();
+        let d = dir.path().display();
+        let c = parse(&format!(
+            "name=direct-5,index={d},reader=direct,cap=5,threads=2,ssd_latency_us=100,vectors=client"
+        ))
+        .unwrap();
+        assert_eq!(c.name, "direct-5");
+        assert_eq!(c.reader.as_deref(), Some("direct"));
+        assert_eq!(
+            (c.cap_pct, c.threads, c.ssd_latency_us, c.vectors),
+            (Some(5.0), 2, Some(100), Vectors::Client)
+        );
+        let c = parse(&format!("name=m,index={d}")).unwrap();
+        assert_eq!(
+            (c.reader.as_deref(), c.cap_pct, c.threads, c.vectors),
+            (Some("mmap"), None, 1, Vectors::Server)
+        );
+    }
+
+    #[test]
+    fn refuses_bad_specs() {
+        let dir = index_dir();
+        let d = dir.path().display();
+        for (spec, needle) in [
+            (format!("name=a,index={d},colour=red"), "unknown key"),
+            (format!("name=a,index={d},cap=0"), "positive"),
+            (format!("name=a,index={d},cap=-5"), "positive"),
+            (format!("name=a,index={d},cap=lots"), "not a number"),
+            (format!("name=a,index={d},reader=floppy"), "reader"),
+            (format!("name=a,index={d},threads=0"), "threads"),
+            (format!("name=a,index={d},vectors=both"), "vectors"),
+            (format!("name=a,index={d},reader=mmap,ssd_latency_us=5"), "direct reader only"),
+            (format!("name=a,index={d},name=b"), "twice"),
+            (format!("index={d}"), "name is missing"),
+            ("name=a".to_string(), "index is missing"),
+            ("name=a,index=/nonexistent/cellar".to_string(), "not an index"),
+            (format!("name=a,index={d},oops"), "key=value"),
+        ] {
+            let err = parse(&spec).unwrap_err();
+            assert!(matches!(err, CellarError::InvalidInput(_)), "{spec}: {err}");
+            assert!(err.to_string().contains(needle), "{spec}: {err}");
+        }
+    }
+}

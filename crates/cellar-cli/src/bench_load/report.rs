@@ -1,0 +1,308 @@
+//! The benchmark's record: everything as JSON, and markdown tables (one per configuration, then
+//! P95 against the baseline at each offered level).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use cellar_core::{CellarError, Result};
+use serde::Serialize;
+
+use super::config::ConfigSpec;
+use super::sweep::LevelStats;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// One level of one configuration: the client's figures and what the server's side showed.
+#[derive(Clone, Debug, Serialize)]
+pub struct LevelRecord {
+    #[serde(flatten)]
+    pub stats: LevelStats,
+    /// `cellar_read_bytes_total` difference over the level / 200 responses of the level.
+    pub server_read_bytes_per_query: Option<f64>,
+    /// `/proc/PID/io` `read_bytes` difference over the level / 200 responses of the level.
+    pub proc_read_bytes_per_query: Option<f64>,
+    /// `cellar_process_rss_bytes` at the end of the level.
+    pub server_rss_bytes: Option<u64>,
+    /// The cgroup's charge (RSS + page cache) at the end of the level.
+    pub cgroup_usage_bytes: Option<u64>,
+    pub saturated: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// The sweep ran (possibly stopped at saturation).
+    Completed,
+    /// The server could not start, or died during the sweep (e.g. the cap's OOM killer).
+    Failed,
+    /// Not run: what it asks for cannot be measured here (no cgroup for a memory cap).
+    Skipped,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ConfigResult {
+    #[serde(flatten)]
+    pub spec: ConfigSpec,
+    pub status: Status,
+    pub reason: Option<String>,
+    pub notes: Vec<String>,
+    /// Sum of the file sizes under the index directory.
+    pub index_bytes: Option<u64>,
+    pub cap_bytes: Option<u64>,
+    /// Whether the cap was in force (false when cgroups were unavailable).
+    pub capped: bool,
+    pub server_args: Vec<String>,
+    pub healthz: Option<serde_json::Value>,
+    pub levels: Vec<LevelRecord>,
+    /// Highest achieved throughput over the levels.
+    pub saturation_qps: Option<f64>,
+    /// `VmHWM` of the server just before it was stopped.
+    pub peak_rss_bytes: Option<u64>,
+    pub cgroup_max_usage_bytes: Option<u64>,
+    pub cgroup_failcnt: Option<u64>,
+}
+
+impl ConfigResult {
+    pub fn new(spec: ConfigSpec) -> Self {
+        ConfigResult {
+            spec,
+            status: Status::Completed,
+            reason: None,
+            notes: Vec::new(),
+            index_bytes: None,
+            cap_bytes: None,
+            capped: false,
+            server_args: Vec::new(),
+            healthz: None,
+            levels: Vec::new(),
+            saturation_qps: None,
+            peak_rss_bytes: None,
+            cgroup_max_usage_bytes: None,
+            cgroup_failcnt: None,
+        }
+    }
+
+    pub fn p95_at(&self, qps: f64) -> Option<f64> {
+        self.levels.iter().find(|l| l.stats.offered_qps == qps)?.stats.latency.as_ref().map(|l| l.p95_ms)
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Settings {
+    pub queries: PathBuf,
+    pub qrels: Option<PathBuf>,
+    pub n_queries: usize,
+    pub qps: Vec<f64>,
+    pub warmup_s: f64,
+    pub duration_s: f64,
+    pub drain_s: f64,
+    pub timeout_s: f64,
+    pub max_in_flight: usize,
+    pub stop_at_saturation: bool,
+    pub mode: String,
+    pub k: usize,
+    pub rerank_k: Option<usize>,
+    pub alpha: Option<f32>,
+    pub seed: u64,
+    pub evict_cache: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub command_line: String,
+    pub date_utc: String,
+    pub git_commit: String,
+    pub cpu_model: String,
+    pub cores: usize,
+    pub client: String,
+    pub settings: Settings,
+    pub baseline: String,
+    pub configurations: Vec<ConfigResult>,
+}
+
+/// `PREFIX` + `suffix` (not `with_extension`, which would eat a dot in the prefix).
+pub fn with_suffix(prefix: &Path, suffix: &str) -> PathBuf {
+    let mut s = prefix.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+fn mib(v: Option<u64>) -> String {
+    opt(v.map(|b| b as f64 / MIB), 0)
+}
+
+impl Report {
+    pub fn to_markdown(&self) -> String {
+        let s = &self.settings;
+        let mut md = String::new();
+        let _ = writeln!(md, "# cellar bench: open-loop load\n");
+        let _ = writeln!(
+            md,
+            "Poisson arrivals (seed {}), offered QPS {:?}, {} s warm-up (excluded) + {} s measured per level, \
+             drain up to {} s, per-request timeout {} s, at most {} requests in flight. Latency runs from each \
+             request's scheduled send time to its last response byte (no coordinated omission); one TCP \
+             connection per request. Queries: {} from {}{}. Request: mode {}, k {}{}{}, include_text false. \
+             {}",
+            s.seed,
+            s.qps,
+            s.warmup_s,
+            s.duration_s,
+            s.drain_s,
+            s.timeout_s,
+            s.max_in_flight,
+            s.n_queries,
+            s.queries.display(),
+            s.qrels.as_ref().map_or(String::new(), |q| format!(" (judged in {})", q.display())),
+            s.mode,
+            s.k,
+            s.rerank_k.map_or(String::new(), |r| format!(", rerank_k {r}")),
+            s.alpha.map_or(String::new(), |a| format!(", alpha {a}")),
+            if s.evict_cache {
+                "The index's pages are evicted from the page cache before each server starts."
+            } else {
+                "The page cache is left as it is between configurations."
+            }
+        );
+        let _ = writeln!(
+            md,
+            "\nMachine: {} ({} cores), commit {}, {}. Client: {}.\n\nCommand: `{}`\n",
+            self.cpu_model, self.cores, self.git_commit, self.date_utc, self.client, self.command_line
+        );
+        for c in &self.configurations {
+            self.config_table(&mut md, c);
+        }
+        self.ratio_table(&mut md);
+        md
+    }
+
+    fn config_table(&self, md: &mut String, c: &ConfigResult) {
+        let sp = &c.spec;
+        let _ = writeln!(md, "## {}\n", sp.name);
+        let mut facts = Vec::new();
+        if let Some(url) = &sp.url {
+            facts.push(format!("server already running at {url}"));
+        }
+        if let Some(r) = &sp.reader {
+            facts.push(format!("reader {r}"));
+        }
+        if let Some(i) = &sp.index {
+            facts.push(format!("index {} ({} MiB on disk)", i.display(), mib(c.index_bytes)));
+        }
+        match (sp.cap_pct, c.capped) {
+            (Some(p), true) => facts
+                .push(format!("memory cap {p}% = {} MiB (cgroup v1, page cache counted)", mib(c.cap_bytes))),
+            (Some(p), false) => facts.push(format!("memory cap {p}% NOT applied")),
+            (None, _) => facts.push("no memory cap".into()),
+        }
+        facts.push(format!("intra-op threads {}", sp.threads));
+        if let Some(us) = sp.ssd_latency_us {
+            facts.push(format!("injected read latency {us} µs"));
+        }
+        facts.push(format!(
+            "query vectors encoded by the {}",
+            if sp.vectors == super::config::Vectors::Client { "bench (client)" } else { "server" }
+        ));
+        let _ = writeln!(md, "{}.\n", facts.join(", "));
+        let status = match c.status {
+            Status::Completed => "completed".to_string(),
+            Status::Failed => "**FAILED**".to_string(),
+            Status::Skipped => "**SKIPPED**".to_string(),
+        };
+        let _ = writeln!(
+            md,
+            "Status: {status}{}. Saturation (highest achieved): {} QPS. Server peak RSS (VmHWM): {} MiB. \
+             Cgroup peak: {} MiB, failcnt {}.\n",
+            c.reason.as_ref().map_or(String::new(), |r| format!(": {}", r.lines().next().unwrap_or(""))),
+            opt(c.saturation_qps, 1),
+            mib(c.peak_rss_bytes),
+            mib(c.cgroup_max_usage_bytes),
+            c.cgroup_failcnt.map_or("-".into(), |f| f.to_string()),
+        );
+        for n in &c.notes {
+            let _ = writeln!(md, "Note: {n}\n");
+        }
+        if c.levels.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            md,
+            "| offered QPS | achieved QPS | P50 ms | P95 ms | P99 ms | max ms | sent | ok | 429 | errors | timeouts | dropped | KiB read/query (server) | KiB read/query (/proc io) | server RSS MiB | cgroup MiB |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for l in &c.levels {
+            let st = &l.stats;
+            let lat = st.latency.as_ref();
+            let errors: u64 = st.errors.values().sum();
+            let _ = writeln!(
+                md,
+                "| {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                st.offered_qps,
+                if l.saturated { " (saturated)" } else { "" },
+                st.achieved_qps,
+                opt(lat.map(|l| l.p50_ms), 1),
+                opt(lat.map(|l| l.p95_ms), 1),
+                opt(lat.map(|l| l.p99_ms), 1),
+                opt(lat.map(|l| l.max_ms), 1),
+                st.sent,
+                st.completed_ok,
+                st.http_429,
+                errors,
+                st.timeouts + st.cut_at_drain,
+                st.client_dropped,
+                opt(l.server_read_bytes_per_query.map(|b| b / 1024.0), 0),
+                opt(l.proc_read_bytes_per_query.map(|b| b / 1024.0), 0),
+                mib(l.server_rss_bytes),
+                mib(l.cgroup_usage_bytes),
+            );
+        }
+        let _ = writeln!(md);
+    }
+
+    fn ratio_table(&self, md: &mut String) {
+        let Some(base) = self.configurations.iter().find(|c| c.spec.name == self.baseline) else { return };
+        let others: Vec<&ConfigResult> =
+            self.configurations.iter().filter(|c| c.spec.name != self.baseline).collect();
+        if others.is_empty() {
+            return;
+        }
+        let _ = writeln!(md, "## P95 relative to {}\n", self.baseline);
+        let mut head = format!("| offered QPS | {} P95 ms |", self.baseline);
+        for c in &others {
+            let _ = write!(head, " {} |", c.spec.name);
+        }
+        let _ = writeln!(md, "{head}");
+        let _ = writeln!(md, "|---|---|{}", "---|".repeat(others.len()));
+        for &qps in &self.settings.qps {
+            let b = base.p95_at(qps);
+            let mut row = format!("| {qps} | {} |", opt(b, 1));
+            for c in &others {
+                let ratio = match (c.p95_at(qps), b) {
+                    (Some(x), Some(b)) if b > 0.0 => format!("{:.2}x", x / b),
+                    _ => "-".into(),
+                };
+                let _ = write!(row, " {ratio} |");
+            }
+            let _ = writeln!(md, "{row}");
+        }
+        let _ =
+            writeln!(md, "\n(-: no measurement at that level, e.g. after the sweep stopped at saturation.)");
+    }
+
+    /// Writes PREFIX.json and PREFIX.md; returns their paths.
+    pub fn write(&self, prefix: &Path) -> Result<(PathBuf, PathBuf)> {
+        crate::bench_store::ensure_parent(prefix)?;
+        let json_path = with_suffix(prefix, ".json");
+        let md_path = with_suffix(prefix, ".md");
+        let json = serde_json::to_string_pretty(self)
+            .map_err(|e| CellarError::Unsupported(format!("cannot serialise the report: {e}")))?;
+        std::fs::write(&json_path, json + "\n")
+            .map_err(|e| CellarError::Io { path: json_path.clone(), source: e })?;
+        std::fs::write(&md_path, self.to_markdown())
+            .map_err(|e| CellarError::Io { path: md_path.clone(), source: e })?;
+        Ok((json_path, md_path))
+    }
+}

@@ -1,0 +1,230 @@
+//! A `cellar serve` child for one configuration: started from this very binary on a free
+//! loopback port (inside a memory cgroup when capped), waited for until `/healthz` answers,
+//! stopped with SIGTERM (SIGKILL after 10 s). Its peak RSS and disk reads come from /proc.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use cellar_core::{CellarError, Result};
+
+use super::client::{self, Target};
+use crate::cgroup::{CgroupUsage, MemoryCgroup};
+
+/// How to start the server.
+pub struct ServerSpec<'a> {
+    pub index: &'a Path,
+    pub reader: &'a str,
+    pub intra_op_threads: usize,
+    pub inject_latency_us: Option<u64>,
+    /// Where the server's stdout and stderr go.
+    pub log: PathBuf,
+}
+
+pub struct ServerProc {
+    child: Child,
+    pub target: Target,
+    cgroup: Option<MemoryCgroup>,
+    log: PathBuf,
+    pub args: Vec<String>,
+}
+
+/// What stopping the server found.
+pub struct Stopped {
+    pub peak_rss_bytes: Option<u64>,
+    pub cgroup: Option<CgroupUsage>,
+    /// Set when the server had already exited before it was asked to stop.
+    pub died: Option<String>,
+}
+
+/// A port nothing listens on right now (bound to port 0, read, released).
+pub fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| CellarError::Unsupported(format!("cannot bind a loopback port: {e}")))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| CellarError::Unsupported(format!("cannot read the bound port: {e}")))
+}
+
+/// `VmHWM` (peak resident set) of a process, in bytes.
+pub fn vm_hwm_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// `read_bytes` of /proc/PID/io: bytes this process caused to be read from storage (page-cache
+/// hits are not counted, O_DIRECT reads are).
+pub fn proc_read_bytes(pid: u32) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    io.lines().find_map(|l| l.strip_prefix("read_bytes:")).and_then(|v| v.trim().parse().ok())
+}
+
+fn describe(status: ExitStatus, capped: bool) -> String {
+    match status.signal() {
+        Some(libc::SIGKILL) if capped => {
+            "killed by SIGKILL (the memory cap's OOM killer, most likely)".to_string()
+        }
+        Some(sig) => format!("killed by signal {sig}"),
+        None => format!("exited with {status}"),
+    }
+}
+
+/// The last `max` bytes of a file, for error messages.
+fn tail(path: &Path, max: u64) -> String {
+    let Ok(mut f) = File::open(path) else { return String::new() };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(max)));
+    let mut s = String::new();
+    let _ = f.read_to_string(&mut s);
+    s.trim().to_string()
+}
+
+impl ServerProc {
+    /// Starts `cellar serve` (this binary) on a free port; inside `cgroup` when given.
+    pub fn start(spec: &ServerSpec, cgroup: Option<MemoryCgroup>) -> Result<ServerProc> {
+        let exe =
+            std::env::current_exe().map_err(|e| CellarError::Unsupported(format!("current exe: {e}")))?;
+        let port = free_port()?;
+        let mut args = vec![
+            "serve".to_string(),
+            "--index".into(),
+            spec.index.display().to_string(),
+            "--reader".into(),
+            spec.reader.to_string(),
+            "--bind".into(),
+            format!("127.0.0.1:{port}"),
+            "--intra-op-threads".into(),
+            spec.intra_op_threads.to_string(),
+        ];
+        if let Some(us) = spec.inject_latency_us {
+            args.extend(["--inject-latency-us".into(), us.to_string()]);
+        }
+        if let Some(cg) = &cgroup {
+            // The hidden global option: the child joins the cgroup before opening anything.
+            args.extend(["--cgroup".into(), cg.path().display().to_string()]);
+        }
+        let io_error = |source| CellarError::Io { path: spec.log.clone(), source };
+        let log = File::create(&spec.log).map_err(io_error)?;
+        let log2 = log.try_clone().map_err(io_error)?;
+        let child = Command::new(exe)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|e| CellarError::Unsupported(format!("cannot start cellar serve: {e}")))?;
+        Ok(ServerProc { child, target: Target::loopback(port), cgroup, log: spec.log.clone(), args })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn capped(&self) -> bool {
+        self.cgroup.is_some()
+    }
+
+    /// Memory charged to the cgroup right now (RSS + page cache), when capped.
+    pub fn cgroup_usage_now(&self) -> Option<u64> {
+        let cg = self.cgroup.as_ref()?;
+        let text = std::fs::read_to_string(cg.path().join("memory.usage_in_bytes")).ok()?;
+        text.trim().parse().ok()
+    }
+
+    /// `Some(why)` once the server has exited.
+    pub fn exited(&mut self) -> Option<String> {
+        let capped = self.capped();
+        match self.child.try_wait() {
+            Ok(Some(status)) => {
+                Some(format!("{}; log tail:\n{}", describe(status, capped), tail(&self.log, 2000)))
+            }
+            Ok(None) => None,
+            Err(e) => Some(format!("cannot wait for the server: {e}")),
+        }
+    }
+
+    /// Polls `GET /healthz` until it answers 200 (the parsed body) or `limit` passes.
+    pub fn wait_healthy(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        limit: Duration,
+    ) -> Result<serde_json::Value> {
+        let started = Instant::now();
+        loop {
+            if let Some(why) = self.exited() {
+                return Err(CellarError::Unsupported(format!("cellar serve {why}")));
+            }
+            let answer = rt.block_on(client::get(&self.target, "/healthz", Duration::from_secs(2)));
+            if let Ok(r) = answer {
+                if r.status == 200 {
+                    return Ok(serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null));
+                }
+            }
+            if started.elapsed() > limit {
+                return Err(CellarError::Unsupported(format!(
+                    "cellar serve did not answer GET /healthz with 200 within {} s; log tail:\n{}",
+                    limit.as_secs(),
+                    tail(&self.log, 2000)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// SIGTERM, SIGKILL after 10 s; reads the peak RSS first and the cgroup's peak after.
+    pub fn stop(mut self) -> Stopped {
+        let died = self.exited();
+        let peak_rss_bytes = vm_hwm_bytes(self.pid());
+        if died.is_none() {
+            // SAFETY: signalling our own child, which has not been reaped yet.
+            unsafe { libc::kill(self.pid() as libc::pid_t, libc::SIGTERM) };
+            let asked = Instant::now();
+            while matches!(self.child.try_wait(), Ok(None)) && asked.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if matches!(self.child.try_wait(), Ok(None)) {
+                eprintln!("bench: cellar serve ignored SIGTERM for 10 s: SIGKILL");
+                let _ = self.child.kill();
+            }
+        }
+        let _ = self.child.wait();
+        let cgroup = self.cgroup.as_ref().and_then(|cg| cg.usage().ok());
+        // Dropping the cgroup (now empty) removes it.
+        drop(self.cgroup.take());
+        Stopped { peak_rss_bytes, cgroup, died }
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        // Never leave a server behind (an early return or a panic in the bench).
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_readers_see_this_process() {
+        let me = std::process::id();
+        assert!(vm_hwm_bytes(me).unwrap() > 0);
+        assert!(proc_read_bytes(me).is_some());
+        assert!(vm_hwm_bytes(u32::MAX).is_none());
+    }
+
+    #[test]
+    fn free_ports_are_nonzero() {
+        assert_ne!(free_port().unwrap(), 0);
+    }
+}
