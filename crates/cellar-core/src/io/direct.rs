@@ -7,6 +7,7 @@ use std::fs::File;
 use std::sync::Once;
 
 use super::aligned::AlignedBuf;
+use super::latency::EmulatedDevice;
 use super::pread_pool::PreadPool;
 use super::uring::RingPool;
 use super::{
@@ -35,6 +36,7 @@ pub struct DirectReader {
     source: ReaderSource,
     file: File,
     engine: Engine,
+    emulated: Option<EmulatedDevice>,
 }
 
 /// Threads of the fallback pool: enough to keep a few reads in flight per core.
@@ -64,7 +66,8 @@ impl DirectReader {
                 }
             },
         };
-        Ok(DirectReader { source, file, engine })
+        let emulated = options.inject_latency.map(EmulatedDevice::new);
+        Ok(DirectReader { source, file, engine, emulated })
     }
 }
 
@@ -87,6 +90,9 @@ impl RecordReader for DirectReader {
         match &self.engine {
             Engine::Uring(pool) => pool.read_runs(&self.file, path, &plan.runs, &mut buf)?,
             Engine::Pread(pool) => pool.read_runs(&self.file, path, &plan.runs, &mut buf)?,
+        }
+        if let Some(device) = &self.emulated {
+            device.charge(plan.runs.len());
         }
         let stats =
             ReadStats { read_calls: plan.runs.len() as u64, pages: plan.pages(), bytes: plan.buf_len as u64 };

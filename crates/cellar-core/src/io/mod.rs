@@ -13,6 +13,7 @@
 mod aligned;
 pub mod cache;
 mod direct;
+mod latency;
 mod mmap;
 mod plan;
 mod pread_pool;
@@ -24,6 +25,7 @@ use std::sync::Arc;
 
 pub use aligned::AlignedBuf;
 pub use direct::IoEngine;
+pub use latency::InjectedLatency;
 pub use plan::ReadPlan;
 
 use crate::error::{CellarError, Result};
@@ -72,11 +74,19 @@ pub struct ReaderOptions {
     /// Mmap reader only: `MADV_WILLNEED` every run of a batch before touching it, so the kernel
     /// fetches them concurrently instead of one page fault at a time.
     pub mmap_willneed: bool,
+    /// Direct reader only: an emulated per-read SSD latency (see [`InjectedLatency`]).
+    pub inject_latency: Option<InjectedLatency>,
 }
 
 impl ReaderOptions {
     pub fn new(kind: ReaderKind) -> Self {
-        ReaderOptions { kind, io_engine: IoEngine::Auto, queue_depth: 128, mmap_willneed: true }
+        ReaderOptions {
+            kind,
+            io_engine: IoEngine::Auto,
+            queue_depth: 128,
+            mmap_willneed: true,
+            inject_latency: None,
+        }
     }
 }
 

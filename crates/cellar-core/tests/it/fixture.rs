@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cellar_core::codec::{Codec, CodecKind, F16Codec, Int8Codec};
-use cellar_core::io::{IoEngine, ReaderKind, ReaderOptions};
+use cellar_core::io::{InjectedLatency, IoEngine, ReaderKind, ReaderOptions};
 use cellar_core::store::StoreWriter;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -60,5 +60,9 @@ pub fn all_reader_options() -> Vec<ReaderOptions> {
     let mut shallow = ReaderOptions::new(ReaderKind::Direct);
     shallow.queue_depth = 2;
     out.push(shallow);
+    let mut emulated_ssd = ReaderOptions::new(ReaderKind::Direct);
+    emulated_ssd.inject_latency =
+        Some(InjectedLatency { per_read: std::time::Duration::from_micros(20), max_in_flight: 4 });
+    out.push(emulated_ssd);
     out
 }
