@@ -38,7 +38,7 @@ pub struct EvalArgs {
 pub fn run(args: EvalArgs) -> Result<()> {
     let index = Index::open(
         &args.index,
-        OpenOptions { reader: args.reader, model_dir: args.model, encoder_threads: 1 },
+        OpenOptions { reader: args.reader, model_dir: args.model, ..Default::default() },
     )?;
     let collection = Collection::locate(&args.data)?;
     let qrels = collection.qrels(&args.split)?;

@@ -38,7 +38,7 @@ pub struct SearchArgs {
 }
 
 pub fn run(args: SearchArgs) -> Result<()> {
-    let options = OpenOptions { reader: args.reader, model_dir: args.model.clone(), encoder_threads: 1 };
+    let options = OpenOptions { reader: args.reader, model_dir: args.model.clone(), ..Default::default() };
     let index = Index::open(&args.index, options)?;
     let request = SearchOptions {
         k: args.k,

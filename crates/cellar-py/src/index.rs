@@ -112,7 +112,7 @@ impl PyIndex {
         options.progress = progress;
         let reader = parse_choice::<ReaderKind>(py, reader)?;
         without_gil(py, || cellar_search::Index::build(&options))?;
-        open_index(py, out, OpenOptions { reader, model_dir: model, encoder_threads: 1 })
+        open_index(py, out, OpenOptions { reader, model_dir: model, ..Default::default() })
     }
 
     /// Opens the index in directory ``path``.
@@ -131,7 +131,7 @@ impl PyIndex {
     ) -> PyResult<PyIndex> {
         let reader = parse_choice::<ReaderKind>(py, reader)?;
         let encoder_threads = positive(py, "encoder_threads", encoder_threads)?;
-        open_index(py, path, OpenOptions { reader, model_dir: model, encoder_threads })
+        open_index(py, path, OpenOptions { reader, model_dir: model, encoder_threads, ..Default::default() })
     }
 
     /// Searches for ``query`` and returns the top ``k`` hits as a :class:`SearchResult`.

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use cellar_core::io::{ReaderKind, ReaderOptions};
+use cellar_core::io::{InjectedLatency, ReaderKind, ReaderOptions};
 use cellar_core::kernels::Isa;
 use cellar_core::store::VectorStore;
 use cellar_core::{CellarError, Result};
@@ -30,11 +30,13 @@ pub struct OpenOptions {
     pub model_dir: Option<PathBuf>,
     /// Intra-op threads of one query's encoding (1: under concurrency more threads lose).
     pub encoder_threads: usize,
+    /// Direct reader only: an emulated SSD latency per read (benchmarks on a host-cached disk).
+    pub inject_latency: Option<InjectedLatency>,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { reader: ReaderKind::Mmap, model_dir: None, encoder_threads: 1 }
+        OpenOptions { reader: ReaderKind::Mmap, model_dir: None, encoder_threads: 1, inject_latency: None }
     }
 }
 
@@ -56,7 +58,15 @@ impl Index {
     /// Opens the index in `dir`, checking that its parts agree on the number of documents.
     pub fn open(dir: &Path, options: OpenOptions) -> Result<Index> {
         let config = IndexConfig::load(dir)?;
-        let store = VectorStore::open(&dir.join(VECTORS_DIR), &ReaderOptions::new(options.reader))?;
+        if options.inject_latency.is_some() && options.reader != ReaderKind::Direct {
+            return Err(CellarError::InvalidInput(format!(
+                "an injected read latency applies to the direct reader only, not {}",
+                options.reader.name()
+            )));
+        }
+        let mut reader_options = ReaderOptions::new(options.reader);
+        reader_options.inject_latency = options.inject_latency;
+        let store = VectorStore::open(&dir.join(VECTORS_DIR), &reader_options)?;
         let bm25 = Bm25Index::open(&dir.join(BM25_DIR))?;
         let texts = TextsReader::open(dir)?;
         let pca = match config.pca_dim {

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use cellar_core::io::ReadStats;
-use cellar_core::{DocId, Result};
+use cellar_core::{CellarError, DocId, Result};
 use serde::Serialize;
 
 use crate::bm25::Scored;
@@ -21,6 +21,21 @@ pub struct PreparedQuery {
     pub pooled: Vec<f32>,
     pub encode_ms: f64,
 }
+
+/// Query vectors a caller computed itself, in the model's output space (before any PCA), used
+/// instead of encoding the query's text. Token vectors are used as given (the encoder's are
+/// L2-normalised).
+#[derive(Clone, Debug, Default)]
+pub struct QueryVectors {
+    /// `n_tokens` rows of the model's dimension, row after row.
+    pub tokens: Vec<f32>,
+    pub n_tokens: usize,
+    /// Needed by the dense mode only.
+    pub pooled: Option<Vec<f32>>,
+}
+
+/// Most query token vectors a caller may supply.
+pub const MAX_QUERY_VECTORS: usize = 512;
 
 /// Milliseconds spent in each stage of one search.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -108,6 +123,28 @@ impl Index {
         Ok(query)
     }
 
+    /// Like [`Index::prepare`], with the caller's vectors instead of the encoder's: checks their
+    /// count, dimension and values, then projects them like encoded ones. The dense mode needs
+    /// `pooled` and may have an empty `text`; every other mode needs the text for BM25.
+    pub fn prepare_vectors(&self, text: &str, mode: Mode, vectors: QueryVectors) -> Result<PreparedQuery> {
+        if !(mode == Mode::Dense && text.is_empty()) {
+            check_query(text)?;
+        }
+        let dim = self.config.encoder.model_dim;
+        check_vectors(&vectors, dim, mode)?;
+        let tokens = match &self.pca {
+            Some(pca) => crate::build::project_tokens(pca, &vectors.tokens, vectors.n_tokens),
+            None => vectors.tokens,
+        };
+        Ok(PreparedQuery {
+            text: text.to_string(),
+            tokens: self.store.codec().prepare_query(&tokens),
+            n_tokens: vectors.n_tokens,
+            pooled: vectors.pooled.unwrap_or_default(),
+            encode_ms: 0.0,
+        })
+    }
+
     /// Ranks documents for a prepared query (no text is fetched).
     pub fn rank(&self, query: &PreparedQuery, params: &SearchParams) -> Result<Ranking> {
         let start = Instant::now();
@@ -167,9 +204,25 @@ impl Index {
     pub fn search(&self, text: &str, options: &SearchOptions) -> Result<SearchResponse> {
         let params = SearchParams::resolve(options, &self.config.search)?;
         let query = self.prepare(text, params.mode)?;
-        let mut ranking = self.rank(&query, &params)?;
+        self.respond(&query, &params, true)
+    }
+
+    /// Resolves `options` against the index's defaults.
+    pub fn resolve(&self, options: &SearchOptions) -> Result<SearchParams> {
+        SearchParams::resolve(options, &self.config.search)
+    }
+
+    /// Ranks a prepared query and attaches each hit's id, and its title and text when
+    /// `include_text` (otherwise they are left empty).
+    pub fn respond(
+        &self,
+        query: &PreparedQuery,
+        params: &SearchParams,
+        include_text: bool,
+    ) -> Result<SearchResponse> {
+        let mut ranking = self.rank(query, params)?;
         let text_start = Instant::now();
-        let hits = ranking.hits.iter().map(|f| self.hit(f)).collect::<Result<Vec<Hit>>>()?;
+        let hits = ranking.hits.iter().map(|f| self.hit(f, include_text)).collect::<Result<Vec<Hit>>>()?;
         ranking.timings.text_ms = ms_since(text_start);
         ranking.timings.total_ms += ranking.timings.text_ms;
         let io = IoReport {
@@ -179,7 +232,7 @@ impl Index {
         };
         Ok(SearchResponse {
             hits,
-            params,
+            params: *params,
             candidates: ranking.candidates,
             reranked: ranking.reranked,
             timings: ranking.timings,
@@ -187,8 +240,12 @@ impl Index {
         })
     }
 
-    fn hit(&self, fused: &Fused) -> Result<Hit> {
-        let doc = self.texts.get(fused.id)?;
+    fn hit(&self, fused: &Fused, include_text: bool) -> Result<Hit> {
+        let mut doc = self.texts.get(fused.id)?;
+        if !include_text {
+            doc.title.clear();
+            doc.text.clear();
+        }
         Ok(Hit {
             id: doc.id,
             internal_id: fused.id.0,
@@ -209,5 +266,37 @@ fn dense_hit(scored: &Scored) -> Fused {
         first_stage: scored.score,
         maxsim: None,
         stage: Stage::FirstStage,
+    }
+}
+
+/// Checks caller-supplied vectors: count within bounds, rows of the model's dimension, finite.
+fn check_vectors(vectors: &QueryVectors, dim: usize, mode: Mode) -> Result<()> {
+    let n = vectors.n_tokens;
+    if n == 0 || n > MAX_QUERY_VECTORS {
+        return Err(CellarError::InvalidInput(format!(
+            "query_vectors.tokens must hold 1 to {MAX_QUERY_VECTORS} vectors, got {n}"
+        )));
+    }
+    if vectors.tokens.len() != n * dim {
+        return Err(CellarError::WrongDimension { expected: dim, received: vectors.tokens.len() / n });
+    }
+    if let Some(i) = vectors.tokens.iter().position(|v| !v.is_finite()) {
+        return Err(CellarError::InvalidInput(format!(
+            "query_vectors.tokens[{}][{}] is not a finite number",
+            i / dim,
+            i % dim
+        )));
+    }
+    match &vectors.pooled {
+        None if mode == Mode::Dense => {
+            Err(CellarError::InvalidInput("the dense mode needs query_vectors.pooled".into()))
+        }
+        Some(pooled) if pooled.len() != dim => {
+            Err(CellarError::WrongDimension { expected: dim, received: pooled.len() })
+        }
+        Some(pooled) if pooled.iter().any(|v| !v.is_finite()) => {
+            Err(CellarError::InvalidInput("query_vectors.pooled holds a value that is not finite".into()))
+        }
+        _ => Ok(()),
     }
 }
