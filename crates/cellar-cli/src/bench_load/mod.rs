@@ -42,7 +42,9 @@ pub struct BenchArgs {
     /// reader=ram|mmap|direct (default mmap), cap=PCT (memory cap, % of the index size on disk;
     /// omitted: uncapped), threads=N (intra-op threads, default 1), ssd_latency_us=US (direct
     /// reader only), vectors=server|client (client: the bench encodes the queries and sends
-    /// query_vectors). Repeat for several configurations.
+    /// query_vectors; the server starts with --lazy-encoder and never loads the model),
+    /// workers=N and queue=N (the server's --workers and --queue). Repeat for several
+    /// configurations.
     #[arg(long = "config", value_name = "SPEC")]
     pub configs: Vec<String>,
     /// Load a server that is already running instead (http://127.0.0.1:PORT, localhost or [::1]).
@@ -183,6 +185,8 @@ fn configurations(args: &BenchArgs) -> Result<Vec<ConfigSpec>> {
             cap_pct: None,
             threads: 1,
             ssd_latency_us: None,
+            workers: None,
+            queue: None,
             vectors,
             url: Some(url.clone()),
         }]
@@ -423,6 +427,9 @@ fn run_spawned(
         reader: &reader,
         intra_op_threads: spec.threads,
         inject_latency_us: spec.ssd_latency_us,
+        workers: spec.workers,
+        queue: spec.queue,
+        lazy_encoder: spec.vectors == Vectors::Client || args.mode == Mode::Bm25.name(),
         log,
     };
     let mut server = match ServerProc::start(&server_spec, cgroup) {

@@ -199,6 +199,12 @@ impl Report {
             (None, _) => facts.push("no memory cap".into()),
         }
         facts.push(format!("intra-op threads {}", sp.threads));
+        if let Some(w) = sp.workers {
+            facts.push(format!("{w} server workers"));
+        }
+        if let Some(q) = sp.queue {
+            facts.push(format!("server queue {q}"));
+        }
         if let Some(us) = sp.ssd_latency_us {
             facts.push(format!("injected read latency {us} µs"));
         }
@@ -304,5 +310,105 @@ impl Report {
         std::fs::write(&md_path, self.to_markdown())
             .map_err(|e| CellarError::Io { path: md_path.clone(), source: e })?;
         Ok((json_path, md_path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::config::Vectors;
+    use super::super::stats::summarize;
+    use super::*;
+
+    fn level(qps: f64, p95: Option<f64>) -> LevelRecord {
+        let stats = LevelStats {
+            offered_qps: qps,
+            sent: 10,
+            warmup_sent: 2,
+            completed_ok: 10,
+            errors: Default::default(),
+            http_429: 0,
+            timeouts: 0,
+            cut_at_drain: 0,
+            client_dropped: 0,
+            achieved_qps: qps,
+            latency: p95.and_then(|p| summarize(&[p])),
+            failed_fraction: 0.0,
+            ok_whole_level: 12,
+            wall_s: 1.0,
+        };
+        LevelRecord {
+            stats,
+            server_read_bytes_per_query: Some(8192.0),
+            proc_read_bytes_per_query: None,
+            server_rss_bytes: Some(64 << 20),
+            cgroup_usage_bytes: None,
+            saturated: false,
+        }
+    }
+
+    fn config(name: &str, levels: Vec<LevelRecord>) -> ConfigResult {
+        let mut c = ConfigResult::new(ConfigSpec {
+            name: name.into(),
+            index: Some("idx".into()),
+            reader: Some("mmap".into()),
+            cap_pct: Some(25.0),
+            threads: 1,
+            ssd_latency_us: None,
+            workers: None,
+            queue: None,
+            vectors: Vectors::Client,
+            url: None,
+        });
+        c.capped = true;
+        c.cap_bytes = Some(10 << 20);
+        c.levels = levels;
+        c
+    }
+
+    #[test]
+    fn markdown_has_a_table_per_configuration_and_p95_ratios() {
+        let report = Report {
+            command_line: "cellar bench".into(),
+            date_utc: "2025-01-01T00:00:00Z".into(),
+            git_commit: "abc".into(),
+            cpu_model: "cpu".into(),
+            cores: 2,
+            client: "test".into(),
+            settings: Settings {
+                queries: "q.jsonl".into(),
+                qrels: None,
+                n_queries: 3,
+                qps: vec![5.0, 10.0],
+                warmup_s: 1.0,
+                duration_s: 2.0,
+                drain_s: 1.0,
+                timeout_s: 1.0,
+                max_in_flight: 10,
+                stop_at_saturation: true,
+                mode: "hybrid".into(),
+                k: 10,
+                rerank_k: None,
+                alpha: None,
+                seed: 1,
+                evict_cache: true,
+            },
+            baseline: "base".into(),
+            configurations: vec![
+                config("base", vec![level(5.0, Some(10.0)), level(10.0, Some(20.0))]),
+                config("other", vec![level(5.0, Some(25.0))]),
+            ],
+        };
+        let md = report.to_markdown();
+        assert!(md.contains("## base") && md.contains("## other"), "{md}");
+        assert!(md.contains("memory cap 25% = 10 MiB"), "{md}");
+        assert!(md.contains("## P95 relative to base"), "{md}");
+        assert!(md.contains("| 5 | 10.0 | 2.50x |"), "{md}");
+        assert!(md.contains("| 10 | 20.0 | - |"), "{md}");
+        // KiB read per query from the server's counter.
+        assert!(md.contains("| 8 | - | 64 | - |"), "{md}");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["configurations"][1]["levels"][0]["latency"]["p95_ms"], 25.0);
+        assert_eq!(json["configurations"][0]["status"], "completed");
+        assert_eq!(json["configurations"][0]["vectors"], "client");
     }
 }

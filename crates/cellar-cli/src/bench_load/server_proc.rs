@@ -20,6 +20,10 @@ pub struct ServerSpec<'a> {
     pub reader: &'a str,
     pub intra_op_threads: usize,
     pub inject_latency_us: Option<u64>,
+    pub workers: Option<usize>,
+    pub queue: Option<usize>,
+    /// The bench sends query vectors: the server never needs the model (`--lazy-encoder`).
+    pub lazy_encoder: bool,
     /// Where the server's stdout and stderr go.
     pub log: PathBuf,
 }
@@ -104,6 +108,15 @@ impl ServerProc {
         ];
         if let Some(us) = spec.inject_latency_us {
             args.extend(["--inject-latency-us".into(), us.to_string()]);
+        }
+        if let Some(n) = spec.workers {
+            args.extend(["--workers".into(), n.to_string()]);
+        }
+        if let Some(n) = spec.queue {
+            args.extend(["--queue".into(), n.to_string()]);
+        }
+        if spec.lazy_encoder {
+            args.push("--lazy-encoder".into());
         }
         if let Some(cg) = &cgroup {
             // The hidden global option: the child joins the cgroup before opening anything.

@@ -1,0 +1,222 @@
+//! `cellar bench` end to end against a fake server this test runs (fixed answers, optional 429s,
+//! a /metrics page whose read counter grows 4096 bytes per answered search), and exit code 2
+//! for bad arguments. No model or real server needed.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+fn cellar(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cellar")).args(args).output().expect("run cellar")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn assert_user_error(out: &Output, needle: &str) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(err.contains(needle) && !err.contains("panicked"), "expected {needle:?} in: {err}");
+}
+
+/// Answers every search with 200 (every `reject_every`-th with 429); returns its port.
+fn fake_server(reject_every: usize) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let searches = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::new(AtomicUsize::new(0));
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let (searches, answered) = (Arc::clone(&searches), Arc::clone(&answered));
+            std::thread::spawn(move || serve(stream, reject_every, &searches, &answered));
+        }
+    });
+    port
+}
+
+fn serve(mut stream: TcpStream, reject_every: usize, searches: &AtomicUsize, answered: &AtomicUsize) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        let Ok(n) = stream.read(&mut chunk) else { return };
+        if n == 0 {
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+    };
+    let head = text(&buf[..head_end]);
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    while buf.len() < head_end + length {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let body = text(&buf[head_end..]);
+    let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let (status, body) = match path.as_str() {
+        "/healthz" => ("200 OK", "{\"status\":\"ok\",\"docs\":8}".to_string()),
+        "/metrics" => (
+            "200 OK",
+            format!(
+                "cellar_read_bytes_total {}\ncellar_process_rss_bytes 10485760\n",
+                4096 * answered.load(Ordering::SeqCst)
+            ),
+        ),
+        "/v1/search" => {
+            let request: serde_json::Value = serde_json::from_str(&body).expect("a JSON body");
+            assert!(request["query"].is_string() && request["include_text"] == false, "{request}");
+            let n = searches.fetch_add(1, Ordering::SeqCst) + 1;
+            if reject_every > 0 && n % reject_every == 0 {
+                ("429 Too Many Requests", "{\"code\":\"overloaded\"}".to_string())
+            } else {
+                answered.fetch_add(1, Ordering::SeqCst);
+                ("200 OK", "{\"hits\":[]}".to_string())
+            }
+        }
+        _ => ("404 Not Found", "{}".to_string()),
+    };
+    let response =
+        format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    let _ = stream.write_all(response.as_bytes());
+}
+
+fn write_queries(dir: &Path) -> String {
+    let path = dir.join("queries.jsonl");
+    let lines: String =
+        (0..5).map(|i| format!("{{\"_id\": \"q{i}\", \"text\": \"question number {i}\"}}\n")).collect();
+    std::fs::write(&path, lines).unwrap();
+    path.display().to_string()
+}
+
+/// Runs a short sweep against `port`; returns the command's output and the JSON report.
+fn bench(dir: &Path, port: u16, extra: &[&str]) -> (Output, serde_json::Value) {
+    let queries = write_queries(dir);
+    let out_prefix = dir.join("load").display().to_string();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut args = vec![
+        "bench",
+        "--url",
+        &url,
+        "--name",
+        "fake",
+        "--queries",
+        &queries,
+        "--qps",
+        "20,40",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.5",
+        "--drain",
+        "2",
+        "--out",
+        &out_prefix,
+    ];
+    args.extend_from_slice(extra);
+    let out = cellar(&args);
+    let json = std::fs::read_to_string(dir.join("load.json"))
+        .unwrap_or_else(|e| panic!("no load.json ({e}); stderr: {}", text(&out.stderr)));
+    (out, serde_json::from_str(&json).unwrap())
+}
+
+/// The plot needs matplotlib: without it the command fails with exit code 2 and says how to get
+/// it, after writing the JSON and markdown.
+fn assert_plot_or_install_hint(out: &Output, dir: &Path) {
+    assert!(dir.join("load.md").is_file());
+    if out.status.success() {
+        assert!(dir.join("load.png").is_file());
+    } else {
+        assert_user_error(out, "pip install matplotlib");
+    }
+}
+
+#[test]
+fn sweeps_a_running_server_and_writes_every_figure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = fake_server(0);
+    let (out, report) = bench(tmp.path(), port, &["--stop-at-saturation", "false"]);
+    assert_plot_or_install_hint(&out, tmp.path());
+    let config = &report["configurations"][0];
+    assert_eq!(config["name"], "fake");
+    assert_eq!(config["status"], "completed");
+    let levels = config["levels"].as_array().unwrap();
+    assert_eq!(levels.len(), 2);
+    for (level, qps) in levels.iter().zip([20.0, 40.0]) {
+        assert_eq!(level["offered_qps"], qps);
+        // Bounded: at most qps x (warm-up + duration) + 1 requests.
+        let sent = level["sent"].as_u64().unwrap() + level["warmup_sent"].as_u64().unwrap();
+        assert!(sent as f64 <= qps * 1.5 + 1.0, "{level}");
+        assert_eq!(level["completed_ok"], level["sent"], "{level}");
+        assert_eq!(level["http_429"], 0);
+        assert!(level["latency"]["p95_ms"].as_f64().unwrap() > 0.0);
+        // The fake server's counter grows 4096 bytes per answered search.
+        assert_eq!(level["server_read_bytes_per_query"], 4096.0, "{level}");
+        assert_eq!(level["server_rss_bytes"], 10485760);
+    }
+    assert!(report["command_line"].as_str().unwrap().contains("--qps 20,40"));
+    assert_eq!(report["settings"]["n_queries"], 5);
+    let md = std::fs::read_to_string(tmp.path().join("load.md")).unwrap();
+    assert!(md.contains("## fake") && md.contains("| 40 |"), "{md}");
+}
+
+#[test]
+fn counts_429s_and_stops_at_saturation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = fake_server(3);
+    let (out, report) = bench(tmp.path(), port, &[]);
+    assert_plot_or_install_hint(&out, tmp.path());
+    let levels = report["configurations"][0]["levels"].as_array().unwrap();
+    // A third of the requests refused: past the 5% failure threshold at the first level.
+    assert_eq!(levels.len(), 1, "{levels:?}");
+    assert!(levels[0]["http_429"].as_u64().unwrap() > 0);
+    assert_eq!(levels[0]["saturated"], true);
+}
+
+#[test]
+fn bad_arguments_exit_with_code_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = write_queries(tmp.path());
+    let index = tmp.path().join("index");
+    std::fs::create_dir_all(&index).unwrap();
+    std::fs::write(index.join("index.json"), "{}").unwrap();
+    let q = queries.as_str();
+    let cfg = |extra: &str| format!("name=a,index={},{extra}", index.display());
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--url".into(), "http://10.1.2.3:8080".into()], "not loopback"),
+        (vec!["--url".into(), "http://example.com:80".into()], "not loopback"),
+        (vec!["--config".into(), cfg("colour=red")], "unknown key"),
+        (vec!["--config".into(), cfg("cap=0")], "positive"),
+        (vec!["--config".into(), cfg("reader=tape")], "reader"),
+        (vec!["--config".into(), "name=a,index=/no/such/index".into()], "not an index"),
+        (vec!["--config".into(), cfg("reader=mmap"), "--qps".into(), "0".into()], "--qps"),
+        (vec!["--config".into(), cfg("reader=mmap"), "--duration".into(), "0".into()], "--duration"),
+        (vec!["--config".into(), cfg("reader=mmap"), "--mode".into(), "fuzzy".into()], "--mode"),
+        (vec!["--config".into(), cfg("reader=mmap"), "--baseline".into(), "zz".into()], "--baseline"),
+        (vec![], "--config"),
+    ];
+    for (extra, needle) in cases {
+        let mut args: Vec<String> = vec!["bench".into(), "--queries".into(), q.into()];
+        args.extend(extra);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_user_error(&cellar(&refs), needle);
+    }
+    let missing = tmp.path().join("nope.jsonl").display().to_string();
+    assert_user_error(
+        &cellar(&["bench", "--url", "http://127.0.0.1:9", "--queries", &missing]),
+        "no such file",
+    );
+    // Nothing was started or written by any of them.
+    assert!(!tmp.path().join("load.json").exists());
+}
