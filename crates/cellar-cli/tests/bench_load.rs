@@ -78,7 +78,7 @@ fn serve(mut stream: TcpStream, reject_every: usize, searches: &AtomicUsize, ans
             let request: serde_json::Value = serde_json::from_str(&body).expect("a JSON body");
             assert!(request["query"].is_string() && request["include_text"] == false, "{request}");
             let n = searches.fetch_add(1, Ordering::SeqCst) + 1;
-            if reject_every > 0 && n % reject_every == 0 {
+            if reject_every > 0 && n.is_multiple_of(reject_every) {
                 ("429 Too Many Requests", "{\"code\":\"overloaded\"}".to_string())
             } else {
                 answered.fetch_add(1, Ordering::SeqCst);
@@ -134,12 +134,7 @@ fn bench(dir: &Path, port: u16, extra: &[&str]) -> (Output, serde_json::Value) {
 /// The plot needs matplotlib: without it the command fails with exit code 2 and says how to get
 /// it, after writing the JSON and markdown.
 fn assert_plot_or_install_hint(out: &Output, dir: &Path) {
-    assert!(dir.join("load.md").is_file());
-    if out.status.success() {
-        assert!(dir.join("load.png").is_file());
-    } else {
-        assert_user_error(out, "pip install matplotlib");
-    }
+    assert_plot_or_install_hint_for(out, &dir.join("load"));
 }
 
 #[test]
@@ -219,4 +214,84 @@ fn bad_arguments_exit_with_code_2() {
     );
     // Nothing was started or written by any of them.
     assert!(!tmp.path().join("load.json").exists());
+}
+
+/// The real thing, small: `cellar index` on 8 documents, then `cellar bench` starts `cellar
+/// serve` twice (mmap, encoder in the server; direct under a memory cap, vectors from the bench)
+/// for one short level each. Needs the default model installed (as `tests/retrieval.rs`).
+#[test]
+fn benchmarks_real_servers_it_starts_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus: String = (0..8)
+        .map(|i| {
+            let topic = if i % 2 == 0 { "green tea leaves are steamed" } else { "the moon orbits the earth" };
+            format!("{{\"_id\": \"d{i}\", \"title\": \"t{i}\", \"text\": \"{topic}, note {i}.\"}}\n")
+        })
+        .collect();
+    std::fs::write(tmp.path().join("corpus.jsonl"), corpus).unwrap();
+    let index = tmp.path().join("index");
+    let out = cellar(&[
+        "index",
+        tmp.path().join("corpus.jsonl").to_str().unwrap(),
+        "--out",
+        index.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let queries = write_queries(tmp.path());
+    let prefix = tmp.path().join("real").display().to_string();
+    let i = index.display();
+    let out = cellar(&[
+        "bench",
+        "--queries",
+        &queries,
+        "--qps",
+        "4",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.5",
+        "--drain",
+        "5",
+        "--out",
+        &prefix,
+        "--config",
+        &format!("name=mmap,index={i},reader=mmap"),
+        "--config",
+        // The index is tiny: a cap of 200x its size still leaves the server only some MiB.
+        &format!("name=direct-capped,index={i},reader=direct,cap=20000,vectors=client"),
+    ]);
+    let json = std::fs::read_to_string(tmp.path().join("real.json"))
+        .unwrap_or_else(|e| panic!("no real.json ({e}); stderr: {}", text(&out.stderr)));
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let configs = report["configurations"].as_array().unwrap();
+    let mmap = &configs[0];
+    assert_eq!(mmap["status"], "completed", "{mmap}");
+    let level = &mmap["levels"][0];
+    assert!(level["completed_ok"].as_u64().unwrap() > 0, "{level}");
+    assert!(level["server_read_bytes_per_query"].as_f64().unwrap() > 0.0, "{level}");
+    assert!(mmap["peak_rss_bytes"].as_u64().unwrap() > 0);
+    let capped = &configs[1];
+    // Without cgroups the direct reader runs uncapped, with a note saying so.
+    assert_eq!(capped["status"], "completed", "{capped}");
+    assert!(capped["server_args"].as_array().unwrap().iter().any(|a| a == "--lazy-encoder"));
+    let level = &capped["levels"][0];
+    assert!(level["completed_ok"].as_u64().unwrap() > 0, "{level}");
+    assert!(level["server_read_bytes_per_query"].as_f64().unwrap() > 0.0, "{level}");
+    if capped["capped"] == true {
+        assert!(capped["cgroup_max_usage_bytes"].as_u64().unwrap() > 0, "{capped}");
+        assert!(capped["cgroup_failcnt"].is_u64());
+    } else {
+        assert!(capped["notes"][0].as_str().unwrap().contains("NOT applied"), "{capped}");
+    }
+    assert_plot_or_install_hint_for(&out, &tmp.path().join("real"));
+}
+
+fn assert_plot_or_install_hint_for(out: &Output, prefix: &Path) {
+    let with = |ext: &str| Path::new(&format!("{}.{ext}", prefix.display())).to_path_buf();
+    assert!(with("md").is_file());
+    if out.status.success() {
+        assert!(with("png").is_file());
+    } else {
+        assert_user_error(out, "pip install matplotlib");
+    }
 }

@@ -145,7 +145,8 @@ impl Report {
             "Poisson arrivals (seed {}), offered QPS {:?}, {} s warm-up (excluded) + {} s measured per level, \
              drain up to {} s, per-request timeout {} s, at most {} requests in flight. Latency runs from each \
              request's scheduled send time to its last response byte (no coordinated omission); one TCP \
-             connection per request. Queries: {} from {}{}. Request: mode {}, k {}{}{}, include_text false. \
+             connection per request; \"client lag\" is how late the bench itself started requests (when \
+             it nears the latencies, the load generator is the bottleneck). Queries: {} from {}{}. Request: mode {}, k {}{}{}, include_text false. \
              {}",
             s.seed,
             s.qps,
@@ -236,16 +237,16 @@ impl Report {
         }
         let _ = writeln!(
             md,
-            "| offered QPS | achieved QPS | P50 ms | P95 ms | P99 ms | max ms | sent | ok | 429 | errors | timeouts | dropped | KiB read/query (server) | KiB read/query (/proc io) | server RSS MiB | cgroup MiB |"
+            "| offered QPS | achieved QPS | P50 ms | P95 ms | P99 ms | max ms | sent | ok | 429 | errors | timeouts | dropped | client lag P99 ms | KiB read/query (server) | KiB read/query (/proc io) | server RSS MiB | cgroup MiB |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for l in &c.levels {
             let st = &l.stats;
             let lat = st.latency.as_ref();
             let errors: u64 = st.errors.values().sum();
             let _ = writeln!(
                 md,
-                "| {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} |",
                 st.offered_qps,
                 if l.saturated { " (saturated)" } else { "" },
                 st.achieved_qps,
@@ -259,6 +260,7 @@ impl Report {
                 errors,
                 st.timeouts + st.cut_at_drain,
                 st.client_dropped,
+                st.client_send_lag_p99_ms,
                 opt(l.server_read_bytes_per_query.map(|b| b / 1024.0), 0),
                 opt(l.proc_read_bytes_per_query.map(|b| b / 1024.0), 0),
                 mib(l.server_rss_bytes),
@@ -334,6 +336,8 @@ mod tests {
             latency: p95.and_then(|p| summarize(&[p])),
             failed_fraction: 0.0,
             ok_whole_level: 12,
+            client_send_lag_p99_ms: 0.5,
+            client_send_lag_max_ms: 0.9,
             wall_s: 1.0,
         };
         LevelRecord {
@@ -405,7 +409,7 @@ mod tests {
         assert!(md.contains("| 5 | 10.0 | 2.50x |"), "{md}");
         assert!(md.contains("| 10 | 20.0 | - |"), "{md}");
         // KiB read per query from the server's counter.
-        assert!(md.contains("| 8 | - | 64 | - |"), "{md}");
+        assert!(md.contains("| 0.5 | 8 | - | 64 | - |"), "{md}");
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["configurations"][1]["levels"][0]["latency"]["p95_ms"], 25.0);
         assert_eq!(json["configurations"][0]["status"], "completed");

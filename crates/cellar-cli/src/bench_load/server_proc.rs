@@ -79,21 +79,31 @@ fn describe(status: ExitStatus, capped: bool) -> String {
     }
 }
 
-/// The last `max` bytes of a file, for error messages.
+/// The last `max` bytes of the server's log, for error messages.
 fn tail(path: &Path, max: u64) -> String {
-    let Ok(mut f) = File::open(path) else { return String::new() };
+    let Ok(mut f) = File::open(path) else { return format!("(no log at {})", path.display()) };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     let _ = f.seek(SeekFrom::Start(len.saturating_sub(max)));
-    let mut s = String::new();
-    let _ = f.read_to_string(&mut s);
-    s.trim().to_string()
+    let mut bytes = Vec::new();
+    let _ = f.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes).trim().to_string();
+    if text.is_empty() {
+        "(the server wrote nothing)".into()
+    } else {
+        format!("last lines of its log:\n{text}")
+    }
 }
 
 impl ServerProc {
     /// Starts `cellar serve` (this binary) on a free port; inside `cgroup` when given.
     pub fn start(spec: &ServerSpec, cgroup: Option<MemoryCgroup>) -> Result<ServerProc> {
-        let exe =
-            std::env::current_exe().map_err(|e| CellarError::Unsupported(format!("current exe: {e}")))?;
+        // /proc/self/exe runs this very binary even after a rebuild replaced the file on disk.
+        let proc_exe = PathBuf::from("/proc/self/exe");
+        let exe = if proc_exe.exists() {
+            proc_exe
+        } else {
+            std::env::current_exe().map_err(|e| CellarError::Unsupported(format!("current exe: {e}")))?
+        };
         let port = free_port()?;
         let mut args = vec![
             "serve".to_string(),
@@ -154,9 +164,7 @@ impl ServerProc {
     pub fn exited(&mut self) -> Option<String> {
         let capped = self.capped();
         match self.child.try_wait() {
-            Ok(Some(status)) => {
-                Some(format!("{}; log tail:\n{}", describe(status, capped), tail(&self.log, 2000)))
-            }
+            Ok(Some(status)) => Some(format!("{}; {}", describe(status, capped), tail(&self.log, 2000))),
             Ok(None) => None,
             Err(e) => Some(format!("cannot wait for the server: {e}")),
         }
@@ -181,7 +189,7 @@ impl ServerProc {
             }
             if started.elapsed() > limit {
                 return Err(CellarError::Unsupported(format!(
-                    "cellar serve did not answer GET /healthz with 200 within {} s; log tail:\n{}",
+                    "cellar serve did not answer GET /healthz with 200 within {} s; {}",
                     limit.as_secs(),
                     tail(&self.log, 2000)
                 )));

@@ -82,6 +82,8 @@ pub struct Record {
     /// When the response was read in full (or the request gave up), from the level's start.
     pub done: Duration,
     pub outcome: Outcome,
+    /// How late the client started it (its own lag, not the server's).
+    pub send_lag: Duration,
 }
 
 impl Record {
@@ -120,6 +122,7 @@ pub async fn run_level(
             continue;
         }
         in_flight.fetch_add(1, Ordering::Relaxed);
+        let send_lag = Instant::now().saturating_duration_since(due);
         let request = cycle.next_request();
         let in_flight = Arc::clone(&in_flight);
         let deadline = due + plan.timeout;
@@ -133,7 +136,7 @@ pub async fn run_level(
                 Err(_) => Outcome::Cut,
             };
             in_flight.fetch_sub(1, Ordering::Relaxed);
-            Record { scheduled: offset, done: start.elapsed(), outcome }
+            Record { scheduled: offset, done: start.elapsed(), outcome, send_lag }
         });
     }
     let mut records = Vec::with_capacity(tasks.len());
@@ -143,6 +146,7 @@ pub async fn run_level(
             scheduled: Duration::ZERO,
             done: start.elapsed(),
             outcome: Outcome::Io(format!("task failed: {e}")),
+            send_lag: Duration::ZERO,
         }));
     }
     records.sort_by_key(|r| r.scheduled);
@@ -174,6 +178,10 @@ pub struct LevelStats {
     pub failed_fraction: f64,
     /// 200 responses over the whole level, warm-up included (what the server's counters saw).
     pub ok_whole_level: u64,
+    /// P99 and max of how late the client itself started the measured window's requests: when
+    /// these approach the latencies, the load generator, not the server, is the bottleneck.
+    pub client_send_lag_p99_ms: f64,
+    pub client_send_lag_max_ms: f64,
     pub wall_s: f64,
 }
 
@@ -195,9 +203,12 @@ impl LevelStats {
             latency: None,
             failed_fraction: 0.0,
             ok_whole_level: raw.records.iter().filter(|r| r.outcome == Outcome::Ok).count() as u64,
+            client_send_lag_p99_ms: 0.0,
+            client_send_lag_max_ms: 0.0,
             wall_s: raw.wall.as_secs_f64(),
         };
         let mut latencies = Vec::new();
+        let mut lags = Vec::new();
         let mut ok_in_window = 0u64;
         for r in &raw.records {
             if r.outcome == Outcome::Ok && measured(r.done) {
@@ -208,6 +219,7 @@ impl LevelStats {
                 continue;
             }
             s.sent += 1;
+            lags.push(r.send_lag.as_secs_f64() * 1e3);
             match &r.outcome {
                 Outcome::Ok => {
                     s.completed_ok += 1;
@@ -222,6 +234,9 @@ impl LevelStats {
         }
         s.achieved_qps = ok_in_window as f64 / plan.duration.as_secs_f64();
         s.latency = summarize(&latencies);
+        if let Some(lag) = summarize(&lags) {
+            (s.client_send_lag_p99_ms, s.client_send_lag_max_ms) = (lag.p99_ms, lag.max_ms);
+        }
         let scheduled = s.sent + s.client_dropped;
         let failed =
             s.errors.values().sum::<u64>() + s.http_429 + s.timeouts + s.cut_at_drain + s.client_dropped;
@@ -297,7 +312,14 @@ mod tests {
             let floor = delay + (late - r.scheduled);
             assert!(r.latency() >= floor, "{r:?}: latency {:?} < {floor:?}", r.latency());
         }
-        assert!(s.latency.unwrap().p50_ms >= (delay + Duration::from_millis(100)).as_secs_f64() * 1e3);
+        assert!(
+            s.latency.as_ref().unwrap().p50_ms >= (delay + Duration::from_millis(100)).as_secs_f64() * 1e3
+        );
+        // The client's own lateness is reported apart: at least 100 ms for every request.
+        assert!(
+            s.client_send_lag_max_ms >= s.client_send_lag_p99_ms && s.client_send_lag_p99_ms >= 100.0,
+            "{s:?}"
+        );
     }
 
     #[tokio::test]

@@ -91,7 +91,7 @@ async fn serve(
         }
         "/v1/search" => {
             let n = searches.fetch_add(1, Ordering::SeqCst) + 1;
-            if b.reject_every > 0 && n % b.reject_every == 0 {
+            if b.reject_every > 0 && n.is_multiple_of(b.reject_every) {
                 ("429 Too Many Requests", "Retry-After: 1\r\n", "{\"code\":\"overloaded\"}".to_string())
             } else {
                 tokio::time::sleep(b.delay).await;
