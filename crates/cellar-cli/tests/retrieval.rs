@@ -80,3 +80,70 @@ fn index_search_tune_eval() {
     assert_user_error(&cellar(&["index", data_s, "--out", index_s]), "not empty");
     assert_user_error(&cellar(&["search", "--index", data_s, "tea"]), "not a Cellar index");
 }
+
+/// One HTTP/1.1 exchange over a fresh loopback connection: (status, body).
+fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    (status, body)
+}
+
+#[test]
+fn serve_answers_over_loopback_and_stops_cleanly_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    write_collection(&data);
+    let index = tmp.path().join("index");
+    let index_s = index.to_str().unwrap();
+    assert!(cellar(&["index", data.to_str().unwrap(), "--out", index_s]).status.success());
+    assert_user_error(
+        &cellar(&["serve", "--index", index_s, "--reader", "mmap", "--inject-latency-us", "80"]),
+        "direct reader only",
+    );
+    assert_user_error(
+        &cellar(&["serve", "--index", index_s, "--workers", "0"]),
+        "--workers must be at least 1",
+    );
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cellar"))
+        .args(["serve", "--index", index_s, "--reader", "direct", "--bind", "127.0.0.1:0"])
+        .args(["--inject-latency-us", "80", "--queue", "8"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let ready = lines.next().expect("a ready line").unwrap();
+    let port: u16 = ready
+        .split("http://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {ready:?}"));
+
+    let (status, health) = http(port, "GET", "/healthz", "");
+    assert_eq!(status, 200, "{health}");
+    assert!(health.contains("\"reader\":\"direct\""), "{health}");
+    let (status, body) = http(port, "POST", "/v1/search", r#"{"query": "how is green tea dried", "k": 2}"#);
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(answer["hits"][0]["id"].as_str().unwrap().starts_with("tea"), "{answer}");
+    let (status, body) = http(port, "POST", "/v1/search", r#"{"query": "tea", "k": 0}"#);
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(http(port, "GET", "/healthz", "").0, 200, "still serving after a bad request");
+
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "a SIGTERM'd server exits cleanly, got {status:?}");
+}
