@@ -430,7 +430,7 @@ fn run_spawned(
         workers: spec.workers,
         queue: spec.queue,
         lazy_encoder: spec.vectors == Vectors::Client || args.mode == Mode::Bm25.name(),
-        log,
+        log: log.clone(),
     };
     let mut server = match ServerProc::start(&server_spec, cgroup) {
         Ok(s) => s,
@@ -453,6 +453,7 @@ fn run_spawned(
             result.cgroup_failcnt = stopped.cgroup.map(|u| u.fail_count);
             result.status = Status::Failed;
             result.reason = Some(e.to_string());
+            result.notes.push(format!("the server's output is kept in {}", log.display()));
             return result;
         }
     }
@@ -467,6 +468,11 @@ fn run_spawned(
     if let (Status::Completed, Some(why)) = (result.status, stopped.died) {
         result.status = Status::Failed;
         result.reason = Some(format!("cellar serve {why}"));
+    }
+    if result.status == Status::Completed {
+        let _ = std::fs::remove_file(&log);
+    } else {
+        result.notes.push(format!("the server's output is kept in {}", log.display()));
     }
     result
 }
