@@ -1,6 +1,6 @@
-//! `cellar bench` end to end against a fake server this test runs (fixed answers, optional 429s,
-//! a /metrics page whose read counter grows 4096 bytes per answered search), and exit code 2
-//! for bad arguments. No model or real server needed.
+//! `cellar bench` end to end against a fake server this test runs (fixed answers whose hit ids
+//! follow the query, optional 429s, a /metrics page whose read counter grows 4096 bytes per
+//! answered search), and exit code 2 for bad arguments. No model or real server needed.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -21,6 +21,13 @@ fn assert_user_error(out: &Output, needle: &str) {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "stderr: {err}");
     assert!(err.contains(needle) && !err.contains("panicked"), "expected {needle:?} in: {err}");
+}
+
+/// The fake server's answer to "question number N": documents dN, then "other".
+fn hits_for(query: &str) -> String {
+    let n = query.rsplit(' ').next().unwrap();
+    let hits = serde_json::json!([{ "id": format!("d{n}"), "score": 2.0 }, { "id": "other", "score": 1.0 }]);
+    serde_json::json!({ "hits": hits, "candidates": 2 }).to_string()
 }
 
 /// Answers every search with 200 (every `reject_every`-th with 429); returns its port.
@@ -82,7 +89,7 @@ fn serve(mut stream: TcpStream, reject_every: usize, searches: &AtomicUsize, ans
                 ("429 Too Many Requests", "{\"code\":\"overloaded\"}".to_string())
             } else {
                 answered.fetch_add(1, Ordering::SeqCst);
-                ("200 OK", "{\"hits\":[]}".to_string())
+                ("200 OK", hits_for(request["query"].as_str().unwrap()))
             }
         }
         _ => ("404 Not Found", "{}".to_string()),
@@ -137,11 +144,25 @@ fn assert_plot_or_install_hint(out: &Output, dir: &Path) {
     assert_plot_or_install_hint_for(out, &dir.join("load"));
 }
 
+/// Judgments of the five queries against the fake server's answers (dN, other), with the nDCG@10
+/// of each answer worked out by hand: q0 and q1 rank their one relevant document first (1), q2's
+/// is second (1/log2 3), q3 finds one of two at rank 1 (1 / (1 + 1/log2 3), recall 1/2), q4 none.
+fn write_qrels(dir: &Path) -> (String, f64, f64) {
+    let path = dir.join("qrels.tsv");
+    let rows = "query-id\tcorpus-id\tscore\nq0\td0\t1\nq1\td1\t2\nq2\tother\t1\nq3\td3\t1\nq3\tmissing\t1\nq4\tmissing\t1\n";
+    std::fs::write(&path, rows).unwrap();
+    let d2 = 1.0 / 3f64.log2();
+    let ndcg = (1.0 + 1.0 + d2 + 1.0 / (1.0 + d2) + 0.0) / 5.0;
+    let recall = (1.0 + 1.0 + 1.0 + 0.5 + 0.0) / 5.0;
+    (path.display().to_string(), ndcg, recall)
+}
+
 #[test]
 fn sweeps_a_running_server_and_writes_every_figure() {
     let tmp = tempfile::tempdir().unwrap();
     let port = fake_server(0);
-    let (out, report) = bench(tmp.path(), port, &["--stop-at-saturation", "false"]);
+    let (qrels, ndcg, recall) = write_qrels(tmp.path());
+    let (out, report) = bench(tmp.path(), port, &["--stop-at-saturation", "false", "--qrels", &qrels]);
     assert_plot_or_install_hint(&out, tmp.path());
     let config = &report["configurations"][0];
     assert_eq!(config["name"], "fake");
@@ -162,8 +183,16 @@ fn sweeps_a_running_server_and_writes_every_figure() {
     }
     assert!(report["command_line"].as_str().unwrap().contains("--qps 20,40"));
     assert_eq!(report["settings"]["n_queries"], 5);
+    // Served quality: every query was answered during the sweep.
+    let quality = &config["quality"];
+    assert!((quality["ndcg_at_10"].as_f64().unwrap() - ndcg).abs() < 1e-9, "{quality}");
+    assert!((quality["recall_at_10"].as_f64().unwrap() - recall).abs() < 1e-9, "{quality}");
+    assert_eq!(quality["queries_answered"], 5, "{quality}");
+    assert_eq!(quality["queries_judged"], 5, "{quality}");
     let md = std::fs::read_to_string(tmp.path().join("load.md")).unwrap();
     assert!(md.contains("## fake") && md.contains("| 40 |"), "{md}");
+    let line = format!("Served quality: nDCG@10 {ndcg:.3}, Recall@10 0.700 over 5/5 judged queries.");
+    assert!(md.contains(&line) && md.contains(&format!("| fake | {ndcg:.3} | 0.700 | 5/5 |")), "{md}");
 }
 
 #[test]
@@ -177,6 +206,8 @@ fn counts_429s_and_stops_at_saturation() {
     assert_eq!(levels.len(), 1, "{levels:?}");
     assert!(levels[0]["http_429"].as_u64().unwrap() > 0);
     assert_eq!(levels[0]["saturated"], true);
+    // No --qrels: no quality.
+    assert!(report["configurations"][0]["quality"].is_null());
 }
 
 #[test]
@@ -218,7 +249,8 @@ fn bad_arguments_exit_with_code_2() {
 
 /// The real thing, small: `cellar index` on 8 documents, then `cellar bench` starts `cellar
 /// serve` twice (mmap, encoder in the server; direct under a memory cap, vectors from the bench)
-/// for one short level each. Needs the default model installed (as `tests/retrieval.rs`).
+/// for one short level each, scoring the real answers against qrels. Needs the default model
+/// installed (as `tests/retrieval.rs`).
 #[test]
 fn benchmarks_real_servers_it_starts_itself() {
     let tmp = tempfile::tempdir().unwrap();
@@ -238,6 +270,7 @@ fn benchmarks_real_servers_it_starts_itself() {
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let queries = write_queries(tmp.path());
+    let (qrels, _, _) = write_qrels(tmp.path());
     let prefix = tmp.path().join("real").display().to_string();
     let i = index.display();
     let out = cellar(&[
@@ -254,6 +287,8 @@ fn benchmarks_real_servers_it_starts_itself() {
         "5",
         "--out",
         &prefix,
+        "--qrels",
+        &qrels,
         "--config",
         &format!("name=mmap,index={i},reader=mmap"),
         "--config",
@@ -270,6 +305,11 @@ fn benchmarks_real_servers_it_starts_itself() {
     assert!(level["completed_ok"].as_u64().unwrap() > 0, "{level}");
     assert!(level["server_read_bytes_per_query"].as_f64().unwrap() > 0.0, "{level}");
     assert!(mmap["peak_rss_bytes"].as_u64().unwrap() > 0);
+    // The real server's answers parse: every 200 body had its hits[].id.
+    let quality = &mmap["quality"];
+    assert!(quality["queries_answered"].as_u64().unwrap() > 0, "{quality}");
+    assert_eq!(quality["unreadable_answers"], 0, "{quality}");
+    assert!((0.0..=1.0).contains(&quality["ndcg_at_10"].as_f64().unwrap()), "{quality}");
     let capped = &configs[1];
     // Without cgroups the direct reader runs uncapped, with a note saying so.
     assert_eq!(capped["status"], "completed", "{capped}");

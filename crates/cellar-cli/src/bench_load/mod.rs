@@ -4,12 +4,14 @@
 //! and timeouts, with the warm-up excluded. Each configuration is a server this command starts
 //! itself (optionally inside a cgroup-v1 memory cap that counts page cache, with its peak RSS,
 //! the cgroup's peak and disk bytes read per query), or one already running (`--url`, loopback
-//! only). Writes PREFIX.json, PREFIX.md and PREFIX.png (P95 against offered QPS).
+//! only). With `--qrels`, it also scores what each server answered (nDCG@10, Recall@10). Writes
+//! PREFIX.json, PREFIX.md and PREFIX.png (P95 against offered QPS).
 
 mod client;
 mod config;
 mod metrics;
 mod plot;
+mod quality;
 mod report;
 mod schedule;
 mod server_proc;
@@ -25,13 +27,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cellar_core::io::cache;
 use cellar_core::{CellarError, Result};
-use cellar_search::corpus::{read_qrels, read_queries, Query};
+use cellar_search::corpus::{read_qrels, read_queries, Qrels, Query};
 use cellar_search::{Index, Mode, OpenOptions};
 use tokio::runtime::Runtime;
 
 use crate::cgroup::MemoryCgroup;
 use client::Target;
 use config::{ConfigSpec, Vectors};
+use quality::ServedAnswers;
 use report::{ConfigResult, LevelRecord, Report, Settings, Status};
 use server_proc::{proc_read_bytes, vm_hwm_bytes, ServerProc, ServerSpec};
 use sweep::{LevelPlan, LevelStats, RequestCycle};
@@ -65,7 +68,8 @@ pub struct BenchArgs {
     /// BEIR queries.jsonl ({"_id", "text"} per line).
     #[arg(long)]
     pub queries: PathBuf,
-    /// Keep only the queries judged in this qrels TSV.
+    /// Keep only the queries judged in this qrels TSV, and score the answers each server
+    /// returned against it (nDCG@10 and Recall@10 of the first 200 answer per query).
     #[arg(long)]
     pub qrels: Option<PathBuf>,
     /// Offered loads to sweep, in queries per second.
@@ -207,17 +211,21 @@ fn configurations(args: &BenchArgs) -> Result<Vec<ConfigSpec>> {
     Ok(configs)
 }
 
-fn load_queries(args: &BenchArgs) -> Result<Vec<Query>> {
+/// The queries in file order; with `--qrels`, only the judged ones, and the judgments.
+fn load_queries(args: &BenchArgs) -> Result<(Vec<Query>, Option<Qrels>)> {
     let mut queries = read_queries(&args.queries)?;
-    if let Some(path) = &args.qrels {
-        let judged = read_qrels(path)?;
+    let qrels = args.qrels.as_deref().map(read_qrels).transpose()?;
+    if let Some(judged) = &qrels {
         queries.retain(|q| judged.contains_key(&q.id));
     }
     if queries.is_empty() {
         return Err(invalid(format!("no queries to send from {}", args.queries.display())));
     }
-    Ok(queries)
+    Ok((queries, qrels))
 }
+
+/// The queries (in the order the requests are built) and their judgments, for served quality.
+type Judged<'a> = Option<(&'a [Query], &'a Qrels)>;
 
 /// Query vectors as the server takes them: one row per token, and the pooled vector.
 type QueryVectors = (Vec<Vec<f32>>, Vec<f32>);
@@ -288,7 +296,9 @@ fn metric(text: &Option<String>, name: &str) -> Option<f64> {
     metrics::sum_metric(text.as_deref()?, name)
 }
 
-/// The sweep over offered levels against one server, filling `result.levels`.
+/// The sweep over offered levels against one server, filling `result.levels` (and
+/// `result.quality` with qrels).
+#[allow(clippy::too_many_arguments)]
 fn run_sweep(
     rt: &Runtime,
     args: &BenchArgs,
@@ -296,9 +306,11 @@ fn run_sweep(
     pid: Option<u32>,
     mut server: Option<&mut ServerProc>,
     cycle: &mut RequestCycle,
+    judged: Judged,
     result: &mut ConfigResult,
 ) {
     let name = result.spec.name.clone();
+    let answers = judged.map(|(queries, _)| Arc::new(ServedAnswers::new(queries.len())));
     let mut metrics_before = scrape(rt, target);
     if metrics_before.is_none() {
         result.notes.push("GET /metrics did not answer 200: no server-side read bytes or RSS".into());
@@ -315,7 +327,7 @@ fn run_sweep(
             // The same schedules for every configuration.
             seed: args.seed.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
         };
-        let raw = rt.block_on(sweep::run_level(target.addr, cycle, &plan, Instant::now()));
+        let raw = rt.block_on(sweep::run_level(target.addr, cycle, &plan, Instant::now(), answers.as_ref()));
         let stats = LevelStats::from_raw(&raw, &plan);
         let metrics_after = scrape(rt, target);
         let io_after = pid.and_then(proc_read_bytes);
@@ -370,6 +382,9 @@ fn run_sweep(
         }
     }
     result.saturation_qps = result.levels.iter().map(|l| l.stats.achieved_qps).reduce(f64::max);
+    if let (Some(answers), Some((queries, qrels))) = (&answers, judged) {
+        result.quality = Some(quality::score(answers, queries, qrels));
+    }
 }
 
 /// One configuration whose server this command starts and stops.
@@ -379,6 +394,7 @@ fn run_spawned(
     spec: ConfigSpec,
     bodies: &[Vec<u8>],
     n: usize,
+    judged: Judged,
 ) -> ConfigResult {
     let mut result = ConfigResult::new(spec);
     let spec = result.spec.clone();
@@ -460,7 +476,7 @@ fn run_spawned(
     let target = server.target.clone();
     let mut cycle = RequestCycle::new(http_requests(bodies, &target), args.seed);
     let pid = server.pid();
-    run_sweep(rt, args, &target, Some(pid), Some(&mut server), &mut cycle, &mut result);
+    run_sweep(rt, args, &target, Some(pid), Some(&mut server), &mut cycle, judged, &mut result);
     let stopped = server.stop();
     result.peak_rss_bytes = stopped.peak_rss_bytes;
     result.cgroup_max_usage_bytes = stopped.cgroup.map(|u| u.peak_bytes);
@@ -483,6 +499,7 @@ fn run_attached(
     args: &BenchArgs,
     spec: ConfigSpec,
     bodies: &[Vec<u8>],
+    judged: Judged,
 ) -> Result<ConfigResult> {
     let url = spec.url.clone().expect("an attached configuration has a url");
     let target = client::parse_loopback_url(&url)?;
@@ -501,7 +518,7 @@ fn run_attached(
         result.notes.push("no --pid: no peak RSS or /proc/PID/io reads for this server".into());
     }
     let mut cycle = RequestCycle::new(http_requests(bodies, &target), args.seed);
-    run_sweep(rt, args, &target, args.pid, None, &mut cycle, &mut result);
+    run_sweep(rt, args, &target, args.pid, None, &mut cycle, judged, &mut result);
     result.peak_rss_bytes = args.pid.and_then(vm_hwm_bytes);
     Ok(result)
 }
@@ -534,7 +551,8 @@ fn utc_now() -> String {
 pub fn run(args: BenchArgs) -> Result<()> {
     validate(&args)?;
     let configs = configurations(&args)?;
-    let queries = load_queries(&args)?;
+    let (queries, qrels) = load_queries(&args)?;
+    let judged = qrels.as_ref().map(|q| (queries.as_slice(), q));
     let baseline = args.baseline.clone().unwrap_or_else(|| configs[0].name.clone());
 
     // Request bodies per (index, vectors): encoded once, shared by configurations.
@@ -569,9 +587,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let key = (if vectors == Vectors::Client { spec.index.clone() } else { None }, vectors);
         let list = &bodies[&key];
         let result = if spec.url.is_some() {
-            run_attached(&rt, &args, spec, list)?
+            run_attached(&rt, &args, spec, list, judged)?
         } else {
-            run_spawned(&rt, &args, spec, list, n)
+            run_spawned(&rt, &args, spec, list, n, judged)
         };
         results.push(result);
     }

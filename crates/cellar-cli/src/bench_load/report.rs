@@ -1,5 +1,6 @@
-//! The benchmark's record: everything as JSON, and markdown tables (one per configuration, then
-//! P95 against the baseline at each offered level).
+//! The benchmark's record: everything as JSON, and markdown tables (one per configuration, the
+//! served quality across configurations when qrels were given, then P95 against the baseline at
+//! each offered level).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -8,6 +9,7 @@ use cellar_core::{CellarError, Result};
 use serde::Serialize;
 
 use super::config::ConfigSpec;
+use super::quality::ServedQuality;
 use super::sweep::LevelStats;
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -60,6 +62,8 @@ pub struct ConfigResult {
     pub peak_rss_bytes: Option<u64>,
     pub cgroup_max_usage_bytes: Option<u64>,
     pub cgroup_failcnt: Option<u64>,
+    /// With `--qrels`: the quality of the answers the server returned during the sweep.
+    pub quality: Option<ServedQuality>,
 }
 
 impl ConfigResult {
@@ -79,6 +83,7 @@ impl ConfigResult {
             peak_rss_bytes: None,
             cgroup_max_usage_bytes: None,
             cgroup_failcnt: None,
+            quality: None,
         }
     }
 
@@ -135,6 +140,19 @@ fn mib(v: Option<u64>) -> String {
     opt(v.map(|b| b as f64 / MIB), 0)
 }
 
+/// "nDCG@10 0.720, Recall@10 0.800 over 300/300 judged queries".
+fn quality_line(q: &ServedQuality) -> String {
+    let mut line = match (q.ndcg_at_10, q.recall_at_10) {
+        (Some(n), Some(r)) => format!("nDCG@10 {n:.3}, Recall@10 {r:.3} over "),
+        _ => "no answer to score among ".into(),
+    };
+    let _ = write!(line, "{}/{} judged queries", q.queries_answered, q.queries_judged);
+    if q.unreadable_answers > 0 {
+        let _ = write!(line, " ({} 200 answers had no readable hits[].id)", q.unreadable_answers);
+    }
+    line
+}
+
 impl Report {
     pub fn to_markdown(&self) -> String {
         let s = &self.settings;
@@ -176,6 +194,7 @@ impl Report {
         for c in &self.configurations {
             self.config_table(&mut md, c);
         }
+        self.quality_table(&mut md);
         self.ratio_table(&mut md);
         md
     }
@@ -222,12 +241,13 @@ impl Report {
         let _ = writeln!(
             md,
             "Status: {status}{}. Saturation (highest achieved): {} QPS. Server peak RSS (VmHWM): {} MiB. \
-             Cgroup peak: {} MiB, failcnt {}.\n",
+             Cgroup peak: {} MiB, failcnt {}.{}\n",
             c.reason.as_ref().map_or(String::new(), |r| format!(": {}", r.lines().next().unwrap_or(""))),
             opt(c.saturation_qps, 1),
             mib(c.peak_rss_bytes),
             mib(c.cgroup_max_usage_bytes),
             c.cgroup_failcnt.map_or("-".into(), |f| f.to_string()),
+            c.quality.as_ref().map_or(String::new(), |q| format!(" Served quality: {}.", quality_line(q))),
         );
         for n in &c.notes {
             let _ = writeln!(md, "Note: {n}\n");
@@ -265,6 +285,34 @@ impl Report {
                 opt(l.proc_read_bytes_per_query.map(|b| b / 1024.0), 0),
                 mib(l.server_rss_bytes),
                 mib(l.cgroup_usage_bytes),
+            );
+        }
+        let _ = writeln!(md);
+    }
+
+    /// Served quality across configurations (only with qrels).
+    fn quality_table(&self, md: &mut String) {
+        if self.configurations.iter().all(|c| c.quality.is_none()) {
+            return;
+        }
+        let _ = writeln!(
+            md,
+            "## Served quality\n\nnDCG@10 and Recall@10 (trec_eval semantics) of the first 200 answer to each \
+             judged query during the configuration's whole sweep (warm-ups included), over the judged \
+             queries that got one.\n"
+        );
+        let _ = writeln!(md, "| configuration | nDCG@10 | Recall@10 | judged queries answered |");
+        let _ = writeln!(md, "|---|---|---|---|");
+        for c in &self.configurations {
+            let Some(q) = &c.quality else { continue };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {}/{} |",
+                c.spec.name,
+                opt(q.ndcg_at_10, 3),
+                opt(q.recall_at_10, 3),
+                q.queries_answered,
+                q.queries_judged
             );
         }
         let _ = writeln!(md);
@@ -371,7 +419,7 @@ mod tests {
 
     #[test]
     fn markdown_has_a_table_per_configuration_and_p95_ratios() {
-        let report = Report {
+        let mut report = Report {
             command_line: "cellar bench".into(),
             date_utc: "2025-01-01T00:00:00Z".into(),
             git_commit: "abc".into(),
@@ -402,6 +450,14 @@ mod tests {
                 config("other", vec![level(5.0, Some(25.0))]),
             ],
         };
+        assert!(!report.to_markdown().contains("Served quality"));
+        report.configurations[0].quality = Some(ServedQuality {
+            ndcg_at_10: Some(0.72),
+            recall_at_10: Some(0.8),
+            queries_answered: 299,
+            queries_judged: 300,
+            unreadable_answers: 0,
+        });
         let md = report.to_markdown();
         assert!(md.contains("## base") && md.contains("## other"), "{md}");
         assert!(md.contains("memory cap 25% = 10 MiB"), "{md}");
@@ -410,9 +466,20 @@ mod tests {
         assert!(md.contains("| 10 | 20.0 | - |"), "{md}");
         // KiB read per query from the server's counter.
         assert!(md.contains("| 0.5 | 8 | - | 64 | - |"), "{md}");
+        assert!(
+            md.contains("Served quality: nDCG@10 0.720, Recall@10 0.800 over 299/300 judged queries."),
+            "{md}"
+        );
+        assert!(
+            md.contains("## Served quality") && md.contains("| base | 0.720 | 0.800 | 299/300 |"),
+            "{md}"
+        );
+        assert!(!md.contains("| other | "), "{md}");
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["configurations"][1]["levels"][0]["latency"]["p95_ms"], 25.0);
         assert_eq!(json["configurations"][0]["status"], "completed");
         assert_eq!(json["configurations"][0]["vectors"], "client");
+        assert_eq!(json["configurations"][0]["quality"]["ndcg_at_10"], 0.72);
+        assert!(json["configurations"][1]["quality"].is_null());
     }
 }

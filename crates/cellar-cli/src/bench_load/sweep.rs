@@ -16,6 +16,7 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 
 use super::client;
+use super::quality::ServedAnswers;
 use super::schedule::send_offsets;
 use super::stats::{summarize, LatencySummary};
 
@@ -57,10 +58,11 @@ impl RequestCycle {
         RequestCycle { requests, order, next: 0 }
     }
 
-    pub fn next_request(&mut self) -> Arc<[u8]> {
+    /// The next request and the index of its query.
+    pub fn next_request(&mut self) -> (usize, Arc<[u8]>) {
         let i = self.order[self.next % self.order.len()];
         self.next += 1;
-        Arc::clone(&self.requests[i])
+        (i, Arc::clone(&self.requests[i]))
     }
 }
 
@@ -103,11 +105,13 @@ pub struct LevelRaw {
 /// Runs one level against `addr`. `start` is the level's time zero (normally now; a test passes
 /// a time in the past to play a late client). Returns once every request has finished, timed
 /// out or been cut at the end of the drain: at most `warmup + duration + drain` after `start`.
+/// With `answers`, the body of every 200 answer is offered to it (served quality).
 pub async fn run_level(
     addr: SocketAddr,
     cycle: &mut RequestCycle,
     plan: &LevelPlan,
     start: Instant,
+    answers: Option<&Arc<ServedAnswers>>,
 ) -> LevelRaw {
     let offsets = send_offsets(plan.qps, plan.window(), plan.seed);
     let drain_end = start + plan.window() + plan.drain;
@@ -123,13 +127,19 @@ pub async fn run_level(
         }
         in_flight.fetch_add(1, Ordering::Relaxed);
         let send_lag = Instant::now().saturating_duration_since(due);
-        let request = cycle.next_request();
+        let (query, request) = cycle.next_request();
         let in_flight = Arc::clone(&in_flight);
+        let answers = answers.map(Arc::clone);
         let deadline = due + plan.timeout;
         tasks.spawn(async move {
             let limit = deadline.min(drain_end);
             let outcome = match tokio::time::timeout_at(limit.into(), client::send(addr, &request)).await {
-                Ok(Ok(r)) if r.status == 200 => Outcome::Ok,
+                Ok(Ok(r)) if r.status == 200 => {
+                    if let Some(answers) = &answers {
+                        answers.offer(query, &r.body);
+                    }
+                    Outcome::Ok
+                }
                 Ok(Ok(r)) => Outcome::Status(r.status),
                 Ok(Err(e)) => Outcome::Io(format!("{:?}", e.kind())),
                 Err(_) if deadline <= drain_end => Outcome::Timeout,
@@ -282,7 +292,7 @@ mod tests {
     async fn counts_oks_and_429s_and_respects_the_count_bound() {
         let server = testserver::spawn(Behaviour { delay: Duration::ZERO, reject_every: 4 }).await;
         let p = plan(100.0, 0.2, 0.8);
-        let raw = run_level(server.addr, &mut cycle(server.addr), &p, Instant::now()).await;
+        let raw = run_level(server.addr, &mut cycle(server.addr), &p, Instant::now(), None).await;
         let s = LevelStats::from_raw(&raw, &p);
         assert!(raw.records.len() as f64 <= p.qps * p.window().as_secs_f64() + 1.0);
         assert_eq!(raw.records.len() as u64, s.sent + s.warmup_sent);
@@ -304,7 +314,7 @@ mod tests {
         // A client that starts 600 ms late, past the whole 500 ms window: every request leaves
         // late, and its latency must include the wait since its scheduled time.
         let late = Duration::from_millis(600);
-        let raw = run_level(server.addr, &mut cycle(server.addr), &p, Instant::now() - late).await;
+        let raw = run_level(server.addr, &mut cycle(server.addr), &p, Instant::now() - late, None).await;
         let s = LevelStats::from_raw(&raw, &p);
         assert_eq!(s.completed_ok, 10);
         for r in &raw.records {
@@ -328,7 +338,7 @@ mod tests {
             testserver::spawn(Behaviour { delay: Duration::from_millis(800), reject_every: 0 }).await;
         let mut p = plan(100.0, 0.0, 0.5);
         p.max_in_flight = 3;
-        let raw = run_level(server.addr, &mut cycle(server.addr), &p, Instant::now()).await;
+        let raw = run_level(server.addr, &mut cycle(server.addr), &p, Instant::now(), None).await;
         let s = LevelStats::from_raw(&raw, &p);
         // The first three requests hold their slots for 800 ms, longer than the whole window.
         assert_eq!(s.sent, 3, "{s:?}");
@@ -343,7 +353,7 @@ mod tests {
         let mut p = plan(10.0, 0.0, 0.5);
         p.timeout = Duration::from_millis(300);
         p.drain = Duration::from_millis(200);
-        let raw = run_level(server.addr, &mut cycle(server.addr), &p, Instant::now()).await;
+        let raw = run_level(server.addr, &mut cycle(server.addr), &p, Instant::now(), None).await;
         let s = LevelStats::from_raw(&raw, &p);
         assert_eq!((s.sent, s.completed_ok), (5, 0));
         // A request gives up at its own limit, or when the drain ends if that comes first.
@@ -361,22 +371,45 @@ mod tests {
     async fn refused_connections_are_io_errors() {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let p = plan(20.0, 0.0, 0.25);
-        let raw = run_level(port, &mut cycle(port), &p, Instant::now()).await;
+        let raw = run_level(port, &mut cycle(port), &p, Instant::now(), None).await;
         let s = LevelStats::from_raw(&raw, &p);
         assert_eq!(s.errors.get("io:ConnectionRefused"), Some(&5), "{s:?}");
+    }
+
+    #[tokio::test]
+    async fn answers_keep_the_first_200_of_each_query_across_levels() {
+        use super::super::quality::{score, ServedAnswers};
+        use cellar_search::corpus::{Qrels, Query};
+        let server = testserver::spawn(Behaviour { delay: Duration::ZERO, reject_every: 2 }).await;
+        let answers = Arc::new(ServedAnswers::new(3));
+        let mut cycle = cycle(server.addr);
+        for _ in 0..2 {
+            let p = plan(50.0, 0.1, 0.3);
+            run_level(server.addr, &mut cycle, &p, Instant::now(), Some(&answers)).await;
+        }
+        // The fake server's one hit is the query text: every judged query ranks it first.
+        let queries: Vec<Query> =
+            (0..3).map(|i| Query { id: format!("q{i}"), text: String::new() }).collect();
+        let mut qrels = Qrels::new();
+        for q in &queries {
+            qrels.entry(q.id.clone()).or_default().insert(q.id.clone(), 1);
+        }
+        let q = score(&answers, &queries, &qrels);
+        assert_eq!((q.queries_answered, q.queries_judged, q.unreadable_answers), (3, 3, 0), "{q:?}");
+        assert_eq!((q.ndcg_at_10, q.recall_at_10), (Some(1.0), Some(1.0)));
     }
 
     #[test]
     fn the_cycle_visits_every_request_once_per_round_in_a_seeded_order() {
         let reqs: Vec<Arc<[u8]>> = (0..5u8).map(|i| Arc::from(vec![i])).collect();
         let mut a = RequestCycle::new(reqs.clone(), 1);
-        let round: Vec<u8> = (0..5).map(|_| a.next_request()[0]).collect();
+        let round: Vec<u8> = (0..5).map(|_| a.next_request().1[0]).collect();
         let mut sorted = round.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, vec![0, 1, 2, 3, 4]);
-        let again: Vec<u8> = (0..5).map(|_| a.next_request()[0]).collect();
+        let again: Vec<u8> = (0..5).map(|_| a.next_request().1[0]).collect();
         assert_eq!(round, again);
         let mut b = RequestCycle::new(reqs, 1);
-        assert_eq!((0..5).map(|_| b.next_request()[0]).collect::<Vec<_>>(), round);
+        assert_eq!((0..5).map(|_| b.next_request().1[0]).collect::<Vec<_>>(), round);
     }
 }

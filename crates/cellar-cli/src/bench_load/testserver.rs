@@ -1,5 +1,6 @@
-//! A tiny HTTP server for the tests: fixed answers after a configurable delay, every n-th search
-//! refused with 429, a /metrics page whose read counter grows 4096 bytes per answered search.
+//! A tiny HTTP server for the tests: answers after a configurable delay (one hit whose id is the
+//! request's query text), every n-th search refused with 429, a /metrics page whose read counter
+//! grows 4096 bytes per answered search.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -96,7 +97,7 @@ async fn serve(
             } else {
                 tokio::time::sleep(b.delay).await;
                 answered.fetch_add(1, Ordering::SeqCst);
-                ("200 OK", "", "{\"hits\":[]}".to_string())
+                ("200 OK", "", echo_hit(&buf[head_end..]))
             }
         }
         _ => ("404 Not Found", "", "{}".to_string()),
@@ -107,4 +108,11 @@ async fn serve(
     );
     stream.write_all(response.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// A search answer with one hit whose id is the request's `query`.
+fn echo_hit(request_body: &[u8]) -> String {
+    let request: serde_json::Value = serde_json::from_slice(request_body).unwrap_or_default();
+    let id = request["query"].as_str().unwrap_or("");
+    serde_json::json!({ "hits": [{ "id": id, "score": 1.0 }] }).to_string()
 }
