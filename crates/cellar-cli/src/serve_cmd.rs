@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// Searches that may wait for a worker before new requests get 429; default: 64 per worker.
     #[arg(long)]
     pub queue: Option<usize>,
+    /// Search requests held at once (read, queued or running) before new ones get 429 without
+    /// their body being read; default: the queue plus one per worker.
+    #[arg(long)]
+    pub max_in_flight: Option<usize>,
     /// Most time one request may take, queue included, before it is answered with 504.
     #[arg(long, default_value_t = 10_000)]
     pub deadline_ms: u64,
@@ -83,6 +87,8 @@ fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
     let mut config = ServerConfig::new(args.bind);
     config.workers = positive(args.workers.unwrap_or(config.workers), "workers")?;
     config.queue_capacity = positive(args.queue.unwrap_or(64 * config.workers), "queue")?;
+    let in_flight = args.max_in_flight.unwrap_or(config.queue_capacity + config.workers);
+    config.max_in_flight = positive(in_flight, "max-in-flight")?;
     config.deadline = Duration::from_millis(positive(args.deadline_ms as usize, "deadline-ms")? as u64);
     config.max_body_bytes = positive(args.max_body_bytes, "max-body-bytes")?;
     config.api_key = args.api_key.clone().or_else(|| std::env::var("CELLAR_API_KEY").ok());

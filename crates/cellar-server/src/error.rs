@@ -32,14 +32,10 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
 
-    /// The queue of the CPU pool is full: come back later.
-    pub fn overloaded(queue_capacity: usize) -> Self {
-        let mut error = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "overloaded",
-            format!("the server's queue is full ({queue_capacity} requests waiting); retry later"),
-        )
-        .with_details(json!({ "queue_capacity": queue_capacity }));
+    /// The server is full (queue or admitted requests): come back in a second.
+    pub fn overloaded(message: String, details: Value) -> Self {
+        let mut error =
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "overloaded", message).with_details(details);
         error.retry_after = Some(1);
         error
     }

@@ -31,6 +31,9 @@ pub struct ServerConfig {
     pub workers: usize,
     /// Searches that may wait for a worker before requests are refused with 429.
     pub queue_capacity: usize,
+    /// Search requests admitted at once (being read, queued or run); beyond it, 429 before the
+    /// body is read. Bounds the memory requests can hold to about `max_in_flight` bodies.
+    pub max_in_flight: usize,
     /// Time a request may take, queue included, before it is answered with 504.
     pub deadline: Duration,
     pub max_body_bytes: usize,
@@ -45,6 +48,7 @@ impl ServerConfig {
             bind,
             workers: cores,
             queue_capacity: 64 * cores,
+            max_in_flight: 64 * cores + cores,
             deadline: Duration::from_secs(10),
             max_body_bytes: 2 << 20,
             api_key: None,

@@ -1,6 +1,7 @@
 //! The router: endpoints, the API-key check, request counting, and the hand-off of searches
 //! to the CPU pool with a deadline.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -30,12 +31,20 @@ pub struct AppState {
     pub pool: CpuPool,
     pub metrics: Metrics,
     pub config: ServerConfig,
+    /// Search requests admitted and not yet answered.
+    in_flight: AtomicUsize,
 }
 
 impl AppState {
     pub fn new(index: Arc<Index>, config: ServerConfig) -> Arc<AppState> {
         let pool = CpuPool::new(config.workers, config.queue_capacity);
-        Arc::new(AppState { index, pool, metrics: Metrics::default(), config })
+        Arc::new(AppState {
+            index,
+            pool,
+            metrics: Metrics::default(),
+            config,
+            in_flight: AtomicUsize::new(0),
+        })
     }
 }
 
@@ -44,6 +53,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
         .route("/v1/search", post(search))
         .route("/v1/search/batch", post(search_batch))
+        .route_layer(middleware::from_fn_with_state(state.clone(), admit))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_api_key));
     Router::new()
         .merge(v1)
@@ -69,6 +79,28 @@ async fn count_requests(State(state): State<Arc<AppState>>, request: Request, ne
         state.metrics.observe_request(start.elapsed().as_secs_f64() * 1e3);
     }
     response
+}
+
+/// Refuses a search request with 429 before its body is read when `max_in_flight` are already
+/// admitted: under overload, connections must not pile up holding their bodies in memory.
+async fn admit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let limit = state.config.max_in_flight;
+    if state.in_flight.fetch_add(1, Ordering::AcqRel) >= limit {
+        state.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let message = format!("the server already holds {limit} search requests; retry later");
+        return ApiError::overloaded(message, json!({ "max_in_flight": limit })).into_response();
+    }
+    let _admitted = Admitted(&state.in_flight);
+    next.run(request).await
+}
+
+/// Releases an admission when the request ends, also when its connection is dropped mid-way.
+struct Admitted<'a>(&'a AtomicUsize);
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// With an API key configured, `/v1/*` needs `Authorization: Bearer KEY` or `X-Api-Key: KEY`.
@@ -148,7 +180,11 @@ fn submit(
             (job, rx)
         })
         .unzip();
-    state.pool.try_submit_all(jobs).map_err(|_| ApiError::overloaded(state.pool.capacity()))?;
+    state.pool.try_submit_all(jobs).map_err(|_| {
+        let capacity = state.pool.capacity();
+        let message = format!("the server's queue is full ({capacity} searches waiting); retry later");
+        ApiError::overloaded(message, json!({ "queue_capacity": capacity }))
+    })?;
     Ok(replies)
 }
 

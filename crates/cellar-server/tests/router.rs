@@ -301,6 +301,33 @@ async fn a_full_queue_answers_429_with_retry_after_then_recovers() {
 }
 
 #[tokio::test]
+async fn past_max_in_flight_a_request_is_refused_before_its_body_is_read() {
+    let mut narrow = config();
+    narrow.workers = 1;
+    narrow.max_in_flight = 1;
+    let (state, app) = app_with(narrow);
+    let release = block_worker(&state);
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move { search(&app, json!({"query": "coffee"})).await })
+    };
+    for _ in 0..500 {
+        if state.pool.queue_depth() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(state.pool.queue_depth(), 1, "the first request waits in the queue");
+    let (status, value, retry) = call(&app, post("/v1/search", json!({"query": "bread"}).to_string())).await;
+    assert_eq!((status, value["code"].as_str()), (StatusCode::TOO_MANY_REQUESTS, Some("overloaded")));
+    assert_eq!((value["details"]["max_in_flight"].as_u64(), retry.as_deref()), (Some(1), Some("1")));
+    release.send(()).unwrap();
+    assert_eq!(first.await.unwrap().0, StatusCode::OK);
+    let (status, _) = search(&app, json!({"query": "bread"})).await;
+    assert_eq!(status, StatusCode::OK, "the admission was released");
+}
+
+#[tokio::test]
 async fn a_request_past_its_deadline_answers_504_and_is_never_run() {
     let mut short = config();
     short.workers = 1;
