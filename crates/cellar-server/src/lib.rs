@@ -23,6 +23,11 @@ use cellar_search::Index;
 pub use error::ApiError;
 pub use routes::{router, AppState};
 
+/// Searches that may wait per worker by default. A search takes 5-30 ms here, so a full queue
+/// already means 100-500 ms of waiting; a deeper one only holds more request bodies in memory
+/// (a server under a memory cap was OOM-killed at 64 per worker under overload).
+pub const QUEUE_PER_WORKER: usize = 16;
+
 /// How the server runs; see `cellar serve --help` for each default.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -47,8 +52,8 @@ impl ServerConfig {
         ServerConfig {
             bind,
             workers: cores,
-            queue_capacity: 64 * cores,
-            max_in_flight: 64 * cores + cores,
+            queue_capacity: QUEUE_PER_WORKER * cores,
+            max_in_flight: QUEUE_PER_WORKER * cores + cores,
             deadline: Duration::from_secs(10),
             max_body_bytes: 2 << 20,
             api_key: None,
