@@ -86,7 +86,8 @@ fn positive(value: usize, name: &str) -> Result<usize> {
 fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
     let mut config = ServerConfig::new(args.bind);
     config.workers = positive(args.workers.unwrap_or(config.workers), "workers")?;
-    config.queue_capacity = positive(args.queue.unwrap_or(cellar_server::QUEUE_PER_WORKER * config.workers), "queue")?;
+    config.queue_capacity =
+        positive(args.queue.unwrap_or(cellar_server::QUEUE_PER_WORKER * config.workers), "queue")?;
     let in_flight = args.max_in_flight.unwrap_or(config.queue_capacity + config.workers);
     config.max_in_flight = positive(in_flight, "max-in-flight")?;
     config.deadline = Duration::from_millis(positive(args.deadline_ms as usize, "deadline-ms")? as u64);

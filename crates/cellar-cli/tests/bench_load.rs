@@ -2,26 +2,15 @@
 //! follow the query, optional 429s, a /metrics page whose read counter grows 4096 bytes per
 //! answered search), and exit code 2 for bad arguments. No model or real server needed.
 
+mod common;
+use common::{assert_user_error, cellar, text};
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-
-fn cellar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cellar")).args(args).output().expect("run cellar")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn assert_user_error(out: &Output, needle: &str) {
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
-    assert!(err.contains(needle) && !err.contains("panicked"), "expected {needle:?} in: {err}");
-}
 
 /// The fake server's answer to "question number N": documents dN, then "other".
 fn hits_for(query: &str) -> String {

@@ -1,22 +1,11 @@
 //! The `cellar` binary end to end: output of the store tools, and exit code 2 with a message
 //! (never a panic) for bad input.
 
+mod common;
+use common::{assert_user_error, cellar, stderr};
+
 use std::path::Path;
 use std::process::{Command, Output};
-
-fn cellar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cellar")).args(args).output().expect("run cellar")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn assert_user_error(out: &Output, needle: &str) {
-    assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(out));
-    assert!(stderr(out).contains(needle), "expected {needle:?} in: {}", stderr(out));
-    assert!(!stderr(out).contains("panicked"), "{}", stderr(out));
-}
 
 fn synth(dir: &Path, extra: &[&str]) -> Output {
     let out = dir.to_str().unwrap();

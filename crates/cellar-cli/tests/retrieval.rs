@@ -1,22 +1,11 @@
 //! `cellar index`, `search`, `tune` and `eval` end to end on a collection the test writes, and
 //! exit code 2 with a message for bad input. Needs the default model installed.
 
+mod common;
+use common::{assert_user_error, cellar, text};
+
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn cellar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cellar")).args(args).output().expect("run cellar")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn assert_user_error(out: &Output, needle: &str) {
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
-    assert!(err.contains(needle) && !err.contains("panicked"), "expected {needle:?} in: {err}");
-}
+use std::process::Command;
 
 fn write_collection(dir: &Path) {
     std::fs::create_dir_all(dir.join("qrels")).unwrap();

@@ -106,13 +106,8 @@ fn attached_config(args: &BenchArgs, url: &str) -> Result<ConfigSpec> {
     Ok(ConfigSpec {
         name: args.name.clone().unwrap_or_else(|| "server".into()),
         index: args.index.clone(),
-        reader: None,
-        cap_pct: None,
-        threads: 1,
-        ssd_latency_us: None,
-        workers: None,
-        queue: None,
         vectors,
         url: Some(url.to_string()),
+        ..ConfigSpec::default()
     })
 }

@@ -48,24 +48,31 @@ pub struct ConfigSpec {
     pub url: Option<String>,
 }
 
+impl Default for ConfigSpec {
+    /// One intra-op thread, the server encodes, everything else the server's default.
+    fn default() -> Self {
+        ConfigSpec {
+            name: String::new(),
+            index: None,
+            reader: None,
+            cap_pct: None,
+            threads: 1,
+            ssd_latency_us: None,
+            workers: None,
+            queue: None,
+            vectors: Vectors::Server,
+            url: None,
+        }
+    }
+}
+
 pub const KEYS: &str = "name, index, reader, cap, threads, ssd_latency_us, vectors, workers, queue";
 
 /// Parses `name=ram-f16,index=DIR,reader=ram[,cap=25][,threads=2][,ssd_latency_us=100]
 /// [,vectors=client][,workers=2][,queue=128]`.
 pub fn parse(spec: &str) -> Result<ConfigSpec> {
     let bad = |why: String| CellarError::InvalidInput(format!("--config {spec:?}: {why}"));
-    let mut c = ConfigSpec {
-        name: String::new(),
-        index: None,
-        reader: None,
-        cap_pct: None,
-        threads: 1,
-        ssd_latency_us: None,
-        workers: None,
-        queue: None,
-        vectors: Vectors::Server,
-        url: None,
-    };
+    let mut c = ConfigSpec::default();
     let mut seen = Vec::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (key, value) =
