@@ -2,15 +2,20 @@
 # The load benchmark of issue 4 on SciFact: P95 against offered QPS (open-loop Poisson arrivals),
 # the ram reader uncapped (the control) against mmap and direct under a memory cap of 10% of the
 # index (cgroup v1, page cache counted), f16 and int8 token vectors; intra-op threads 1 vs 2; and
-# mmap/direct at caps of 100, 25, 10 and 5% of the index. Needs the indexes of `make run`
-# (bench/work/scifact) and of `cellar index ... --codec int8` (bench/work/scifact-int8).
-# Re-run: sh bench/serve-load.sh   (about 25 minutes; writes bench/results/serve-load-*)
+# mmap/direct at caps of 100, 25, 10 and 5% of the index. Builds the three indexes it needs when
+# they are missing (f16 as `make run` does, int8, int8 + PCA-128: a few minutes each).
+# Re-run: cargo build --release && sh bench/serve-load.sh   (about 50 minutes; writes
+# bench/results/serve-load-*; then python3 bench/serve_summary.py bench/results/serve-load-*.json)
 set -eu
 C=${CELLAR:-./target/release/cellar}
 D=${DATA:-../shared/data}/scifact
 R=${RESULTS:-bench/results}
 Q="--queries $D/queries.jsonl --qrels $D/qrels/test.tsv --mode hybrid --rerank-k 64 --duration 10 --warmup 2"
 LEVELS=10,20,40,80,120,160,240,320
+[ -f bench/work/scifact/index.json ] || $C index $D --out bench/work/scifact
+[ -f bench/work/scifact-int8/index.json ] || $C index $D --out bench/work/scifact-int8 --codec int8
+[ -f bench/work/scifact-pca128-int8/index.json ] ||
+  $C index $D --out bench/work/scifact-pca128-int8 --codec int8 --pca-dim 128
 
 for codec in f16 int8; do
   I=bench/work/scifact; [ $codec = int8 ] && I=bench/work/scifact-int8
