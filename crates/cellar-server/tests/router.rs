@@ -281,6 +281,16 @@ fn block_worker(state: &AppState) -> mpsc::Sender<()> {
     release_tx
 }
 
+/// Polls (at most 5 s) until `depth` searches wait in the pool's queue.
+async fn wait_for_queue_depth(state: &AppState, depth: usize) {
+    for _ in 0..500 {
+        if state.pool.queue_depth() == depth {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_full_queue_answers_429_with_retry_after_then_recovers() {
     let mut tight = config();
@@ -293,12 +303,7 @@ async fn a_full_queue_answers_429_with_retry_after_then_recovers() {
     assert_eq!((status, value["code"].as_str()), (StatusCode::TOO_MANY_REQUESTS, Some("overloaded")));
     assert_eq!(retry.as_deref(), Some("1"));
     release.send(()).unwrap();
-    for _ in 0..500 {
-        if state.pool.queue_depth() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_queue_depth(&state, 0).await;
     let (status, _) = search(&app, json!({"query": "coffee"})).await;
     assert_eq!(status, StatusCode::OK);
 }
@@ -314,12 +319,7 @@ async fn past_max_in_flight_a_request_is_refused_before_its_body_is_read() {
         let app = app.clone();
         tokio::spawn(async move { search(&app, json!({"query": "coffee"})).await })
     };
-    for _ in 0..500 {
-        if state.pool.queue_depth() == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_queue_depth(&state, 1).await;
     assert_eq!(state.pool.queue_depth(), 1, "the first request waits in the queue");
     let (status, value, retry) = call(&app, post("/v1/search", json!({"query": "bread"}).to_string())).await;
     assert_eq!((status, value["code"].as_str()), (StatusCode::TOO_MANY_REQUESTS, Some("overloaded")));
