@@ -59,7 +59,6 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> Result<()> {
     let config = server_config(&args)?;
-    return_large_buffers_to_the_os();
     let index = Index::open(&args.index, open_options(&args)?)?;
     if !args.lazy_encoder {
         index.encoder()?;
@@ -113,18 +112,4 @@ fn open_options(args: &ServeArgs) -> Result<OpenOptions> {
         encoder_threads: positive(args.intra_op_threads, "intra-op-threads")?,
         inject_latency,
     })
-}
-
-/// glibc keeps freed memory in per-thread arenas and, after a large block is freed, raises its
-/// mmap threshold so later large blocks come from those arenas too: each worker's multi-MiB read
-/// buffer (one per search) then stays resident for good, and a server under a memory cap is
-/// killed for memory it no longer uses. A fixed threshold keeps every block of 1 MiB or more
-/// in its own mapping, unmapped on free, and few arenas bound what small blocks keep.
-fn return_large_buffers_to_the_os() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes allocator tuning; called before the server starts threads.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
 }

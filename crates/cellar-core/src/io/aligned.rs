@@ -1,13 +1,27 @@
-//! A zeroed heap buffer aligned to the page size, as O_DIRECT requires.
+//! A zeroed buffer aligned to the page size, as O_DIRECT requires.
+//!
+//! Buffers of `OWN_MAPPING_BYTES` or more get an anonymous mapping of their own, unmapped when
+//! dropped: a batch buffer of several MiB per search then goes back to the OS at once. Through
+//! the allocator (glibc raises its mmap threshold after such a block is freed) every worker kept
+//! its largest batch buffer resident, and a server under a memory cap was killed for it.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
 use crate::format::PAGE_BYTES;
 
+/// Smallest buffer given a mapping of its own.
+const OWN_MAPPING_BYTES: usize = 256 * 1024;
+
+enum Backing {
+    Empty,
+    Heap(Layout),
+    Mapping,
+}
+
 pub struct AlignedBuf {
     ptr: *mut u8,
     len: usize,
-    layout: Option<Layout>,
+    backing: Backing,
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
@@ -17,7 +31,14 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     pub fn zeroed(len: usize) -> Self {
         if len == 0 {
-            return AlignedBuf { ptr: std::ptr::NonNull::dangling().as_ptr(), len: 0, layout: None };
+            return AlignedBuf {
+                ptr: std::ptr::NonNull::dangling().as_ptr(),
+                len: 0,
+                backing: Backing::Empty,
+            };
+        }
+        if len >= OWN_MAPPING_BYTES {
+            return Self::mapped(len);
         }
         let layout = Layout::from_size_align(len, PAGE_BYTES).expect("aligned layout");
         // SAFETY: layout has non-zero size.
@@ -25,7 +46,19 @@ impl AlignedBuf {
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
-        AlignedBuf { ptr, len, layout: Some(layout) }
+        AlignedBuf { ptr, len, backing: Backing::Heap(layout) }
+    }
+
+    /// A private anonymous mapping: page-aligned and zero-filled by the kernel.
+    fn mapped(len: usize) -> Self {
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) };
+        if ptr == libc::MAP_FAILED {
+            std::alloc::handle_alloc_error(Layout::from_size_align(len, PAGE_BYTES).expect("aligned layout"));
+        }
+        AlignedBuf { ptr: ptr.cast(), len, backing: Backing::Mapping }
     }
 
     pub fn as_slice(&self) -> &[u8] {
@@ -45,9 +78,14 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if let Some(layout) = self.layout {
+        match self.backing {
+            Backing::Empty => {}
             // SAFETY: allocated with this layout in `zeroed`.
-            unsafe { dealloc(self.ptr, layout) }
+            Backing::Heap(layout) => unsafe { dealloc(self.ptr, layout) },
+            // SAFETY: mapped with this length in `mapped`, and no slice of it outlives self.
+            Backing::Mapping => unsafe {
+                libc::munmap(self.ptr.cast(), self.len);
+            },
         }
     }
 }
