@@ -47,6 +47,9 @@ pub struct Timings {
     pub fuse_ms: f64,
     pub text_ms: f64,
     pub total_ms: f64,
+    /// Wait for a server worker before the search started (set by `cellar serve`; 0 elsewhere,
+    /// and not part of `total_ms`).
+    pub queue_ms: f64,
 }
 
 /// The ranked documents of one search, without their text.
@@ -127,22 +130,35 @@ impl Index {
     /// count, dimension and values, then projects them like encoded ones. The dense mode needs
     /// `pooled` and may have an empty `text`; every other mode needs the text for BM25.
     pub fn prepare_vectors(&self, text: &str, mode: Mode, vectors: QueryVectors) -> Result<PreparedQuery> {
-        if !(mode == Mode::Dense && text.is_empty()) {
+        self.check_input(text, mode, Some(&vectors))?;
+        Ok(self.project_vectors(text, vectors))
+    }
+
+    /// The checks of a query's input: its text (which the dense mode with vectors may leave
+    /// empty) and, when given, the caller's vectors (count, the model's dimension, finite).
+    pub fn check_input(&self, text: &str, mode: Mode, vectors: Option<&QueryVectors>) -> Result<()> {
+        if vectors.is_none() || !(mode == Mode::Dense && text.is_empty()) {
             check_query(text)?;
         }
-        let dim = self.config.encoder.model_dim;
-        check_vectors(&vectors, dim, mode)?;
+        match vectors {
+            Some(vectors) => check_vectors(vectors, self.config.encoder.model_dim, mode),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Index::prepare_vectors`] for vectors that already passed [`Index::check_input`].
+    pub fn project_vectors(&self, text: &str, vectors: QueryVectors) -> PreparedQuery {
         let tokens = match &self.pca {
             Some(pca) => crate::build::project_tokens(pca, &vectors.tokens, vectors.n_tokens),
             None => vectors.tokens,
         };
-        Ok(PreparedQuery {
+        PreparedQuery {
             text: text.to_string(),
             tokens: self.store.codec().prepare_query(&tokens),
             n_tokens: vectors.n_tokens,
             pooled: vectors.pooled.unwrap_or_default(),
             encode_ms: 0.0,
-        })
+        }
     }
 
     /// Ranks documents for a prepared query (no text is fetched).

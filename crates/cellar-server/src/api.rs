@@ -2,7 +2,7 @@
 //! Unknown fields are refused, so a misspelt parameter is an error rather than a silent default.
 
 use cellar_core::CellarError;
-use cellar_search::search::{QueryVectors, MAX_QUERY_VECTORS};
+use cellar_search::search::QueryVectors;
 use cellar_search::{Index, Mode, SearchOptions, SearchParams};
 use serde::Deserialize;
 
@@ -66,22 +66,16 @@ impl SearchRequest {
         let params = index.resolve(&options)?;
         let dim = index.config().encoder.model_dim;
         let vectors = self.query_vectors.map(|v| v.flatten(dim)).transpose()?;
-        if vectors.is_none() || params.mode != Mode::Dense || !self.query.is_empty() {
-            cellar_search::params::check_query(&self.query)?;
-        }
+        index.check_input(&self.query, params.mode, vectors.as_ref())?;
         Ok(ValidSearch { text: self.query, params, vectors, include_text: self.include_text.unwrap_or(true) })
     }
 }
 
 impl VectorsIn {
-    /// Rows into one flat buffer, each row checked to have the model's dimension.
+    /// Rows into one flat buffer, each row checked to have the model's dimension (the flat
+    /// buffer no longer shows rows; count and values are checked by `Index::check_input`).
     fn flatten(self, dim: usize) -> Result<QueryVectors, CellarError> {
         let n_tokens = self.tokens.len();
-        if n_tokens == 0 || n_tokens > MAX_QUERY_VECTORS {
-            return Err(CellarError::InvalidInput(format!(
-                "query_vectors.tokens must hold 1 to {MAX_QUERY_VECTORS} vectors, got {n_tokens}"
-            )));
-        }
         if let Some(row) = self.tokens.iter().find(|row| row.len() != dim) {
             return Err(CellarError::WrongDimension { expected: dim, received: row.len() });
         }
@@ -91,10 +85,10 @@ impl VectorsIn {
 }
 
 impl ValidSearch {
-    /// Encodes (or takes the supplied vectors), ranks, and fetches texts.
+    /// Encodes (or projects the supplied, already checked vectors), ranks, and fetches texts.
     pub fn run(self, index: &Index) -> cellar_core::Result<cellar_search::SearchResponse> {
         let query = match self.vectors {
-            Some(vectors) => index.prepare_vectors(&self.text, self.params.mode, vectors)?,
+            Some(vectors) => index.project_vectors(&self.text, vectors),
             None => index.prepare(&self.text, self.params.mode)?,
         };
         index.respond(&query, &self.params, self.include_text)

@@ -83,9 +83,9 @@ impl Metrics {
     }
 
     /// Records one finished search: its stage timings, its wait in the queue and its reads.
-    pub fn observe_search(&self, timings: &Timings, queue_ms: f64, io: &IoReport) {
+    pub fn observe_search(&self, timings: &Timings, io: &IoReport) {
         let stages = [
-            ("queue", queue_ms),
+            ("queue", timings.queue_ms),
             ("encode", timings.encode_ms),
             ("first_stage", timings.first_stage_ms),
             ("read", timings.read_ms),

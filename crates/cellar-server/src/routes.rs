@@ -16,6 +16,7 @@ use axum::{Json, Router};
 use cellar_core::CellarError;
 use cellar_search::{Index, SearchResponse};
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
@@ -149,10 +150,8 @@ fn parse_body<T: DeserializeOwned>(
 
 /// What a pool worker sends back for one search.
 enum Outcome {
-    Done {
-        result: cellar_core::Result<SearchResponse>,
-        queue_ms: f64,
-    },
+    /// The answer, its `timings.queue_ms` set.
+    Done(cellar_core::Result<SearchResponse>),
     /// The deadline had passed before a worker picked it up: not run at all.
     Expired,
 }
@@ -175,7 +174,11 @@ fn submit(
                     let _ = tx.send(Outcome::Expired);
                     return;
                 }
-                let _ = tx.send(Outcome::Done { result: search.run(&index), queue_ms });
+                let result = search.run(&index).map(|mut response| {
+                    response.timings.queue_ms = queue_ms;
+                    response
+                });
+                let _ = tx.send(Outcome::Done(result));
             });
             (job, rx)
         })
@@ -188,12 +191,31 @@ fn submit(
     Ok(replies)
 }
 
-/// Waits for one answer until the deadline, records its metrics and shapes its JSON.
+/// One query's entry in a batch answer.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum BatchItem {
+    Answer(SearchResponse),
+    Error { error: Value },
+}
+
+#[derive(Serialize)]
+struct BatchResponse {
+    results: Vec<BatchItem>,
+}
+
+impl From<ApiError> for BatchItem {
+    fn from(error: ApiError) -> Self {
+        BatchItem::Error { error: error.body() }
+    }
+}
+
+/// Waits for one answer until the deadline and records its metrics.
 async fn answer(
     state: &AppState,
     reply: oneshot::Receiver<Outcome>,
     deadline: Instant,
-) -> Result<Value, ApiError> {
+) -> Result<SearchResponse, ApiError> {
     let expired = || ApiError::deadline(state.config.deadline.as_millis() as u64);
     let outcome = match tokio::time::timeout_at(deadline.into(), reply).await {
         Err(_) => return Err(expired()),
@@ -202,21 +224,19 @@ async fn answer(
         }
         Ok(Ok(outcome)) => outcome,
     };
-    let (response, queue_ms) = match outcome {
+    let response = match outcome {
         Outcome::Expired => return Err(expired()),
-        Outcome::Done { result, queue_ms } => (result?, queue_ms),
+        Outcome::Done(result) => result?,
     };
-    state.metrics.observe_search(&response.timings, queue_ms, &response.io);
-    let mut value = serde_json::to_value(&response).map_err(|e| ApiError::invalid(e.to_string()))?;
-    value["timings"]["queue_ms"] = json!(queue_ms);
-    Ok(value)
+    state.metrics.observe_search(&response.timings, &response.io);
+    Ok(response)
 }
 
 async fn search(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SearchResponse>, ApiError> {
     let request: SearchRequest = parse_body(&headers, body)?;
     let valid = request.validate(&state.index)?;
     let deadline = Instant::now() + state.config.deadline;
@@ -229,7 +249,7 @@ async fn search_batch(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<BatchResponse>, ApiError> {
     let request: BatchRequest = parse_body(&headers, body)?;
     let n = request.queries.len();
     if n == 0 || n > MAX_BATCH {
@@ -238,17 +258,24 @@ async fn search_batch(
     let checked: Vec<Result<ValidSearch, ApiError>> =
         request.queries.into_iter().map(|q| q.validate(&state.index)).collect();
     let deadline = Instant::now() + state.config.deadline;
-    let (ok, mut results): (Vec<ValidSearch>, Vec<Option<Value>>) = split_valid(checked);
+    let (ok, slots) = split_valid(checked);
     let mut replies = submit(&state, ok, deadline)?.into_iter();
-    for slot in results.iter_mut().filter(|slot| slot.is_none()) {
-        let reply = replies.next().expect("one reply per valid query");
-        *slot = Some(answer(&state, reply, deadline).await.unwrap_or_else(|e| json!({ "error": e.body() })));
+    let mut results = Vec::with_capacity(slots.len());
+    for slot in slots {
+        let item = match slot {
+            Some(error) => error,
+            None => {
+                let reply = replies.next().expect("one reply per valid query");
+                answer(&state, reply, deadline).await.map_or_else(BatchItem::from, BatchItem::Answer)
+            }
+        };
+        results.push(item);
     }
-    Ok(Json(json!({ "results": results })))
+    Ok(Json(BatchResponse { results }))
 }
 
 /// Valid searches to run, and per query either its error already (Some) or a slot to fill (None).
-fn split_valid(checked: Vec<Result<ValidSearch, ApiError>>) -> (Vec<ValidSearch>, Vec<Option<Value>>) {
+fn split_valid(checked: Vec<Result<ValidSearch, ApiError>>) -> (Vec<ValidSearch>, Vec<Option<BatchItem>>) {
     let mut ok = Vec::new();
     let slots = checked
         .into_iter()
@@ -257,7 +284,7 @@ fn split_valid(checked: Vec<Result<ValidSearch, ApiError>>) -> (Vec<ValidSearch>
                 ok.push(search);
                 None
             }
-            Err(e) => Some(json!({ "error": e.body() })),
+            Err(e) => Some(BatchItem::from(e)),
         })
         .collect();
     (ok, slots)
