@@ -15,7 +15,7 @@ from topics import QUERIES, TOPICS, UNJUDGED, topic_of
 
 import cellar
 
-MODES = ("hybrid", "rerank", "bm25", "dense")
+MODES = ("hybrid", "rerank", "bm25", "dense", "ivf", "dense-exact")
 N_DOCS = sum(len(docs) for docs in TOPICS.values())
 
 
@@ -96,11 +96,52 @@ def test_search_defaults_and_parameters(index: cellar.Index) -> None:
     assert 2 <= len(res) <= 10, "hybrid ranks BM25 candidates: only documents sharing a word"
     assert index.search("sourdough yeast", mode=None).params["mode"] == index.config["search"]["mode"]
     res = index.search("sourdough yeast", k=3, candidates=20, rerank_k=5, alpha=0.5)
-    assert res.params == {"mode": "hybrid", "k": 3, "candidates": 20, "rerank_k": 5, "alpha": 0.5}
+    assert res.params == {"mode": "hybrid", "k": 3, "candidates": 20, "rerank_k": 5, "alpha": 0.5, "ivf": None}
     assert res.reranked <= 5
     assert index.search("sourdough yeast", mode="rerank").params["alpha"] == 0.0
     assert index.search("sourdough yeast", mode="bm25").bytes_read == 0
-    assert len(index.search("sourdough yeast", k=1000, mode="dense")) == N_DOCS
+    assert len(index.search("sourdough yeast", k=1000, mode="dense-exact")) == N_DOCS
+    assert len(index.search("sourdough yeast", k=1000, mode="ivf")) == N_DOCS
+
+
+# --- the IVF first stage ----------------------------------------------------------------------
+
+
+def test_build_adds_an_ivf_and_its_modes_take_their_parameters(index: cellar.Index) -> None:
+    exact = index.search("sourdough yeast", k=5, mode="dense-exact")
+    ivf = index.search("sourdough yeast", k=5, mode="ivf", nprobe=1, oversample=100.0, rescore=True)
+    assert ivf.ids == exact.ids, "one cluster fully probed and rescored is the exact scan"
+    res = index.search("sourdough yeast", k=5, mode="dense", rerank_k=8, prefetch=True, prefetch_step=0.5)
+    assert res.params["ivf"]["nprobe"] == 1 and res.params["ivf"]["prefetch_step"] == 0.5
+    assert res.params["alpha"] == 0.0, "dense ranks by MaxSim alone"
+    assert res.reranked == 8
+    joined = index.search("sourdough yeast", k=5, mode="hybrid", hybrid_candidates=10)
+    assert joined.params["ivf"]["hybrid_candidates"] == 10
+    assert joined.candidates >= 10
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"nprobe": 0}, "nprobe"),
+        ({"nprobe": 2}, "1 clusters"),
+        ({"prefetch_step": 0.0}, "prefetch_step"),
+        ({"prefetch_step": 1.5}, "prefetch_step"),
+        ({"oversample": 0.5}, "oversample"),
+        ({"hybrid_candidates": -1}, "hybrid_candidates"),
+    ],
+)
+def test_bad_ivf_parameters_raise_invalid_input(index: cellar.Index, kwargs: dict, needle: str) -> None:
+    with pytest.raises(cellar.InvalidInputError, match=needle):
+        index.search("sourdough yeast", k=5, mode="dense", **kwargs)
+    assert len(index.search("sourdough yeast", k=2, mode="dense")) == 2
+
+
+def test_ivf_modes_without_an_ivf_say_how_to_build_one(collection: Path, tmp_path: Path) -> None:
+    idx = cellar.Index.build(collection, tmp_path / "plain", max_docs=8, ivf=False)
+    with pytest.raises(cellar.InvalidInputError, match="cellar ivf build"):
+        idx.search("volcano lava", k=3, mode="dense")
+    assert len(idx.search("volcano lava", k=3, mode="hybrid")) >= 1
 
 
 def test_concurrent_searches_agree_with_serial_ones(index: cellar.Index) -> None:

@@ -36,7 +36,7 @@ def write_qrels(path: Path, qrels: dict[str, dict[str, int]]) -> None:
                 f.write(f"{qid} 0 {doc} {grade}\n")
 
 
-@pytest.mark.parametrize("mode", ["hybrid", "rerank", "bm25", "dense"])
+@pytest.mark.parametrize("mode", ["hybrid", "rerank", "bm25", "dense", "dense-exact"])
 def test_metrics_match_ir_measures(index: cellar.Index, queries, qrels, tmp_path: Path, mode: str) -> None:
     grades = {g for judged in qrels.values() for g in judged.values()}
     assert grades == {0, 1, 2}, "the fixture must exercise graded and non-relevant judgments"

@@ -42,6 +42,11 @@ pub struct IndexArgs {
     /// Index only the first N documents.
     #[arg(long)]
     pub max_docs: Option<usize>,
+    /// Skip the IVF (dense first stage); `cellar ivf build` can add it later.
+    #[arg(long)]
+    pub no_ivf: bool,
+    #[command(flatten)]
+    pub ivf: crate::ivf_cmd::IvfBuildFlags,
 }
 
 pub fn run(args: IndexArgs) -> Result<()> {
@@ -79,5 +84,9 @@ pub fn run(args: IndexArgs) -> Result<()> {
         mib(b.pooled_bytes),
         mib(b.texts_bytes)
     );
+    if !args.no_ivf {
+        let ivf = cellar_search::ivf::build_ivf(&args.out, &args.ivf.options())?;
+        crate::ivf_cmd::print_report(&ivf);
+    }
     Ok(())
 }

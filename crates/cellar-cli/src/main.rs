@@ -1,12 +1,14 @@
 //! `cellar`: the command-line tool. Each subcommand lives in its own module; this file only
 //! parses arguments and turns errors into a message and exit code 2.
 
+mod bench_ivf;
 mod bench_load;
 mod bench_store;
 mod cgroup;
 mod eval_cmd;
 mod index_cmd;
 mod inspect;
+mod ivf_cmd;
 mod progress;
 mod search_cmd;
 mod serve_cmd;
@@ -31,7 +33,9 @@ struct Cli {
 enum Command {
     /// Build an index (vectors, BM25, texts) from a BEIR folder or a corpus.jsonl.
     Index(index_cmd::IndexArgs),
-    /// Answer one query: BM25, dense, rerank or hybrid.
+    /// Build the IVF (the dense first stage on disk) of an existing index.
+    Ivf(ivf_cmd::IvfArgs),
+    /// Answer one query: bm25, dense-exact, ivf, dense, rerank or hybrid.
     Search(search_cmd::SearchArgs),
     /// Evaluate every mode against a split's relevance judgments and print one table.
     Eval(eval_cmd::EvalArgs),
@@ -48,6 +52,8 @@ enum Command {
     /// Open-loop load benchmark of `cellar serve`: Poisson arrivals over a sweep of offered QPS,
     /// latency percentiles, throughput, errors; optional memory caps; JSON, markdown and a plot.
     Bench(bench_load::BenchArgs),
+    /// Studies of the IVF first stage: recall over nprobe, the prefetcher, rerank_k, RAM caps.
+    BenchIvf(bench_ivf::BenchIvfArgs),
     /// Internal: one reader's measurement, run by bench-store in a child process.
     #[command(hide = true)]
     BenchStoreWorker(bench_store::worker::WorkerArgs),
@@ -58,6 +64,7 @@ fn main() -> ExitCode {
     let joined = cli.cgroup.as_deref().map_or(Ok(()), bench_store::join_cgroup);
     let result = joined.and_then(|()| match cli.command {
         Command::Index(args) => index_cmd::run(args),
+        Command::Ivf(args) => ivf_cmd::run(args),
         Command::Search(args) => search_cmd::run(args),
         Command::Eval(args) => eval_cmd::run(args),
         Command::Tune(args) => tune_cmd::run(args),
@@ -66,6 +73,7 @@ fn main() -> ExitCode {
         Command::Synth(args) => synth::run(args),
         Command::BenchStore(args) => bench_store::run(args),
         Command::Bench(args) => bench_load::run(args),
+        Command::BenchIvf(args) => bench_ivf::run(args),
         Command::BenchStoreWorker(args) => bench_store::worker::run(args),
     });
     match result {

@@ -13,7 +13,7 @@ pub struct SearchArgs {
     pub query: String,
     #[arg(long)]
     pub index: PathBuf,
-    /// bm25, dense, rerank or hybrid (default: the index's stored default).
+    /// bm25, dense-exact, ivf, dense, rerank or hybrid (default: the index's stored default).
     #[arg(long)]
     pub mode: Option<Mode>,
     #[arg(short, long, default_value_t = 10)]
@@ -35,18 +35,22 @@ pub struct SearchArgs {
     /// Print the whole response as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub ivf: crate::ivf_cmd::IvfQueryFlags,
 }
 
 pub fn run(args: SearchArgs) -> Result<()> {
     let options = OpenOptions { reader: args.reader, model_dir: args.model.clone(), ..Default::default() };
     let index = Index::open(&args.index, options)?;
-    let request = SearchOptions {
+    let mut request = SearchOptions {
         k: args.k,
         mode: args.mode,
         candidates: args.candidates,
         rerank_k: args.rerank_k,
         alpha: args.alpha,
+        ..SearchOptions::default()
     };
+    args.ivf.apply(&mut request);
     let response = index.search(&args.query, &request)?;
     if args.json {
         let json =
@@ -82,4 +86,29 @@ fn print_text(response: &SearchResponse) {
         response.io.read_calls,
         response.io.bytes_read / 1024
     );
+    if let Some(ivf) = &response.ivf {
+        println!(
+            "ivf: {} clusters, {} codes, {} rescored, probe {:.2} ms, rescore {:.2} ms, {} KiB read",
+            ivf.clusters,
+            ivf.codes,
+            ivf.rescored,
+            ivf.probe_ms,
+            ivf.rescore_ms,
+            ivf.bytes_read / 1024
+        );
+    }
+    if let Some(p) = &response.prefetch {
+        println!(
+            "prefetch after {} clusters: {} records, hit rate {:.2} ({} of {}), {} KiB prefetched, {} KiB wasted, {} misses read, waited {:.2} ms",
+            p.after_clusters,
+            p.prefetched,
+            p.hit_rate,
+            p.hits,
+            p.needed,
+            p.bytes_prefetched / 1024,
+            p.bytes_wasted / 1024,
+            p.misses_read,
+            p.wait_ms
+        );
+    }
 }

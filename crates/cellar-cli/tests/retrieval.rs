@@ -39,6 +39,19 @@ fn index_search_tune_eval() {
     let out = cellar(&["index", data_s, "--out", index_s]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("indexed 8 docs"), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("ivf: 8 docs in 1 clusters"), "{}", text(&out.stdout));
+
+    let dense = ["search", "--index", index_s, "green tea", "--mode", "dense", "--nprobe", "1"];
+    let out = cellar(&[&dense[..], &["--prefetch-step", "0.5", "--rerank-k", "4", "--json"]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let response: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(response["hits"][0]["id"].as_str().unwrap().starts_with("tea"), "{response}");
+    assert_eq!(response["prefetch"]["needed"], 4, "{response}");
+    assert_user_error(&cellar(&[&dense[..2], &["tea", "--mode", "ivf", "--nprobe", "0"]].concat()), "nprobe");
+    assert_user_error(&cellar(&[&dense[..], &["--prefetch-step", "2"]].concat()), "prefetch_step");
+    assert_user_error(&cellar(&["ivf", "build", "--index", index_s, "--cluster-size", "4"]), "cluster_size");
+    let out = cellar(&["ivf", "build", "--index", index_s, "--cluster-size", "8"]);
+    assert!(text(&out.stdout).contains("ivf: 8 docs in 1 clusters"), "{}", text(&out.stderr));
 
     let out = cellar(&["search", "--index", index_s, "green tea", "-k", "3", "--json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -55,7 +68,13 @@ fn index_search_tune_eval() {
     );
     let out = cellar(&["eval", "--index", index_s, "--data", data_s]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    for row in ["| bm25 |", "| dense pooled (exact) |", "| rerank |", "rerank_k=16 |", "rerank_k=200 |"] {
+    let rows = ["| bm25 |", "| dense pooled (exact) |", "| rerank |", "rerank_k=16 |", "rerank_k=200 |"];
+    let ivf_rows = [
+        "| ivf nprobe=1 (rescored, 1 clusters) |",
+        "| dense: IVF nprobe=1 → MaxSim |",
+        "+ 100 IVF candidates |",
+    ];
+    for row in rows.iter().chain(&ivf_rows) {
         assert!(text(&out.stdout).contains(row), "{row} missing from:\n{}", text(&out.stdout));
     }
 

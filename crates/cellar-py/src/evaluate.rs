@@ -7,7 +7,7 @@ use cellar_core::{CellarError, Result};
 use cellar_search::corpus::{Qrels, Query};
 use cellar_search::eval::{evaluate_row, judged_queries, RowResult, RowSpec};
 use cellar_search::search::PreparedQuery;
-use cellar_search::{Index, SearchOptions, SearchParams};
+use cellar_search::{Index, SearchOptions};
 
 /// Scores `options` over the queries of `queries` that have judgments in `qrels`. `ids` maps
 /// internal document ids to collection ids.
@@ -27,7 +27,7 @@ pub fn evaluate(
         )));
     }
     // Resolve first, so bad parameters fail before any query is encoded.
-    let params = SearchParams::resolve(&options, &index.config().search)?;
+    let params = index.resolve(&options)?;
     let prepared = judged
         .iter()
         .map(|q| index.prepare(&q.text, params.mode).map_err(|e| with_query(e, &q.id)))

@@ -7,13 +7,14 @@ use std::sync::OnceLock;
 use cellar_core::codec::CodecKind;
 use cellar_core::io::ReaderKind;
 use cellar_search::eval::doc_ids;
+use cellar_search::ivf::{build_ivf, IvfBuildOptions};
 use cellar_search::{BuildOptions, Index, Mode, OpenOptions, SearchOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::args::{self, alpha, parse_choice, positive, positive_opt};
 use crate::convert::to_python;
-use crate::errors::without_gil;
+use crate::errors::{invalid, without_gil};
 use crate::evaluate::evaluate;
 use crate::result::PySearchResult;
 
@@ -35,16 +36,41 @@ struct RawOptions<'a> {
     candidates: Option<i64>,
     rerank_k: Option<i64>,
     alpha: Option<f64>,
+    ivf: IvfKwargs,
+}
+
+/// The IVF's per-query keyword arguments; values are checked against the IVF by the engine.
+#[derive(Default)]
+struct IvfKwargs {
+    nprobe: Option<i64>,
+    oversample: Option<f64>,
+    rescore: Option<bool>,
+    prefetch: Option<bool>,
+    prefetch_step: Option<f64>,
+    hybrid_candidates: Option<i64>,
 }
 
 impl RawOptions<'_> {
     fn check(&self, py: Python<'_>) -> PyResult<SearchOptions> {
+        let ivf = &self.ivf;
+        let hybrid_candidates = match ivf.hybrid_candidates {
+            Some(n) if n < 0 => {
+                return Err(invalid(py, format!("hybrid_candidates must be 0 or more, got {n}")))
+            }
+            other => other.map(|n| n as usize),
+        };
         Ok(SearchOptions {
             k: positive(py, "k", self.k)?,
             mode: self.mode.map(|m| parse_choice::<Mode>(py, m)).transpose()?,
             candidates: positive_opt(py, "candidates", self.candidates)?,
             rerank_k: positive_opt(py, "rerank_k", self.rerank_k)?,
             alpha: alpha(py, self.alpha)?,
+            nprobe: positive_opt(py, "nprobe", ivf.nprobe)?,
+            oversample: ivf.oversample.map(|v| v as f32),
+            rescore: ivf.rescore,
+            prefetch: ivf.prefetch,
+            prefetch_step: ivf.prefetch_step.map(|v| v as f32),
+            hybrid_candidates,
         })
     }
 }
@@ -78,7 +104,8 @@ impl PyIndex {
     #[staticmethod]
     #[pyo3(signature = (
         source, out, *, model=None, codec="f16", pca_dim=None, doc_max_tokens=256, query_max_tokens=64,
-        keep_special=false, keep_punctuation=false, max_docs=None, threads=None, reader="mmap", progress=false
+        keep_special=false, keep_punctuation=false, max_docs=None, threads=None, reader="mmap", progress=false,
+        ivf=true, ivf_cluster_size=256
     ))]
     #[allow(clippy::too_many_arguments)]
     fn build(
@@ -96,6 +123,8 @@ impl PyIndex {
         threads: Option<i64>,
         reader: &str,
         progress: bool,
+        ivf: bool,
+        ivf_cluster_size: i64,
     ) -> PyResult<PyIndex> {
         let mut options = BuildOptions::new(source, &out);
         options.model_dir = model.clone().or_else(|| default_model(py));
@@ -111,7 +140,18 @@ impl PyIndex {
         }
         options.progress = progress;
         let reader = parse_choice::<ReaderKind>(py, reader)?;
-        without_gil(py, || cellar_search::Index::build(&options))?;
+        let ivf_options = IvfBuildOptions {
+            cluster_size: positive(py, "ivf_cluster_size", ivf_cluster_size)?,
+            progress,
+            ..IvfBuildOptions::default()
+        };
+        without_gil(py, || {
+            cellar_search::Index::build(&options)?;
+            if ivf {
+                build_ivf(&out, &ivf_options)?;
+            }
+            Ok(())
+        })?;
         open_index(py, out, OpenOptions { reader, model_dir: model, ..Default::default() })
     }
 
@@ -136,14 +176,17 @@ impl PyIndex {
 
     /// Searches for ``query`` and returns the top ``k`` hits as a :class:`SearchResult`.
     ///
-    /// ``mode``: ``"hybrid"`` (BM25 candidates re-ranked by fused BM25 and MaxSim scores),
-    /// ``"rerank"`` (MaxSim alone), ``"bm25"`` or ``"dense"`` (pooled vectors, exact); ``None``
-    /// takes the index's stored default. ``candidates`` (BM25 depth), ``rerank_k`` (how many
-    /// candidates are re-scored) and ``alpha`` (BM25 weight in [0, 1]) default to the index's
-    /// stored, possibly tuned, values. Releases the GIL.
+    /// ``mode``: ``"hybrid"`` (BM25 candidates, joined by ``hybrid_candidates`` IVF candidates,
+    /// re-ranked by fused first-stage and MaxSim scores), ``"rerank"`` (BM25 then MaxSim alone),
+    /// ``"dense"`` (IVF then MaxSim alone), ``"ivf"`` (the IVF alone), ``"dense-exact"`` (a scan
+    /// of the pooled vectors) or ``"bm25"``; ``None`` takes the index's stored default.
+    /// ``candidates`` (first-stage depth), ``rerank_k`` (how many candidates are re-scored) and
+    /// ``alpha`` (first-stage weight in [0, 1]) default to the index's stored, possibly tuned,
+    /// values; ``nprobe``, ``oversample``, ``rescore``, ``prefetch``, ``prefetch_step`` and
+    /// ``hybrid_candidates`` to its IVF's. Releases the GIL.
     #[pyo3(
-        signature = (query, k=10, mode=Some("hybrid"), candidates=None, rerank_k=None, alpha=None),
-        text_signature = "($self, query, k=10, mode='hybrid', candidates=None, rerank_k=None, alpha=None)"
+        signature = (query, k=10, mode=Some("hybrid"), candidates=None, rerank_k=None, alpha=None, *, nprobe=None, oversample=None, rescore=None, prefetch=None, prefetch_step=None, hybrid_candidates=None),
+        text_signature = "($self, query, k=10, mode='hybrid', candidates=None, rerank_k=None, alpha=None, *, nprobe=None, oversample=None, rescore=None, prefetch=None, prefetch_step=None, hybrid_candidates=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn search(
@@ -155,8 +198,15 @@ impl PyIndex {
         candidates: Option<i64>,
         rerank_k: Option<i64>,
         alpha: Option<f64>,
+        nprobe: Option<i64>,
+        oversample: Option<f64>,
+        rescore: Option<bool>,
+        prefetch: Option<bool>,
+        prefetch_step: Option<f64>,
+        hybrid_candidates: Option<i64>,
     ) -> PyResult<PySearchResult> {
-        let options = RawOptions { k, mode, candidates, rerank_k, alpha }.check(py)?;
+        let ivf = IvfKwargs { nprobe, oversample, rescore, prefetch, prefetch_step, hybrid_candidates };
+        let options = RawOptions { k, mode, candidates, rerank_k, alpha, ivf }.check(py)?;
         let response = without_gil(py, || self.index.search(query, &options))?;
         Ok(PySearchResult::new(response))
     }
@@ -171,8 +221,8 @@ impl PyIndex {
     /// were scored), ``"params"``, ``"mean_search_ms"``, ``"mean_encode_ms"`` and
     /// ``"mean_bytes_read"``. Releases the GIL.
     #[pyo3(
-        signature = (queries, qrels, *, mode=Some("hybrid"), k=100, candidates=None, rerank_k=None, alpha=None),
-        text_signature = "($self, queries, qrels, *, mode='hybrid', k=100, candidates=None, rerank_k=None, alpha=None)"
+        signature = (queries, qrels, *, mode=Some("hybrid"), k=100, candidates=None, rerank_k=None, alpha=None, nprobe=None, oversample=None, rescore=None, prefetch=None, prefetch_step=None, hybrid_candidates=None),
+        text_signature = "($self, queries, qrels, *, mode='hybrid', k=100, candidates=None, rerank_k=None, alpha=None, nprobe=None, oversample=None, rescore=None, prefetch=None, prefetch_step=None, hybrid_candidates=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn evaluate<'py>(
@@ -185,8 +235,15 @@ impl PyIndex {
         candidates: Option<i64>,
         rerank_k: Option<i64>,
         alpha: Option<f64>,
+        nprobe: Option<i64>,
+        oversample: Option<f64>,
+        rescore: Option<bool>,
+        prefetch: Option<bool>,
+        prefetch_step: Option<f64>,
+        hybrid_candidates: Option<i64>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let options = RawOptions { k, mode, candidates, rerank_k, alpha }.check(py)?;
+        let ivf = IvfKwargs { nprobe, oversample, rescore, prefetch, prefetch_step, hybrid_candidates };
+        let options = RawOptions { k, mode, candidates, rerank_k, alpha, ivf }.check(py)?;
         let queries = args::queries(queries)?;
         let qrels = args::qrels(qrels)?;
         let row = without_gil(py, || {

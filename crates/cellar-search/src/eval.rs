@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::config::IndexConfig;
 use crate::corpus::{Qrels, Query};
 use crate::index::Index;
+use crate::ivf::IvfConfig;
 use crate::metrics::{mean, score_query, Metrics, QueryMetrics};
 use crate::params::{Mode, SearchOptions, SearchParams};
 use crate::search::PreparedQuery;
@@ -57,21 +58,42 @@ pub fn judged_queries(queries: &[Query], qrels: &Qrels) -> Vec<Query> {
     queries.iter().filter(|q| qrels.contains_key(&q.id)).cloned().collect()
 }
 
-/// The rows of `cellar eval`'s table, from the index's stored (tuned) defaults.
-pub fn default_rows(config: &IndexConfig) -> Vec<RowSpec> {
+/// The rows of `cellar eval`'s table, from the index's stored (tuned) defaults; the IVF rows
+/// when the index has an IVF.
+pub fn default_rows(config: &IndexConfig, ivf: Option<&IvfConfig>) -> Vec<RowSpec> {
     let alpha = config.search.alpha;
     let mut rows = vec![
         RowSpec::new("bm25", Mode::Bm25),
-        RowSpec::new("dense pooled (exact)", Mode::Dense),
+        RowSpec::new("dense pooled (exact)", Mode::DenseExact),
         rerank_row(),
         hybrid_row(config, None),
     ];
+    if let Some(ivf) = ivf {
+        rows.extend(ivf_rows(config, ivf));
+    }
     for rerank_k in [16, 32, 64, 128, 200] {
         let mut row = hybrid_row(config, Some(rerank_k));
         row.label = format!("hybrid α={alpha:.2} rerank_k={rerank_k}");
         rows.push(row);
     }
     rows
+}
+
+/// The IVF alone, IVF → MaxSim, and hybrid with IVF candidates joined, at the IVF's defaults.
+fn ivf_rows(config: &IndexConfig, ivf: &IvfConfig) -> Vec<RowSpec> {
+    let d = ivf.search;
+    let rescore = if d.rescore { "rescored" } else { "codes only" };
+    let mut dense = RowSpec::new(format!("dense: IVF nprobe={} → MaxSim", d.nprobe), Mode::Dense);
+    dense.options.rerank_k = Some(config.search.rerank_k);
+    let mut joined = hybrid_row(config, None);
+    let joined_n = if d.hybrid_candidates > 0 { d.hybrid_candidates } else { 100 };
+    joined.label = format!("hybrid α={:.2} + {joined_n} IVF candidates", config.search.alpha);
+    joined.options.hybrid_candidates = Some(joined_n);
+    vec![
+        RowSpec::new(format!("ivf nprobe={} ({rescore}, {} clusters)", d.nprobe, ivf.clusters), Mode::Ivf),
+        dense,
+        joined,
+    ]
 }
 
 /// MaxSim over every candidate (rerank_k is capped at the candidate count).
@@ -126,7 +148,7 @@ pub fn evaluate_row(
     ids: &[String],
     spec: &RowSpec,
 ) -> Result<RowResult> {
-    let params = SearchParams::resolve(&spec.options, &index.config().search)?;
+    let params = index.resolve(&spec.options)?;
     let (mut per_query, mut run) = (Vec::new(), Vec::new());
     let (mut search_ms, mut encode_ms, mut bytes) = (0.0, 0.0, 0u64);
     for (query, prep) in queries.iter().zip(prepared) {
@@ -140,7 +162,7 @@ pub fn evaluate_row(
         run.push((query.id.clone(), ranked));
     }
     let n = queries.len().max(1) as f64;
-    let (size_bytes, build_secs) = row_cost(index.config(), params.mode);
+    let (size_bytes, build_secs) = row_cost(index.config(), index.ivf_config(), &params);
     Ok(RowResult {
         label: spec.label.clone(),
         params,
@@ -154,14 +176,24 @@ pub fn evaluate_row(
     })
 }
 
-/// Bytes on disk and build seconds of what `mode` needs. Encoding is one pass that yields both
+/// Bytes on disk and build seconds of what a search needs. Encoding is one pass that yields both
 /// token and pooled vectors, so the dense and MaxSim rows both carry its full time.
-pub fn row_cost(config: &IndexConfig, mode: Mode) -> (u64, f64) {
+pub fn row_cost(config: &IndexConfig, ivf: Option<&IvfConfig>, params: &SearchParams) -> (u64, f64) {
     let b = &config.build;
     let encode = b.encode_secs + b.write_secs;
-    match mode {
+    let (ivf_bytes, ivf_secs) = ivf.map_or((0, 0.0), |i| {
+        let r = &i.build;
+        (r.centroids_bytes + r.postings_bytes + r.vectors_bytes, r.total_secs)
+    });
+    let joins_ivf = params.ivf.is_some_and(|p| p.hybrid_candidates > 0);
+    match params.mode {
         Mode::Bm25 => (b.bm25_bytes, b.bm25_secs),
-        Mode::Dense => (b.pooled_bytes, encode),
+        Mode::DenseExact => (b.pooled_bytes, encode),
+        Mode::Ivf => (ivf_bytes, encode + ivf_secs),
+        Mode::Dense => (ivf_bytes + b.vectors_bytes, encode + ivf_secs),
+        Mode::Hybrid if joins_ivf => {
+            (b.bm25_bytes + b.vectors_bytes + ivf_bytes, encode + b.bm25_secs + ivf_secs)
+        }
         Mode::Rerank | Mode::Hybrid => (b.bm25_bytes + b.vectors_bytes, encode + b.bm25_secs),
     }
 }

@@ -11,6 +11,7 @@ use cellar_encode::{Encoder, EncoderConfig, Pca};
 
 use crate::bm25::Bm25Index;
 use crate::config::IndexConfig;
+use crate::ivf::{Ivf, IvfConfig};
 use crate::pooled::PooledMatrix;
 use crate::texts::TextsReader;
 
@@ -49,6 +50,8 @@ pub struct Index {
     pub(crate) texts: TextsReader,
     pub(crate) pca: Option<Pca>,
     pub(crate) isa: Isa,
+    /// The dense first stage, when the index has one (`ivf/`).
+    pub(crate) ivf: Option<Ivf>,
     options: OpenOptions,
     encoder: Mutex<Option<Arc<Encoder>>>,
     pooled: Mutex<Option<Arc<PooledMatrix>>>,
@@ -69,6 +72,7 @@ impl Index {
         let store = VectorStore::open(&dir.join(VECTORS_DIR), &reader_options)?;
         let bm25 = Bm25Index::open(&dir.join(BM25_DIR))?;
         let texts = TextsReader::open(dir)?;
+        let ivf = Ivf::open(dir, config.build.docs, config.encoder.model_dim, &reader_options)?;
         let pca = match config.pca_dim {
             Some(_) => Some(Pca::load(&dir.join(PCA_FILE))?),
             None => None,
@@ -81,6 +85,7 @@ impl Index {
             texts,
             pca,
             isa: Isa::detected(),
+            ivf,
             options,
             encoder: Mutex::new(None),
             pooled: Mutex::new(None),
@@ -132,6 +137,22 @@ impl Index {
 
     pub fn texts(&self) -> &TextsReader {
         &self.texts
+    }
+
+    /// The IVF, or a clear error naming how to build one.
+    pub fn ivf(&self) -> Result<&Ivf> {
+        self.ivf.as_ref().ok_or_else(|| {
+            CellarError::InvalidInput(format!(
+                "{} has no IVF: build one with `cellar ivf build --index {}`",
+                self.dir.display(),
+                self.dir.display()
+            ))
+        })
+    }
+
+    /// The IVF's settings, when the index has one.
+    pub fn ivf_config(&self) -> Option<&IvfConfig> {
+        self.ivf.as_ref().map(Ivf::config)
     }
 
     pub fn reader_kind(&self) -> ReaderKind {

@@ -2,7 +2,9 @@
 //!
 //! - `build`: corpus → encoder → vector store + pooled vectors + text store + BM25 (`Index::build`)
 //! - `index`: an open index (`Index::open`), its parts checked against each other
-//! - `search`: BM25 top-N → read records → MaxSim → fusion (`fusion`) → top-k, with timings
+//! - `search`: query preparation, answers with ids and text; `rank`: the first stages (BM25,
+//!   the IVF of `ivf`, or both) → read records (`prefetch` overlaps the reads with the probe)
+//!   → MaxSim → fusion (`fusion`) → top-k, with timings
 //! - `eval`, `metrics`, `tune`: quality against qrels, and the alpha / rerank_k sweep
 //! - `corpus`: BEIR-layout readers; `config`: `index.json`
 
@@ -14,9 +16,12 @@ pub mod disk;
 pub mod eval;
 pub mod fusion;
 pub mod index;
+pub mod ivf;
 pub mod metrics;
 pub mod params;
 pub mod pooled;
+pub mod prefetch;
+pub mod rank;
 pub mod search;
 pub mod texts;
 pub mod topk;
@@ -25,5 +30,5 @@ pub mod tune;
 pub use build::BuildOptions;
 pub use config::IndexConfig;
 pub use index::{Index, OpenOptions};
-pub use params::{Mode, SearchOptions, SearchParams};
+pub use params::{IvfParams, Mode, SearchOptions, SearchParams};
 pub use search::{Hit, SearchResponse};

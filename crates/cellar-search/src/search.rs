@@ -3,13 +3,14 @@
 use std::time::Instant;
 
 use cellar_core::io::ReadStats;
-use cellar_core::{CellarError, DocId, Result};
+use cellar_core::{CellarError, Result};
 use serde::Serialize;
 
-use crate::bm25::Scored;
-use crate::fusion::{self, Fused, Stage};
+use crate::fusion::{Fused, Stage};
 use crate::index::Index;
+use crate::ivf::ProbeStats;
 use crate::params::{check_query, Mode, SearchOptions, SearchParams};
+use crate::prefetch::PrefetchStats;
 
 /// A query ready to rank: its text and, when the mode needs them, its vectors.
 pub struct PreparedQuery {
@@ -61,6 +62,25 @@ pub struct Ranking {
     pub candidates: usize,
     /// Candidates read and re-scored with MaxSim.
     pub reranked: usize,
+    /// What the IVF probe did, when the mode probes it.
+    pub ivf: Option<ProbeStats>,
+    /// What the prefetcher did, when it ran.
+    pub prefetch: Option<PrefetchStats>,
+}
+
+impl Ranking {
+    /// A ranking made by a first stage alone (nothing re-ranked).
+    pub fn first_stage_only(hits: Vec<Fused>, timings: Timings, candidates: usize) -> Ranking {
+        Ranking {
+            hits,
+            timings,
+            io: ReadStats::default(),
+            candidates,
+            reranked: 0,
+            ivf: None,
+            prefetch: None,
+        }
+    }
 }
 
 /// One result, as shown to a user.
@@ -93,6 +113,10 @@ pub struct SearchResponse {
     pub reranked: usize,
     pub timings: Timings,
     pub io: IoReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ivf: Option<Box<ProbeStats>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<Box<PrefetchStats>>,
 }
 
 fn ms_since(start: Instant) -> f64 {
@@ -134,10 +158,11 @@ impl Index {
         Ok(self.project_vectors(text, vectors))
     }
 
-    /// The checks of a query's input: its text (which the dense mode with vectors may leave
-    /// empty) and, when given, the caller's vectors (count, the model's dimension, finite).
+    /// The checks of a query's input: its text (which the single-vector-first modes with vectors
+    /// may leave empty) and, when given, the caller's vectors (count, the model's dimension,
+    /// finite).
     pub fn check_input(&self, text: &str, mode: Mode, vectors: Option<&QueryVectors>) -> Result<()> {
-        if vectors.is_none() || !(mode == Mode::Dense && text.is_empty()) {
+        if vectors.is_none() || !(mode.is_single_vector_first() && text.is_empty()) {
             check_query(text)?;
         }
         match vectors {
@@ -161,71 +186,16 @@ impl Index {
         }
     }
 
-    /// Ranks documents for a prepared query (no text is fetched).
-    pub fn rank(&self, query: &PreparedQuery, params: &SearchParams) -> Result<Ranking> {
-        let start = Instant::now();
-        let mut timings = Timings { encode_ms: query.encode_ms, ..Timings::default() };
-        if params.mode == Mode::Dense {
-            let hits: Vec<Fused> =
-                self.pooled()?.search(&query.pooled, params.k).iter().map(dense_hit).collect();
-            timings.first_stage_ms = ms_since(start);
-            timings.total_ms = timings.encode_ms + ms_since(start);
-            let candidates = self.len();
-            return Ok(Ranking { hits, timings, io: ReadStats::default(), candidates, reranked: 0 });
-        }
-        let depth = if params.mode == Mode::Bm25 { params.k } else { params.candidates };
-        let candidates = self.bm25.search(&query.text, depth)?;
-        timings.first_stage_ms = ms_since(start);
-        let rerank_k = if params.mode == Mode::Bm25 { 0 } else { params.rerank_k.min(candidates.len()) };
-        let (maxsim, io) = self.maxsim(query, &candidates[..rerank_k], &mut timings)?;
-        let fuse_start = Instant::now();
-        let mut hits = fusion::fuse(&candidates, &maxsim, params.alpha);
-        hits.truncate(params.k);
-        timings.fuse_ms = ms_since(fuse_start);
-        timings.total_ms = timings.encode_ms + ms_since(start);
-        Ok(Ranking { hits, timings, io, candidates: candidates.len(), reranked: rerank_k })
-    }
-
-    /// Reads the records of `candidates` and scores each with MaxSim against the query.
-    fn maxsim(
-        &self,
-        query: &PreparedQuery,
-        candidates: &[Scored],
-        timings: &mut Timings,
-    ) -> Result<(Vec<f32>, ReadStats)> {
-        if candidates.is_empty() {
-            return Ok((Vec::new(), ReadStats::default()));
-        }
-        let read_start = Instant::now();
-        let ids: Vec<DocId> = candidates.iter().map(|c| c.id).collect();
-        let batch = self.store.read_batch(&ids)?;
-        timings.read_ms = ms_since(read_start);
-        let score_start = Instant::now();
-        let codec = self.store.codec();
-        let scores =
-            (0..batch.len()).map(|i| codec.maxsim(self.isa, &query.tokens, batch.record(i).tokens)).collect();
-        timings.maxsim_ms = ms_since(score_start);
-        Ok((scores, batch.stats()))
-    }
-
-    /// The first `n` BM25 candidates and the MaxSim score of every one (for tuning, which then
-    /// fuses them many ways with [`fusion::fuse`], exactly as [`Index::rank`] does).
-    pub fn candidates_with_maxsim(&self, query: &PreparedQuery, n: usize) -> Result<(Vec<Scored>, Vec<f32>)> {
-        let candidates = self.bm25.search(&query.text, n)?;
-        let (maxsim, _) = self.maxsim(query, &candidates, &mut Timings::default())?;
-        Ok((candidates, maxsim))
-    }
-
     /// Answers `text`: validates, encodes, ranks and attaches each hit's id and text.
     pub fn search(&self, text: &str, options: &SearchOptions) -> Result<SearchResponse> {
-        let params = SearchParams::resolve(options, &self.config.search)?;
+        let params = self.resolve(options)?;
         let query = self.prepare(text, params.mode)?;
         self.respond(&query, &params, true)
     }
 
     /// Resolves `options` against the index's defaults.
     pub fn resolve(&self, options: &SearchOptions) -> Result<SearchParams> {
-        SearchParams::resolve(options, &self.config.search)
+        SearchParams::resolve(options, &self.config.search, self.ivf_config())
     }
 
     /// Ranks a prepared query and attaches each hit's id, and its title and text when
@@ -253,6 +223,8 @@ impl Index {
             reranked: ranking.reranked,
             timings: ranking.timings,
             io,
+            ivf: ranking.ivf.map(Box::new),
+            prefetch: ranking.prefetch.map(Box::new),
         })
     }
 
@@ -275,26 +247,17 @@ impl Index {
     }
 }
 
-fn dense_hit(scored: &Scored) -> Fused {
-    Fused {
-        id: scored.id,
-        score: scored.score,
-        first_stage: scored.score,
-        maxsim: None,
-        stage: Stage::FirstStage,
-    }
-}
-
 /// Checks caller-supplied vectors: count within bounds, rows of the model's dimension, finite.
 fn check_vectors(vectors: &QueryVectors, dim: usize, mode: Mode) -> Result<()> {
     let n = vectors.n_tokens;
-    if n == 0 || n > MAX_QUERY_VECTORS {
+    if (n == 0 && mode.needs_tokens()) || n > MAX_QUERY_VECTORS {
         return Err(CellarError::InvalidInput(format!(
             "query_vectors.tokens must hold 1 to {MAX_QUERY_VECTORS} vectors, got {n}"
         )));
     }
     if vectors.tokens.len() != n * dim {
-        return Err(CellarError::WrongDimension { expected: dim, received: vectors.tokens.len() / n });
+        let received = vectors.tokens.len().checked_div(n).unwrap_or(vectors.tokens.len());
+        return Err(CellarError::WrongDimension { expected: dim, received });
     }
     if let Some(i) = vectors.tokens.iter().position(|v| !v.is_finite()) {
         return Err(CellarError::InvalidInput(format!(
@@ -304,8 +267,8 @@ fn check_vectors(vectors: &QueryVectors, dim: usize, mode: Mode) -> Result<()> {
         )));
     }
     match &vectors.pooled {
-        None if mode == Mode::Dense => {
-            Err(CellarError::InvalidInput("the dense mode needs query_vectors.pooled".into()))
+        None if mode.is_single_vector_first() => {
+            Err(CellarError::InvalidInput(format!("mode {mode} needs query_vectors.pooled")))
         }
         Some(pooled) if pooled.len() != dim => {
             Err(CellarError::WrongDimension { expected: dim, received: pooled.len() })

@@ -26,12 +26,20 @@ pub struct SearchRequest {
     pub candidates: Option<usize>,
     pub include_text: Option<bool>,
     pub query_vectors: Option<VectorsIn>,
+    pub nprobe: Option<usize>,
+    pub oversample: Option<f32>,
+    pub rescore: Option<bool>,
+    pub prefetch: Option<bool>,
+    pub prefetch_step: Option<f32>,
+    pub hybrid_candidates: Option<usize>,
 }
 
 /// Caller-supplied query vectors, in the model's space.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VectorsIn {
+    /// May be left out by the modes that score no token vectors (dense-exact, ivf).
+    #[serde(default)]
     pub tokens: Vec<Vec<f32>>,
     pub pooled: Option<Vec<f32>>,
 }
@@ -62,6 +70,12 @@ impl SearchRequest {
             candidates: self.candidates,
             rerank_k: self.rerank_k,
             alpha: self.alpha,
+            nprobe: self.nprobe,
+            oversample: self.oversample,
+            rescore: self.rescore,
+            prefetch: self.prefetch,
+            prefetch_step: self.prefetch_step,
+            hybrid_candidates: self.hybrid_candidates,
         };
         let params = index.resolve(&options)?;
         let dim = index.config().encoder.model_dim;

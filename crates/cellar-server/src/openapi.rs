@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::api::{DEFAULT_K, MAX_BATCH};
-use cellar_search::params::{MAX_K, MAX_QUERY_BYTES};
+use cellar_search::params::{Mode, MAX_K, MAX_QUERY_BYTES};
 use cellar_search::search::MAX_QUERY_VECTORS;
 
 fn error_responses() -> Value {
@@ -33,9 +33,15 @@ fn schemas() -> Value {
             "type": "object",
             "additionalProperties": false,
             "properties": {
-                "query": { "type": "string", "maxLength": MAX_QUERY_BYTES, "description": "Query text (may be empty only in dense mode with query_vectors)" },
+                "query": { "type": "string", "maxLength": MAX_QUERY_BYTES, "description": "Query text (may be empty only in the dense-exact, ivf and dense modes with query_vectors)" },
                 "k": { "type": "integer", "minimum": 1, "maximum": MAX_K, "default": DEFAULT_K },
-                "mode": { "type": "string", "enum": ["bm25", "dense", "rerank", "hybrid"], "description": "Default: the index's (index.json)" },
+                "mode": { "type": "string", "enum": Mode::ALL.map(Mode::name), "description": "Default: the index's (index.json). dense-exact: pooled-vector scan; ivf: the IVF alone; dense: IVF then MaxSim; rerank: BM25 then MaxSim; hybrid: BM25 (+ IVF candidates) then fused MaxSim" },
+                "nprobe": { "type": "integer", "minimum": 1, "description": "IVF clusters probed (at most the IVF's cluster count)" },
+                "oversample": { "type": "number", "minimum": 1, "maximum": 100, "description": "IVF shortlist as a multiple of the depth" },
+                "rescore": { "type": "boolean", "description": "Rescore the IVF shortlist with full-precision vectors" },
+                "prefetch": { "type": "boolean", "description": "Read likely candidates' token records while the IVF probe runs" },
+                "prefetch_step": { "type": "number", "exclusiveMinimum": 0, "maximum": 1, "description": "Fraction of nprobe probed before the prefetch starts" },
+                "hybrid_candidates": { "type": "integer", "minimum": 0, "description": "Hybrid: IVF candidates joined to BM25's" },
                 "alpha": { "type": "number", "minimum": 0, "maximum": 1, "description": "Weight of z(BM25) in hybrid fusion" },
                 "rerank_k": { "type": "integer", "minimum": 0, "description": "First-stage candidates re-scored with MaxSim" },
                 "candidates": { "type": "integer", "minimum": 1, "description": "First-stage depth" },
@@ -46,11 +52,10 @@ fn schemas() -> Value {
         "QueryVectors": {
             "type": "object",
             "additionalProperties": false,
-            "required": ["tokens"],
             "description": "Caller-encoded query, in the model's output space (before any PCA); replaces server-side encoding",
             "properties": {
-                "tokens": { "type": "array", "minItems": 1, "maxItems": MAX_QUERY_VECTORS, "items": { "type": "array", "items": { "type": "number" } } },
-                "pooled": { "type": "array", "items": { "type": "number" }, "description": "Needed by the dense mode" }
+                "tokens": { "type": "array", "maxItems": MAX_QUERY_VECTORS, "description": "At least one row for the modes that score MaxSim", "items": { "type": "array", "items": { "type": "number" } } },
+                "pooled": { "type": "array", "items": { "type": "number" }, "description": "Needed by dense-exact, ivf, dense, and hybrid with IVF candidates" }
             }
         },
         "SearchResponse": {

@@ -151,7 +151,7 @@ fn parse_body<T: DeserializeOwned>(
 /// What a pool worker sends back for one search.
 enum Outcome {
     /// The answer, its `timings.queue_ms` set.
-    Done(cellar_core::Result<SearchResponse>),
+    Done(Box<cellar_core::Result<SearchResponse>>),
     /// The deadline had passed before a worker picked it up: not run at all.
     Expired,
 }
@@ -178,7 +178,7 @@ fn submit(
                     response.timings.queue_ms = queue_ms;
                     response
                 });
-                let _ = tx.send(Outcome::Done(result));
+                let _ = tx.send(Outcome::Done(Box::new(result)));
             });
             (job, rx)
         })
@@ -226,7 +226,7 @@ async fn answer(
     };
     let response = match outcome {
         Outcome::Expired => return Err(expired()),
-        Outcome::Done(result) => result?,
+        Outcome::Done(result) => (*result)?,
     };
     state.metrics.observe_search(&response.timings, &response.io);
     Ok(response)

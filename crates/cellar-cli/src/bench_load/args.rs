@@ -52,7 +52,8 @@ fn validate_request(args: &BenchArgs) -> Result<()> {
         return Err(invalid("-k must be at least 1"));
     }
     if !Mode::ALL.iter().any(|m| m.name() == args.mode) {
-        return Err(invalid(format!("--mode {:?}: expected bm25, dense, rerank or hybrid", args.mode)));
+        let names: Vec<&str> = Mode::ALL.iter().map(|m| m.name()).collect();
+        return Err(invalid(format!("--mode {:?}: expected one of {}", args.mode, names.join(", "))));
     }
     if args.rerank_k == Some(0) {
         return Err(invalid("--rerank-k must be at least 1"));

@@ -46,6 +46,9 @@ pub struct ConfigSpec {
     pub vectors: Vectors,
     /// Set for a server that was already running.
     pub url: Option<String>,
+    /// Search parameters this configuration's requests add (`nprobe`, `prefetch`,
+    /// `prefetch_step`, `rescore`, `hybrid_candidates`), as JSON literals by name.
+    pub request: Vec<(String, String)>,
 }
 
 impl Default for ConfigSpec {
@@ -62,11 +65,31 @@ impl Default for ConfigSpec {
             queue: None,
             vectors: Vectors::Server,
             url: None,
+            request: Vec::new(),
         }
     }
 }
 
-pub const KEYS: &str = "name, index, reader, cap, threads, ssd_latency_us, vectors, workers, queue";
+pub const KEYS: &str = "name, index, reader, cap, threads, ssd_latency_us, vectors, workers, queue, \
+     nprobe, prefetch, prefetch_step, rescore, hybrid_candidates";
+
+/// Per-configuration request parameters, each checked for its JSON type here (its range is the
+/// server's to check, which answers 400 and fails the level loudly).
+fn request_param(key: &str, value: &str) -> Option<std::result::Result<String, String>> {
+    let check = |ok: bool, what: &str| {
+        if ok {
+            Ok(value.to_string())
+        } else {
+            Err(format!("{key}={value:?}: expected {what}"))
+        }
+    };
+    Some(match key {
+        "nprobe" | "hybrid_candidates" => check(value.parse::<usize>().is_ok(), "an integer"),
+        "prefetch" | "rescore" => check(value == "true" || value == "false", "true or false"),
+        "prefetch_step" => check(value.parse::<f32>().is_ok_and(f32::is_finite), "a number"),
+        _ => return None,
+    })
+}
 
 /// Parses `name=ram-f16,index=DIR,reader=ram[,cap=25][,threads=2][,ssd_latency_us=100]
 /// [,vectors=client][,workers=2][,queue=128]`.
@@ -124,7 +147,10 @@ pub fn parse(spec: &str) -> Result<ConfigSpec> {
                 *(if key == "workers" { &mut c.workers } else { &mut c.queue }) = Some(n);
             }
             "vectors" => c.vectors = value.parse().map_err(|e: CellarError| bad(e.to_string()))?,
-            other => return Err(bad(format!("unknown key {other:?} (keys: {KEYS})"))),
+            other => match request_param(other, value) {
+                Some(checked) => c.request.push((other.to_string(), checked.map_err(bad)?)),
+                None => return Err(bad(format!("unknown key {other:?} (keys: {KEYS})"))),
+            },
         }
     }
     if c.name.is_empty() {
@@ -168,6 +194,9 @@ mod tests {
             (c.cap_pct, c.threads, c.ssd_latency_us, c.vectors),
             (Some(5.0), 2, Some(100), Vectors::Client)
         );
+        let c = parse(&format!("name=p,index={d},nprobe=8,prefetch=false,prefetch_step=0.1")).unwrap();
+        let pairs = [("nprobe", "8"), ("prefetch", "false"), ("prefetch_step", "0.1")];
+        assert_eq!(c.request, pairs.map(|(k, v)| (k.to_string(), v.to_string())));
         let c = parse(&format!("name=m,index={d}")).unwrap();
         assert_eq!(
             (c.reader.as_deref(), c.cap_pct, c.threads, c.vectors),
@@ -195,6 +224,8 @@ mod tests {
             ("name=a".to_string(), "index is missing"),
             ("name=a,index=/nonexistent/cellar".to_string(), "not an index"),
             (format!("name=a,index={d},oops"), "key=value"),
+            (format!("name=a,index={d},prefetch=maybe"), "true or false"),
+            (format!("name=a,index={d},nprobe=-1"), "an integer"),
         ] {
             let err = parse(&spec).unwrap_err();
             assert!(matches!(err, CellarError::InvalidInput(_)), "{spec}: {err}");

@@ -20,7 +20,7 @@ mod quality;
 mod queries;
 mod report;
 mod schedule;
-mod server_proc;
+pub(crate) mod server_proc;
 mod spawned;
 mod stats;
 mod sweep;
@@ -89,7 +89,7 @@ pub struct BenchArgs {
     /// than 5% of requests failed (errors, 429, timeouts, client drops).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub stop_at_saturation: bool,
-    /// Search mode of every request: bm25, dense, rerank or hybrid.
+    /// Search mode of every request: bm25, dense-exact, ivf, dense, rerank or hybrid.
     #[arg(long, default_value = "hybrid")]
     pub mode: String,
     #[arg(short, long, default_value_t = 10)]

@@ -54,7 +54,12 @@ fn encode_queries(index_dir: &Path, queries: &[Query]) -> Result<Vec<QueryVector
 }
 
 /// The JSON body of one search request.
-fn search_body(args: &BenchArgs, text: &str, vectors: Option<&QueryVectors>) -> Vec<u8> {
+fn search_body(
+    args: &BenchArgs,
+    text: &str,
+    vectors: Option<&QueryVectors>,
+    extra: &[(String, String)],
+) -> Vec<u8> {
     let mut body = serde_json::json!({
         "query": text,
         "k": args.k,
@@ -67,6 +72,10 @@ fn search_body(args: &BenchArgs, text: &str, vectors: Option<&QueryVectors>) -> 
     if let Some(a) = args.alpha {
         body["alpha"] = f64::from(a).into();
     }
+    for (key, literal) in extra {
+        body[key.as_str()] =
+            serde_json::from_str(literal).expect("checked when the configuration was parsed");
+    }
     if let Some((tokens, pooled)) = vectors {
         body["query_vectors"] = serde_json::json!({ "tokens": tokens, "pooled": pooled });
     }
@@ -75,7 +84,7 @@ fn search_body(args: &BenchArgs, text: &str, vectors: Option<&QueryVectors>) -> 
 
 /// Which bodies a configuration sends: the index whose model encodes the queries (vectors=client)
 /// or none (the server encodes, or bm25 needs no vectors).
-type BodyKey = (Option<PathBuf>, Vectors);
+type BodyKey = (Option<PathBuf>, Vectors, Vec<(String, String)>);
 
 /// Request bodies per kind of configuration, in query order: encoded once, shared by the
 /// configurations of the same kind.
@@ -97,7 +106,7 @@ impl RequestBodies {
             let list = queries
                 .iter()
                 .enumerate()
-                .map(|(i, q)| search_body(args, &q.text, encoded.as_ref().map(|e| &e[i])))
+                .map(|(i, q)| search_body(args, &q.text, encoded.as_ref().map(|e| &e[i]), &key.2))
                 .collect();
             bodies.by_key.insert(key, list);
         }
@@ -106,7 +115,7 @@ impl RequestBodies {
 
     fn key(&self, spec: &ConfigSpec) -> BodyKey {
         let vectors = if self.needs_vectors { spec.vectors } else { Vectors::Server };
-        (if vectors == Vectors::Client { spec.index.clone() } else { None }, vectors)
+        (if vectors == Vectors::Client { spec.index.clone() } else { None }, vectors, spec.request.clone())
     }
 
     /// The bodies of a configuration given to `build`.

@@ -228,6 +228,9 @@ impl Report {
         if let Some(us) = sp.ssd_latency_us {
             facts.push(format!("injected read latency {us} µs"));
         }
+        for (key, value) in &sp.request {
+            facts.push(format!("requests with {key}={value}"));
+        }
         facts.push(format!(
             "query vectors encoded by the {}",
             if sp.vectors == super::config::Vectors::Client { "bench (client)" } else { "server" }
@@ -410,6 +413,7 @@ mod tests {
             queue: None,
             vectors: Vectors::Client,
             url: None,
+            request: Vec::new(),
         });
         c.capped = true;
         c.cap_bytes = Some(10 << 20);

@@ -232,7 +232,7 @@ fn memory_cgroup(name: &str, limit_bytes: u64) -> Result<MemoryCgroup> {
 
 /// Runs this binary with `child_args`, inside `cgroup` if given (the child joins it before doing
 /// anything). Returns its stdout and the cgroup's usage.
-fn run_child(
+pub(crate) fn run_child(
     child_args: &[String],
     cgroup: Option<&MemoryCgroup>,
     name: &str,

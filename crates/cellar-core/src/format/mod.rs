@@ -36,16 +36,25 @@ pub enum FileKind {
     Texts = 5,
     /// Byte offset of every document's line in `texts.bin` (`text_offsets.bin`).
     TextOffsets = 6,
+    /// IVF centroids (full and rotated), the random rotation and the cluster table (`ivf_centroids.bin`).
+    IvfCentroids = 7,
+    /// IVF posting blocks: per cluster, ids, estimator factors and 1-bit codes (`ivf_postings.bin`).
+    IvfPostings = 8,
+    /// IVF full-precision vectors in cluster order, for rescoring (`ivf_vectors.bin`).
+    IvfVectors = 9,
 }
 
 impl FileKind {
-    pub const ALL: [FileKind; 6] = [
+    pub const ALL: [FileKind; 9] = [
         FileKind::Vectors,
         FileKind::Offsets,
         FileKind::CodecParams,
         FileKind::Pooled,
         FileKind::Texts,
         FileKind::TextOffsets,
+        FileKind::IvfCentroids,
+        FileKind::IvfPostings,
+        FileKind::IvfVectors,
     ];
 
     /// The files of a token-vector store directory (the others belong to a search index).
@@ -64,6 +73,9 @@ impl FileKind {
             FileKind::Pooled => "pooled",
             FileKind::Texts => "texts",
             FileKind::TextOffsets => "text_offsets",
+            FileKind::IvfCentroids => "ivf_centroids",
+            FileKind::IvfPostings => "ivf_postings",
+            FileKind::IvfVectors => "ivf_vectors",
         }
     }
 
@@ -76,6 +88,9 @@ impl FileKind {
             FileKind::Pooled => "pooled.bin",
             FileKind::Texts => "texts.bin",
             FileKind::TextOffsets => "text_offsets.bin",
+            FileKind::IvfCentroids => "ivf_centroids.bin",
+            FileKind::IvfPostings => "ivf_postings.bin",
+            FileKind::IvfVectors => "ivf_vectors.bin",
         }
     }
 }

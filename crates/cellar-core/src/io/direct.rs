@@ -8,6 +8,7 @@ use std::sync::Once;
 
 use super::aligned::AlignedBuf;
 use super::latency::EmulatedDevice;
+use super::plan::Run;
 use super::pread_pool::PreadPool;
 use super::uring::RingPool;
 use super::{
@@ -27,9 +28,54 @@ pub enum IoEngine {
     Pread,
 }
 
-enum Engine {
+pub(crate) enum Engine {
     Uring(RingPool),
     Pread(PreadPool),
+}
+
+impl Engine {
+    /// The engine `options` ask for (io_uring, the pread pool, or io_uring with a loud fallback).
+    pub(crate) fn open(options: &ReaderOptions) -> Result<Engine> {
+        let depth = options.queue_depth.clamp(1, 4096) as u32;
+        Ok(match options.io_engine {
+            IoEngine::Pread => Engine::Pread(PreadPool::new(PREAD_THREADS)),
+            IoEngine::Uring => Engine::Uring(RingPool::new(depth).map_err(|e| {
+                CellarError::Unsupported(format!("io_uring was requested but the kernel refuses it: {e}"))
+            })?),
+            IoEngine::Auto => match RingPool::new(depth) {
+                Ok(pool) => Engine::Uring(pool),
+                Err(e) => {
+                    FALLBACK_WARNING.call_once(|| {
+                        log::warn!("io_uring unavailable ({e}); direct reader falls back to {PREAD_THREADS} pread threads");
+                        eprintln!(
+                            "WARNING: cellar: the kernel refuses io_uring ({e}); the direct reader falls back to a pool of {PREAD_THREADS} pread threads, expect lower IOPS"
+                        );
+                    });
+                    Engine::Pread(PreadPool::new(PREAD_THREADS))
+                }
+            },
+        })
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Engine::Uring(_) => "io_uring",
+            Engine::Pread(_) => "pread-pool",
+        }
+    }
+
+    pub(crate) fn read_runs(
+        &self,
+        file: &File,
+        path: &std::path::Path,
+        runs: &[Run],
+        buf: &mut AlignedBuf,
+    ) -> Result<()> {
+        match self {
+            Engine::Uring(pool) => pool.read_runs(file, path, runs, buf),
+            Engine::Pread(pool) => pool.read_runs(file, path, runs, buf),
+        }
+    }
 }
 
 pub struct DirectReader {
@@ -47,25 +93,7 @@ static FALLBACK_WARNING: Once = Once::new();
 impl DirectReader {
     pub fn open(source: ReaderSource, options: &ReaderOptions) -> Result<Self> {
         let file = open_with_flags(&source.path, libc::O_DIRECT)?;
-        let depth = options.queue_depth.clamp(1, 4096) as u32;
-        let engine = match options.io_engine {
-            IoEngine::Pread => Engine::Pread(PreadPool::new(PREAD_THREADS)),
-            IoEngine::Uring => Engine::Uring(RingPool::new(depth).map_err(|e| {
-                CellarError::Unsupported(format!("io_uring was requested but the kernel refuses it: {e}"))
-            })?),
-            IoEngine::Auto => match RingPool::new(depth) {
-                Ok(pool) => Engine::Uring(pool),
-                Err(e) => {
-                    FALLBACK_WARNING.call_once(|| {
-                        log::warn!("io_uring unavailable ({e}); direct reader falls back to {PREAD_THREADS} pread threads");
-                        eprintln!(
-                            "WARNING: cellar: the kernel refuses io_uring ({e}); the direct reader falls back to a pool of {PREAD_THREADS} pread threads, expect lower IOPS"
-                        );
-                    });
-                    Engine::Pread(PreadPool::new(PREAD_THREADS))
-                }
-            },
-        };
+        let engine = Engine::open(options)?;
         let emulated = options.inject_latency.map(EmulatedDevice::new);
         Ok(DirectReader { source, file, engine, emulated })
     }
@@ -77,20 +105,14 @@ impl RecordReader for DirectReader {
     }
 
     fn engine(&self) -> &'static str {
-        match self.engine {
-            Engine::Uring(_) => "io_uring",
-            Engine::Pread(_) => "pread-pool",
-        }
+        self.engine.name()
     }
 
     fn read_batch(&self, ids: &[crate::DocId]) -> Result<RecordBatch> {
         let plan = ReadPlan::new(&self.source.offsets, ids)?;
         let mut buf = AlignedBuf::zeroed(plan.buf_len);
         let path = &self.source.path;
-        match &self.engine {
-            Engine::Uring(pool) => pool.read_runs(&self.file, path, &plan.runs, &mut buf)?,
-            Engine::Pread(pool) => pool.read_runs(&self.file, path, &plan.runs, &mut buf)?,
-        }
+        self.engine.read_runs(&self.file, path, &plan.runs, &mut buf)?;
         if let Some(device) = &self.emulated {
             device.charge(plan.runs.len());
         }

@@ -13,6 +13,7 @@
 mod aligned;
 pub mod cache;
 mod direct;
+mod extents;
 mod latency;
 mod mmap;
 mod plan;
@@ -25,6 +26,7 @@ use std::sync::Arc;
 
 pub use aligned::AlignedBuf;
 pub use direct::IoEngine;
+pub use extents::{Extent, ExtentBatch, ExtentReader};
 pub use latency::InjectedLatency;
 pub use plan::ReadPlan;
 

@@ -32,7 +32,7 @@ from ._errors import (
 )
 
 #: Search modes accepted by :meth:`Index.search` and :meth:`Index.evaluate`.
-MODES = ("hybrid", "rerank", "bm25", "dense")
+MODES = ("hybrid", "rerank", "bm25", "dense", "ivf", "dense-exact")
 #: Readers accepted by :meth:`Index.open`.
 READERS = ("mmap", "direct", "ram")
 #: Vector codecs accepted by :meth:`Index.build`.

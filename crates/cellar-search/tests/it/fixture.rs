@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use cellar_search::ivf::{build_ivf, IvfBuildOptions};
 use cellar_search::{BuildOptions, Index, OpenOptions};
 use tempfile::TempDir;
 
@@ -81,8 +82,35 @@ pub fn built() -> &'static Built {
         write_collection(&data);
         let index_dir = tmp.path().join("index");
         Index::build(&options(&data, &index_dir)).unwrap();
+        build_ivf(&index_dir, &ivf_options()).unwrap();
         Built { _tmp: tmp, index_dir }
     })
+}
+
+/// The fixture's IVF: clusters of about 8 of the 30 documents.
+pub fn ivf_options() -> IvfBuildOptions {
+    IvfBuildOptions { cluster_size: 8, ..IvfBuildOptions::default() }
+}
+
+/// A copy of the fixture index (to damage or strip), in a directory of its own.
+pub fn copy_index() -> (TempDir, PathBuf) {
+    let tmp = TempDir::new().unwrap();
+    let to = tmp.path().join("index");
+    copy_dir(&built().index_dir, &to);
+    (tmp, to)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
 }
 
 pub fn open(reader: cellar_core::io::ReaderKind) -> Index {

@@ -5,4 +5,5 @@
 mod build;
 mod cranfield;
 mod fixture;
+mod ivf;
 mod search;

@@ -106,5 +106,6 @@ fn a_query_of_stop_words_only_returns_no_bm25_hits() {
     let index = open(ReaderKind::Mmap);
     let response = index.search("the and of", &options(5, Mode::Hybrid)).unwrap();
     assert!(response.hits.is_empty());
+    assert_eq!(index.search("the and of", &options(5, Mode::DenseExact)).unwrap().hits.len(), 5);
     assert_eq!(index.search("the and of", &options(5, Mode::Dense)).unwrap().hits.len(), 5);
 }

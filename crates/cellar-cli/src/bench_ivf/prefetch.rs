@@ -1,0 +1,143 @@
+//! The prefetcher against its step: after `step x nprobe` clusters, the current best `rerank_k`
+//! candidates' records are read while the probe goes on. Hit rate, bytes prefetched and wasted,
+//! the time the query waited for records after the probe, and the search time, next to the same
+//! searches without prefetching (ESPN's figure 7).
+
+use std::fmt::Write as _;
+
+use cellar_core::Result;
+use cellar_search::metrics::score_query;
+use cellar_search::{Mode, SearchOptions};
+use clap::Args;
+use serde::Serialize;
+
+use super::common::{mean, parse_list, percentile, write_outputs, QueryArgs, Workload};
+
+#[derive(Args)]
+pub struct PrefetchArgs {
+    #[command(flatten)]
+    pub queries: QueryArgs,
+    /// dense (IVF → MaxSim) or hybrid (BM25 + IVF candidates → fused MaxSim).
+    #[arg(long, default_value = "dense")]
+    pub mode: Mode,
+    #[arg(long, default_value = "4,8,16,24")]
+    pub nprobe: String,
+    /// Prefetch steps as fractions of nprobe.
+    #[arg(long, default_value = "0.05,0.1,0.2,0.3,0.5,1.0")]
+    pub steps: String,
+    #[arg(long, default_value_t = 64)]
+    pub rerank_k: usize,
+    /// First-stage depth (IVF depth for dense; BM25 depth for hybrid).
+    #[arg(long, default_value_t = 200)]
+    pub candidates: usize,
+    /// Hybrid only: IVF candidates joined to BM25's.
+    #[arg(long, default_value_t = 100)]
+    pub hybrid_candidates: usize,
+}
+
+#[derive(Serialize)]
+struct Row {
+    nprobe: usize,
+    /// `None`: prefetching off.
+    step: Option<f32>,
+    after_clusters: f64,
+    hit_rate: f64,
+    kib_prefetched: f64,
+    kib_wasted: f64,
+    misses: f64,
+    wait_ms_mean: f64,
+    search_ms_mean: f64,
+    search_ms_p95: f64,
+    ndcg_at_10: f64,
+}
+
+pub fn run(args: PrefetchArgs) -> Result<()> {
+    let w = args.queries.load()?;
+    let clusters = w.index.ivf()?.clusters();
+    let mut nprobes = parse_list::<usize>(&args.nprobe, "nprobe", |n| n >= 1)?;
+    nprobes.retain(|n| *n <= clusters);
+    let steps = parse_list::<f32>(&args.steps, "steps", |s| s > 0.0 && s <= 1.0)?;
+    let mut rows = Vec::new();
+    for &nprobe in &nprobes {
+        rows.push(measure(&args, &w, nprobe, None)?);
+        for &step in &steps {
+            rows.push(measure(&args, &w, nprobe, Some(step))?);
+        }
+    }
+    let setup = format!(
+        "{}; mode {}, IVF {clusters} clusters, candidates {}, rerank_k {}{}; search time leaves out query encoding.",
+        args.queries.describe(&w),
+        args.mode,
+        args.candidates,
+        args.rerank_k,
+        if args.mode == Mode::Hybrid { format!(", {} IVF candidates joined", args.hybrid_candidates) } else { String::new() }
+    );
+    write_outputs(&args.queries.out, &setup, &rows, &table(&rows))
+}
+
+fn measure(args: &PrefetchArgs, w: &Workload, nprobe: usize, step: Option<f32>) -> Result<Row> {
+    let options = SearchOptions {
+        k: 10,
+        mode: Some(args.mode),
+        candidates: Some(args.candidates),
+        rerank_k: Some(args.rerank_k),
+        nprobe: Some(nprobe),
+        prefetch: Some(step.is_some()),
+        prefetch_step: step,
+        hybrid_candidates: (args.mode == Mode::Hybrid).then_some(args.hybrid_candidates),
+        ..SearchOptions::default()
+    };
+    let params = w.index.resolve(&options)?;
+    let mut cols: [Vec<f64>; 8] = Default::default();
+    for (query, prep) in w.queries.iter().zip(&w.prepared) {
+        let ranking = w.index.rank(prep, &params)?;
+        let ranked: Vec<&str> = ranking.hits.iter().map(|h| w.ids[h.id.0 as usize].as_str()).collect();
+        cols[0].push(score_query(&ranked, &w.qrels[&query.id]).ndcg_at_10);
+        cols[1].push(ranking.timings.total_ms - ranking.timings.encode_ms);
+        if let Some(p) = ranking.prefetch {
+            cols[2].push(p.after_clusters as f64);
+            cols[3].push(p.hit_rate);
+            cols[4].push(p.bytes_prefetched as f64 / 1024.0);
+            cols[5].push(p.bytes_wasted as f64 / 1024.0);
+            cols[6].push(p.misses_read as f64);
+            cols[7].push(p.wait_ms);
+        }
+    }
+    Ok(Row {
+        nprobe,
+        step,
+        after_clusters: mean(&cols[2]),
+        hit_rate: mean(&cols[3]),
+        kib_prefetched: mean(&cols[4]),
+        kib_wasted: mean(&cols[5]),
+        misses: mean(&cols[6]),
+        wait_ms_mean: mean(&cols[7]),
+        search_ms_mean: mean(&cols[1]),
+        search_ms_p95: percentile(&cols[1], 95.0),
+        ndcg_at_10: mean(&cols[0]),
+    })
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut md = String::from(
+        "| nprobe | prefetch step | after clusters | hit rate | KiB prefetched | KiB wasted | misses read | wait ms | search ms (mean) | search ms (P95) | nDCG@10 |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let step = r.step.map_or("off".to_string(), |s| format!("{:.0}%", s * 100.0));
+        let _ = writeln!(
+            md,
+            "| {} | {step} | {:.1} | {:.3} | {:.0} | {:.0} | {:.1} | {:.2} | {:.2} | {:.2} | {:.4} |",
+            r.nprobe,
+            r.after_clusters,
+            r.hit_rate,
+            r.kib_prefetched,
+            r.kib_wasted,
+            r.misses,
+            r.wait_ms_mean,
+            r.search_ms_mean,
+            r.search_ms_p95,
+            r.ndcg_at_10
+        );
+    }
+    md
+}

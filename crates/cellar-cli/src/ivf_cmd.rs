@@ -1,0 +1,135 @@
+//! `cellar ivf build`: adds (or rebuilds) the IVF of an index, and the IVF query flags shared by
+//! `cellar search` and `cellar eval`.
+
+use std::path::PathBuf;
+
+use cellar_core::Result;
+use cellar_search::ivf::{build_ivf, IvfBuildOptions, IvfConfig};
+use cellar_search::SearchOptions;
+use clap::{Args, Subcommand};
+
+#[derive(Args)]
+pub struct IvfArgs {
+    #[command(subcommand)]
+    pub action: IvfAction,
+}
+
+#[derive(Subcommand)]
+pub enum IvfAction {
+    /// Build the IVF over an index's pooled vectors (streams them; replaces an existing IVF).
+    Build(IvfBuildArgs),
+}
+
+/// How the IVF is built, and the query defaults stored with it.
+#[derive(Args, Clone)]
+pub struct IvfBuildFlags {
+    /// Target documents per cluster.
+    #[arg(long, default_value_t = 256)]
+    pub cluster_size: usize,
+    /// Pooled vectors the k-means trains on (the only ones held in RAM).
+    #[arg(long, default_value_t = 32_768)]
+    pub train_sample: usize,
+    /// Default clusters probed per query (default: a quarter of the clusters, 4 to 64).
+    #[arg(long)]
+    pub default_nprobe: Option<usize>,
+    /// Default shortlist size as a multiple of the depth.
+    #[arg(long, default_value_t = 2.0)]
+    pub default_oversample: f32,
+    /// Default prefetch step (fraction of nprobe probed before the prefetch starts).
+    #[arg(long, default_value_t = 0.2)]
+    pub default_prefetch_step: f32,
+    /// Default IVF candidates joined to BM25's in hybrid mode (0: BM25 only).
+    #[arg(long, default_value_t = 0)]
+    pub default_hybrid_candidates: usize,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+impl IvfBuildFlags {
+    pub fn options(&self) -> IvfBuildOptions {
+        let mut options = IvfBuildOptions {
+            cluster_size: self.cluster_size,
+            train_sample: self.train_sample,
+            seed: self.seed,
+            progress: true,
+            ..IvfBuildOptions::default()
+        };
+        options.defaults.nprobe = self.default_nprobe.unwrap_or(0);
+        options.defaults.oversample = self.default_oversample;
+        options.defaults.prefetch_step = self.default_prefetch_step;
+        options.defaults.hybrid_candidates = self.default_hybrid_candidates;
+        options
+    }
+}
+
+#[derive(Args)]
+pub struct IvfBuildArgs {
+    #[arg(long)]
+    pub index: PathBuf,
+    #[command(flatten)]
+    pub flags: IvfBuildFlags,
+}
+
+pub fn run(args: IvfArgs) -> Result<()> {
+    match args.action {
+        IvfAction::Build(build) => {
+            let config = build_ivf(&build.index, &build.flags.options())?;
+            print_report(&config);
+            Ok(())
+        }
+    }
+}
+
+pub fn print_report(config: &IvfConfig) {
+    let b = &config.build;
+    let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+    println!(
+        "ivf: {} docs in {} clusters ({}..{} per cluster) in {:.1} s (train {:.1} s, assign {:.1} s, write {:.1} s); on disk: centroids {:.2} MiB (in RAM), postings {:.2} MiB, vectors {:.2} MiB; default nprobe {}",
+        config.docs,
+        config.clusters,
+        b.smallest_cluster,
+        b.largest_cluster,
+        b.total_secs,
+        b.train_secs,
+        b.assign_secs,
+        b.write_secs,
+        mib(b.centroids_bytes),
+        mib(b.postings_bytes),
+        mib(b.vectors_bytes),
+        config.search.nprobe
+    );
+}
+
+/// Per-query IVF settings (each defaults to what the IVF was built with).
+#[derive(Args, Clone, Default)]
+pub struct IvfQueryFlags {
+    /// IVF clusters probed (1..=clusters).
+    #[arg(long)]
+    pub nprobe: Option<usize>,
+    /// IVF shortlist size as a multiple of the depth (1..=100).
+    #[arg(long)]
+    pub oversample: Option<f32>,
+    /// Rescore the IVF shortlist with full-precision vectors: true or false.
+    #[arg(long)]
+    pub rescore: Option<bool>,
+    /// Read likely candidates' records while the IVF probe runs: true or false.
+    #[arg(long)]
+    pub prefetch: Option<bool>,
+    /// Fraction of nprobe probed before the prefetch starts, in (0, 1].
+    #[arg(long)]
+    pub prefetch_step: Option<f32>,
+    /// Hybrid: IVF candidates joined to BM25's (0: BM25 only).
+    #[arg(long)]
+    pub hybrid_candidates: Option<usize>,
+}
+
+impl IvfQueryFlags {
+    pub fn apply(&self, options: &mut SearchOptions) {
+        options.nprobe = self.nprobe;
+        options.oversample = self.oversample;
+        options.rescore = self.rescore;
+        options.prefetch = self.prefetch;
+        options.prefetch_step = self.prefetch_step;
+        options.hybrid_candidates = self.hybrid_candidates;
+    }
+}

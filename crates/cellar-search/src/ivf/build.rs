@@ -1,0 +1,383 @@
+//! Builds `ivf/` from an index's `pooled.bin` in two streaming passes, so RAM holds only the
+//! training sample, the centroids and 8 bytes per document (its cluster and its slot):
+//!
+//! 1. train: read a sample of rows, balanced hierarchical k-means → leaf centroids;
+//! 2. assign: stream every row (checking the body's checksum on the way), nearest centroid;
+//! 3. write: cluster by cluster, read the members' rows back, encode their residuals, append
+//!    the posting block (page-aligned) and the f16 vectors.
+//!
+//! Everything is written under `ivf.cellar-building/` and swapped in at the end; `ivf.json` is
+//! the commit point, so an interrupted build leaves the previous IVF (or none), never half of one.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::Instant;
+
+use cellar_core::format::fsio::{open_checked, sync_dir, write_small_file, BodyWriter};
+use cellar_core::format::{FileKind, PAGE_BYTES};
+use cellar_core::{CellarError, Result};
+use half::f16;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use super::kmeans::{half_norms, hierarchical, nearest, Points};
+use super::layout::{CentroidsFile, ClusterEntry, PostingBlock};
+use super::rabitq::{encode, words_for};
+use super::rotation::Rotation;
+use super::{IvfBuildReport, IvfConfig, IvfDefaults, IVF_DIR, IVF_FORMAT_VERSION};
+use crate::config::IndexConfig;
+
+const BUILDING_DIR: &str = "ivf.cellar-building";
+const OLD_DIR: &str = "ivf.cellar-old";
+
+/// What an IVF build may set.
+#[derive(Clone, Debug)]
+pub struct IvfBuildOptions {
+    /// Target documents per cluster ("a few hundred").
+    pub cluster_size: usize,
+    /// Rows the k-means is trained on (the only vectors held in RAM).
+    pub train_sample: usize,
+    pub seed: u64,
+    /// Stored query defaults; `nprobe: 0` picks one from the cluster count.
+    pub defaults: IvfDefaults,
+    pub progress: bool,
+}
+
+impl Default for IvfBuildOptions {
+    fn default() -> Self {
+        IvfBuildOptions {
+            cluster_size: 256,
+            train_sample: 32_768,
+            seed: 42,
+            defaults: IvfDefaults {
+                nprobe: 0,
+                oversample: 2.0,
+                rescore: true,
+                prefetch: true,
+                prefetch_step: 0.2,
+                hybrid_candidates: 0,
+            },
+            progress: false,
+        }
+    }
+}
+
+/// The default probe count for `clusters` clusters: a quarter of them, at least 4 (all when
+/// fewer), at most 64.
+pub fn default_nprobe(clusters: usize) -> usize {
+    clusters.div_ceil(4).clamp(4.min(clusters), 64)
+}
+
+/// `pooled.bin` opened for reading rows.
+struct PooledRows {
+    file: File,
+    path: std::path::PathBuf,
+    body_offset: u64,
+    body_len: u64,
+    body_crc: u32,
+    dim: usize,
+    docs: usize,
+}
+
+impl PooledRows {
+    fn open(path: &Path, dim: usize, docs: usize) -> Result<PooledRows> {
+        let path = path.to_path_buf();
+        let (file, header) = open_checked(&path, FileKind::Pooled)?;
+        if header.body_len != (docs * dim * 2) as u64 {
+            return Err(CellarError::Corrupted {
+                path,
+                offset: header.body_offset,
+                detail: format!("{} bytes, expected {docs} rows of {dim} f16", header.body_len),
+            });
+        }
+        Ok(PooledRows {
+            file,
+            path,
+            body_offset: header.body_offset,
+            body_len: header.body_len,
+            body_crc: header.body_crc32c,
+            dim,
+            docs,
+        })
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.dim * 2
+    }
+
+    /// Row `i` as f32, into `out`.
+    fn read_row(&self, i: u32, raw: &mut [u8], out: &mut [f32]) -> Result<()> {
+        let offset = self.body_offset + i as u64 * self.row_bytes() as u64;
+        self.file
+            .read_exact_at(raw, offset)
+            .map_err(|e| CellarError::Io { path: self.path.clone(), source: e })?;
+        decode_f16(raw, out);
+        Ok(())
+    }
+}
+
+fn decode_f16(raw: &[u8], out: &mut [f32]) {
+    for (o, b) in out.iter_mut().zip(raw.chunks_exact(2)) {
+        *o = f16::from_le_bytes([b[0], b[1]]).to_f32();
+    }
+}
+
+/// Builds (or rebuilds) the IVF of the index in `index_dir`.
+pub fn build_ivf(index_dir: &Path, options: &IvfBuildOptions) -> Result<IvfConfig> {
+    let index = IndexConfig::load(index_dir)?;
+    let (dim, docs) = (index.encoder.model_dim, index.build.docs as usize);
+    build_ivf_over(index_dir, &index_dir.join(FileKind::Pooled.file_name()), dim, docs, options)
+}
+
+/// Builds `dir/ivf/` over the `docs` rows of `dim` f16 values in the pooled-vectors file `pooled`
+/// (a `pooled.bin`, header included): the index's own, or a synthetic one for benchmarks.
+pub fn build_ivf_over(
+    dir: &Path,
+    pooled: &Path,
+    dim: usize,
+    docs: usize,
+    options: &IvfBuildOptions,
+) -> Result<IvfConfig> {
+    check_options(options)?;
+    if docs == 0 {
+        return Err(CellarError::InvalidInput("the index holds no documents: nothing to cluster".into()));
+    }
+    let index_dir = dir;
+    let start = Instant::now();
+    let rows = PooledRows::open(pooled, dim, docs)?;
+    let mut report = IvfBuildReport::default();
+    let rotation = Rotation::random(dim, options.seed);
+    let centroids = train(&rows, options)?;
+    report.train_secs = start.elapsed().as_secs_f64();
+    let assign_start = Instant::now();
+    let assignment = assign(&rows, &centroids, options.progress)?;
+    report.assign_secs = assign_start.elapsed().as_secs_f64();
+    let building = index_dir.join(BUILDING_DIR);
+    let _ = std::fs::remove_dir_all(&building);
+    std::fs::create_dir_all(&building).map_err(|e| CellarError::Io { path: building.clone(), source: e })?;
+    let write_start = Instant::now();
+    let clusters = centroids.len() / dim;
+    let members = group_by_cluster(&assignment, clusters);
+    let table = write_clusters(&building, &rows, &centroids, &rotation, &members, options.progress)?;
+    let file = CentroidsFile {
+        dim,
+        docs: docs as u64,
+        words: words_for(dim),
+        rotation: rotation.rows().to_vec(),
+        centroids,
+        table,
+    };
+    write_small_file(
+        &building.join(FileKind::IvfCentroids.file_name()),
+        FileKind::IvfCentroids,
+        &file.encode(),
+    )?;
+    report.write_secs = write_start.elapsed().as_secs_f64();
+    report.total_secs = start.elapsed().as_secs_f64();
+    fill_sizes(&mut report, &building, &members);
+    let mut defaults = options.defaults;
+    if defaults.nprobe == 0 {
+        defaults.nprobe = default_nprobe(clusters);
+    }
+    defaults.nprobe = defaults.nprobe.min(clusters);
+    let config = IvfConfig {
+        format_version: IVF_FORMAT_VERSION,
+        dim,
+        docs: docs as u64,
+        clusters,
+        cluster_size: options.cluster_size,
+        train_sample: options.train_sample,
+        seed: options.seed,
+        search: defaults,
+        build: report,
+    };
+    config.save(&building)?;
+    swap_in(index_dir, &building)?;
+    Ok(config)
+}
+
+fn check_options(options: &IvfBuildOptions) -> Result<()> {
+    if options.cluster_size < 8 || options.cluster_size > 1 << 20 {
+        return Err(CellarError::InvalidInput(format!(
+            "cluster_size must be between 8 and {}, got {}",
+            1 << 20,
+            options.cluster_size
+        )));
+    }
+    if options.train_sample < 2 {
+        return Err(CellarError::InvalidInput("train_sample must be at least 2".into()));
+    }
+    crate::params::check_prefetch_step(options.defaults.prefetch_step)?;
+    if !(options.defaults.oversample >= 1.0 && options.defaults.oversample <= 100.0) {
+        return Err(CellarError::InvalidInput(format!(
+            "oversample must be within [1, 100], got {}",
+            options.defaults.oversample
+        )));
+    }
+    Ok(())
+}
+
+/// Reads an evenly spread sample of rows and clusters it. The target cluster size is scaled to
+/// the sample, so the leaves hold about `cluster_size` documents of the whole collection.
+fn train(rows: &PooledRows, options: &IvfBuildOptions) -> Result<Vec<f32>> {
+    let sample = options.train_sample.min(rows.docs);
+    let ids: Vec<u32> = if sample == rows.docs {
+        (0..rows.docs as u32).collect()
+    } else {
+        let mut rng = StdRng::seed_from_u64(options.seed);
+        let mut ids: Vec<u32> =
+            rand::seq::index::sample(&mut rng, rows.docs, sample).into_iter().map(|i| i as u32).collect();
+        ids.sort_unstable();
+        ids
+    };
+    let mut data = vec![0f32; ids.len() * rows.dim];
+    let mut raw = vec![0u8; rows.row_bytes()];
+    for (row, id) in data.chunks_exact_mut(rows.dim).zip(&ids) {
+        rows.read_row(*id, &mut raw, row)?;
+    }
+    let scaled = (options.cluster_size as f64 * sample as f64 / rows.docs as f64).round().max(1.0) as usize;
+    Ok(hierarchical(&Points { data: &data, dim: rows.dim }, scaled, options.seed))
+}
+
+/// Streams every row in order, checks the body's CRC, and returns each row's nearest centroid.
+fn assign(rows: &PooledRows, centroids: &[f32], progress: bool) -> Result<Vec<u32>> {
+    let io = |e| CellarError::Io { path: rows.path.clone(), source: e };
+    let mut file = rows.file.try_clone().map_err(io)?;
+    file.seek(SeekFrom::Start(rows.body_offset)).map_err(io)?;
+    let mut reader = BufReader::with_capacity(1 << 20, file.take(rows.body_len));
+    let halves = half_norms(centroids, rows.dim);
+    let bar = bar(rows.docs as u64, "assign", progress);
+    let (mut raw, mut row) = (vec![0u8; rows.row_bytes()], vec![0f32; rows.dim]);
+    let mut crc = 0u32;
+    let mut assignment = Vec::with_capacity(rows.docs);
+    for _ in 0..rows.docs {
+        reader.read_exact(&mut raw).map_err(io)?;
+        crc = crc32c::crc32c_append(crc, &raw);
+        decode_f16(&raw, &mut row);
+        assignment.push(nearest(&row, centroids, &halves) as u32);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    if crc != rows.body_crc {
+        return Err(CellarError::Corrupted {
+            path: rows.path.clone(),
+            offset: rows.body_offset,
+            detail: "body checksum mismatch".into(),
+        });
+    }
+    Ok(assignment)
+}
+
+/// Document ids per cluster, ascending (a counting sort: 4 bytes per document).
+fn group_by_cluster(assignment: &[u32], clusters: usize) -> Vec<Vec<u32>> {
+    let mut members = vec![Vec::new(); clusters];
+    for (doc, cluster) in assignment.iter().enumerate() {
+        members[*cluster as usize].push(doc as u32);
+    }
+    members
+}
+
+/// Writes every cluster's posting block and vectors; returns the cluster table.
+fn write_clusters(
+    dir: &Path,
+    rows: &PooledRows,
+    centroids: &[f32],
+    rotation: &Rotation,
+    members: &[Vec<u32>],
+    progress: bool,
+) -> Result<Vec<ClusterEntry>> {
+    let dim = rows.dim;
+    let words = words_for(dim);
+    let page = PAGE_BYTES as u64;
+    let mut postings =
+        BodyWriter::create(&dir.join(FileKind::IvfPostings.file_name()), FileKind::IvfPostings, page)?;
+    let mut vectors =
+        BodyWriter::create(&dir.join(FileKind::IvfVectors.file_name()), FileKind::IvfVectors, page)?;
+    let bar = bar(rows.docs as u64, "write", progress);
+    let (mut raw, mut row, mut scratch) = (vec![0u8; rows.row_bytes()], vec![0f32; dim], Vec::new());
+    let mut table = Vec::with_capacity(members.len());
+    for (cluster, ids) in members.iter().enumerate() {
+        let centroid = &centroids[cluster * dim..(cluster + 1) * dim];
+        let mut block = PostingBlock { codes: vec![0; ids.len() * words], ..PostingBlock::default() };
+        let vectors_offset = vectors.position();
+        for (slot, &id) in ids.iter().enumerate() {
+            rows.read_row(id, &mut raw, &mut row)?;
+            let code = &mut block.codes[slot * words..(slot + 1) * words];
+            let factors = encode(&row, centroid, |v, out| rotation.rotate(v, out), &mut scratch, code);
+            block.ids.push(id);
+            block.factors.push(factors);
+            block.vector_crcs.push(crc32c::crc32c(&raw));
+            vectors.write(&raw)?;
+        }
+        let postings_offset = postings.position();
+        let bytes = block.encode();
+        postings.write(&bytes)?;
+        pad_to_page(&mut postings)?;
+        table.push(ClusterEntry {
+            postings_offset,
+            vectors_offset,
+            count: ids.len() as u32,
+            block_crc: crc32c::crc32c(&bytes),
+        });
+        bar.inc(ids.len() as u64);
+    }
+    pad_to_page(&mut vectors)?;
+    postings.finish()?;
+    vectors.finish()?;
+    bar.finish_and_clear();
+    Ok(table)
+}
+
+/// Zero bytes up to the next page boundary (files read with `O_DIRECT` are whole pages).
+fn pad_to_page(writer: &mut BodyWriter) -> Result<()> {
+    let rem = (writer.position() % PAGE_BYTES as u64) as usize;
+    if rem != 0 {
+        writer.write(&vec![0u8; PAGE_BYTES - rem])?;
+    }
+    Ok(())
+}
+
+fn fill_sizes(report: &mut IvfBuildReport, dir: &Path, members: &[Vec<u32>]) {
+    let size = |kind: FileKind| std::fs::metadata(dir.join(kind.file_name())).map(|m| m.len()).unwrap_or(0);
+    report.centroids_bytes = size(FileKind::IvfCentroids);
+    report.postings_bytes = size(FileKind::IvfPostings);
+    report.vectors_bytes = size(FileKind::IvfVectors);
+    report.smallest_cluster = members.iter().map(Vec::len).min().unwrap_or(0);
+    report.largest_cluster = members.iter().map(Vec::len).max().unwrap_or(0);
+}
+
+/// Replaces `ivf/` with the finished build: the old one is moved aside first, then removed.
+fn swap_in(index_dir: &Path, building: &Path) -> Result<()> {
+    let live = index_dir.join(IVF_DIR);
+    let old = index_dir.join(OLD_DIR);
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |e| CellarError::Io { path, source: e }
+    };
+    let _ = std::fs::remove_dir_all(&old);
+    if live.exists() {
+        std::fs::rename(&live, &old).map_err(io(&live))?;
+    }
+    std::fs::rename(building, &live).map_err(io(&live))?;
+    sync_dir(index_dir)?;
+    let _ = std::fs::remove_dir_all(&old);
+    Ok(())
+}
+
+fn bar(total: u64, what: &'static str, visible: bool) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(
+        Some(total),
+        if visible { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() },
+    );
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix} [{elapsed_precise}] {bar:40} {pos}/{len} docs ({per_sec}, eta {eta})",
+        )
+        .expect("valid template"),
+    );
+    bar.set_prefix(format!("ivf {what}"));
+    bar
+}

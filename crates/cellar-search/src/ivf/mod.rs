@@ -1,0 +1,111 @@
+//! The dense first stage on disk: an IVF over one pooled vector per document (DiskBBQ-style).
+//!
+//! - `kmeans`: balanced hierarchical k-means on a sample → leaf centroids (kept in RAM);
+//! - `rabitq` + `rotation`: 1-bit codes of each member's residual with an error-bounded
+//!   inner-product estimator;
+//! - `layout`: the three files under `ivf/` (centroids + table in RAM; posting blocks and the
+//!   full-precision vectors on disk, read through the index's reader kind);
+//! - `build`: a streaming build from `pooled.bin` (RAM: the sample, the centroids and 8 bytes per
+//!   document), then `ivf/ivf.json` as its commit point;
+//! - `probe`: nearest clusters first, codes scored by the estimator, an oversampled shortlist
+//!   rescored with the full vectors.
+
+pub mod build;
+pub mod kmeans;
+pub mod layout;
+pub mod probe;
+pub mod rabitq;
+pub mod rotation;
+
+use std::path::{Path, PathBuf};
+
+use cellar_core::format::fsio::write_atomic;
+use cellar_core::{CellarError, Result};
+use serde::{Deserialize, Serialize};
+
+pub use build::{build_ivf, build_ivf_over, IvfBuildOptions};
+pub use probe::{Ivf, Probe, ProbeParams, ProbeStats};
+
+/// Version of the `ivf/` layout.
+pub const IVF_FORMAT_VERSION: u32 = 1;
+pub const IVF_DIR: &str = "ivf";
+pub const IVF_CONFIG_FILE: &str = "ivf.json";
+
+/// Query-time settings used when a request does not give them.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct IvfDefaults {
+    pub nprobe: usize,
+    /// The shortlist kept from the codes is `oversample x` the depth asked for.
+    pub oversample: f32,
+    /// Rescore the shortlist with the full-precision vectors.
+    pub rescore: bool,
+    /// Dense and hybrid modes: start reading the likely candidates' token records while probing.
+    pub prefetch: bool,
+    /// Fraction of `nprobe` probed before the prefetch starts, in (0, 1].
+    pub prefetch_step: f32,
+    /// Hybrid mode: IVF candidates joined to BM25's (0: BM25 only).
+    pub hybrid_candidates: usize,
+}
+
+/// Sizes and times of an IVF build.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct IvfBuildReport {
+    pub train_secs: f64,
+    pub assign_secs: f64,
+    pub write_secs: f64,
+    pub total_secs: f64,
+    pub centroids_bytes: u64,
+    pub postings_bytes: u64,
+    pub vectors_bytes: u64,
+    pub smallest_cluster: usize,
+    pub largest_cluster: usize,
+}
+
+/// `ivf/ivf.json`: the commit point of an IVF build.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct IvfConfig {
+    pub format_version: u32,
+    pub dim: usize,
+    pub docs: u64,
+    pub clusters: usize,
+    /// Target documents per cluster.
+    pub cluster_size: usize,
+    pub train_sample: usize,
+    pub seed: u64,
+    pub search: IvfDefaults,
+    pub build: IvfBuildReport,
+}
+
+impl IvfConfig {
+    pub fn dir(index_dir: &Path) -> PathBuf {
+        index_dir.join(IVF_DIR)
+    }
+
+    /// `None` when the index has no IVF.
+    pub fn load(index_dir: &Path) -> Result<Option<IvfConfig>> {
+        let path = Self::dir(index_dir).join(IVF_CONFIG_FILE);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let bytes = std::fs::read(&path).map_err(|e| CellarError::Io { path: path.clone(), source: e })?;
+        let config: IvfConfig = serde_json::from_slice(&bytes).map_err(|e| CellarError::Corrupted {
+            path: path.clone(),
+            offset: 0,
+            detail: e.to_string(),
+        })?;
+        if config.format_version != IVF_FORMAT_VERSION {
+            return Err(CellarError::Incompatible {
+                path,
+                found: config.format_version,
+                oldest: IVF_FORMAT_VERSION,
+                newest: IVF_FORMAT_VERSION,
+            });
+        }
+        Ok(Some(config))
+    }
+
+    pub fn save(&self, ivf_dir: &Path) -> Result<()> {
+        let json = serde_json::to_vec_pretty(self).map_err(|e| CellarError::InvalidInput(e.to_string()))?;
+        write_atomic(&ivf_dir.join(IVF_CONFIG_FILE), &json)
+    }
+}

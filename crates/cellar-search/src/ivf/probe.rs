@@ -1,0 +1,354 @@
+//! Searching the IVF: the query's nearest clusters first, each cluster's codes scored with the
+//! RaBitQ estimator into an oversampled shortlist, then (optionally) the shortlist rescored with
+//! the full-precision vectors — only the candidates whose error bound lets them still reach the
+//! top `depth`.
+//!
+//! A [`Probe`] advances in steps (`scan(n)` reads the next `n` posting blocks in one batch and
+//! scores them), so the pipeline can act between steps: the prefetcher reads the current best
+//! candidates' token records while the remaining clusters are probed.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::path::Path;
+use std::time::Instant;
+
+use cellar_core::format::fsio::read_small_file;
+use cellar_core::format::FileKind;
+use cellar_core::io::{Extent, ExtentReader, ReadStats, ReaderOptions};
+use cellar_core::kernels::{dot_f16, Isa};
+use cellar_core::{CellarError, DocId, Result};
+use serde::Serialize;
+
+use super::layout::{CentroidsFile, ClusterEntry, PostingBlock};
+use super::rabitq::QueryCode;
+use super::rotation::{dot, Rotation};
+use super::IvfConfig;
+use crate::bm25::Scored;
+
+/// An open IVF: centroids, rotation and cluster table in RAM; blocks and vectors on disk.
+pub struct Ivf {
+    config: IvfConfig,
+    rotation: Rotation,
+    centroids: Vec<f32>,
+    rotated_centroids: Vec<f32>,
+    half_norms: Vec<f32>,
+    table: Vec<ClusterEntry>,
+    words: usize,
+    postings: ExtentReader,
+    vectors: ExtentReader,
+    isa: Isa,
+}
+
+/// What one probe does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProbeParams {
+    pub nprobe: usize,
+    /// Documents wanted from the probe.
+    pub depth: usize,
+    /// The shortlist holds `ceil(depth * oversample)` candidates.
+    pub oversample: f32,
+    pub rescore: bool,
+}
+
+/// What one probe cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct ProbeStats {
+    pub clusters: usize,
+    pub codes: usize,
+    /// Shortlisted candidates rescored with their full vector.
+    pub rescored: usize,
+    pub read_calls: u64,
+    pub bytes_read: u64,
+    pub probe_ms: f64,
+    pub rescore_ms: f64,
+}
+
+impl ProbeStats {
+    fn add_io(&mut self, io: ReadStats) {
+        self.read_calls += io.read_calls;
+        self.bytes_read += io.bytes;
+    }
+}
+
+impl Ivf {
+    /// Opens `index_dir/ivf/` if it exists, checking it against the index's documents and model
+    /// dimension. Blocks and vectors are read with `reader`'s kind.
+    pub fn open(index_dir: &Path, docs: u64, dim: usize, reader: &ReaderOptions) -> Result<Option<Ivf>> {
+        let Some(config) = IvfConfig::load(index_dir)? else {
+            return Ok(None);
+        };
+        let dir = IvfConfig::dir(index_dir);
+        let path = dir.join(FileKind::IvfCentroids.file_name());
+        let (_, body) = read_small_file(&path, FileKind::IvfCentroids)?;
+        let file = CentroidsFile::decode(&path, &body)?;
+        if file.dim != dim || config.dim != dim {
+            return Err(CellarError::WrongDimension { expected: dim, received: file.dim });
+        }
+        if file.docs != docs || config.docs != docs || file.table.len() != config.clusters {
+            return Err(CellarError::Corrupted {
+                path,
+                offset: 0,
+                detail: format!(
+                    "the IVF holds {} documents in {} clusters; the index has {docs} documents and ivf.json says {} clusters",
+                    file.docs,
+                    file.table.len(),
+                    config.clusters
+                ),
+            });
+        }
+        let rotation = Rotation::from_rows(dim, file.rotation);
+        let mut rotated_centroids = vec![0f32; file.centroids.len()];
+        for (c, out) in file.centroids.chunks_exact(dim).zip(rotated_centroids.chunks_exact_mut(dim)) {
+            rotation.rotate(c, out);
+        }
+        let half_norms = super::kmeans::half_norms(&file.centroids, dim);
+        Ok(Some(Ivf {
+            postings: ExtentReader::open(&dir.join(FileKind::IvfPostings.file_name()), reader)?,
+            vectors: ExtentReader::open(&dir.join(FileKind::IvfVectors.file_name()), reader)?,
+            config,
+            rotation,
+            centroids: file.centroids,
+            rotated_centroids,
+            half_norms,
+            table: file.table,
+            words: file.words,
+            isa: Isa::detected(),
+        }))
+    }
+
+    pub fn config(&self) -> &IvfConfig {
+        &self.config
+    }
+
+    pub fn clusters(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Bytes the IVF holds in RAM (centroids twice, rotation, table).
+    pub fn ram_bytes(&self) -> usize {
+        4 * (self.centroids.len() + self.rotated_centroids.len() + self.half_norms.len())
+            + 4 * self.rotation.rows().len()
+            + self.table.len() * std::mem::size_of::<ClusterEntry>()
+    }
+
+    /// Starts a probe of `query` (a pooled vector of the index's dimension, checked by the
+    /// caller): orders the clusters nearest first and keeps the first `params.nprobe`.
+    pub fn probe(&self, query: &[f32], params: ProbeParams) -> Probe<'_> {
+        let dim = self.config.dim;
+        let mut order: Vec<(usize, f32, f32)> = self
+            .centroids
+            .chunks_exact(dim)
+            .enumerate()
+            .map(|(j, c)| {
+                let q_dot_c = dot(query, c);
+                (j, q_dot_c, q_dot_c - self.half_norms[j])
+            })
+            .collect();
+        let nprobe = params.nprobe.min(order.len());
+        if nprobe < order.len() {
+            order.select_nth_unstable_by(nprobe, |a, b| b.2.total_cmp(&a.2));
+            order.truncate(nprobe);
+        }
+        order.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+        let mut rotated = vec![0f32; dim];
+        self.rotation.rotate(query, &mut rotated);
+        let keep = ((params.depth as f32 * params.oversample).ceil() as usize).max(params.depth);
+        Probe {
+            ivf: self,
+            query: query.to_vec(),
+            rotated,
+            order: order.into_iter().map(|(j, q_dot_c, _)| (j, q_dot_c)).collect(),
+            next: 0,
+            keep,
+            params,
+            shortlist: BinaryHeap::with_capacity(keep + 1),
+            stats: ProbeStats::default(),
+        }
+    }
+}
+
+/// A shortlisted document: its estimate, error bound and where its full vector lies.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    estimate: f32,
+    bound: f32,
+    id: u32,
+    cluster: u32,
+    slot: u32,
+    vector_crc: u32,
+}
+
+/// Heap order: the worst estimate on top (then the highest id), so it is the one evicted.
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.estimate.total_cmp(&self.estimate).then(self.id.cmp(&other.id))
+    }
+}
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Candidate {}
+
+/// One query's walk through its nearest clusters.
+pub struct Probe<'a> {
+    ivf: &'a Ivf,
+    query: Vec<f32>,
+    rotated: Vec<f32>,
+    /// (cluster, <q, c>), nearest first.
+    order: Vec<(usize, f32)>,
+    next: usize,
+    keep: usize,
+    params: ProbeParams,
+    shortlist: BinaryHeap<Candidate>,
+    stats: ProbeStats,
+}
+
+impl Probe<'_> {
+    /// Clusters this probe visits in all.
+    pub fn total(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Clusters visited so far.
+    pub fn probed(&self) -> usize {
+        self.next
+    }
+
+    /// Reads the next `n` clusters' posting blocks in one batch and scores their codes.
+    pub fn scan(&mut self, n: usize) -> Result<()> {
+        let start = Instant::now();
+        let end = (self.next + n).min(self.order.len());
+        let clusters: Vec<(usize, f32)> = self.order[self.next..end].to_vec();
+        let words = self.ivf.words;
+        let extents: Vec<Extent> = clusters
+            .iter()
+            .map(|(j, _)| {
+                let e = &self.ivf.table[*j];
+                Extent { offset: e.postings_offset, len: e.block_len(words) }
+            })
+            .collect();
+        let batch = self.ivf.postings.read(&extents)?;
+        self.stats.add_io(batch.stats());
+        for (i, (cluster, q_dot_c)) in clusters.iter().enumerate() {
+            self.score_block(*cluster, *q_dot_c, batch.get(i))?;
+        }
+        self.next = end;
+        self.stats.clusters = end;
+        self.stats.probe_ms += start.elapsed().as_secs_f64() * 1e3;
+        Ok(())
+    }
+
+    fn score_block(&mut self, cluster: usize, q_dot_c: f32, bytes: &[u8]) -> Result<()> {
+        let entry = self.ivf.table[cluster];
+        if crc32c::crc32c(bytes) != entry.block_crc {
+            return Err(CellarError::Corrupted {
+                path: self.ivf.postings.path().to_path_buf(),
+                offset: entry.postings_offset,
+                detail: format!("posting block of cluster {cluster} fails its checksum"),
+            });
+        }
+        let dim = self.ivf.config.dim;
+        let words = self.ivf.words;
+        let block = PostingBlock::decode(bytes, entry.count as usize, words);
+        let code = QueryCode::new(
+            &self.rotated,
+            &self.ivf.rotated_centroids[cluster * dim..(cluster + 1) * dim],
+            q_dot_c,
+        );
+        for (slot, (id, factors)) in block.ids.iter().zip(&block.factors).enumerate() {
+            let (estimate, bound) = code.estimate(&block.codes[slot * words..(slot + 1) * words], factors);
+            let candidate = Candidate {
+                estimate,
+                bound,
+                id: *id,
+                cluster: cluster as u32,
+                slot: slot as u32,
+                vector_crc: block.vector_crcs[slot],
+            };
+            if self.shortlist.len() < self.keep {
+                self.shortlist.push(candidate);
+            } else if self.shortlist.peek().is_some_and(|worst| candidate < *worst) {
+                self.shortlist.pop();
+                self.shortlist.push(candidate);
+            }
+        }
+        self.stats.codes += block.ids.len();
+        Ok(())
+    }
+
+    /// The best `n` documents so far, by estimate.
+    pub fn current(&self, n: usize) -> Vec<Scored> {
+        let mut sorted: Vec<Candidate> = self.shortlist.iter().copied().collect();
+        sorted.sort();
+        sorted.iter().take(n).map(|c| Scored { id: DocId(c.id), score: c.estimate }).collect()
+    }
+
+    /// Scans what is left, then returns the top `depth` documents: rescored with their full
+    /// vectors when asked (exact scores), otherwise by estimate.
+    pub fn finish(mut self) -> Result<(Vec<Scored>, ProbeStats)> {
+        let left = self.order.len() - self.next;
+        if left > 0 {
+            self.scan(left)?;
+        }
+        let depth = self.params.depth;
+        let mut sorted: Vec<Candidate> = std::mem::take(&mut self.shortlist).into_vec();
+        sorted.sort();
+        if !self.params.rescore {
+            let hits =
+                sorted.iter().take(depth).map(|c| Scored { id: DocId(c.id), score: c.estimate }).collect();
+            return Ok((hits, self.stats));
+        }
+        let start = Instant::now();
+        let hits = self.rescore(&sorted)?;
+        self.stats.rescore_ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok((hits, self.stats))
+    }
+
+    /// Exact scores for the candidates that can still reach the top `depth`: those whose upper
+    /// bound reaches the `depth`-th best lower bound.
+    fn rescore(&mut self, sorted: &[Candidate]) -> Result<Vec<Scored>> {
+        let depth = self.params.depth;
+        let mut lower: Vec<f32> = sorted.iter().map(|c| c.estimate - c.bound).collect();
+        let threshold = if lower.len() > depth {
+            let (_, nth, _) = lower.select_nth_unstable_by(depth - 1, |a, b| b.total_cmp(a));
+            *nth
+        } else {
+            f32::NEG_INFINITY
+        };
+        let chosen: Vec<&Candidate> = sorted.iter().filter(|c| c.estimate + c.bound >= threshold).collect();
+        let dim = self.ivf.config.dim;
+        let row = dim * 2;
+        let extents: Vec<Extent> = chosen
+            .iter()
+            .map(|c| Extent {
+                offset: self.ivf.table[c.cluster as usize].vectors_offset + c.slot as u64 * row as u64,
+                len: row,
+            })
+            .collect();
+        let batch = self.ivf.vectors.read(&extents)?;
+        self.stats.add_io(batch.stats());
+        self.stats.rescored = chosen.len();
+        let mut hits = Vec::with_capacity(chosen.len());
+        for (i, c) in chosen.iter().enumerate() {
+            let bytes = batch.get(i);
+            if crc32c::crc32c(bytes) != c.vector_crc {
+                return Err(CellarError::Corrupted {
+                    path: self.ivf.vectors.path().to_path_buf(),
+                    offset: extents[i].offset,
+                    detail: format!("the vector of document {} fails its checksum", c.id),
+                });
+            }
+            hits.push(Scored { id: DocId(c.id), score: dot_f16(self.ivf.isa, &self.query, bytes) });
+        }
+        hits.sort_by(crate::topk::better);
+        hits.truncate(depth);
+        Ok(hits)
+    }
+}

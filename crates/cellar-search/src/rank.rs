@@ -1,0 +1,325 @@
+//! `Index::rank`: one query's first stage(s), the MaxSim re-rank of the best `rerank_k`
+//! candidates, and the fusion of the two.
+//!
+//! - bm25, rerank, hybrid (BM25 only): BM25 top-N → read → MaxSim → fuse;
+//! - dense-exact: a scan of the pooled vectors in RAM; ivf: the IVF alone;
+//! - dense, hybrid with `hybrid_candidates` > 0: the IVF probe (joined with BM25 for hybrid),
+//!   with the prefetcher reading the likely candidates' records while the probe runs.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use cellar_core::io::ReadStats;
+use cellar_core::{CellarError, DocId, Result};
+
+use crate::bm25::Scored;
+use crate::fusion::{self, Fused, Stage};
+use crate::index::Index;
+use crate::ivf::{ProbeParams, ProbeStats};
+use crate::params::{IvfParams, Mode, SearchParams};
+use crate::prefetch::{PrefetchStats, ScoredRecords};
+use crate::search::{PreparedQuery, Ranking, Timings};
+use crate::topk::better;
+
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+/// What the probe-based path produced besides the hits.
+struct Probed {
+    hits: Vec<Fused>,
+    io: ReadStats,
+    candidates: usize,
+    reranked: usize,
+    probe: ProbeStats,
+    prefetch: Option<PrefetchStats>,
+}
+
+impl Index {
+    /// Ranks documents for a prepared query (no text is fetched).
+    pub fn rank(&self, query: &PreparedQuery, params: &SearchParams) -> Result<Ranking> {
+        let start = Instant::now();
+        let mut timings = Timings { encode_ms: query.encode_ms, ..Timings::default() };
+        let mut ranking = match (params.mode, params.ivf) {
+            (Mode::DenseExact, _) => self.rank_exact(query, params, &mut timings)?,
+            (Mode::Ivf, Some(ivf)) => self.rank_ivf_only(query, params, ivf, &mut timings)?,
+            (Mode::Dense, Some(ivf)) => self.rank_probed(query, params, ivf, &mut timings)?,
+            (Mode::Hybrid, Some(ivf)) if ivf.hybrid_candidates > 0 => {
+                self.rank_probed(query, params, ivf, &mut timings)?
+            }
+            (Mode::Ivf | Mode::Dense, None) => {
+                self.ivf()?;
+                return Err(CellarError::InvalidInput(format!("mode {} needs IVF parameters", params.mode)));
+            }
+            _ => self.rank_bm25_first(query, params, &mut timings)?,
+        };
+        ranking.timings.total_ms = timings.encode_ms + ms_since(start);
+        Ok(ranking)
+    }
+
+    fn rank_exact(
+        &self,
+        query: &PreparedQuery,
+        params: &SearchParams,
+        timings: &mut Timings,
+    ) -> Result<Ranking> {
+        let start = Instant::now();
+        check_pooled(query, params.mode)?;
+        let hits: Vec<Fused> =
+            self.pooled()?.search(&query.pooled, params.k).iter().map(first_stage_hit).collect();
+        timings.first_stage_ms = ms_since(start);
+        Ok(Ranking::first_stage_only(hits, *timings, self.len()))
+    }
+
+    fn rank_ivf_only(
+        &self,
+        query: &PreparedQuery,
+        params: &SearchParams,
+        ivf: IvfParams,
+        timings: &mut Timings,
+    ) -> Result<Ranking> {
+        let start = Instant::now();
+        check_pooled(query, params.mode)?;
+        let probe_params = ProbeParams {
+            nprobe: ivf.nprobe,
+            depth: params.k,
+            oversample: ivf.oversample,
+            rescore: ivf.rescore,
+        };
+        let (hits, stats) = self.ivf()?.probe(&query.pooled, probe_params).finish()?;
+        timings.first_stage_ms = ms_since(start);
+        let hits: Vec<Fused> = hits.iter().map(first_stage_hit).collect();
+        let mut ranking = Ranking::first_stage_only(hits, *timings, stats.codes);
+        ranking.io = ReadStats {
+            read_calls: stats.read_calls,
+            pages: stats.bytes_read / 4096,
+            bytes: stats.bytes_read,
+        };
+        ranking.ivf = Some(stats);
+        Ok(ranking)
+    }
+
+    fn rank_bm25_first(
+        &self,
+        query: &PreparedQuery,
+        params: &SearchParams,
+        timings: &mut Timings,
+    ) -> Result<Ranking> {
+        let start = Instant::now();
+        let depth = if params.mode == Mode::Bm25 { params.k } else { params.candidates };
+        let candidates = self.bm25.search(&query.text, depth)?;
+        timings.first_stage_ms = ms_since(start);
+        let rerank_k = if params.mode == Mode::Bm25 { 0 } else { params.rerank_k.min(candidates.len()) };
+        let (maxsim, io) = self.maxsim(query, &candidates[..rerank_k], timings)?;
+        let fuse_start = Instant::now();
+        let mut hits = fusion::fuse(&candidates, &maxsim, params.alpha);
+        hits.truncate(params.k);
+        timings.fuse_ms = ms_since(fuse_start);
+        Ok(Ranking {
+            hits,
+            timings: *timings,
+            io,
+            candidates: candidates.len(),
+            reranked: rerank_k,
+            ivf: None,
+            prefetch: None,
+        })
+    }
+
+    /// The IVF path: probe (joined with BM25's list for hybrid), prefetching the likely
+    /// candidates' records after `prefetch_step` of the clusters; then the misses; then fusion.
+    fn rank_probed(
+        &self,
+        query: &PreparedQuery,
+        params: &SearchParams,
+        ivf: IvfParams,
+        timings: &mut Timings,
+    ) -> Result<Ranking> {
+        check_pooled(query, params.mode)?;
+        let start = Instant::now();
+        let bm25 = match params.mode {
+            Mode::Hybrid => Some(self.bm25.search(&query.text, params.candidates)?),
+            _ => None,
+        };
+        let probed = self.probe_and_rerank(query, params, ivf, bm25.as_deref(), timings, start)?;
+        let mut hits = probed.hits;
+        hits.truncate(params.k);
+        Ok(Ranking {
+            hits,
+            timings: *timings,
+            io: probed.io,
+            candidates: probed.candidates,
+            reranked: probed.reranked,
+            ivf: Some(probed.probe),
+            prefetch: probed.prefetch,
+        })
+    }
+
+    fn probe_and_rerank(
+        &self,
+        query: &PreparedQuery,
+        params: &SearchParams,
+        ivf: IvfParams,
+        bm25: Option<&[Scored]>,
+        timings: &mut Timings,
+        start: Instant,
+    ) -> Result<Probed> {
+        let depth = if bm25.is_some() { ivf.hybrid_candidates } else { params.candidates };
+        let probe_params =
+            ProbeParams { nprobe: ivf.nprobe, depth, oversample: ivf.oversample, rescore: ivf.rescore };
+        let mut probe = self.ivf()?.probe(&query.pooled, probe_params);
+        let rerank_k = params.rerank_k;
+        std::thread::scope(|scope| {
+            let mut prefetch = None;
+            if ivf.prefetch && rerank_k > 0 {
+                let first =
+                    ((ivf.prefetch_step * probe.total() as f32).ceil() as usize).clamp(1, probe.total());
+                probe.scan(first)?;
+                let guess = first_stage(bm25, &probe.current(depth));
+                let ids: Vec<DocId> = guess.iter().take(rerank_k).map(|s| s.id).collect();
+                let after = probe.probed();
+                prefetch = Some((after, scope.spawn(move || self.read_and_score(query, &ids))));
+            }
+            let (ivf_hits, probe_stats) = probe.finish()?;
+            let candidates = first_stage(bm25, &ivf_hits);
+            timings.first_stage_ms = ms_since(start);
+            let needed: Vec<DocId> = candidates.iter().take(rerank_k).map(|s| s.id).collect();
+            let wait_start = Instant::now();
+            let (early, after) = match prefetch {
+                Some((after, handle)) => (handle.join().expect("prefetch thread panicked")?, Some(after)),
+                None => (ScoredRecords::default(), None),
+            };
+            let missing: Vec<DocId> =
+                needed.iter().filter(|id| !early.scores.contains_key(id)).copied().collect();
+            let late = self.read_and_score(query, &missing)?;
+            let wait_ms = ms_since(wait_start);
+            timings.read_ms = early.read_ms + late.read_ms;
+            timings.maxsim_ms = early.score_ms + late.score_ms;
+            let prefetch_stats = after.map(|after_clusters| {
+                let mut stats = PrefetchStats { after_clusters, wait_ms, ..PrefetchStats::default() };
+                stats.account(&early, &needed, &late);
+                stats
+            });
+            let maxsim: Vec<f32> = needed
+                .iter()
+                .map(|id| early.scores.get(id).or(late.scores.get(id)).copied().unwrap_or(0.0))
+                .collect();
+            let fuse_start = Instant::now();
+            let hits = fusion::fuse(&candidates, &maxsim, params.alpha);
+            timings.fuse_ms = ms_since(fuse_start);
+            let mut io = early.io;
+            io += late.io;
+            io += ReadStats {
+                read_calls: probe_stats.read_calls,
+                pages: probe_stats.bytes_read / 4096,
+                bytes: probe_stats.bytes_read,
+            };
+            Ok(Probed {
+                hits,
+                io,
+                candidates: candidates.len(),
+                reranked: needed.len(),
+                probe: probe_stats,
+                prefetch: prefetch_stats,
+            })
+        })
+    }
+
+    /// Reads the records of `candidates` and scores each with MaxSim against the query.
+    pub(crate) fn maxsim(
+        &self,
+        query: &PreparedQuery,
+        candidates: &[Scored],
+        timings: &mut Timings,
+    ) -> Result<(Vec<f32>, ReadStats)> {
+        if candidates.is_empty() {
+            return Ok((Vec::new(), ReadStats::default()));
+        }
+        let read_start = Instant::now();
+        let ids: Vec<DocId> = candidates.iter().map(|c| c.id).collect();
+        let batch = self.store.read_batch(&ids)?;
+        timings.read_ms = ms_since(read_start);
+        let score_start = Instant::now();
+        let codec = self.store.codec();
+        let scores =
+            (0..batch.len()).map(|i| codec.maxsim(self.isa, &query.tokens, batch.record(i).tokens)).collect();
+        timings.maxsim_ms = ms_since(score_start);
+        Ok((scores, batch.stats()))
+    }
+
+    /// The first `n` BM25 candidates and the MaxSim score of every one (for tuning, which then
+    /// fuses them many ways with [`fusion::fuse`], exactly as [`Index::rank`] does).
+    pub fn candidates_with_maxsim(&self, query: &PreparedQuery, n: usize) -> Result<(Vec<Scored>, Vec<f32>)> {
+        let candidates = self.bm25.search(&query.text, n)?;
+        let (maxsim, _) = self.maxsim(query, &candidates, &mut Timings::default())?;
+        Ok((candidates, maxsim))
+    }
+}
+
+fn check_pooled(query: &PreparedQuery, mode: Mode) -> Result<()> {
+    if query.pooled.is_empty() {
+        return Err(CellarError::InvalidInput(format!("mode {mode} needs the query's pooled vector")));
+    }
+    Ok(())
+}
+
+pub(crate) fn first_stage_hit(scored: &Scored) -> Fused {
+    Fused {
+        id: scored.id,
+        score: scored.score,
+        first_stage: scored.score,
+        maxsim: None,
+        stage: Stage::FirstStage,
+    }
+}
+
+/// The first-stage list: the IVF's alone, or BM25's joined with the IVF's. A joined document's
+/// score is the sum of its z-scores in both lists, where a list it is missing from counts its
+/// lowest z-score.
+pub(crate) fn first_stage(bm25: Option<&[Scored]>, ivf: &[Scored]) -> Vec<Scored> {
+    let Some(bm25) = bm25 else {
+        return ivf.to_vec();
+    };
+    let (zb, zi) = (z_scores(bm25), z_scores(ivf));
+    let floor = |z: &HashMap<DocId, f32>| z.values().copied().fold(f32::INFINITY, f32::min);
+    let (floor_b, floor_i) = (floor(&zb), floor(&zi));
+    let mut joined: Vec<Scored> = zb
+        .keys()
+        .chain(zi.keys().filter(|id| !zb.contains_key(id)))
+        .map(|id| {
+            let score = zb.get(id).copied().unwrap_or(floor_b) + zi.get(id).copied().unwrap_or(floor_i);
+            Scored { id: *id, score }
+        })
+        .collect();
+    joined.sort_by(better);
+    joined
+}
+
+fn z_scores(list: &[Scored]) -> HashMap<DocId, f32> {
+    let n = list.len().max(1) as f32;
+    let mean = list.iter().map(|s| s.score).sum::<f32>() / n;
+    let var = list.iter().map(|s| (s.score - mean).powi(2)).sum::<f32>() / n;
+    let sd = if var > 1e-12 { var.sqrt() } else { 1.0 };
+    list.iter().map(|s| (s.id, (s.score - mean) / sd)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(id: u32, score: f32) -> Scored {
+        Scored { id: DocId(id), score }
+    }
+
+    #[test]
+    fn joined_list_holds_each_document_once_best_first() {
+        let bm25 = [s(1, 10.0), s(2, 5.0), s(3, 1.0)];
+        let ivf = [s(2, 0.9), s(4, 0.8), s(1, 0.1)];
+        let joined = first_stage(Some(&bm25), &ivf);
+        let ids: Vec<u32> = joined.iter().map(|s| s.id.0).collect();
+        assert_eq!(ids.len(), 4);
+        assert_eq!(ids[0], 2, "high in both lists beats high in one: {joined:?}");
+        assert!(joined.windows(2).all(|w| w[0].score >= w[1].score));
+        assert_eq!(first_stage(None, &ivf), ivf.to_vec());
+    }
+}
