@@ -93,10 +93,15 @@ def test_search_result_fields_are_aligned(index: cellar.Index) -> None:
 def test_search_defaults_and_parameters(index: cellar.Index) -> None:
     res = index.search("sourdough yeast")
     assert res.params["k"] == 10 and res.params["mode"] == "hybrid"
-    assert 2 <= len(res) <= 10, "hybrid ranks BM25 candidates: only documents sharing a word"
+    assert len(res) == 10, "the default hybrid joins the IVF's candidates to BM25's"
+    bm25_only = index.search("sourdough yeast", hybrid_candidates=0)
+    assert 2 <= len(bm25_only) <= 10, "BM25 candidates alone: only documents sharing a word"
     assert index.search("sourdough yeast", mode=None).params["mode"] == index.config["search"]["mode"]
     res = index.search("sourdough yeast", k=3, candidates=20, rerank_k=5, alpha=0.5)
-    assert res.params == {"mode": "hybrid", "k": 3, "candidates": 20, "rerank_k": 5, "alpha": 0.5, "ivf": None}
+    params = dict(res.params)
+    ivf = params.pop("ivf")
+    assert params == {"mode": "hybrid", "k": 3, "candidates": 20, "rerank_k": 5, "alpha": 0.5}
+    assert ivf["hybrid_candidates"] == 100 and ivf["prefetch"] is False
     assert res.reranked <= 5
     assert index.search("sourdough yeast", mode="rerank").params["alpha"] == 0.0
     assert index.search("sourdough yeast", mode="bm25").bytes_read == 0

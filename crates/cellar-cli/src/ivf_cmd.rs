@@ -35,11 +35,14 @@ pub struct IvfBuildFlags {
     /// Default shortlist size as a multiple of the depth.
     #[arg(long, default_value_t = 2.0)]
     pub default_oversample: f32,
+    /// Prefetch by default (dense and hybrid modes): true or false.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub default_prefetch: bool,
     /// Default prefetch step (fraction of nprobe probed before the prefetch starts).
-    #[arg(long, default_value_t = 0.2)]
+    #[arg(long, default_value_t = 0.5)]
     pub default_prefetch_step: f32,
     /// Default IVF candidates joined to BM25's in hybrid mode (0: BM25 only).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = cellar_search::ivf::build::DEFAULT_HYBRID_CANDIDATES)]
     pub default_hybrid_candidates: usize,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -56,6 +59,7 @@ impl IvfBuildFlags {
         };
         options.defaults.nprobe = self.default_nprobe.unwrap_or(0);
         options.defaults.oversample = self.default_oversample;
+        options.defaults.prefetch = self.default_prefetch;
         options.defaults.prefetch_step = self.default_prefetch_step;
         options.defaults.hybrid_candidates = self.default_hybrid_candidates;
         options

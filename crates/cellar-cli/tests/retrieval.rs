@@ -42,7 +42,10 @@ fn index_search_tune_eval() {
     assert!(text(&out.stdout).contains("ivf: 8 docs in 1 clusters"), "{}", text(&out.stdout));
 
     let dense = ["search", "--index", index_s, "green tea", "--mode", "dense", "--nprobe", "1"];
-    let out = cellar(&[&dense[..], &["--prefetch-step", "0.5", "--rerank-k", "4", "--json"]].concat());
+    let out = cellar(
+        &[&dense[..], &["--prefetch", "true", "--prefetch-step", "0.5", "--rerank-k", "4", "--json"]]
+            .concat(),
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let response: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(response["hits"][0]["id"].as_str().unwrap().starts_with("tea"), "{response}");
@@ -72,7 +75,7 @@ fn index_search_tune_eval() {
     let ivf_rows = [
         "| ivf nprobe=1 (rescored, 1 clusters) |",
         "| dense: IVF nprobe=1 → MaxSim |",
-        "+ 100 IVF candidates |",
+        "BM25 candidates only (default joins 100 IVF) |",
     ];
     for row in rows.iter().chain(&ivf_rows) {
         assert!(text(&out.stdout).contains(row), "{row} missing from:\n{}", text(&out.stdout));

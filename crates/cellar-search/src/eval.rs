@@ -85,10 +85,15 @@ fn ivf_rows(config: &IndexConfig, ivf: &IvfConfig) -> Vec<RowSpec> {
     let rescore = if d.rescore { "rescored" } else { "codes only" };
     let mut dense = RowSpec::new(format!("dense: IVF nprobe={} → MaxSim", d.nprobe), Mode::Dense);
     dense.options.rerank_k = Some(config.search.rerank_k);
+    // The default hybrid row already joins the IVF's candidates when its default says so: the
+    // extra row is the other choice.
     let mut joined = hybrid_row(config, None);
-    let joined_n = if d.hybrid_candidates > 0 { d.hybrid_candidates } else { 100 };
-    joined.label = format!("hybrid α={:.2} + {joined_n} IVF candidates", config.search.alpha);
-    joined.options.hybrid_candidates = Some(joined_n);
+    let (label, n) = match d.hybrid_candidates {
+        0 => ("+ 100 IVF candidates".to_string(), 100),
+        n => (format!("BM25 candidates only (default joins {n} IVF)"), 0),
+    };
+    joined.label = format!("hybrid α={:.2} {label}", config.search.alpha);
+    joined.options.hybrid_candidates = Some(n);
     vec![
         RowSpec::new(format!("ivf nprobe={} ({rescore}, {} clusters)", d.nprobe, ivf.clusters), Mode::Ivf),
         dense,

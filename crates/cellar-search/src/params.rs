@@ -146,7 +146,7 @@ pub fn check_prefetch_step(step: f32) -> Result<()> {
 }
 
 /// Fills the IVF settings from the IVF's defaults and checks them against its cluster count.
-fn resolve_ivf(options: &SearchOptions, ivf: &IvfConfig) -> Result<IvfParams> {
+fn resolve_ivf(options: &SearchOptions, mode: Mode, ivf: &IvfConfig) -> Result<IvfParams> {
     let d = ivf.search;
     let nprobe = options.nprobe.unwrap_or(d.nprobe);
     if nprobe == 0 || nprobe > ivf.clusters {
@@ -172,7 +172,11 @@ fn resolve_ivf(options: &SearchOptions, ivf: &IvfConfig) -> Result<IvfParams> {
     Ok(IvfParams {
         nprobe,
         oversample,
-        rescore: options.rescore.unwrap_or(d.rescore),
+        rescore: options.rescore.unwrap_or(if mode == Mode::Ivf {
+            d.rescore
+        } else {
+            d.rescore_before_rerank
+        }),
         prefetch: options.prefetch.unwrap_or(d.prefetch),
         prefetch_step,
         hybrid_candidates,
@@ -206,7 +210,9 @@ impl SearchParams {
             return Err(CellarError::InvalidInput(format!("alpha must be within [0, 1], got {alpha}")));
         }
         let ivf = match ivf {
-            Some(config) if mode.needs_ivf() || mode == Mode::Hybrid => Some(resolve_ivf(options, config)?),
+            Some(config) if mode.needs_ivf() || mode == Mode::Hybrid => {
+                Some(resolve_ivf(options, mode, config)?)
+            }
             _ => None,
         };
         // A hybrid search that joins no IVF candidates does not use the IVF.

@@ -6,7 +6,7 @@
 //! - dense, hybrid with `hybrid_candidates` > 0: the IVF probe (joined with BM25 for hybrid),
 //!   with the prefetcher reading the likely candidates' records while the probe runs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use cellar_core::io::ReadStats;
@@ -177,21 +177,24 @@ impl Index {
                 probe.scan(first)?;
                 let guess = first_stage(bm25, &probe.current(depth));
                 let ids: Vec<DocId> = guess.iter().take(rerank_k).map(|s| s.id).collect();
+                let guessed: HashSet<DocId> = ids.iter().copied().collect();
                 let after = probe.probed();
-                prefetch = Some((after, scope.spawn(move || self.read_and_score(query, &ids))));
+                prefetch = Some((after, guessed, scope.spawn(move || self.read_and_score(query, &ids))));
             }
             let (ivf_hits, probe_stats) = probe.finish()?;
             let candidates = first_stage(bm25, &ivf_hits);
             timings.first_stage_ms = ms_since(start);
             let needed: Vec<DocId> = candidates.iter().take(rerank_k).map(|s| s.id).collect();
             let wait_start = Instant::now();
+            // The misses are read at once, while the prefetch may still be reading its records.
+            let guessed = prefetch.as_ref().map(|(_, guessed, _)| guessed);
+            let missing: Vec<DocId> =
+                needed.iter().filter(|id| !guessed.is_some_and(|g| g.contains(id))).copied().collect();
+            let late = self.read_and_score(query, &missing)?;
             let (early, after) = match prefetch {
-                Some((after, handle)) => (handle.join().expect("prefetch thread panicked")?, Some(after)),
+                Some((after, _, handle)) => (handle.join().expect("prefetch thread panicked")?, Some(after)),
                 None => (ScoredRecords::default(), None),
             };
-            let missing: Vec<DocId> =
-                needed.iter().filter(|id| !early.scores.contains_key(id)).copied().collect();
-            let late = self.read_and_score(query, &missing)?;
             let wait_ms = ms_since(wait_start);
             timings.read_ms = early.read_ms + late.read_ms;
             timings.maxsim_ms = early.score_ms + late.score_ms;
@@ -247,10 +250,27 @@ impl Index {
         Ok((scores, batch.stats()))
     }
 
-    /// The first `n` BM25 candidates and the MaxSim score of every one (for tuning, which then
-    /// fuses them many ways with [`fusion::fuse`], exactly as [`Index::rank`] does).
+    /// The default hybrid search's first-stage candidates — the first `n` of BM25, joined by the
+    /// IVF's when its `hybrid_candidates` default is above 0 — and the MaxSim score of every one
+    /// (for tuning, which then fuses them many ways with [`fusion::fuse`], exactly as
+    /// [`Index::rank`] does).
     pub fn candidates_with_maxsim(&self, query: &PreparedQuery, n: usize) -> Result<(Vec<Scored>, Vec<f32>)> {
-        let candidates = self.bm25.search(&query.text, n)?;
+        let bm25 = self.bm25.search(&query.text, n)?;
+        let options = crate::params::SearchOptions { k: 1, mode: Some(Mode::Hybrid), ..Default::default() };
+        let candidates = match self.resolve(&options)?.ivf.filter(|p| p.hybrid_candidates > 0) {
+            Some(ivf) => {
+                check_pooled(query, Mode::Hybrid)?;
+                let probe = ProbeParams {
+                    nprobe: ivf.nprobe,
+                    depth: ivf.hybrid_candidates,
+                    oversample: ivf.oversample,
+                    rescore: ivf.rescore,
+                };
+                let (ivf_hits, _) = self.ivf()?.probe(&query.pooled, probe).finish()?;
+                first_stage(Some(&bm25), &ivf_hits)
+            }
+            None => bm25,
+        };
         let (maxsim, _) = self.maxsim(query, &candidates, &mut Timings::default())?;
         Ok((candidates, maxsim))
     }

@@ -33,6 +33,9 @@ pub struct PrefetchArgs {
     /// Hybrid only: IVF candidates joined to BM25's.
     #[arg(long, default_value_t = 100)]
     pub hybrid_candidates: usize,
+    /// Rescore the IVF shortlist with full vectors (default: the IVF's), true or false.
+    #[arg(long)]
+    pub rescore: Option<bool>,
 }
 
 #[derive(Serialize)]
@@ -58,16 +61,15 @@ pub fn run(args: PrefetchArgs) -> Result<()> {
     nprobes.retain(|n| *n <= clusters);
     let steps = parse_list::<f32>(&args.steps, "steps", |s| s > 0.0 && s <= 1.0)?;
     let mut rows = Vec::new();
+    let variants: Vec<Option<f32>> = std::iter::once(None).chain(steps.iter().copied().map(Some)).collect();
     for &nprobe in &nprobes {
-        rows.push(measure(&args, &w, nprobe, None)?);
-        for &step in &steps {
-            rows.push(measure(&args, &w, nprobe, Some(step))?);
-        }
+        rows.extend(measure(&args, &w, nprobe, &variants)?);
     }
     let setup = format!(
-        "{}; mode {}, IVF {clusters} clusters, candidates {}, rerank_k {}{}; search time leaves out query encoding.",
+        "{}; mode {}, IVF {clusters} clusters, rescore {}, candidates {}, rerank_k {}{}; search time leaves out query encoding.",
         args.queries.describe(&w),
         args.mode,
+        args.rescore.map_or("default".into(), |r| r.to_string()),
         args.candidates,
         args.rerank_k,
         if args.mode == Mode::Hybrid { format!(", {} IVF candidates joined", args.hybrid_candidates) } else { String::new() }
@@ -75,8 +77,35 @@ pub fn run(args: PrefetchArgs) -> Result<()> {
     write_outputs(&args.queries.out, &setup, &rows, &table(&rows))
 }
 
-fn measure(args: &PrefetchArgs, w: &Workload, nprobe: usize, step: Option<f32>) -> Result<Row> {
-    let options = SearchOptions {
+/// Runs every variant (no prefetch, then each step) on each query in turn, so drifts of the
+/// machine (other work, the disk's cache) fall on all variants alike.
+fn measure(args: &PrefetchArgs, w: &Workload, nprobe: usize, variants: &[Option<f32>]) -> Result<Vec<Row>> {
+    let params = variants
+        .iter()
+        .map(|step| w.index.resolve(&options(args, nprobe, *step)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut cols: Vec<[Vec<f64>; 8]> = variants.iter().map(|_| Default::default()).collect();
+    for (query, prep) in w.queries.iter().zip(&w.prepared) {
+        for (p, c) in params.iter().zip(cols.iter_mut()) {
+            let ranking = w.index.rank(prep, p)?;
+            let ranked: Vec<&str> = ranking.hits.iter().map(|h| w.ids[h.id.0 as usize].as_str()).collect();
+            c[0].push(score_query(&ranked, &w.qrels[&query.id]).ndcg_at_10);
+            c[1].push(ranking.timings.total_ms - ranking.timings.encode_ms);
+            if let Some(p) = ranking.prefetch {
+                c[2].push(p.after_clusters as f64);
+                c[3].push(p.hit_rate);
+                c[4].push(p.bytes_prefetched as f64 / 1024.0);
+                c[5].push(p.bytes_wasted as f64 / 1024.0);
+                c[6].push(p.misses_read as f64);
+                c[7].push(p.wait_ms);
+            }
+        }
+    }
+    Ok(variants.iter().zip(&cols).map(|(step, c)| row(nprobe, *step, c)).collect())
+}
+
+fn options(args: &PrefetchArgs, nprobe: usize, step: Option<f32>) -> SearchOptions {
+    SearchOptions {
         k: 10,
         mode: Some(args.mode),
         candidates: Some(args.candidates),
@@ -84,26 +113,14 @@ fn measure(args: &PrefetchArgs, w: &Workload, nprobe: usize, step: Option<f32>) 
         nprobe: Some(nprobe),
         prefetch: Some(step.is_some()),
         prefetch_step: step,
+        rescore: args.rescore,
         hybrid_candidates: (args.mode == Mode::Hybrid).then_some(args.hybrid_candidates),
         ..SearchOptions::default()
-    };
-    let params = w.index.resolve(&options)?;
-    let mut cols: [Vec<f64>; 8] = Default::default();
-    for (query, prep) in w.queries.iter().zip(&w.prepared) {
-        let ranking = w.index.rank(prep, &params)?;
-        let ranked: Vec<&str> = ranking.hits.iter().map(|h| w.ids[h.id.0 as usize].as_str()).collect();
-        cols[0].push(score_query(&ranked, &w.qrels[&query.id]).ndcg_at_10);
-        cols[1].push(ranking.timings.total_ms - ranking.timings.encode_ms);
-        if let Some(p) = ranking.prefetch {
-            cols[2].push(p.after_clusters as f64);
-            cols[3].push(p.hit_rate);
-            cols[4].push(p.bytes_prefetched as f64 / 1024.0);
-            cols[5].push(p.bytes_wasted as f64 / 1024.0);
-            cols[6].push(p.misses_read as f64);
-            cols[7].push(p.wait_ms);
-        }
     }
-    Ok(Row {
+}
+
+fn row(nprobe: usize, step: Option<f32>, cols: &[Vec<f64>; 8]) -> Row {
+    Row {
         nprobe,
         step,
         after_clusters: mean(&cols[2]),
@@ -115,7 +132,7 @@ fn measure(args: &PrefetchArgs, w: &Workload, nprobe: usize, step: Option<f32>) 
         search_ms_mean: mean(&cols[1]),
         search_ms_p95: percentile(&cols[1], 95.0),
         ndcg_at_10: mean(&cols[0]),
-    })
+    }
 }
 
 fn table(rows: &[Row]) -> String {

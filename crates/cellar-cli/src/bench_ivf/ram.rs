@@ -76,7 +76,7 @@ pub struct RamArgs {
     #[arg(long)]
     pub rebuild: bool,
     /// Memory caps, as % of the IVF's size on disk.
-    #[arg(long, default_value = "100,50,25,10,5,2")]
+    #[arg(long, default_value = "100,50,25,10,5,2.5")]
     pub caps: String,
     #[arg(long, default_value = "mmap,direct")]
     pub readers: String,
@@ -146,8 +146,10 @@ struct Row {
     cap_pct: Option<f64>,
     cap_mib: Option<f64>,
     cgroup_peak_mib: Option<f64>,
+    /// `None` when the worker did not finish (`failure` says why: under a cap, the OOM killer).
     #[serde(flatten)]
-    report: WorkerReport,
+    report: Option<WorkerReport>,
+    failure: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -328,16 +330,29 @@ fn measure(
         reader.name(),
         cap.map_or("none".into(), |b| format!("{:.1} MiB", mib(b as f64)))
     );
-    let (stdout, usage) = run_child(&child, cgroup.as_ref(), "ivf worker")?;
-    let report: WorkerReport = serde_json::from_slice(&stdout)
-        .map_err(|e| CellarError::InvalidInput(format!("the ivf worker's report is not JSON: {e}")))?;
-    Ok(Row {
+    let mut row = Row {
         reader: reader.name().to_string(),
         cap_pct,
         cap_mib: cap.map(|b| mib(b as f64)),
-        cgroup_peak_mib: usage.map(|u| mib(u.peak_bytes as f64)),
-        report,
-    })
+        cgroup_peak_mib: None,
+        report: None,
+        failure: None,
+    };
+    match run_child(&child, cgroup.as_ref(), "ivf worker") {
+        Ok((stdout, usage)) => {
+            row.cgroup_peak_mib = usage.map(|u| mib(u.peak_bytes as f64));
+            row.report = Some(serde_json::from_slice(&stdout).map_err(|e| {
+                CellarError::InvalidInput(format!("the ivf worker's report is not JSON: {e}"))
+            })?);
+        }
+        // Below some cap the process itself no longer fits: that is a result, not an abort.
+        Err(CellarError::Unsupported(why)) if cgroup.is_some() => {
+            eprintln!("bench-ivf: {why}");
+            row.failure = Some(why);
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(row)
 }
 
 pub fn worker(args: WorkerArgs) -> Result<()> {
@@ -387,7 +402,17 @@ fn table(rows: &[Row]) -> String {
         "| reader | RAM cap | cap MiB | cgroup peak MiB | peak RSS MiB | recall@k | mean ms | P50 ms | P95 ms | P99 ms | KiB read/query | disk KiB/query |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
-        let w = &r.report;
+        let Some(w) = &r.report else {
+            let why = r.failure.as_deref().unwrap_or("failed");
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | - | - | {why} | | | | | | |",
+                r.reader,
+                r.cap_pct.map_or("none".into(), |p| format!("{p}%")),
+                r.cap_mib.map_or("-".into(), |m| format!("{m:.1}"))
+            );
+            continue;
+        };
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {:.1} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} |",

@@ -24,6 +24,15 @@ pub struct RerankKArgs {
     /// First-stage depth of every mode.
     #[arg(long, default_value_t = 1000)]
     pub candidates: usize,
+    /// IVF modes: clusters probed (default: the IVF's).
+    #[arg(long)]
+    pub nprobe: Option<usize>,
+    /// IVF modes: rescore the shortlist with full vectors (default: the IVF's), true or false.
+    #[arg(long)]
+    pub rescore: Option<bool>,
+    /// Hybrid: IVF candidates joined to BM25's (default: the IVF's).
+    #[arg(long)]
+    pub hybrid_candidates: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -53,6 +62,9 @@ pub fn run(args: RerankKArgs) -> Result<()> {
                 mode: Some(mode),
                 candidates: Some(args.candidates),
                 rerank_k: Some(k),
+                nprobe: args.nprobe,
+                rescore: args.rescore,
+                hybrid_candidates: args.hybrid_candidates,
                 ..SearchOptions::default()
             };
             let spec = RowSpec { label: format!("{mode} rerank_k={k}"), options };
@@ -76,9 +88,12 @@ pub fn run(args: RerankKArgs) -> Result<()> {
         }
     }
     let setup = format!(
-        "{}; first-stage depth {} in every mode; \"vs full\" divides by the same mode at rerank_k={full}; search time leaves out query encoding.",
+        "{}; first-stage depth {} in every mode; IVF: nprobe {}, rescore {}, hybrid IVF candidates {}; \"vs full\" divides by the same mode at rerank_k={full}; search time leaves out query encoding.",
         args.queries.describe(&w),
-        args.candidates
+        args.candidates,
+        args.nprobe.map_or("default".into(), |n| n.to_string()),
+        args.rescore.map_or("default".into(), |r| r.to_string()),
+        args.hybrid_candidates.map_or("default".into(), |n| n.to_string()),
     );
     write_outputs(&args.queries.out, &setup, &rows, &table(&rows))
 }

@@ -56,19 +56,26 @@ impl Default for IvfBuildOptions {
                 nprobe: 0,
                 oversample: 2.0,
                 rescore: true,
-                prefetch: true,
-                prefetch_step: 0.2,
-                hybrid_candidates: 0,
+                rescore_before_rerank: false,
+                prefetch: false,
+                prefetch_step: 0.5,
+                hybrid_candidates: DEFAULT_HYBRID_CANDIDATES,
             },
             progress: false,
         }
     }
 }
 
-/// The default probe count for `clusters` clusters: a quarter of them, at least 4 (all when
-/// fewer), at most 64.
+/// IVF candidates the hybrid mode joins to BM25's by default: on SciFact, BM25 top-200 joined by
+/// the IVF's top 100 lifts nDCG@10 from 0.722 to 0.728 and Recall@100 from 0.927 to 0.952 at the
+/// same alpha and rerank_k, for about half a millisecond of probing.
+pub const DEFAULT_HYBRID_CANDIDATES: usize = 100;
+
+/// The default probe count for `clusters` clusters: half of them, at least 4 (all when fewer), at
+/// most 64. On SciFact (24 clusters) the dense mode's nDCG@10 is 0.645 at a quarter, 0.699 at half
+/// and 0.704 at all of them, while the probe costs well under a millisecond either way.
 pub fn default_nprobe(clusters: usize) -> usize {
-    clusters.div_ceil(4).clamp(4.min(clusters), 64)
+    clusters.div_ceil(2).clamp(4.min(clusters), 64)
 }
 
 /// `pooled.bin` opened for reading rows.

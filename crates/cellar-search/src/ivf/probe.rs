@@ -39,13 +39,19 @@ pub struct Ivf {
     isa: Isa,
 }
 
+/// A rescored shortlist holds at least this many candidates: with 1-bit codes of 384-d vectors,
+/// a shortlist of 2 x 10 finds 0.68 of the true top 10 on the synthetic study's collection, one of
+/// 100 finds 0.99, for a few more reads of 768 bytes.
+pub const MIN_RESCORED_SHORTLIST: usize = 100;
+
 /// What one probe does.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ProbeParams {
     pub nprobe: usize,
     /// Documents wanted from the probe.
     pub depth: usize,
-    /// The shortlist holds `ceil(depth * oversample)` candidates.
+    /// The shortlist holds `ceil(depth * oversample)` candidates (at least
+    /// [`MIN_RESCORED_SHORTLIST`] when rescoring).
     pub oversample: f32,
     pub rescore: bool,
 }
@@ -152,7 +158,9 @@ impl Ivf {
         order.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
         let mut rotated = vec![0f32; dim];
         self.rotation.rotate(query, &mut rotated);
-        let keep = ((params.depth as f32 * params.oversample).ceil() as usize).max(params.depth);
+        let oversampled = (params.depth as f32 * params.oversample).ceil() as usize;
+        let floor = if params.rescore { MIN_RESCORED_SHORTLIST } else { 0 };
+        let keep = oversampled.max(params.depth).max(floor);
         Probe {
             ivf: self,
             query: query.to_vec(),

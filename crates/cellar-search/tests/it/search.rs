@@ -56,6 +56,7 @@ fn partial_rerank_keeps_the_tail_in_first_stage_order() {
     let bm25 = index.search(query, &options(30, Mode::Bm25)).unwrap();
     let mut request = options(30, Mode::Hybrid);
     request.rerank_k = Some(4);
+    request.hybrid_candidates = Some(0);
     let hybrid = index.search(query, &request).unwrap();
     assert_eq!(hybrid.reranked, 4);
     let head: Vec<&str> = hybrid.hits[..4].iter().map(|h| h.id.as_str()).collect();
@@ -78,6 +79,7 @@ fn alpha_one_keeps_bm25_order() {
     let mut request = options(10, Mode::Hybrid);
     request.alpha = Some(1.0);
     request.candidates = Some(10);
+    request.hybrid_candidates = Some(0);
     let hybrid = index.search(query, &request).unwrap();
     let ids = |r: &cellar_search::SearchResponse| r.hits.iter().map(|h| h.id.clone()).collect::<Vec<_>>();
     assert_eq!(ids(&bm25), ids(&hybrid));
@@ -104,8 +106,12 @@ fn bad_requests_are_typed_errors() {
 #[test]
 fn a_query_of_stop_words_only_returns_no_bm25_hits() {
     let index = open(ReaderKind::Mmap);
+    let mut bm25_only = options(5, Mode::Hybrid);
+    bm25_only.hybrid_candidates = Some(0);
+    assert!(index.search("the and of", &bm25_only).unwrap().hits.is_empty());
+    // By default the hybrid mode joins the IVF's candidates, which need no shared word.
     let response = index.search("the and of", &options(5, Mode::Hybrid)).unwrap();
-    assert!(response.hits.is_empty());
+    assert_eq!(response.hits.len(), 5);
     assert_eq!(index.search("the and of", &options(5, Mode::DenseExact)).unwrap().hits.len(), 5);
     assert_eq!(index.search("the and of", &options(5, Mode::Dense)).unwrap().hits.len(), 5);
 }
