@@ -28,6 +28,7 @@ from ._errors import (
     IncompatibleError,
     InvalidInputError,
     ModelError,
+    NotFoundError,
     UnsupportedError,
 )
 
