@@ -5,11 +5,13 @@ mod bench_load;
 mod bench_store;
 mod cgroup;
 mod eval_cmd;
+mod feed_cmd;
 mod index_cmd;
 mod inspect;
 mod progress;
 mod search_cmd;
 mod serve_cmd;
+mod stream_search_cmd;
 mod synth;
 mod tune_cmd;
 
@@ -39,6 +41,10 @@ enum Command {
     Tune(tune_cmd::TuneArgs),
     /// Serve an index over HTTP/JSON (search, batch search, health, metrics, OpenAPI).
     Serve(serve_cmd::ServeArgs),
+    /// Write a JSONL file of documents into a streaming collection (batches, group commit).
+    Feed(feed_cmd::FeedArgs),
+    /// Exact search inside one group of a streaming collection.
+    StreamSearch(stream_search_cmd::StreamSearchArgs),
     /// Print an index's manifest and file headers without loading its vectors.
     Inspect(inspect::InspectArgs),
     /// Write a store of clustered synthetic token vectors (scale tests without a model).
@@ -62,6 +68,8 @@ fn main() -> ExitCode {
         Command::Eval(args) => eval_cmd::run(args),
         Command::Tune(args) => tune_cmd::run(args),
         Command::Serve(args) => serve_cmd::run(args),
+        Command::Feed(args) => feed_cmd::run(args),
+        Command::StreamSearch(args) => stream_search_cmd::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
         Command::BenchStore(args) => bench_store::run(args),
