@@ -3,6 +3,7 @@
 
 mod bench_load;
 mod bench_store;
+mod bench_stream;
 mod cgroup;
 mod eval_cmd;
 mod feed_cmd;
@@ -54,6 +55,9 @@ enum Command {
     /// Open-loop load benchmark of `cellar serve`: Poisson arrivals over a sweep of offered QPS,
     /// latency percentiles, throughput, errors; optional memory caps; JSON, markdown and a plot.
     Bench(bench_load::BenchArgs),
+    /// Benchmark streaming collections: feed rate, cold per-group latency vs group size, scan
+    /// rate vs disk bandwidth, RAM per document, and a global collection filtered by user.
+    BenchStream(bench_stream::BenchStreamArgs),
     /// Internal: one reader's measurement, run by bench-store in a child process.
     #[command(hide = true)]
     BenchStoreWorker(bench_store::worker::WorkerArgs),
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
         Command::Synth(args) => synth::run(args),
         Command::BenchStore(args) => bench_store::run(args),
         Command::Bench(args) => bench_load::run(args),
+        Command::BenchStream(args) => bench_stream::run(args),
         Command::BenchStoreWorker(args) => bench_store::worker::run(args),
     });
     match result {

@@ -362,8 +362,8 @@ impl<'a> EntryView<'a> {
                 view.tokens = c.take(n_tokens * dim * 2)?;
                 view.pooled = c.take(dim * 2)?;
                 (view.n_tokens, view.dim, view.n_meta) = (n_tokens, dim, n_meta);
+                // Metadata is decoded (and checked) only when a filter or a hit needs it.
                 view.meta = &bytes[c.at..];
-                view.metadata()?;
             }
             other => return Err(format!("unknown entry kind {other}")),
         }

@@ -301,6 +301,19 @@ pub struct ExtentCursor<'a> {
 
 impl<'a> ExtentCursor<'a> {
     fn new(segment: &'a Segment, extent: Extent, chunk: usize) -> Self {
+        if extent.len > chunk as u64 {
+            // Let the kernel read the rest of a large extent ahead while its first chunks are scored.
+            use std::os::unix::io::AsRawFd;
+            // SAFETY: an advisory syscall on an open descriptor; failure only loses the read-ahead.
+            unsafe {
+                libc::posix_fadvise(
+                    segment.file.as_raw_fd(),
+                    extent.offset as libc::off_t,
+                    extent.len as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                );
+            }
+        }
         ExtentCursor {
             segment,
             extent,
