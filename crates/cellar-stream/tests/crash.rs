@@ -45,6 +45,8 @@ fn feeder() {
     let c = Collection::open(Path::new(&dir), Some(DIM), feeder_options()).unwrap();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out = std::io::stdout().lock();
+    // libtest has printed "test feeder ... " without a newline: start the protocol on a fresh line.
+    writeln!(out, "\nSTART").unwrap();
     let start = Instant::now();
     for batch in 0..20_000u64 {
         if start.elapsed() > Duration::from_secs(10) {
@@ -103,7 +105,8 @@ fn parse_log(lines: &[String]) -> (Vec<Vec<Op>>, Option<Vec<Op>>) {
                 current.clear();
                 announced = false;
             }
-            _ => {}
+            ["START"] | [] => {}
+            _ => assert!(!line.contains("OP ") && !line.contains("ACK"), "unparsed feeder line {line:?}"),
         }
     }
     (acked, announced.then_some(current))
