@@ -266,16 +266,20 @@ pub fn per_group(
 pub fn export(corpus: &Corpus, collection: &Collection, dir: &Path, args: &BenchStreamArgs) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     let mut pooled = Vec::with_capacity(corpus.total_docs() * corpus.dim * 4);
+    let mut tokens = Vec::with_capacity(corpus.total_docs() * corpus.tokens * corpus.dim * 2);
     let mut offsets = Vec::new();
     for (u, user) in corpus.users.iter().enumerate() {
         offsets.push(pooled.len() / (corpus.dim * 4));
         for i in 0..user.docs {
             let doc = corpus.doc(u, i);
             pooled.extend(doc.pooled_or_mean(corpus.dim).iter().flat_map(|v| v.to_le_bytes()));
+            tokens.extend(doc.tokens.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()));
         }
     }
-    let path = dir.join("pooled.f32");
-    std::fs::write(&path, pooled).map_err(|e| io(&path, e))?;
+    for (name, bytes) in [("pooled.f32", pooled), ("tokens.f16", tokens)] {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).map_err(|e| io(&path, e))?;
+    }
     let mut queries = Vec::new();
     for (u, user) in corpus.users.iter().enumerate() {
         let seen = queries.iter().filter(|q: &&serde_json::Value| q["class"] == user.class).count();
@@ -283,17 +287,23 @@ pub fn export(corpus: &Corpus, collection: &Collection, dir: &Path, args: &Bench
             continue;
         }
         let mut query = Query::new(corpus.query(u, args.query_tokens, seen as u64), 10);
+        let to_index = |hits: Vec<cellar_stream::Hit>| -> Vec<usize> {
+            hits.iter().map(|h| offsets[u] + h.id[1..].parse::<usize>().expect("d%06 ids")).collect()
+        };
+        let start = Instant::now();
+        let maxsim = to_index(collection.search(&user.name, &query)?.hits);
+        let warm_ms = start.elapsed().as_secs_f64() * 1e3;
         query.mode = Mode::Pooled;
-        let exact: Vec<usize> = collection
-            .search(&user.name, &query)?
-            .hits
-            .iter()
-            .map(|h| offsets[u] + h.id[1..].parse::<usize>().expect("d%06 ids"))
-            .collect();
-        let mean = mean(&query.tokens, corpus.dim);
-        queries.push(serde_json::json!({ "class": user.class, "user": u, "docs": user.docs, "offset": offsets[u], "query": mean, "exact": exact }));
+        let exact = to_index(collection.search(&user.name, &query)?.hits);
+        let rows: Vec<&[f32]> = query.tokens.chunks(corpus.dim).collect();
+        queries.push(serde_json::json!({
+            "class": user.class, "user": u, "docs": user.docs, "offset": offsets[u],
+            "query": mean(&query.tokens, corpus.dim), "query_tokens": rows, "exact": exact,
+            "exact_maxsim": maxsim, "stream_warm_ms": warm_ms,
+        }));
     }
-    let meta = serde_json::json!({ "dim": corpus.dim, "docs": corpus.total_docs(), "queries": queries });
+    let users: Vec<_> = corpus.users.iter().zip(&offsets).map(|(u, o)| serde_json::json!({ "offset": o, "docs": u.docs })).collect();
+    let meta = serde_json::json!({ "dim": corpus.dim, "tokens": corpus.tokens, "docs": corpus.total_docs(), "users": users, "queries": queries });
     let path = dir.join("queries.json");
     std::fs::write(&path, meta.to_string()).map_err(|e| io(&path, e))
 }
