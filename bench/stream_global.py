@@ -104,6 +104,9 @@ def run_qdrant(meta: dict, tokens: np.ndarray, work: Path, batch: int) -> dict:
             multivector_config=qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim),
             datatype=qe.VectorStorageDatatype.Float16,
         ),
+        # No HNSW graph (m=0): the comparison is exact search, which needs none.
+        hnsw_config=qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000, max_indexing_threads=1),
+        max_search_threads=1,
     )
     shard = qe.EdgeShard.create(str(path), config)
     shard.update(qe.UpdateOperation.create_field_index("user", qe.PayloadSchemaType.Integer))
@@ -113,6 +116,8 @@ def run_qdrant(meta: dict, tokens: np.ndarray, work: Path, batch: int) -> dict:
         vectors = tokens[lo:hi].astype(np.float32).tolist()
         points = [qe.Point(i, vectors[i - lo], {"user": int(users[i])}) for i in range(lo, hi)]
         shard.update(qe.UpdateOperation.upsert_points(points))
+        if lo // batch % 20 == 0:
+            print(f"qdrant-edge: {hi}/{n} points", file=sys.stderr, flush=True)
     shard.flush()
     feed_s = time.perf_counter() - start
     start = time.perf_counter()

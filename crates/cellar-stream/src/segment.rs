@@ -18,6 +18,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use cellar_core::format::fsio::sync_dir;
 use cellar_core::{CellarError, Result};
@@ -178,7 +180,7 @@ fn encode_dir(dir: &[(String, Extent)]) -> Vec<u8> {
 /// An open segment: its file and group directory.
 pub struct Segment {
     pub path: PathBuf,
-    file: File,
+    file: Arc<File>,
     pub dim: usize,
     pub entries: u64,
     pub min_seq: u64,
@@ -227,7 +229,7 @@ impl Segment {
         let dir = decode_dir(&dir, dir_offset).map_err(|(at, d)| corrupted(path, at, d))?;
         Ok(Segment {
             path: path.to_path_buf(),
-            file,
+            file: Arc::new(file),
             dim: le_u32(&h, 12) as usize,
             entries: le_u64(&h, 24),
             min_seq: le_u64(&h, 32),
@@ -295,8 +297,25 @@ pub struct ExtentCursor<'a> {
     buf: Vec<u8>,
     pos: usize,
     crc: u32,
+    /// The next chunk, being read while the current one is scored.
+    pending: Option<ReadAhead>,
     pub bytes_read: u64,
     pub read_calls: u64,
+}
+
+/// A chunk read in the background, or already read.
+enum ReadAhead {
+    Thread(JoinHandle<std::io::Result<Vec<u8>>>),
+    Done(std::io::Result<Vec<u8>>),
+}
+
+impl ReadAhead {
+    fn join(self) -> std::thread::Result<std::io::Result<Vec<u8>>> {
+        match self {
+            ReadAhead::Thread(handle) => handle.join(),
+            ReadAhead::Done(result) => Ok(result),
+        }
+    }
 }
 
 impl<'a> ExtentCursor<'a> {
@@ -322,6 +341,7 @@ impl<'a> ExtentCursor<'a> {
             buf: Vec::new(),
             pos: 0,
             crc: 0,
+            pending: None,
             bytes_read: 0,
             read_calls: 0,
         }
@@ -334,25 +354,51 @@ impl<'a> ExtentCursor<'a> {
     /// Makes at least `need` unread bytes available in the buffer, if the extent has them.
     fn fill(&mut self, need: usize) -> Result<()> {
         let have = self.buf.len() - self.pos;
-        if have >= need || self.next >= self.end() {
+        if have >= need || (self.next >= self.end() && self.pending.is_none()) {
             return Ok(());
         }
         self.buf.drain(..self.pos);
         self.pos = 0;
-        let want = (need - have).max(self.chunk) as u64;
-        let n = want.min(self.end() - self.next) as usize;
-        let start = self.buf.len();
-        self.buf.resize(start + n, 0);
-        let path = &self.segment.path;
-        self.segment.file.read_exact_at(&mut self.buf[start..], self.next).map_err(|e| io(path, e))?;
-        self.crc = crc32c::crc32c_append(self.crc, &self.buf[start..]);
-        self.next += n as u64;
-        self.bytes_read += n as u64;
-        self.read_calls += 1;
-        if self.next == self.end() && self.crc != self.extent.crc {
-            return Err(corrupted(path, self.extent.offset, "group extent checksum mismatch"));
+        while self.buf.len() < need && (self.next < self.end() || self.pending.is_some()) {
+            let bytes = match self.pending.take() {
+                Some(read) => {
+                    read.join().unwrap_or_else(|_| Err(std::io::Error::other("read-ahead thread panicked")))
+                }
+                None => {
+                    let n = (need - self.buf.len()).max(self.chunk) as u64;
+                    self.start_read(n).join().expect("a direct read")
+                }
+            }
+            .map_err(|e| io(&self.segment.path, e))?;
+            self.crc = crc32c::crc32c_append(self.crc, &bytes);
+            self.bytes_read += bytes.len() as u64;
+            self.read_calls += 1;
+            self.buf.extend_from_slice(&bytes);
+            if self.next < self.end() {
+                // Double buffering: the next chunk is read while this one is scored.
+                self.pending = Some(self.start_read(self.chunk as u64));
+            }
+        }
+        if self.next == self.end() && self.pending.is_none() && self.crc != self.extent.crc {
+            return Err(corrupted(&self.segment.path, self.extent.offset, "group extent checksum mismatch"));
         }
         Ok(())
+    }
+
+    /// Reads up to `n` bytes at `next` (on a thread of its own when more may follow).
+    fn start_read(&mut self, n: u64) -> ReadAhead {
+        let n = n.min(self.end() - self.next) as usize;
+        let (file, at) = (self.segment.file.clone(), self.next);
+        self.next += n as u64;
+        let read = move || {
+            let mut bytes = vec![0u8; n];
+            file.read_exact_at(&mut bytes, at).map(|()| bytes)
+        };
+        if self.next < self.end() || self.pending.is_some() {
+            ReadAhead::Thread(std::thread::spawn(read))
+        } else {
+            ReadAhead::Done(read())
+        }
     }
 
     /// The next entry's bytes, or `None` at the end of the extent.

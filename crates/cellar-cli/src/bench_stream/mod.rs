@@ -28,10 +28,10 @@ pub struct BenchStreamArgs {
     #[arg(long, default_value = "bench/results")]
     pub out: PathBuf,
     /// Users; split 35/28/22/10/5% into the Vespa post's classes.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 200)]
     pub users: usize,
-    /// Documents per user relative to the post (0.1: 10, 100, 1,000, 5,000, 10,000).
-    #[arg(long, default_value_t = 0.1)]
+    /// Documents per user relative to the post (0.2: 20, 200, 2,000, 10,000, 20,000).
+    #[arg(long, default_value_t = 0.2)]
     pub scale: f64,
     /// Token vectors per document.
     #[arg(long, default_value_t = 16)]

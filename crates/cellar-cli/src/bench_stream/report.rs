@@ -59,8 +59,8 @@ fn markdown(r: &Report) -> String {
         r.batch, f.docs_per_s, r.single.docs_per_s, f.flushes, f.background_compactions, f.compact_s, f.disk_bytes_per_doc
     );
     md += &format!(
-        "## RAM per document\n\n| | bytes |\n|---|---:|\n| group directory, per flushed document ({} groups) | {:.3} |\n| resident memory gained by opening the collection, per document | {:.3} |\n| memtable, per buffered (unflushed) document, vectors included | {:.0} |\n\n",
-        r.ram.groups, r.ram.directory_bytes_per_doc, r.ram.rss_bytes_per_doc, f.memtable_bytes_per_doc
+        "## RAM per document\n\n| | bytes |\n|---|---:|\n| group directory, per flushed document ({} groups) | {:.3} |\n| resident memory gained by opening the compacted collection: {} bytes in all, per document | {:.3} |\n| memtable, per buffered (unflushed) document, vectors included (bounded by its 64 MiB budget) | {:.0} |\n\n",
+        r.ram.groups, r.ram.directory_bytes_per_doc, r.ram.rss_delta_bytes, r.ram.rss_bytes_per_doc, f.memtable_bytes_per_doc
     );
     md += &format!(
         "## Per-group search, cold page cache\n\nSequential read bandwidth of the same segment file (cold, 4 MiB reads, median of 3): **{:.0} MB/s** ({:.0} MB file; pages cached right after eviction: {}). `scan / disk` is the group's bytes read per second of cold query time over that bandwidth.\n\n{}\n",
