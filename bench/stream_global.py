@@ -146,6 +146,18 @@ def run_qdrant(meta: dict, tokens: np.ndarray, work: Path, batch: int) -> dict:
     }
 
 
+def versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for package in ("numpy", "faiss-cpu", "qdrant-edge-py"):
+        try:
+            found.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            found.append(f"{package} missing")
+    return ", ".join(found)
+
+
 def table(rows: list[dict]) -> str:
     out = "| docs/user | queries | p50 ms | recall@10 vs exact |\n|---:|---:|---:|---:|\n"
     for r in rows:
@@ -163,6 +175,7 @@ def main() -> int:
     meta, pooled, tokens = load(args.export)
     report: dict = {"command": " ".join(sys.argv), "docs": meta["docs"], "dim": meta["dim"], "tokens": meta["tokens"]}
     md = f"# Per-user search with global indexes filtered by user\n\n`python3 {report['command']}`\n\n"
+    md += f"Packages: {versions()}.\n\n"
     md += f"{meta['docs']} documents ({meta['tokens']} x {meta['dim']} token vectors, pooled {meta['dim']}), the queries of `cellar bench-stream`; one thread; warm caches (in memory).\n\n"
     try:
         report["faiss"] = run_faiss(meta, pooled)
