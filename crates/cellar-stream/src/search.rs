@@ -127,7 +127,7 @@ fn prepare(query: &Query, dim: usize) -> Result<Prepared> {
     if query.k == 0 || query.k > MAX_K {
         return invalid(format!("k must be 1 to {MAX_K}, got {}", query.k));
     }
-    if query.tokens.len() % dim != 0 {
+    if !query.tokens.len().is_multiple_of(dim) {
         return Err(CellarError::WrongDimension { expected: dim, received: query.tokens.len() % dim });
     }
     let n = query.tokens.len() / dim;

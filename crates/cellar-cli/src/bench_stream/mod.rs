@@ -55,7 +55,8 @@ pub struct BenchStreamArgs {
 }
 
 pub fn run(args: BenchStreamArgs) -> Result<()> {
-    if args.users == 0 || args.batch == 0 || args.queries == 0 || !(args.scale > 0.0) {
+    if args.users == 0 || args.batch == 0 || args.queries == 0 || !args.scale.is_finite() || args.scale <= 0.0
+    {
         return Err(CellarError::InvalidInput(
             "--users, --batch, --queries and --scale must be positive".into(),
         ));
