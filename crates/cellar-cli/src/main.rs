@@ -40,7 +40,8 @@ enum Command {
     Eval(eval_cmd::EvalArgs),
     /// Sweep alpha and rerank_k on a development split and save the best as defaults.
     Tune(tune_cmd::TuneArgs),
-    /// Serve an index over HTTP/JSON (search, batch search, health, metrics, OpenAPI).
+    /// Serve an index and/or streaming collections over HTTP/JSON (search, batch search, streams,
+    /// health, metrics, OpenAPI).
     Serve(serve_cmd::ServeArgs),
     /// Write a JSONL file of documents into a streaming collection (batches, group commit).
     Feed(feed_cmd::FeedArgs),
