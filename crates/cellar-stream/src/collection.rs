@@ -63,6 +63,15 @@ pub(crate) struct State {
     pub segments: Vec<Arc<Segment>>,
 }
 
+/// Group commit across callers: a caller queues its batch; if no leader is writing it becomes
+/// the leader and writes every queued batch with one write and one fsync; otherwise it waits
+/// until a leader has answered its slot (or leadership is free again).
+#[derive(Default)]
+struct Commits {
+    queue: Vec<(Vec<Vec<u8>>, Slot)>,
+    leader: bool,
+}
+
 #[derive(Default)]
 struct Wake {
     pending: bool,
@@ -74,11 +83,17 @@ pub(crate) struct Inner {
     pub settings: Settings,
     pub options: Options,
     writer: Mutex<Writer>,
+    /// Batches waiting for the log, and whether a leader is writing (group commit).
+    commits: Mutex<Commits>,
+    committed: Condvar,
     state: RwLock<State>,
     compacting: Mutex<()>,
     wake: (Mutex<Wake>, Condvar),
     pub flushes: AtomicU64,
     pub compactions: AtomicU64,
+    /// Log writes (one fsync each with `Durability::Fsync`) and the batches they carried.
+    pub log_syncs: AtomicU64,
+    pub log_batches: AtomicU64,
     pub recovered_records: u64,
     pub truncated_bytes: u64,
 }
@@ -201,11 +216,15 @@ impl Collection {
             settings,
             options,
             writer: Mutex::new(writer),
+            commits: Mutex::new(Commits::default()),
+            committed: Condvar::new(),
             state: RwLock::new(State { memtable, segments }),
             compacting: Mutex::new(()),
             wake: (Mutex::new(Wake::default()), Condvar::new()),
             flushes: AtomicU64::new(0),
             compactions: AtomicU64::new(0),
+            log_syncs: AtomicU64::new(0),
+            log_batches: AtomicU64::new(0),
             recovered_records: records,
             truncated_bytes: truncated,
         });
@@ -240,9 +259,9 @@ impl Collection {
         for (i, d) in docs.iter().enumerate() {
             d.validate(dim).map_err(|e| with_position(e, i, docs.len()))?;
         }
-        let entries = docs.iter().map(|d| d.encode(dim)).collect();
-        let mut writer = lock(&self.inner.writer);
-        self.inner.commit(&mut writer, entries)
+        let entries: Vec<Vec<u8>> = docs.iter().map(|d| d.encode(dim)).collect();
+        check_record_size(&entries)?;
+        self.inner.commit_queued(entries)
     }
 
     /// Deletes one document (a tombstone); `NotFound` when (group, id) holds no live document.
@@ -253,7 +272,10 @@ impl Collection {
         if self.inner.lookup(group, id)?.is_none() {
             return Err(CellarError::NotFound(format!("no document {id:?} in group {group:?}")));
         }
-        self.inner.commit(&mut writer, vec![doc::encode_tombstone(group, id)])
+        let slot: Slot = Arc::new(Mutex::new(None));
+        self.inner.commit_group(&mut writer, vec![(vec![doc::encode_tombstone(group, id)], slot.clone())]);
+        let done = lock(&slot).take();
+        done.expect("committed")
     }
 
     /// Flushes the memtable to a segment now (nothing to do when it is empty).
@@ -270,6 +292,34 @@ impl Collection {
     /// Waits (bounded) until no background compaction is running.
     pub fn wait_idle(&self) {
         drop(lock(&self.inner.compacting));
+    }
+}
+
+/// Where a queued batch's outcome lands: its last sequence number, or the error.
+type Slot = Arc<Mutex<Option<Result<u64>>>>;
+
+fn check_record_size(entries: &[Vec<u8>]) -> Result<()> {
+    let size: usize = 4 + entries.iter().map(Vec::len).sum::<usize>();
+    if size > MAX_RECORD_BYTES {
+        return Err(CellarError::InvalidInput(format!(
+            "a batch of {size} bytes is over the limit of {MAX_RECORD_BYTES}; split it"
+        )));
+    }
+    Ok(())
+}
+
+/// A copy of `error` for each caller of a group that failed together.
+fn shared_error(error: &CellarError) -> CellarError {
+    match error {
+        CellarError::Io { path, source } => CellarError::Io {
+            path: path.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        CellarError::InvalidInput(m) => CellarError::InvalidInput(m.clone()),
+        other => CellarError::Io {
+            path: PathBuf::from("write-ahead log"),
+            source: std::io::Error::other(other.to_string()),
+        },
     }
 }
 
@@ -293,35 +343,93 @@ fn create(dir: &Path, dim: usize) -> Result<Settings> {
 }
 
 impl Inner {
-    /// Logs `entries` as one record, then makes them visible; flushes when over budget.
-    fn commit(&self, writer: &mut Writer, mut entries: Vec<Vec<u8>>) -> Result<u64> {
-        let size: usize = 4 + entries.iter().map(Vec::len).sum::<usize>();
-        if size > MAX_RECORD_BYTES {
-            return Err(CellarError::InvalidInput(format!(
-                "a batch of {size} bytes is over the limit of {MAX_RECORD_BYTES}; split it"
-            )));
+    /// Queues `entries` and returns once a leader (maybe this caller) has logged them.
+    fn commit_queued(&self, entries: Vec<Vec<u8>>) -> Result<u64> {
+        let slot: Slot = Arc::new(Mutex::new(None));
+        let mut commits = lock(&self.commits);
+        commits.queue.push((entries, slot.clone()));
+        loop {
+            if let Some(done) = lock(&slot).take() {
+                return done;
+            }
+            if !commits.leader {
+                commits.leader = true;
+                break;
+            }
+            commits = self.committed.wait(commits).unwrap_or_else(|p| p.into_inner());
         }
-        let mut payload = Vec::with_capacity(size);
-        payload.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-        for entry in &mut entries {
-            doc::set_seq(entry, writer.next_seq);
-            writer.next_seq += 1;
-            payload.extend_from_slice(entry);
+        let group = std::mem::take(&mut commits.queue);
+        drop(commits);
+        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut writer = lock(&self.writer);
+            self.commit_group(&mut writer, group);
+        }));
+        lock(&self.commits).leader = false;
+        self.committed.notify_all();
+        if let Err(panic) = written {
+            std::panic::resume_unwind(panic);
         }
-        writer.wal.append(&[&payload])?;
-        {
-            let mut state = self.write_state();
+        let done = lock(&slot).take();
+        // Empty only when the leader that took this batch panicked: its outcome is unknown.
+        done.unwrap_or_else(|| {
+            let source = std::io::Error::other(
+                "the log writer failed while writing this batch; it may or may not be logged",
+            );
+            Err(CellarError::Io { path: self.dir.join(WAL_FILE), source })
+        })
+    }
+
+    /// Logs each queued batch as one record, all with one write and one sync, then makes them
+    /// visible, flushes when over budget, and answers every batch's slot.
+    fn commit_group(&self, writer: &mut Writer, group: Vec<(Vec<Vec<u8>>, Slot)>) {
+        let first_seq = writer.next_seq;
+        let mut payloads = Vec::with_capacity(group.len());
+        let mut lasts = Vec::with_capacity(group.len());
+        for (entries, _) in &group {
+            let mut payload = Vec::with_capacity(4 + entries.iter().map(Vec::len).sum::<usize>());
+            payload.extend_from_slice(&(entries.len() as u32).to_le_bytes());
             for entry in entries {
-                let view = EntryView::parse(&entry).expect("encoded by us");
+                payload.extend_from_slice(entry);
+                let at = payload.len() - entry.len();
+                doc::set_seq(&mut payload[at..], writer.next_seq);
+                writer.next_seq += 1;
+            }
+            payloads.push(payload);
+            lasts.push(writer.next_seq - 1);
+        }
+        let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+        let outcome = writer.wal.append(&refs).map(|()| {
+            self.log_syncs.fetch_add(1, Ordering::Relaxed);
+            self.log_batches.fetch_add(group.len() as u64, Ordering::Relaxed);
+            self.make_visible(&payloads);
+            if self.read().memtable.bytes() > self.options.memtable_bytes {
+                self.flush_locked(writer)
+            } else {
+                Ok(())
+            }
+        });
+        let outcome = match outcome {
+            Err(e) => {
+                writer.next_seq = first_seq; // nothing was logged
+                Err(e)
+            }
+            Ok(flushed) => flushed,
+        };
+        for ((_, slot), last) in group.iter().zip(lasts) {
+            *lock(slot) = Some(outcome.as_ref().map(|()| last).map_err(shared_error));
+        }
+    }
+
+    /// Inserts the entries of logged payloads into the memtable.
+    fn make_visible(&self, payloads: &[Vec<u8>]) {
+        let mut state = self.write_state();
+        for payload in payloads {
+            for entry in split_record(payload).expect("encoded by us") {
+                let view = EntryView::parse(entry).expect("encoded by us");
                 let (group, id) = (view.group.to_string(), view.id.to_string());
                 state.memtable.insert(&group, &id, entry.into());
             }
         }
-        let last = writer.next_seq - 1;
-        if self.read().memtable.bytes() > self.options.memtable_bytes {
-            self.flush_locked(writer)?;
-        }
-        Ok(last)
     }
 
     fn flush_locked(&self, writer: &mut Writer) -> Result<()> {

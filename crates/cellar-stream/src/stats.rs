@@ -44,6 +44,10 @@ pub struct Stats {
     pub flushed_seq: u64,
     pub flushes: u64,
     pub compactions: u64,
+    /// Log writes since open (one fsync each by default) and the batches they carried: more
+    /// batches than syncs means concurrent writers shared syncs (group commit).
+    pub log_syncs: u64,
+    pub log_batches: u64,
     /// What opening the collection replayed from the log, and the torn tail it cut.
     pub recovered_records: u64,
     pub truncated_bytes: u64,
@@ -96,6 +100,8 @@ impl Collection {
             flushed_seq,
             flushes: self.inner.flushes.load(std::sync::atomic::Ordering::Relaxed),
             compactions: self.inner.compactions.load(std::sync::atomic::Ordering::Relaxed),
+            log_syncs: self.inner.log_syncs.load(std::sync::atomic::Ordering::Relaxed),
+            log_batches: self.inner.log_batches.load(std::sync::atomic::Ordering::Relaxed),
             recovered_records: self.inner.recovered_records,
             truncated_bytes: self.inner.truncated_bytes,
         }

@@ -76,20 +76,32 @@ pub fn into_global(mut doc: StreamDoc) -> StreamDoc {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Single {
+    pub threads: usize,
     pub docs: usize,
     pub docs_per_s: f64,
+    /// Log writes (fsyncs) and the one-document batches they carried.
+    pub log_syncs: u64,
+    pub log_batches: u64,
 }
 
-/// Documents written one per call: one log record and one fsync each.
-pub fn single_puts(corpus: &Corpus, dir: &Path, n: usize) -> Result<Single> {
+/// Documents written one per call from `threads` writers: each call waits for its fsync, and
+/// concurrent calls share one (group commit across callers).
+pub fn single_puts(corpus: &Corpus, dir: &Path, n: usize, threads: usize) -> Result<Single> {
     let collection = Collection::open(dir, Some(corpus.dim), feed_options())?;
     let docs: Vec<StreamDoc> =
         corpus.feed_order().iter().take(n).map(|&(u, i)| corpus.doc(u as usize, i as usize)).collect();
     let start = Instant::now();
-    for doc in &docs {
-        collection.put(doc)?;
-    }
-    Ok(Single { docs: docs.len(), docs_per_s: docs.len() as f64 / start.elapsed().as_secs_f64() })
+    std::thread::scope(|scope| {
+        let writers: Vec<_> = docs
+            .chunks(docs.len().div_ceil(threads))
+            .map(|part| scope.spawn(|| part.iter().try_for_each(|doc| collection.put(doc).map(|_| ()))))
+            .collect();
+        writers.into_iter().try_for_each(|w| w.join().expect("a writer thread"))
+    })?;
+    let seconds = start.elapsed().as_secs_f64();
+    let stats = collection.stats();
+    let (log_syncs, log_batches) = (stats.log_syncs, stats.log_batches);
+    Ok(Single { threads, docs: docs.len(), docs_per_s: docs.len() as f64 / seconds, log_syncs, log_batches })
 }
 
 #[derive(Clone, Debug, Serialize)]

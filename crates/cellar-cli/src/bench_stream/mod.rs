@@ -76,7 +76,10 @@ pub fn run(args: BenchStreamArgs) -> Result<()> {
     let per_user = args.work.join("per-user");
     let feed = measure::feed(&corpus, &per_user, args.batch, |d| d)?;
     eprintln!("  fed at {:.0} docs/s; compacted in {:.1} s", feed.docs_per_s, feed.compact_s);
-    let single = measure::single_puts(&corpus, &args.work.join("single"), 1000)?;
+    let single = vec![
+        measure::single_puts(&corpus, &args.work.join("single-1"), 2000, 1)?,
+        measure::single_puts(&corpus, &args.work.join("single-8"), 2000, 8)?,
+    ];
     let collection = Collection::open(&per_user, None, bench_options())?;
     let ram = measure::ram(&per_user, corpus.total_docs())?;
     let disk = measure::sequential_read(&collection)?;

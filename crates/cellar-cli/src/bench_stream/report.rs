@@ -16,7 +16,7 @@ pub struct Report {
     pub dim: usize,
     pub batch: usize,
     pub feed: Feed,
-    pub single: Single,
+    pub single: Vec<Single>,
     pub ram: Ram,
     pub disk: Disk,
     pub queries: Vec<ClassResult>,
@@ -55,8 +55,18 @@ fn markdown(r: &Report) -> String {
         r.command, r.users, r.docs, r.tokens, r.dim, r.batch
     );
     md += &format!(
-        "## Feed\n\n| | value |\n|---|---:|\n| documents/s, batches of {} (one fsync each) | {:.0} |\n| documents/s, one fsync per document | {:.0} |\n| flushes / background compactions during the feed | {} / {} |\n| final flush + compaction into one segment | {:.1} s |\n| disk bytes per document after compaction | {:.0} |\n\n",
-        r.batch, f.docs_per_s, r.single.docs_per_s, f.flushes, f.background_compactions, f.compact_s, f.disk_bytes_per_doc
+        "## Feed\n\n| | value |\n|---|---:|\n| documents/s, batches of {} (one fsync each) | {:.0} |\n",
+        r.batch, f.docs_per_s
+    );
+    for s in &r.single {
+        md += &format!(
+            "| documents/s, one document per call, {} writer thread(s) (each call waits for its fsync; {} fsyncs for {} calls) | {:.0} |\n",
+            s.threads, s.log_syncs, s.log_batches, s.docs_per_s
+        );
+    }
+    md += &format!(
+        "| flushes / background compactions during the feed | {} / {} |\n| final flush + compaction into one segment | {:.1} s |\n| disk bytes per document after compaction | {:.0} |\n\n",
+        f.flushes, f.background_compactions, f.compact_s, f.disk_bytes_per_doc
     );
     md += &format!(
         "## RAM per document\n\n| | bytes |\n|---|---:|\n| group directory, per flushed document ({} groups) | {:.3} |\n| resident memory gained by opening the compacted collection: {} bytes in all, per document | {:.3} |\n| memtable, per buffered (unflushed) document, vectors included (bounded by its 64 MiB budget) | {:.0} |\n\n",
