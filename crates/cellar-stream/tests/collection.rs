@@ -322,14 +322,15 @@ fn concurrent_writers_group_commit_and_lose_nothing() {
     assert_eq!(stats.log_batches, 480);
     assert!(stats.log_syncs >= 1 && stats.log_syncs <= 480, "{stats:?}");
     assert_eq!(stats.last_seq, 480, "one sequence number per document, none skipped");
-    drop(c);
-    let c = Collection::open(dir.path(), None, fsync).unwrap();
-    for t in 0..8 {
-        for i in 0..60 {
-            assert_eq!(
-                c.get(&format!("g{}", t % 3), &format!("t{t}-{i}")).unwrap().text,
-                doc(&format!("g{}", t % 3), &format!("t{t}-{i}"), i).text
-            );
+    let check = |c: &Collection| {
+        for t in 0..8 {
+            for i in 0..60 {
+                let (g, id) = (format!("g{}", t % 3), format!("t{t}-{i}"));
+                assert_eq!(c.get(&g, &id).unwrap().text, doc(&g, &id, i).text);
+            }
         }
-    }
+    };
+    check(&c);
+    drop(c);
+    check(&Collection::open(dir.path(), None, fsync).unwrap());
 }

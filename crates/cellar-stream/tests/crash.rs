@@ -1,9 +1,10 @@
 //! Crash safety. `sigkill_during_feeds_loses_no_acknowledged_write` re-runs this test binary as a
 //! feeder (the `feeder` test, which does nothing unless `CELLAR_CRASH_DIR` is set), kills it with
 //! SIGKILL after a random delay, reopens the collection and checks: every acknowledged write is
-//! there and intact, the one batch in flight is all there or not at all, searches return exactly
-//! the live documents of their group. The feeder's tiny memtable makes it flush every few
-//! batches and compact in the background, so kills also land inside flushes and compactions;
+//! there and intact, each batch in flight (one per feeder thread; the threads' writes share log
+//! syncs through group commit) is all there or not at all, searches return exactly the live
+//! documents of their group. The feeder's tiny memtable makes it flush every few batches and
+//! compact in the background, so kills also land inside flushes and compactions;
 //! `every_crash_point_of_flush_and_compaction_recovers` builds each of those states on purpose.
 
 mod common;
@@ -25,6 +26,8 @@ const SEED_VAR: &str = "CELLAR_CRASH_SEED";
 const ROUNDS: u64 = 30;
 const GROUPS: u64 = 6;
 const IDS: u64 = 30;
+/// Writer threads in the feeder.
+const WRITERS: u64 = 3;
 
 fn feeder_options() -> Options {
     Options {
@@ -36,80 +39,105 @@ fn feeder_options() -> Options {
     }
 }
 
-/// The child role: feeds batches forever (bounded), announcing each batch before writing it
-/// (`OP` lines then `END`) and acknowledging it after the write returned (`ACK`).
+/// The child role: `WRITERS` threads feed batches (bounded), each announcing a batch before
+/// writing it (`T<n> OP` lines then `T<n> END`) and acknowledging it after the write returned
+/// (`T<n> ACK`). Threads write disjoint ids, and their concurrent writes share log syncs.
 #[test]
 fn feeder() {
     let Ok(dir) = std::env::var(DIR_VAR) else { return };
     let seed: u64 = std::env::var(SEED_VAR).unwrap().parse().unwrap();
     let c = Collection::open(Path::new(&dir), Some(DIM), feeder_options()).unwrap();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut out = std::io::stdout().lock();
     // libtest has printed "test feeder ... " without a newline: start the protocol on a fresh line.
-    writeln!(out, "\nSTART").unwrap();
+    println!("\nSTART");
+    std::thread::scope(|scope| {
+        for t in 0..WRITERS {
+            let c = &c;
+            scope.spawn(move || feed(c, seed, t));
+        }
+    });
+}
+
+fn say(lines: &str) {
+    let mut out = std::io::stdout().lock();
+    out.write_all(lines.as_bytes()).unwrap();
+    out.flush().unwrap();
+}
+
+fn feed(c: &Collection, seed: u64, t: u64) {
+    let mut rng = StdRng::seed_from_u64(seed * 31 + t);
     let start = Instant::now();
     for batch in 0..20_000u64 {
         if start.elapsed() > Duration::from_secs(10) {
             break;
         }
-        let version = seed * 1_000_000 + batch;
-        let key = |rng: &mut StdRng| (format!("g{}", rng.gen_range(0..GROUPS)), rng.gen_range(0..IDS));
+        let version = seed * 1_000_000 + t * 100_000 + batch;
+        let key = |rng: &mut StdRng| {
+            let g = format!("g{}", rng.gen_range(0..GROUPS));
+            (g.clone(), format!("{g}-t{t}-{}", rng.gen_range(0..IDS)))
+        };
         if rng.gen_bool(0.15) {
-            let (g, n) = key(&mut rng);
-            let id = format!("{g}-{n}");
-            writeln!(out, "OP DEL {g} {id}\nEND").unwrap();
-            out.flush().unwrap();
+            let (g, id) = key(&mut rng);
+            say(&format!("T{t} OP DEL {g} {id}\nT{t} END\n"));
             match c.delete(&g, &id) {
-                Ok(_) => writeln!(out, "ACK").unwrap(),
-                Err(CellarError::NotFound(_)) => writeln!(out, "NACK").unwrap(),
+                Ok(_) => say(&format!("T{t} ACK\n")),
+                Err(CellarError::NotFound(_)) => say(&format!("T{t} NACK\n")),
                 Err(e) => panic!("{e}"),
             }
         } else {
-            let mut keys = BTreeMap::new();
-            for _ in 0..rng.gen_range(1..6) {
-                let (g, n) = key(&mut rng);
-                keys.insert(format!("{g}-{n}"), g);
-            }
+            let keys: BTreeMap<String, String> =
+                (0..rng.gen_range(1..6)).map(|_| key(&mut rng)).map(|(g, id)| (id, g)).collect();
             let docs: Vec<_> = keys.iter().map(|(id, g)| doc(g, id, version)).collect();
-            for d in &docs {
-                writeln!(out, "OP PUT {} {} {version}", d.group, d.id).unwrap();
-            }
-            writeln!(out, "END").unwrap();
-            out.flush().unwrap();
+            let mut announce: String =
+                docs.iter().map(|d| format!("T{t} OP PUT {} {} {version}\n", d.group, d.id)).collect();
+            announce += &format!("T{t} END\n");
+            say(&announce);
             c.put_batch(&docs).unwrap();
-            writeln!(out, "ACK").unwrap();
+            say(&format!("T{t} ACK\n"));
         }
-        out.flush().unwrap();
     }
 }
 
 /// What one operation leaves at its key: the version written, or `None` (deleted).
 type Op = ((String, String), Option<u64>);
 
-/// The feeder's output: acknowledged batches (in order) and the batch in flight, if any.
-fn parse_log(lines: &[String]) -> (Vec<Vec<Op>>, Option<Vec<Op>>) {
-    let (mut acked, mut current, mut announced) = (Vec::new(), Vec::new(), false);
+/// One writer's protocol state while parsing.
+#[derive(Default)]
+struct Writer {
+    current: Vec<Op>,
+    announced: bool,
+}
+
+/// The feeder's output: acknowledged batches (each writer's in order; writers' ids are disjoint)
+/// and every writer's batch in flight, if any.
+fn parse_log(lines: &[String]) -> (Vec<Vec<Op>>, Vec<Vec<Op>>) {
+    let mut writers: BTreeMap<String, Writer> = BTreeMap::new();
+    let mut acked = Vec::new();
     for line in lines {
         let parts: Vec<&str> = line.split_whitespace().collect();
-        match parts.as_slice() {
+        let Some((tag, rest)) = parts.split_first().filter(|(tag, _)| tag.starts_with('T')) else {
+            assert!(!line.contains("OP ") && !line.contains("ACK"), "unparsed feeder line {line:?}");
+            continue;
+        };
+        let w = writers.entry(tag.to_string()).or_default();
+        match rest {
             ["OP", "PUT", g, id, v] => {
-                current.push(((g.to_string(), id.to_string()), Some(v.parse().unwrap())))
+                w.current.push(((g.to_string(), id.to_string()), Some(v.parse().unwrap())))
             }
-            ["OP", "DEL", g, id] => current.push(((g.to_string(), id.to_string()), None)),
-            ["END"] => announced = true,
+            ["OP", "DEL", g, id] => w.current.push(((g.to_string(), id.to_string()), None)),
+            ["END"] => w.announced = true,
             ["ACK"] => {
-                acked.push(std::mem::take(&mut current));
-                announced = false;
+                acked.push(std::mem::take(&mut w.current));
+                w.announced = false;
             }
             ["NACK"] => {
-                current.clear();
-                announced = false;
+                w.current.clear();
+                w.announced = false;
             }
-            ["START"] | [] => {}
-            _ => assert!(!line.contains("OP ") && !line.contains("ACK"), "unparsed feeder line {line:?}"),
+            _ => panic!("unparsed feeder line {line:?}"),
         }
     }
-    (acked, announced.then_some(current))
+    let in_flight = writers.into_values().filter(|w| w.announced).map(|w| w.current).collect();
+    (acked, in_flight)
 }
 
 /// What the collection holds at `key`: a version (checked intact) or `None`.
@@ -165,14 +193,17 @@ fn sigkill_during_feeds_loses_no_acknowledged_write() {
         assert!(Instant::now() < deadline, "the crash test ran out of time at round {round}");
         let lines = run_feeder(dir.path(), round, Duration::from_millis(rng.gen_range(30..400)));
         let (acked, in_flight) = parse_log(&lines);
-        assert!(lines.iter().any(|l| l == "END"), "round {round}: the feeder never started: {lines:?}");
+        assert!(
+            lines.iter().any(|l| l.ends_with(" END")),
+            "round {round}: the feeder never started: {lines:?}"
+        );
         swept += strays(dir.path());
         for (key, value) in acked.iter().flatten() {
             model.insert(key.clone(), *value);
         }
         acked_total += acked.len();
         let c = Collection::open(dir.path(), None, feeder_options()).unwrap();
-        if let Some(batch) = in_flight {
+        for batch in in_flight {
             let applied: Vec<bool> = batch.iter().map(|(key, value)| stored(&c, key) == *value).collect();
             let before: Vec<bool> =
                 batch.iter().map(|(key, _)| stored(&c, key) == model.get(key).copied().flatten()).collect();
