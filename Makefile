@@ -7,7 +7,7 @@ WORK ?= bench/work
 RESULTS ?= bench/results
 CELLAR := ./target/release/cellar
 
-.PHONY: run test setup python eval-% bench-store fmt
+.PHONY: run test setup python eval-% bench-store bench-stream fmt
 
 # Main job: install what is needed, build, index SciFact, tune alpha and rerank_k on its train
 # qrels, and print the evaluation table on its test qrels (also written to bench/results/).
@@ -47,6 +47,15 @@ bench-store:
 	@command -v fio >/dev/null || (apt-get install -y fio >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y fio >/dev/null)) || echo "fio could not be installed: the report will say so"
 	$(CARGO) build --release -p cellar-cli
 	$(CELLAR) bench-store
+
+# The streaming mode's benchmark (issue 6): feed, cold per-group latency, scan rate vs disk, RAM per
+# document, a global collection filtered by user; then faiss and qdrant-edge (installed into
+# bench/work/py, not the system) on the same data. About 10 minutes on 2 cores.
+bench-stream:
+	$(CARGO) build --release -p cellar-cli
+	$(CELLAR) bench-stream
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore --target $(WORK)/py faiss-cpu qdrant-edge-py || echo "faiss-cpu / qdrant-edge-py could not be installed: the report will say so"
+	PYTHONPATH=$(WORK)/py $(PYTHON) bench/stream_global.py
 
 fmt:
 	$(CARGO) fmt --all

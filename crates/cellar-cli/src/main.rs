@@ -4,14 +4,17 @@
 mod bench_ivf;
 mod bench_load;
 mod bench_store;
+mod bench_stream;
 mod cgroup;
 mod eval_cmd;
+mod feed_cmd;
 mod index_cmd;
 mod inspect;
 mod ivf_cmd;
 mod progress;
 mod search_cmd;
 mod serve_cmd;
+mod stream_search_cmd;
 mod synth;
 mod tune_cmd;
 
@@ -41,8 +44,13 @@ enum Command {
     Eval(eval_cmd::EvalArgs),
     /// Sweep alpha and rerank_k on a development split and save the best as defaults.
     Tune(tune_cmd::TuneArgs),
-    /// Serve an index over HTTP/JSON (search, batch search, health, metrics, OpenAPI).
+    /// Serve an index and/or streaming collections over HTTP/JSON (search, batch search, streams,
+    /// health, metrics, OpenAPI).
     Serve(serve_cmd::ServeArgs),
+    /// Write a JSONL file of documents into a streaming collection (batches, group commit).
+    Feed(feed_cmd::FeedArgs),
+    /// Exact search inside one group of a streaming collection.
+    StreamSearch(stream_search_cmd::StreamSearchArgs),
     /// Print an index's manifest and file headers without loading its vectors.
     Inspect(inspect::InspectArgs),
     /// Write a store of clustered synthetic token vectors (scale tests without a model).
@@ -54,6 +62,9 @@ enum Command {
     Bench(bench_load::BenchArgs),
     /// Studies of the IVF first stage: recall over nprobe, the prefetcher, rerank_k, RAM caps.
     BenchIvf(bench_ivf::BenchIvfArgs),
+    /// Benchmark streaming collections: feed rate, cold per-group latency vs group size, scan
+    /// rate vs disk bandwidth, RAM per document, and a global collection filtered by user.
+    BenchStream(bench_stream::BenchStreamArgs),
     /// Internal: one reader's measurement, run by bench-store in a child process.
     #[command(hide = true)]
     BenchStoreWorker(bench_store::worker::WorkerArgs),
@@ -69,11 +80,14 @@ fn main() -> ExitCode {
         Command::Eval(args) => eval_cmd::run(args),
         Command::Tune(args) => tune_cmd::run(args),
         Command::Serve(args) => serve_cmd::run(args),
+        Command::Feed(args) => feed_cmd::run(args),
+        Command::StreamSearch(args) => stream_search_cmd::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
         Command::BenchStore(args) => bench_store::run(args),
         Command::Bench(args) => bench_load::run(args),
         Command::BenchIvf(args) => bench_ivf::run(args),
+        Command::BenchStream(args) => bench_stream::run(args),
         Command::BenchStoreWorker(args) => bench_store::worker::run(args),
     });
     match result {

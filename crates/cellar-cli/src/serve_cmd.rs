@@ -12,8 +12,12 @@ use clap::Args;
 
 #[derive(Args)]
 pub struct ServeArgs {
+    /// The index to serve (optional when --streams is given).
+    #[arg(long, required_unless_present = "streams")]
+    pub index: Option<PathBuf>,
+    /// Root directory of streaming collections to serve under /v1/streams (created if missing).
     #[arg(long)]
-    pub index: PathBuf,
+    pub streams: Option<PathBuf>,
     /// Token-vector reader: ram, mmap or direct.
     #[arg(long, default_value = "mmap")]
     pub reader: ReaderKind,
@@ -59,20 +63,44 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> Result<()> {
     let config = server_config(&args)?;
-    let index = Index::open(&args.index, open_options(&args)?)?;
-    if !args.lazy_encoder {
+    let index = match &args.index {
+        Some(path) => Some(Index::open(path, open_options(&args)?)?),
+        None => None,
+    };
+    if let (Some(index), false) = (&index, args.lazy_encoder) {
         index.encoder()?;
     }
+    let streams = match &args.streams {
+        Some(root) => Some(streams_state(root, &args)?),
+        None => None,
+    };
     if !config.bind.ip().is_loopback() && config.api_key.is_none() {
         eprintln!("WARNING: cellar serve: listening on {} without an API key", config.bind);
     }
-    let (docs, reader) = (index.len(), args.reader.name());
+    let served = match (&index, &args.streams) {
+        (Some(index), None) => format!("{} docs, {} reader", index.len(), args.reader.name()),
+        (Some(index), Some(root)) => {
+            format!("{} docs, {} reader, streams in {}", index.len(), args.reader.name(), root.display())
+        }
+        (None, root) => {
+            format!("streams in {}", root.as_deref().unwrap_or(std::path::Path::new("?")).display())
+        }
+    };
     let (workers, queue) = (config.workers, config.queue_capacity);
-    cellar_server::serve(index, config, |address| {
-        eprintln!(
-            "cellar serve: listening on http://{address} ({docs} docs, {reader} reader, {workers} workers, queue {queue})"
-        );
+    cellar_server::serve_with(index, streams, config, |address| {
+        eprintln!("cellar serve: listening on http://{address} ({served}, {workers} workers, queue {queue})");
     })
+}
+
+/// The streams' root, and the encoder for texts sent without vectors (loaded now unless
+/// `--lazy-encoder`).
+fn streams_state(root: &std::path::Path, args: &ServeArgs) -> Result<cellar_server::streams::StreamsState> {
+    let streams = cellar_stream::Streams::open(root, cellar_stream::Options::default())?;
+    let encoder = cellar_stream::encoding::LazyEncoder::new(args.model.clone());
+    if !args.lazy_encoder {
+        encoder.get()?;
+    }
+    Ok(cellar_server::streams::StreamsState { streams, encoder })
 }
 
 fn positive(value: usize, name: &str) -> Result<usize> {

@@ -20,6 +20,10 @@ pub enum CellarError {
     #[error("document id {id} out of range: the store holds {count} documents")]
     DocOutOfRange { id: u64, count: u64 },
 
+    /// A named thing (a streaming collection, a group, a document id) does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+
     /// Bytes on disk are not what the writer wrote.
     #[error("{}: corrupted at byte offset {offset}: {detail}", path.display())]
     Corrupted { path: PathBuf, offset: u64, detail: String },
@@ -55,6 +59,7 @@ impl CellarError {
             CellarError::InvalidInput(_) => "invalid_input",
             CellarError::WrongDimension { .. } => "wrong_dimension",
             CellarError::DocOutOfRange { .. } => "doc_out_of_range",
+            CellarError::NotFound(_) => "not_found",
             CellarError::Corrupted { .. } => "corrupted",
             CellarError::Incompatible { .. } => "incompatible_version",
             CellarError::Model { .. } => "model",
@@ -70,6 +75,7 @@ impl CellarError {
             CellarError::InvalidInput(_)
                 | CellarError::WrongDimension { .. }
                 | CellarError::DocOutOfRange { .. }
+                | CellarError::NotFound(_)
         )
     }
 

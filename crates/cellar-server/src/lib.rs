@@ -5,6 +5,7 @@
 //! - `pool`: the fixed CPU pool with its bounded queue (searches never run on the async runtime)
 //! - `metrics`: Prometheus counters and histograms; `openapi`: `GET /openapi.json`
 //! - `error`: `{code, message, details}` with a status, mapped exhaustively from `CellarError`
+//! - `streams`: the streaming collections' endpoints (`/v1/streams/...`, `--streams DIR`)
 
 pub mod api;
 pub mod error;
@@ -12,6 +13,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod pool;
 pub mod routes;
+pub mod streams;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,6 +65,19 @@ impl ServerConfig {
 
 /// Serves `index` until SIGINT or SIGTERM; `on_ready` gets the bound address (port 0 resolved).
 pub fn serve(index: Index, config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> Result<()> {
+    serve_with(Some(index), None, config, on_ready)
+}
+
+/// Serves an index, streaming collections, or both, until SIGINT or SIGTERM.
+pub fn serve_with(
+    index: Option<Index>,
+    streams: Option<streams::StreamsState>,
+    config: ServerConfig,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<()> {
+    if index.is_none() && streams.is_none() {
+        return Err(CellarError::InvalidInput("serve an index, streams, or both".into()));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("cellar-net")
@@ -75,7 +90,7 @@ pub fn serve(index: Index, config: ServerConfig, on_ready: impl FnOnce(SocketAdd
             .map_err(|e| CellarError::Io { path: format!("tcp://{}", config.bind).into(), source: e })?;
         let address =
             listener.local_addr().map_err(|e| CellarError::Io { path: "listener".into(), source: e })?;
-        let app = router(AppState::new(Arc::new(index), config));
+        let app = router(AppState::with_streams(index.map(Arc::new), streams, config));
         on_ready(address);
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown_signal())

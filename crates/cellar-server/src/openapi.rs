@@ -83,6 +83,39 @@ fn schemas() -> Value {
             "required": ["queries"],
             "properties": { "queries": { "type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": { "$ref": "#/components/schemas/SearchRequest" } } }
         },
+        "StreamDoc": {
+            "type": "object",
+            "additionalProperties": false,
+            "description": "A streaming document. group and id come from the URL on PUT (if given in the body they must agree) and from the body in a feed. Without tokens the server encodes text with its model",
+            "properties": {
+                "group": { "type": "string", "maxLength": cellar_stream::doc::MAX_KEY_BYTES },
+                "id": { "type": "string", "maxLength": cellar_stream::doc::MAX_KEY_BYTES },
+                "text": { "type": "string", "maxLength": cellar_stream::doc::MAX_TEXT_BYTES },
+                "metadata": { "type": "object", "maxProperties": cellar_stream::doc::MAX_META_FIELDS, "additionalProperties": { "type": ["string", "number", "boolean"] } },
+                "tokens": { "type": "array", "minItems": 1, "maxItems": cellar_stream::doc::MAX_TOKENS, "items": { "type": "array", "items": { "type": "number" } } },
+                "pooled": { "type": "array", "items": { "type": "number" }, "description": "Default: the normalised mean of the token vectors" }
+            }
+        },
+        "FeedRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["docs"],
+            "properties": { "docs": { "type": "array", "minItems": 1, "maxItems": crate::streams::MAX_FEED, "items": { "$ref": "#/components/schemas/StreamDoc" } } }
+        },
+        "StreamSearchRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "query": { "type": "string", "description": "Encoded by the server when query_tokens is absent" },
+                "query_tokens": { "type": "array", "items": { "type": "array", "items": { "type": "number" } } },
+                "query_pooled": { "type": "array", "items": { "type": "number" } },
+                "mode": { "type": "string", "enum": ["maxsim", "pooled"], "default": "maxsim" },
+                "k": { "type": "integer", "minimum": 1, "maximum": cellar_stream::search::MAX_K, "default": cellar_stream::input::DEFAULT_K },
+                "require_terms": { "type": "string", "description": "Only documents holding every term (lowercased, split on non-alphanumerics)" },
+                "filters": { "type": "object", "description": "Metadata equality filters, all required" },
+                "include_text": { "type": "boolean", "default": true }
+            }
+        },
         "Error": {
             "type": "object",
             "required": ["code", "message", "details"],
@@ -93,6 +126,13 @@ fn schemas() -> Value {
 
 fn json_body(schema: &str) -> Value {
     json!({ "required": true, "content": { "application/json": { "schema": { "$ref": format!("#/components/schemas/{schema}") } } } })
+}
+
+fn stream_responses(ok: &str) -> Value {
+    let mut responses = error_responses();
+    responses["404"] = json!({ "description": "No such stream, group or document (or the server serves no streams)", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } });
+    responses["200"] = json!({ "description": ok });
+    responses
 }
 
 /// The whole document.
@@ -112,6 +152,14 @@ pub fn document() -> Value {
         "paths": {
             "/v1/search": { "post": { "summary": "Search one query", "security": [{ "bearer": [] }, { "apiKey": [] }, {}], "requestBody": json_body("SearchRequest"), "responses": search_responses } },
             "/v1/search/batch": { "post": { "summary": "Search up to 64 queries", "security": [{ "bearer": [] }, { "apiKey": [] }, {}], "requestBody": json_body("BatchRequest"), "responses": batch_responses } },
+            "/v1/streams/{name}": { "get": { "summary": "A streaming collection's figures (segments, memtable, RAM, disk)", "security": [{ "bearer": [] }, { "apiKey": [] }, {}], "responses": stream_responses("Stats") } },
+            "/v1/streams/{name}/feed": { "post": { "summary": "Write up to 1000 documents as one batch (one log record, one fsync); creates the stream", "security": [{ "bearer": [] }, { "apiKey": [] }, {}], "requestBody": json_body("FeedRequest"), "responses": stream_responses("{stream, written, last_seq}") } },
+            "/v1/streams/{name}/groups/{group}/docs/{id}": {
+                "put": { "summary": "Write or replace one document (durable when answered); creates the stream", "security": [{ "bearer": [] }, { "apiKey": [] }, {}], "requestBody": json_body("StreamDoc"), "responses": stream_responses("{stream, group, id, seq}") },
+                "get": { "summary": "Read one document (text, metadata, n_tokens)", "security": [{ "bearer": [] }, { "apiKey": [] }, {}], "responses": stream_responses("{group, id, seq, text, n_tokens, metadata}") },
+                "delete": { "summary": "Delete one document (404 when it does not exist)", "security": [{ "bearer": [] }, { "apiKey": [] }, {}], "responses": stream_responses("{deleted, group, id, seq}") }
+            },
+            "/v1/streams/{name}/groups/{group}/search": { "post": { "summary": "Exact top-k in one group: MaxSim or pooled, optional filters and term match", "security": [{ "bearer": [] }, { "apiKey": [] }, {}], "requestBody": json_body("StreamSearchRequest"), "responses": stream_responses("{hits: [{id, score, text, metadata}], stats, timings}") } },
             "/healthz": { "get": { "summary": "Liveness and index facts", "responses": { "200": { "description": "ok" } } } },
             "/metrics": { "get": { "summary": "Prometheus text metrics", "responses": { "200": { "description": "text/plain; version=0.0.4" } } } },
             "/openapi.json": { "get": { "summary": "This document", "responses": { "200": { "description": "OpenAPI 3.1" } } } }

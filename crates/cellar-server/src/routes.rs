@@ -26,9 +26,10 @@ use crate::metrics::{Gauges, Metrics};
 use crate::pool::{CpuPool, Job};
 use crate::ServerConfig;
 
-/// What every handler shares.
+/// What every handler shares. A server has an index, streaming collections, or both.
 pub struct AppState {
-    pub index: Arc<Index>,
+    pub index: Option<Arc<Index>>,
+    pub streams: Option<crate::streams::StreamsState>,
     pub pool: CpuPool,
     pub metrics: Metrics,
     pub config: ServerConfig,
@@ -38,13 +39,33 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(index: Arc<Index>, config: ServerConfig) -> Arc<AppState> {
+        AppState::with_streams(Some(index), None, config)
+    }
+
+    pub fn with_streams(
+        index: Option<Arc<Index>>,
+        streams: Option<crate::streams::StreamsState>,
+        config: ServerConfig,
+    ) -> Arc<AppState> {
         let pool = CpuPool::new(config.workers, config.queue_capacity);
         Arc::new(AppState {
             index,
+            streams,
             pool,
             metrics: Metrics::default(),
             config,
             in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    /// The index, or 404 on a server started with streams only.
+    pub fn index(&self) -> Result<&Arc<Index>, ApiError> {
+        self.index.as_ref().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "this server serves no index (started without --index)",
+            )
         })
     }
 }
@@ -54,6 +75,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
         .route("/v1/search", post(search))
         .route("/v1/search/batch", post(search_batch))
+        .merge(crate::streams::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), admit))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_api_key));
     Router::new()
@@ -128,7 +150,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Parses a JSON body, turning every way it can be wrong into a typed 4xx.
-fn parse_body<T: DeserializeOwned>(
+pub(crate) fn parse_body<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
@@ -167,7 +189,7 @@ fn submit(
         .into_iter()
         .map(|search| {
             let (tx, rx) = oneshot::channel();
-            let index = state.index.clone();
+            let index = state.index.clone().expect("validated against the index");
             let job: Job = Box::new(move || {
                 let queue_ms = enqueued.elapsed().as_secs_f64() * 1e3;
                 if Instant::now() >= deadline {
@@ -238,7 +260,7 @@ async fn search(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SearchResponse>, ApiError> {
     let request: SearchRequest = parse_body(&headers, body)?;
-    let valid = request.validate(&state.index)?;
+    let valid = request.validate(state.index()?)?;
     let deadline = Instant::now() + state.config.deadline;
     let reply = submit(&state, vec![valid], deadline)?.pop().expect("one reply per search");
     Ok(Json(answer(&state, reply, deadline).await?))
@@ -251,12 +273,13 @@ async fn search_batch(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<BatchResponse>, ApiError> {
     let request: BatchRequest = parse_body(&headers, body)?;
+    let index = state.index()?;
     let n = request.queries.len();
     if n == 0 || n > MAX_BATCH {
         return Err(ApiError::invalid(format!("a batch holds 1 to {MAX_BATCH} queries, got {n}")));
     }
     let checked: Vec<Result<ValidSearch, ApiError>> =
-        request.queries.into_iter().map(|q| q.validate(&state.index)).collect();
+        request.queries.into_iter().map(|q| q.validate(index)).collect();
     let deadline = Instant::now() + state.config.deadline;
     let (ok, slots) = split_valid(checked);
     let mut replies = submit(&state, ok, deadline)?.into_iter();
@@ -291,14 +314,16 @@ fn split_valid(checked: Vec<Result<ValidSearch, ApiError>>) -> (Vec<ValidSearch>
 }
 
 async fn healthz(State(state): State<Arc<AppState>>) -> Json<Value> {
-    let config = state.index.config();
+    let index = state.index.as_ref();
+    let config = index.map(|i| i.config());
     Json(json!({
         "status": "ok",
-        "docs": state.index.len(),
-        "reader": state.index.reader_kind().name(),
-        "codec": config.codec,
-        "model": config.encoder.model,
-        "model_dim": config.encoder.model_dim,
+        "docs": index.map(|i| i.len()),
+        "reader": index.map(|i| i.reader_kind().name()),
+        "codec": config.map(|c| &c.codec),
+        "model": config.map(|c| &c.encoder.model),
+        "model_dim": config.map(|c| c.encoder.model_dim),
+        "streams": state.streams.as_ref().map(|s| s.streams.root()),
         "workers": state.pool.threads(),
         "queue_depth": state.pool.queue_depth(),
         "queue_capacity": state.pool.capacity(),
@@ -312,7 +337,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         queue_capacity: state.pool.capacity(),
         busy_workers: state.pool.busy(),
         workers: state.pool.threads(),
-        docs: state.index.len(),
+        docs: state.index.as_ref().map_or(0, |i| i.len()),
     };
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(&gauges))
 }

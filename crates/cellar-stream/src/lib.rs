@@ -1,9 +1,32 @@
-//! Streaming collections (issue 6, in progress): documents keyed by (group, id), written through a
-//! write-ahead log, searched exactly per group. So far only the log exists:
+//! Streaming collections (issue 6): documents keyed by (group, id), written through a
+//! write-ahead log, searched exactly per group with no index.
 //!
-//! - `wal`: the append-only, checksummed write-ahead log, fsync before acknowledging, torn tails
-//!   truncated on open.
+//! - `doc`: documents, validation, the binary entry shared by log, memtable and segments
+//! - `wal`: the append-only, checksummed write-ahead log (group commit, torn tails truncated)
+//! - `memtable`: the unflushed newest entries, sorted by (group, id)
+//! - `segment`: immutable files, one page-aligned checksummed extent per group; `merge`: compaction
+//! - `manifest`: `stream.json` and the commit point `MANIFEST.json`
+//! - `collection`: open/recover, put, delete, flush, compact (background thread)
+//! - `search`: exact per-group MaxSim or pooled search, filters and text match, chunked reads
+//! - `stats`: `get` and the RAM/disk figures; `registry`: named collections under one root
+//! - `input`: JSON documents and queries (HTTP, CLI, Python); `encoding`: text → vectors
 
+pub mod collection;
+pub mod doc;
+pub mod encoding;
+pub mod input;
+pub mod manifest;
+pub mod memtable;
+mod merge;
+pub mod registry;
+pub mod search;
+pub mod segment;
+pub mod stats;
 pub mod wal;
 
+pub use collection::{Collection, Options};
+pub use doc::{MetaValue, StreamDoc};
+pub use registry::Streams;
+pub use search::{Hit, Mode, Query, ScanStats, SearchResult};
+pub use stats::{Stats, StoredDoc};
 pub use wal::{Durability, Recovery, Wal};

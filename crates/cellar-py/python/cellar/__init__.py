@@ -12,6 +12,13 @@ the two scores are fused::
 
     metrics = index.evaluate({"q1": "..."}, {"q1": {"doc7": 2}})   # {"nDCG@10": ..., ...}
 
+Streaming collections keep each user's (group's) documents together and search one group
+exactly, with no index::
+
+    stream = cellar.Stream.open("notes.stream")          # created with the model's dimension
+    stream.put("alice", "n1", "buy sourdough flour", metadata={"kind": "todo"})
+    stream.search("alice", "bread", k=5)                   # [{"id", "score", "text", "metadata"}]
+
 Searches and evaluations release the GIL: one :class:`Index` can serve many Python threads.
 Errors derive from :class:`CellarError`; bad input raises :class:`InvalidInputError`, which is
 also a :class:`ValueError`.
@@ -19,7 +26,7 @@ also a :class:`ValueError`.
 
 from __future__ import annotations
 
-from ._cellar import MAX_K, MAX_QUERY_BYTES, Index, SearchResult, __version__
+from ._cellar import MAX_K, MAX_QUERY_BYTES, Index, SearchResult, Stream, __version__
 from . import _errors
 from ._errors import (
     CellarError,
@@ -28,6 +35,7 @@ from ._errors import (
     IncompatibleError,
     InvalidInputError,
     ModelError,
+    NotFoundError,
     UnsupportedError,
 )
 
@@ -41,6 +49,7 @@ CODECS = ("f16", "int8")
 __all__ = [
     "Index",
     "SearchResult",
+    "Stream",
     *_errors.__all__,
     "MODES",
     "READERS",

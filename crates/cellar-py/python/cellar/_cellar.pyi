@@ -90,3 +90,50 @@ class Index:
     @property
     def reader(self) -> _Reader: ...
     def __len__(self) -> int: ...
+
+class Stream:
+    """A streaming collection: documents keyed by (group, id), exact search inside one group."""
+
+    @staticmethod
+    def open(
+        path: _Path,
+        *,
+        dim: int | None = None,
+        model: _Path | None = None,
+        fsync: bool = True,
+        memtable_bytes: int | None = None,
+        background_compaction: bool = True,
+    ) -> Stream: ...
+    def put(
+        self,
+        group: str,
+        id: str,
+        text: str = "",
+        *,
+        metadata: dict[str, str | int | float | bool] | None = None,
+        tokens: Any | None = None,
+        pooled: Any | None = None,
+    ) -> int: ...
+    def put_batch(self, docs: list[dict[str, Any]]) -> int: ...
+    def get(self, group: str, id: str) -> dict[str, Any]: ...
+    def delete(self, group: str, id: str) -> int: ...
+    def search(
+        self,
+        group: str,
+        query: str | None = None,
+        *,
+        k: int = 10,
+        mode: str = "maxsim",
+        query_tokens: Any | None = None,
+        query_pooled: Any | None = None,
+        require_terms: str | None = None,
+        filters: dict[str, str | int | float | bool] | None = None,
+        include_text: bool = True,
+    ) -> list[dict[str, Any]]: ...
+    def flush(self) -> None: ...
+    def compact(self) -> bool: ...
+    def stats(self) -> dict[str, Any]: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def path(self) -> Path: ...

@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "CellarError",
     "InvalidInputError",
+    "NotFoundError",
     "CorruptedError",
     "IncompatibleError",
     "ModelError",
@@ -31,6 +32,15 @@ class InvalidInputError(CellarError, ValueError):
     malformed collection, a vector of the wrong dimension, a document id out of range."""
 
     code = "invalid_input"
+
+
+class NotFoundError(CellarError, KeyError):
+    """A streaming collection, group or document id that does not exist."""
+
+    code = "not_found"
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class CorruptedError(CellarError):

@@ -1,0 +1,150 @@
+//! `cellar feed`, `cellar stream-search` and `cellar serve --streams` on a small JSONL file,
+//! with the default model encoding the texts; bad lines are exit code 2 naming the line.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::{assert_user_error, cellar, text};
+use serde_json::{json, Value};
+
+const NOTES: &[(&str, &str, &str)] = &[
+    ("ana", "n1", "Sourdough bread needs a starter, flour, water and salt"),
+    ("ana", "n2", "Book the dentist appointment for next Tuesday"),
+    ("ana", "n3", "The volcano erupted and lava reached the sea"),
+    ("ben", "m1", "Recipe: rye bread with caraway seeds"),
+    ("ben", "m2", "Quarterly tax return due in April"),
+];
+
+fn write_jsonl(path: &Path, lines: &[Value]) {
+    let body: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(path, body.join("\n") + "\n").unwrap();
+}
+
+fn notes() -> Vec<Value> {
+    NOTES
+        .iter()
+        .map(|(g, id, t)| json!({"group": g, "id": id, "text": t, "metadata": {"len": t.len()}}))
+        .collect()
+}
+
+fn search(root: &str, group: &str, query: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["stream-search", "--streams", root, "--name", "notes", "--group", group, query];
+    args.extend_from_slice(extra);
+    let out = cellar(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn ids(answer: &Value) -> Vec<&str> {
+    answer["hits"].as_array().unwrap().iter().map(|h| h["id"].as_str().unwrap()).collect()
+}
+
+#[test]
+fn feed_then_search_one_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (file, root) = (tmp.path().join("notes.jsonl"), tmp.path().join("streams"));
+    let root_s = root.to_str().unwrap();
+    write_jsonl(&file, &notes());
+    let out = cellar(&[
+        "feed",
+        file.to_str().unwrap(),
+        "--streams",
+        root_s,
+        "--name",
+        "notes",
+        "--batch",
+        "2",
+        "--compact",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("fed 5 documents"), "{}", text(&out.stdout));
+    let answer = search(root_s, "ana", "baking bread", &[]);
+    assert_eq!(ids(&answer)[0], "n1");
+    assert!(ids(&answer).iter().all(|id| id.starts_with('n')), "only ana's notes: {answer}");
+    assert_eq!(answer["stats"]["docs_scanned"], 3);
+    let ben = search(root_s, "ben", "bread", &["--k", "1", "--mode", "pooled"]);
+    assert_eq!(ids(&ben), ["m1"]);
+    let filtered = search(root_s, "ana", "bread", &["--filter", &format!("len={}", NOTES[1].2.len())]);
+    assert_eq!(ids(&filtered), ["n2"]);
+    let terms = search(root_s, "ana", "anything", &["--require-terms", "LAVA"]);
+    assert_eq!(ids(&terms), ["n3"]);
+    assert_user_error(
+        &cellar(&["stream-search", "--streams", root_s, "--name", "notes", "--group", "zed", "bread"]),
+        "no group \"zed\"",
+    );
+    assert_user_error(
+        &cellar(&["stream-search", "--streams", root_s, "--name", "nope", "--group", "ana", "bread"]),
+        "no stream named \"nope\"",
+    );
+}
+
+#[test]
+fn a_bad_line_is_exit_code_2_with_its_number() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("streams");
+    let root_s = root.to_str().unwrap();
+    let cases = [
+        (json!({"id": "x", "text": "no group"}), "the document has no group"),
+        (json!({"group": "g", "id": "x", "text": "t", "tokens": [[1.0, 2.0]]}), "wrong vector dimension"),
+        (json!({"group": "g", "id": "x", "text": "t", "colour": "red"}), "unknown field `colour`"),
+        (json!({"group": "g", "id": "", "text": "t"}), "the document id is empty"),
+    ];
+    for (i, (bad, message)) in cases.into_iter().enumerate() {
+        let file = tmp.path().join(format!("bad{i}.jsonl"));
+        let mut lines = notes();
+        lines.insert(2, bad);
+        write_jsonl(&file, &lines);
+        let out =
+            cellar(&["feed", file.to_str().unwrap(), "--streams", root_s, "--name", "notes", "--batch", "2"]);
+        assert_user_error(&out, &format!("bad{i}.jsonl:3: "));
+        assert_user_error(&out, message);
+    }
+}
+
+fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, Value) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+#[test]
+fn serve_streams_without_an_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("streams");
+    assert_user_error(&cellar(&["serve"]), "--index");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cellar"))
+        .args(["serve", "--streams", root.to_str().unwrap(), "--bind", "127.0.0.1:0", "--lazy-encoder"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = BufReader::new(child.stderr.take().unwrap()).lines().next().unwrap().unwrap();
+    let port: u16 =
+        ready.split("http://127.0.0.1:").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
+    let doc = json!({"text": "hello", "tokens": [[1.0, 0.0], [0.0, 1.0]]}).to_string();
+    assert_eq!(http(port, "PUT", "/v1/streams/s/groups/g/docs/d1", &doc).0, 200);
+    let (status, found) =
+        http(port, "POST", "/v1/streams/s/groups/g/search", r#"{"query_tokens": [[1.0, 0.0]]}"#);
+    assert_eq!((status, found["hits"][0]["id"].as_str()), (200, Some("d1")), "{found}");
+    assert_eq!(http(port, "POST", "/v1/search", r#"{"query": "x"}"#).0, 404, "no index served");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    // The stream outlives the server: a text query now meets its 2-dimensional vectors (a missing
+    // stream would be "no stream named").
+    let out =
+        cellar(&["stream-search", "--streams", root.to_str().unwrap(), "--name", "s", "--group", "g", "x"]);
+    assert!(!out.status.success(), "a text query against a 2-dimensional stream is a dimension error");
+    assert_user_error(&out, "wrong vector dimension");
+}

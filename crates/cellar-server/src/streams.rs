@@ -1,0 +1,215 @@
+//! The streaming collections' endpoints (`/v1/streams/...`). Every handler parses and checks its
+//! request on the async runtime, then runs the blocking part (text encoding, the log's fsync,
+//! reading a group's extents) as one job on the CPU pool, with the server's deadline and its
+//! 429 when the queue is full. A write whose deadline passes while it runs still completes (and
+//! is durable); its client gets 504 and may retry, since writes are idempotent.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use cellar_core::CellarError;
+use cellar_stream::encoding::{collection_for_write, docs_with_vectors, query_with_vectors, LazyEncoder};
+use cellar_stream::input::{meta_to_json, DocJson, QueryJson};
+use cellar_stream::{Collection, Hit, Streams};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use tokio::sync::oneshot;
+
+use crate::error::ApiError;
+use crate::pool::Job;
+use crate::routes::{parse_body, AppState};
+
+/// Most documents in one feed request (one log record, one fsync).
+pub const MAX_FEED: usize = 1000;
+
+/// The streams' root and the encoder for documents and queries sent without vectors.
+pub struct StreamsState {
+    pub streams: Streams,
+    pub encoder: LazyEncoder,
+}
+
+/// `POST /v1/streams/{name}/feed`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedRequest {
+    pub docs: Vec<DocJson>,
+}
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/streams/{name}", get(stream_stats))
+        .route("/v1/streams/{name}/feed", post(feed))
+        .route("/v1/streams/{name}/groups/{group}/docs/{id}", put(put_doc).get(get_doc).delete(delete_doc))
+        .route("/v1/streams/{name}/groups/{group}/search", post(search))
+}
+
+fn streams(state: &AppState) -> Result<&StreamsState, ApiError> {
+    state.streams.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "this server serves no streams (started without --streams)",
+        )
+    })
+}
+
+fn path<T>(extracted: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
+    extracted.map(|Path(p)| p).map_err(|e| ApiError::invalid(format!("request path: {}", e.body_text())))
+}
+
+/// Runs `work` on the CPU pool and waits for it until the deadline.
+async fn blocking<T: Send + 'static>(
+    state: &Arc<AppState>,
+    work: impl FnOnce(&StreamsState) -> cellar_core::Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    streams(state)?;
+    let deadline = Instant::now() + state.config.deadline;
+    let (tx, rx) = oneshot::channel();
+    let shared = state.clone();
+    let job: Job = Box::new(move || {
+        if Instant::now() < deadline {
+            let _ = tx.send(work(shared.streams.as_ref().expect("checked")));
+        }
+    });
+    state.pool.try_submit_all(vec![job]).map_err(|_| {
+        let capacity = state.pool.capacity();
+        ApiError::overloaded(
+            format!("the server's queue is full ({capacity} jobs waiting); retry later"),
+            json!({ "queue_capacity": capacity }),
+        )
+    })?;
+    let expired = || ApiError::deadline(state.config.deadline.as_millis() as u64);
+    match tokio::time::timeout_at(deadline.into(), rx).await {
+        Err(_) => Err(expired()),
+        Ok(Err(_)) if Instant::now() >= deadline => Err(expired()),
+        Ok(Err(_)) => Err(CellarError::Unsupported("the worker stopped without answering".into()).into()),
+        Ok(Ok(result)) => Ok(result?),
+    }
+}
+
+fn write_docs(
+    s: &StreamsState,
+    name: &str,
+    docs: Vec<DocJson>,
+) -> cellar_core::Result<(Arc<Collection>, u64)> {
+    let collection = collection_for_write(&s.streams, name, &docs, &s.encoder)?;
+    let docs = docs_with_vectors(docs, collection.dim(), &s.encoder)?;
+    let seq = collection.put_batch(&docs)?;
+    Ok((collection, seq))
+}
+
+async fn put_doc(
+    State(state): State<Arc<AppState>>,
+    keys: Result<Path<(String, String, String)>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let (name, group, id) = path(keys)?;
+    let doc: DocJson = parse_body(&headers, body)?;
+    let doc = doc.with_keys(Some(&group), Some(&id))?;
+    let (n, g, i) = (name.clone(), group.clone(), id.clone());
+    let (_, seq) = blocking(&state, move |s| write_docs(s, &n, vec![doc])).await?;
+    Ok(Json(json!({ "stream": name, "group": g, "id": i, "seq": seq })))
+}
+
+async fn feed(
+    State(state): State<Arc<AppState>>,
+    name: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let name = path(name)?;
+    let request: FeedRequest = parse_body(&headers, body)?;
+    let n = request.docs.len();
+    if n == 0 || n > MAX_FEED {
+        return Err(ApiError::invalid(format!("a feed holds 1 to {MAX_FEED} documents, got {n}")));
+    }
+    let docs = request
+        .docs
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            d.with_keys(None, None).map_err(|e| ApiError::from(e).with_details(json!({ "doc": i })))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let stream = name.clone();
+    let (_, seq) = blocking(&state, move |s| write_docs(s, &stream, docs)).await?;
+    Ok(Json(json!({ "stream": name, "written": n, "last_seq": seq })))
+}
+
+fn metadata_json(metadata: &std::collections::BTreeMap<String, cellar_stream::MetaValue>) -> Value {
+    Value::Object(metadata.iter().map(|(k, v)| (k.clone(), meta_to_json(v))).collect::<Map<_, _>>())
+}
+
+async fn get_doc(
+    State(state): State<Arc<AppState>>,
+    keys: Result<Path<(String, String, String)>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let (name, group, id) = path(keys)?;
+    let doc = blocking(&state, move |s| s.streams.get(&name, None)?.get(&group, &id)).await?;
+    Ok(Json(json!({
+        "group": doc.group, "id": doc.id, "seq": doc.seq, "text": doc.text,
+        "n_tokens": doc.n_tokens, "metadata": metadata_json(&doc.metadata),
+    })))
+}
+
+async fn delete_doc(
+    State(state): State<Arc<AppState>>,
+    keys: Result<Path<(String, String, String)>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let (name, group, id) = path(keys)?;
+    let (g, i) = (group.clone(), id.clone());
+    let seq = blocking(&state, move |s| s.streams.get(&name, None)?.delete(&g, &i)).await?;
+    Ok(Json(json!({ "deleted": true, "group": group, "id": id, "seq": seq })))
+}
+
+async fn stream_stats(
+    State(state): State<Arc<AppState>>,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let name = path(name)?;
+    let stats = blocking(&state, move |s| Ok(s.streams.get(&name, None)?.stats())).await?;
+    Ok(Json(serde_json::to_value(stats).map_err(|e| CellarError::InvalidInput(e.to_string()))?))
+}
+
+fn hit_json(hit: Hit) -> Value {
+    let mut value = json!({ "id": hit.id, "score": hit.score, "metadata": metadata_json(&hit.metadata) });
+    if let Some(text) = hit.text {
+        value["text"] = Value::String(text);
+    }
+    value
+}
+
+async fn search(
+    State(state): State<Arc<AppState>>,
+    keys: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let (name, group) = path(keys)?;
+    let request: QueryJson = parse_body(&headers, body)?;
+    let start = Instant::now();
+    let (result, encode_ms) = blocking(&state, move |s| {
+        let collection = s.streams.get(&name, None)?;
+        let encode = Instant::now();
+        let query = query_with_vectors(request, collection.dim(), &s.encoder)?;
+        let encode_ms = encode.elapsed().as_secs_f64() * 1e3;
+        Ok((collection.search(&group, &query)?, encode_ms))
+    })
+    .await?;
+    let st = result.stats;
+    Ok(Json(json!({
+        "hits": result.hits.into_iter().map(hit_json).collect::<Vec<_>>(),
+        "stats": {
+            "docs_scanned": st.docs_scanned, "docs_scored": st.docs_scored, "bytes_read": st.bytes_read,
+            "read_calls": st.read_calls, "segments_read": st.segments_read, "memtable_entries": st.memtable_entries,
+        },
+        "timings": { "encode_ms": encode_ms, "total_ms": start.elapsed().as_secs_f64() * 1e3 },
+    })))
+}

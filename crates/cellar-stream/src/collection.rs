@@ -1,0 +1,579 @@
+//! A streaming collection on disk: settings, manifest, write-ahead log, segments.
+//!
+//! Writes: validate → assign sequence numbers → one log record per batch (one `fdatasync`) →
+//! memtable → acknowledged. When the memtable passes its byte budget it is flushed: segment
+//! written atomically, then the manifest (its segment list and `flushed_seq`), then the log is
+//! emptied. Compaction merges every segment into one (newest sequence number wins, shadowed
+//! versions and tombstones dropped), so each group becomes one contiguous extent.
+//!
+//! Lock order: `writer` (log, manifest) before `state` (memtable, segment list). Searches only
+//! take `state` for reading, long enough to clone `Arc`s.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use cellar_core::{CellarError, Result};
+
+use crate::doc::{self, EntryView, StreamDoc};
+use crate::manifest::{segment_file, Manifest, SegmentRef, Settings, MANIFEST_VERSION, WAL_FILE};
+use crate::memtable::Memtable;
+use crate::merge::merge_segments;
+use crate::segment::{Segment, SegmentWriter, CHUNK_BYTES};
+use crate::wal::{Durability, Wal, MAX_RECORD_BYTES};
+
+/// How a collection runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `Fsync` (default): a write is on disk before it is acknowledged.
+    pub durability: Durability,
+    /// Memtable bytes that trigger a flush to a segment.
+    pub memtable_bytes: usize,
+    /// Segments that wake the background compaction (when it runs).
+    pub compact_after: usize,
+    /// Run compaction on a background thread (otherwise only `compact()` does).
+    pub background_compaction: bool,
+    /// Largest read a query makes at once from a group's extent.
+    pub chunk_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Fsync,
+            memtable_bytes: 64 << 20,
+            compact_after: 4,
+            background_compaction: true,
+            chunk_bytes: CHUNK_BYTES,
+        }
+    }
+}
+
+struct Writer {
+    wal: Wal,
+    next_seq: u64,
+    manifest: Manifest,
+}
+
+pub(crate) struct State {
+    pub memtable: Memtable,
+    /// Oldest first; sequence ranges do not overlap.
+    pub segments: Vec<Arc<Segment>>,
+}
+
+/// Group commit across callers: a caller queues its batch; if no leader is writing it becomes
+/// the leader and writes every queued batch with one write and one fsync; otherwise it waits
+/// until a leader has answered its slot (or leadership is free again).
+#[derive(Default)]
+struct Commits {
+    queue: Vec<(Vec<Vec<u8>>, Slot)>,
+    leader: bool,
+}
+
+#[derive(Default)]
+struct Wake {
+    pending: bool,
+    stop: bool,
+}
+
+pub(crate) struct Inner {
+    pub dir: PathBuf,
+    pub settings: Settings,
+    pub options: Options,
+    writer: Mutex<Writer>,
+    /// Batches waiting for the log, and whether a leader is writing (group commit).
+    commits: Mutex<Commits>,
+    committed: Condvar,
+    state: RwLock<State>,
+    compacting: Mutex<()>,
+    wake: (Mutex<Wake>, Condvar),
+    pub flushes: AtomicU64,
+    pub compactions: AtomicU64,
+    /// Log writes (one fsync each with `Durability::Fsync`) and the batches they carried.
+    pub log_syncs: AtomicU64,
+    pub log_batches: AtomicU64,
+    pub recovered_records: u64,
+    pub truncated_bytes: u64,
+}
+
+/// A streaming collection; share it between threads behind an `Arc`.
+pub struct Collection {
+    pub(crate) inner: Arc<Inner>,
+    compactor: Option<JoinHandle<()>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Inner {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_state(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn dim(&self) -> usize {
+        self.settings.dim
+    }
+}
+
+/// Removes temporaries and segment files the manifest does not list (a crash between writing a
+/// segment and committing the manifest, or after a compaction's commit and before its cleanup).
+fn sweep(dir: &Path, manifest: &Manifest) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|e| CellarError::Io { path: dir.into(), source: e })?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let live = manifest.segments.iter().any(|s| s.file == name);
+        let stray_segment = name.starts_with("seg-") && !live;
+        if stray_segment || name.ends_with(".tmp") || name.ends_with(".cellar-tmp") {
+            let path = entry.path();
+            std::fs::remove_file(&path).map_err(|e| CellarError::Io { path, source: e })?;
+        }
+    }
+    Ok(())
+}
+
+/// Replays the log into a memtable: records wholly in segments (seq <= flushed) are skipped.
+fn replay(dir: &Path, options: &Options, flushed: u64) -> Result<(Wal, Memtable, u64, (u64, u64))> {
+    let path = dir.join(WAL_FILE);
+    let mut memtable = Memtable::default();
+    let mut last = flushed;
+    let (wal, recovery) = Wal::open(&path, options.durability, |payload| {
+        for entry in split_record(payload).map_err(|d| CellarError::Corrupted {
+            path: path.clone(),
+            offset: 0,
+            detail: format!("a log record: {d}"),
+        })? {
+            let view = EntryView::parse(entry).expect("checked by split_record");
+            if view.seq > flushed {
+                memtable.insert(view.group, view.id, entry.into());
+                last = last.max(view.seq);
+            }
+        }
+        Ok(())
+    })?;
+    Ok((wal, memtable, last, (recovery.records, recovery.truncated_bytes)))
+}
+
+/// The entries of one log record (`count u32 | entry*`), each parsed once to check it.
+fn split_record(payload: &[u8]) -> std::result::Result<Vec<&[u8]>, String> {
+    let count = doc::entry_len(payload).ok_or("no entry count")?;
+    let mut rest = &payload[4..];
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = doc::entry_len(rest).filter(|&l| l >= 4 && l <= rest.len()).ok_or("entry cut short")?;
+        EntryView::parse(&rest[..len])?;
+        out.push(&rest[..len]);
+        rest = &rest[len..];
+    }
+    if !rest.is_empty() {
+        return Err("bytes after the last entry".into());
+    }
+    Ok(out)
+}
+
+fn seq_of(entry: &[u8]) -> u64 {
+    u64::from_le_bytes(entry[5..13].try_into().expect("8 bytes"))
+}
+
+impl Collection {
+    /// Opens the collection in `dir`, creating it with vectors of `dim` when it does not exist
+    /// (`dim: None` makes a missing collection a `NotFound` error).
+    pub fn open(dir: &Path, dim: Option<usize>, options: Options) -> Result<Collection> {
+        let settings = match (Settings::load(dir)?, dim) {
+            (Some(settings), Some(dim)) if settings.dim != dim => {
+                return Err(CellarError::WrongDimension { expected: settings.dim, received: dim })
+            }
+            (Some(settings), _) => settings,
+            (None, None) => {
+                return Err(CellarError::NotFound(format!("no streaming collection at {}", dir.display())))
+            }
+            (None, Some(dim)) => create(dir, dim)?,
+        };
+        let manifest = Manifest::load(dir)?;
+        sweep(dir, &manifest)?;
+        let segments = manifest
+            .segments
+            .iter()
+            .map(|s| Segment::open(&dir.join(&s.file)).map(Arc::new))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(bad) = segments.iter().find(|s| s.dim != settings.dim) {
+            return Err(CellarError::Corrupted {
+                path: bad.path.clone(),
+                offset: 12,
+                detail: format!("segment of dim {} in a collection of dim {}", bad.dim, settings.dim),
+            });
+        }
+        let (wal, memtable, last, (records, truncated)) = replay(dir, &options, manifest.flushed_seq)?;
+        let writer = Writer { wal, next_seq: last + 1, manifest };
+        let inner = Arc::new(Inner {
+            dir: dir.to_path_buf(),
+            settings,
+            options,
+            writer: Mutex::new(writer),
+            commits: Mutex::new(Commits::default()),
+            committed: Condvar::new(),
+            state: RwLock::new(State { memtable, segments }),
+            compacting: Mutex::new(()),
+            wake: (Mutex::new(Wake::default()), Condvar::new()),
+            flushes: AtomicU64::new(0),
+            compactions: AtomicU64::new(0),
+            log_syncs: AtomicU64::new(0),
+            log_batches: AtomicU64::new(0),
+            recovered_records: records,
+            truncated_bytes: truncated,
+        });
+        let compactor = inner.options.background_compaction.then(|| spawn_compactor(inner.clone()));
+        Ok(Collection { inner, compactor })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    pub fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    /// Writes (or replaces) one document; durable when this returns (with `Durability::Fsync`).
+    pub fn put(&self, doc: &StreamDoc) -> Result<u64> {
+        self.put_batch(std::slice::from_ref(doc))
+    }
+
+    /// Writes documents as one log record: one sync, and after a crash all of them or none.
+    /// Returns the sequence number of the last one.
+    pub fn put_batch(&self, docs: &[StreamDoc]) -> Result<u64> {
+        if docs.is_empty() {
+            return Err(CellarError::InvalidInput("a batch holds at least one document".into()));
+        }
+        let dim = self.dim();
+        for (i, d) in docs.iter().enumerate() {
+            d.validate(dim).map_err(|e| with_position(e, i, docs.len()))?;
+        }
+        let entries: Vec<Vec<u8>> = docs.iter().map(|d| d.encode(dim)).collect();
+        check_record_size(&entries)?;
+        self.inner.commit_queued(entries)
+    }
+
+    /// Deletes one document (a tombstone); `NotFound` when (group, id) holds no live document.
+    pub fn delete(&self, group: &str, id: &str) -> Result<u64> {
+        doc::check_key("group", group)?;
+        doc::check_key("document id", id)?;
+        let mut writer = lock(&self.inner.writer);
+        if self.inner.lookup(group, id)?.is_none() {
+            return Err(CellarError::NotFound(format!("no document {id:?} in group {group:?}")));
+        }
+        let slot: Slot = Arc::new(Mutex::new(None));
+        self.inner.commit_group(&mut writer, vec![(vec![doc::encode_tombstone(group, id)], slot.clone())]);
+        let done = lock(&slot).take();
+        done.expect("committed")
+    }
+
+    /// Flushes the memtable to a segment now (nothing to do when it is empty).
+    pub fn flush(&self) -> Result<()> {
+        let mut writer = lock(&self.inner.writer);
+        self.inner.flush_locked(&mut writer)
+    }
+
+    /// Merges every segment into one; returns whether there was anything to merge.
+    pub fn compact(&self) -> Result<bool> {
+        self.inner.compact()
+    }
+
+    /// Waits (bounded) until no background compaction is running.
+    pub fn wait_idle(&self) {
+        drop(lock(&self.inner.compacting));
+    }
+}
+
+/// Where a queued batch's outcome lands: its last sequence number, or the error.
+type Slot = Arc<Mutex<Option<Result<u64>>>>;
+
+fn check_record_size(entries: &[Vec<u8>]) -> Result<()> {
+    let size: usize = 4 + entries.iter().map(Vec::len).sum::<usize>();
+    if size > MAX_RECORD_BYTES {
+        return Err(CellarError::InvalidInput(format!(
+            "a batch of {size} bytes is over the limit of {MAX_RECORD_BYTES}; split it"
+        )));
+    }
+    Ok(())
+}
+
+/// A copy of `error` for each caller of a group that failed together.
+fn shared_error(error: &CellarError) -> CellarError {
+    match error {
+        CellarError::Io { path, source } => CellarError::Io {
+            path: path.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        CellarError::InvalidInput(m) => CellarError::InvalidInput(m.clone()),
+        other => CellarError::Io {
+            path: PathBuf::from("write-ahead log"),
+            source: std::io::Error::other(other.to_string()),
+        },
+    }
+}
+
+fn with_position(error: CellarError, i: usize, n: usize) -> CellarError {
+    match error {
+        CellarError::InvalidInput(m) if n > 1 => {
+            CellarError::InvalidInput(format!("document {i} of the batch: {m}"))
+        }
+        other => other,
+    }
+}
+
+fn create(dir: &Path, dim: usize) -> Result<Settings> {
+    if dim == 0 || dim > doc::MAX_DIM {
+        return Err(CellarError::InvalidInput(format!("dimension {dim}: 1 to {} allowed", doc::MAX_DIM)));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| CellarError::Io { path: dir.into(), source: e })?;
+    let settings = Settings { version: MANIFEST_VERSION, dim, encoder: None };
+    settings.save(dir)?;
+    Ok(settings)
+}
+
+impl Inner {
+    /// Queues `entries` and returns once a leader (maybe this caller) has logged them.
+    fn commit_queued(&self, entries: Vec<Vec<u8>>) -> Result<u64> {
+        let slot: Slot = Arc::new(Mutex::new(None));
+        let mut commits = lock(&self.commits);
+        commits.queue.push((entries, slot.clone()));
+        loop {
+            if let Some(done) = lock(&slot).take() {
+                return done;
+            }
+            if !commits.leader {
+                commits.leader = true;
+                break;
+            }
+            commits = self.committed.wait(commits).unwrap_or_else(|p| p.into_inner());
+        }
+        let group = std::mem::take(&mut commits.queue);
+        drop(commits);
+        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut writer = lock(&self.writer);
+            self.commit_group(&mut writer, group);
+        }));
+        lock(&self.commits).leader = false;
+        self.committed.notify_all();
+        if let Err(panic) = written {
+            std::panic::resume_unwind(panic);
+        }
+        let done = lock(&slot).take();
+        // Empty only when the leader that took this batch panicked: its outcome is unknown.
+        done.unwrap_or_else(|| {
+            let source = std::io::Error::other(
+                "the log writer failed while writing this batch; it may or may not be logged",
+            );
+            Err(CellarError::Io { path: self.dir.join(WAL_FILE), source })
+        })
+    }
+
+    /// Logs each queued batch as one record, all with one write and one sync, then makes them
+    /// visible, flushes when over budget, and answers every batch's slot.
+    fn commit_group(&self, writer: &mut Writer, group: Vec<(Vec<Vec<u8>>, Slot)>) {
+        let first_seq = writer.next_seq;
+        let mut payloads = Vec::with_capacity(group.len());
+        let mut lasts = Vec::with_capacity(group.len());
+        for (entries, _) in &group {
+            let mut payload = Vec::with_capacity(4 + entries.iter().map(Vec::len).sum::<usize>());
+            payload.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+            for entry in entries {
+                payload.extend_from_slice(entry);
+                let at = payload.len() - entry.len();
+                doc::set_seq(&mut payload[at..], writer.next_seq);
+                writer.next_seq += 1;
+            }
+            payloads.push(payload);
+            lasts.push(writer.next_seq - 1);
+        }
+        let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+        let outcome = writer.wal.append(&refs).map(|()| {
+            self.log_syncs.fetch_add(1, Ordering::Relaxed);
+            self.log_batches.fetch_add(group.len() as u64, Ordering::Relaxed);
+            self.make_visible(&payloads);
+            if self.read().memtable.bytes() > self.options.memtable_bytes {
+                self.flush_locked(writer)
+            } else {
+                Ok(())
+            }
+        });
+        let outcome = match outcome {
+            Err(e) => {
+                writer.next_seq = first_seq; // nothing was logged
+                Err(e)
+            }
+            Ok(flushed) => flushed,
+        };
+        for ((_, slot), last) in group.iter().zip(lasts) {
+            *lock(slot) = Some(outcome.as_ref().map(|()| last).map_err(shared_error));
+        }
+    }
+
+    /// Inserts the entries of logged payloads into the memtable.
+    fn make_visible(&self, payloads: &[Vec<u8>]) {
+        let mut state = self.write_state();
+        for payload in payloads {
+            for entry in split_record(payload).expect("encoded by us") {
+                let view = EntryView::parse(entry).expect("encoded by us");
+                let (group, id) = (view.group.to_string(), view.id.to_string());
+                state.memtable.insert(&group, &id, entry.into());
+            }
+        }
+    }
+
+    fn flush_locked(&self, writer: &mut Writer) -> Result<()> {
+        let number = writer.manifest.next_segment;
+        let segment = {
+            let state = self.read();
+            if state.memtable.is_empty() {
+                return Ok(());
+            }
+            let mut out = SegmentWriter::create(&self.dir.join(segment_file(number)), self.dim())?;
+            for (group, entries) in state.memtable.iter() {
+                out.begin_group(group)?;
+                for entry in entries {
+                    out.push(entry, seq_of(entry))?;
+                }
+            }
+            Arc::new(out.finish()?)
+        };
+        let mut manifest = writer.manifest.clone();
+        manifest.segments.push(segment_ref(number, &segment));
+        manifest.flushed_seq = writer.next_seq - 1;
+        manifest.next_segment = number + 1;
+        manifest.save(&self.dir)?;
+        writer.manifest = manifest;
+        let n_segments = {
+            let mut state = self.write_state();
+            state.segments.push(segment);
+            state.memtable = Memtable::default();
+            state.segments.len()
+        };
+        writer.wal.reset()?;
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        if n_segments > self.options.compact_after {
+            let (flag, cvar) = &self.wake;
+            lock(flag).pending = true;
+            cvar.notify_one();
+        }
+        Ok(())
+    }
+
+    fn compact(&self) -> Result<bool> {
+        let _one_at_a_time = lock(&self.compacting);
+        let inputs = self.read().segments.clone();
+        if inputs.len() < 2 {
+            return Ok(false);
+        }
+        let number = {
+            let mut writer = lock(&self.writer);
+            writer.manifest.next_segment += 1;
+            writer.manifest.next_segment - 1
+        };
+        let merged = Arc::new(merge_segments(&inputs, &self.dir.join(segment_file(number)), self.dim())?);
+        {
+            let mut writer = lock(&self.writer);
+            let mut manifest = writer.manifest.clone();
+            manifest.segments.splice(..inputs.len(), [segment_ref(number, &merged)]);
+            manifest.save(&self.dir)?;
+            writer.manifest = manifest;
+            let mut state = self.write_state();
+            state.segments.splice(..inputs.len(), [merged]);
+        }
+        for old in &inputs {
+            // Already out of the manifest: a failure here leaves an orphan that open removes.
+            let _ = std::fs::remove_file(&old.path);
+        }
+        self.compactions.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// The newest live entry of (group, id), if any.
+    pub(crate) fn lookup(&self, group: &str, id: &str) -> Result<Option<Arc<[u8]>>> {
+        let segments = {
+            let state = self.read();
+            if let Some(entry) = state.memtable.get(group, id) {
+                return Ok((entry[4] == doc::KIND_PUT).then_some(entry));
+            }
+            state.segments.clone()
+        };
+        for segment in segments.iter().rev() {
+            let Some(mut cursor) = segment.cursor(group, self.options.chunk_bytes) else { continue };
+            while let Some(entry) = cursor.next_entry()? {
+                let view = parse_at(&segment.path, entry)?;
+                if view.id == id {
+                    return Ok((!view.is_tombstone()).then(|| entry.into()));
+                }
+                if view.id > id {
+                    break;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    pub(crate) fn writer_state(&self) -> (u64, u64, u64) {
+        let writer = lock(&self.writer);
+        (writer.next_seq - 1, writer.manifest.flushed_seq, writer.wal.len())
+    }
+}
+
+fn segment_ref(number: u64, segment: &Segment) -> SegmentRef {
+    SegmentRef {
+        file: segment_file(number),
+        min_seq: segment.min_seq,
+        max_seq: segment.max_seq,
+        entries: segment.entries,
+    }
+}
+
+/// Parses an entry read from `path`, turning a bad one into `Corrupted`.
+pub(crate) fn parse_at<'a>(path: &Path, entry: &'a [u8]) -> Result<EntryView<'a>> {
+    EntryView::parse(entry).map_err(|detail| CellarError::Corrupted { path: path.into(), offset: 0, detail })
+}
+
+fn spawn_compactor(inner: Arc<Inner>) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("cellar-compact".into())
+        .spawn(move || loop {
+            let run = {
+                let (flag, cvar) = &inner.wake;
+                let guard = lock(flag);
+                let (mut guard, _) = cvar
+                    .wait_timeout_while(guard, Duration::from_secs(1), |w| !w.pending && !w.stop)
+                    .unwrap_or_else(|p| p.into_inner());
+                if guard.stop {
+                    return;
+                }
+                std::mem::take(&mut guard.pending)
+            };
+            if run {
+                if let Err(e) = inner.compact() {
+                    log::error!("{}: background compaction failed: {e}", inner.dir.display());
+                }
+            }
+        })
+        .expect("spawning the compaction thread")
+}
+
+impl Drop for Collection {
+    fn drop(&mut self) {
+        let (flag, cvar) = &self.inner.wake;
+        lock(flag).stop = true;
+        cvar.notify_all();
+        if let Some(handle) = self.compactor.take() {
+            let _ = handle.join();
+        }
+    }
+}

@@ -1,0 +1,428 @@
+//! Immutable segment files: entries sorted by (group, id), each group one page-aligned,
+//! checksummed extent, and a group directory (the only part kept in RAM).
+//!
+//! ```text
+//! page 0  header: magic "CELLAR-G" | version u32 | dim u32 | n_groups u64 | n_entries u64
+//!         | min_seq u64 | max_seq u64 | dir_offset u64 | dir_len u64 | dir_crc u32
+//!         | header_crc u32 (CRC-32C of the 68 bytes before it); rest of the page zero
+//! extents one per group, each starting on a 4 KiB boundary: the group's entries (doc.rs)
+//!         sorted by id, zero padding after
+//! dir     per group, sorted: group_len u16 | group | offset u64 | len u64 | count u32
+//!         | crc u32 (CRC-32C of the extent's bytes)
+//! ```
+//! Written under a temporary name, fsynced, renamed, directory fsynced: a crash leaves no torn
+//! segment, only a stray temporary or an orphan the manifest does not list (both removed on open).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use cellar_core::format::fsio::sync_dir;
+use cellar_core::{CellarError, Result};
+
+use crate::doc::entry_len;
+
+pub const SEGMENT_MAGIC: [u8; 8] = *b"CELLAR-G";
+pub const SEGMENT_VERSION: u32 = 1;
+pub const PAGE: u64 = 4096;
+const HEADER_USED: usize = 72;
+/// Bytes a query reads at once from a group's extent.
+pub const CHUNK_BYTES: usize = 4 << 20;
+
+fn io(path: &Path, source: std::io::Error) -> CellarError {
+    CellarError::Io { path: path.to_path_buf(), source }
+}
+
+fn corrupted(path: &Path, offset: u64, detail: impl Into<String>) -> CellarError {
+    CellarError::Corrupted { path: path.to_path_buf(), offset, detail: detail.into() }
+}
+
+/// Where one group's entries lie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub offset: u64,
+    pub len: u64,
+    pub count: u32,
+    pub crc: u32,
+}
+
+/// Streams a segment to disk, one group after another in sorted order.
+pub struct SegmentWriter {
+    path: PathBuf,
+    tmp: PathBuf,
+    out: BufWriter<File>,
+    pos: u64,
+    dim: usize,
+    dir: Vec<(String, Extent)>,
+    open: Option<(String, Extent)>,
+    entries: u64,
+    seq_range: (u64, u64),
+    committed: bool,
+}
+
+impl SegmentWriter {
+    pub fn create(path: &Path, dim: usize) -> Result<SegmentWriter> {
+        let tmp = path.with_extension("seg.tmp");
+        let file = File::create(&tmp).map_err(|e| io(&tmp, e))?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        out.write_all(&[0u8; PAGE as usize]).map_err(|e| io(&tmp, e))?;
+        Ok(SegmentWriter {
+            path: path.to_path_buf(),
+            tmp,
+            out,
+            pos: PAGE,
+            dim,
+            dir: Vec::new(),
+            open: None,
+            entries: 0,
+            seq_range: (u64::MAX, 0),
+            committed: false,
+        })
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out.write_all(bytes).map_err(|e| io(&self.tmp, e))?;
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Starts `group`'s extent on the next page; groups must come in sorted order.
+    pub fn begin_group(&mut self, group: &str) -> Result<()> {
+        self.end_group();
+        let pad = (PAGE - self.pos % PAGE) % PAGE;
+        self.write(&vec![0u8; pad as usize])?;
+        self.open = Some((group.to_string(), Extent { offset: self.pos, len: 0, count: 0, crc: 0 }));
+        Ok(())
+    }
+
+    /// Appends one entry (with its seq) to the open group.
+    pub fn push(&mut self, entry: &[u8], seq: u64) -> Result<()> {
+        self.write(entry)?;
+        let (_, extent) = self.open.as_mut().expect("push inside a group");
+        extent.len += entry.len() as u64;
+        extent.count += 1;
+        extent.crc = crc32c::crc32c_append(extent.crc, entry);
+        self.entries += 1;
+        self.seq_range = (self.seq_range.0.min(seq), self.seq_range.1.max(seq));
+        Ok(())
+    }
+
+    fn end_group(&mut self) {
+        if let Some(done) = self.open.take() {
+            if done.1.count > 0 {
+                self.dir.push(done);
+            }
+        }
+    }
+
+    /// Writes the directory and header, syncs, renames into place; returns the opened segment.
+    pub fn finish(mut self) -> Result<Segment> {
+        self.end_group();
+        let dir_offset = self.pos;
+        let dir = encode_dir(&self.dir);
+        self.write(&dir)?;
+        let header = self.header(dir_offset, &dir);
+        self.out.flush().map_err(|e| io(&self.tmp, e))?;
+        let file = self.out.get_ref();
+        file.write_all_at(&header, 0).map_err(|e| io(&self.tmp, e))?;
+        file.sync_all().map_err(|e| io(&self.tmp, e))?;
+        std::fs::rename(&self.tmp, &self.path).map_err(|e| io(&self.path, e))?;
+        self.committed = true;
+        sync_dir(self.path.parent().unwrap_or(Path::new(".")))?;
+        Segment::open(&self.path)
+    }
+
+    fn header(&self, dir_offset: u64, dir: &[u8]) -> Vec<u8> {
+        let mut h = Vec::with_capacity(HEADER_USED);
+        h.extend_from_slice(&SEGMENT_MAGIC);
+        h.extend_from_slice(&SEGMENT_VERSION.to_le_bytes());
+        h.extend_from_slice(&(self.dim as u32).to_le_bytes());
+        h.extend_from_slice(&(self.dir.len() as u64).to_le_bytes());
+        h.extend_from_slice(&self.entries.to_le_bytes());
+        let (min, max) = if self.entries == 0 { (0, 0) } else { self.seq_range };
+        h.extend_from_slice(&min.to_le_bytes());
+        h.extend_from_slice(&max.to_le_bytes());
+        h.extend_from_slice(&dir_offset.to_le_bytes());
+        h.extend_from_slice(&(dir.len() as u64).to_le_bytes());
+        h.extend_from_slice(&crc32c::crc32c(dir).to_le_bytes());
+        let crc = crc32c::crc32c(&h);
+        h.extend_from_slice(&crc.to_le_bytes());
+        h
+    }
+}
+
+impl Drop for SegmentWriter {
+    /// An unfinished writer leaves no temporary behind (best effort; open also sweeps them).
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+fn encode_dir(dir: &[(String, Extent)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (group, e) in dir {
+        out.extend_from_slice(&(group.len() as u16).to_le_bytes());
+        out.extend_from_slice(group.as_bytes());
+        out.extend_from_slice(&e.offset.to_le_bytes());
+        out.extend_from_slice(&e.len.to_le_bytes());
+        out.extend_from_slice(&e.count.to_le_bytes());
+        out.extend_from_slice(&e.crc.to_le_bytes());
+    }
+    out
+}
+
+/// An open segment: its file and group directory.
+pub struct Segment {
+    pub path: PathBuf,
+    file: Arc<File>,
+    pub dim: usize,
+    pub entries: u64,
+    pub min_seq: u64,
+    pub max_seq: u64,
+    dir: HashMap<Box<str>, Extent>,
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+impl Segment {
+    /// Opens a segment, checking its header and directory checksums.
+    pub fn open(path: &Path) -> Result<Segment> {
+        let file = File::open(path).map_err(|e| io(path, e))?;
+        let len = file.metadata().map_err(|e| io(path, e))?.len();
+        let mut h = [0u8; HEADER_USED];
+        if len < PAGE {
+            return Err(corrupted(path, 0, "shorter than its header page"));
+        }
+        file.read_exact_at(&mut h, 0).map_err(|e| io(path, e))?;
+        if h[..8] != SEGMENT_MAGIC {
+            return Err(corrupted(path, 0, "not a Cellar segment (bad magic)"));
+        }
+        if le_u32(&h, 68) != crc32c::crc32c(&h[..68]) {
+            return Err(corrupted(path, 68, "header checksum mismatch"));
+        }
+        let version = le_u32(&h, 8);
+        if version != SEGMENT_VERSION {
+            let (oldest, newest) = (SEGMENT_VERSION, SEGMENT_VERSION);
+            return Err(CellarError::Incompatible { path: path.into(), found: version, oldest, newest });
+        }
+        let (dir_offset, dir_len) = (le_u64(&h, 48), le_u64(&h, 56));
+        if dir_offset.checked_add(dir_len) != Some(len) {
+            return Err(corrupted(path, 48, "directory does not end the file"));
+        }
+        let mut dir = vec![0u8; dir_len as usize];
+        file.read_exact_at(&mut dir, dir_offset).map_err(|e| io(path, e))?;
+        if crc32c::crc32c(&dir) != le_u32(&h, 64) {
+            return Err(corrupted(path, dir_offset, "group directory checksum mismatch"));
+        }
+        let dir = decode_dir(&dir, dir_offset).map_err(|(at, d)| corrupted(path, at, d))?;
+        Ok(Segment {
+            path: path.to_path_buf(),
+            file: Arc::new(file),
+            dim: le_u32(&h, 12) as usize,
+            entries: le_u64(&h, 24),
+            min_seq: le_u64(&h, 32),
+            max_seq: le_u64(&h, 40),
+            dir,
+        })
+    }
+
+    pub fn extent(&self, group: &str) -> Option<Extent> {
+        self.dir.get(group).copied()
+    }
+
+    pub fn groups(&self) -> impl Iterator<Item = &str> {
+        self.dir.keys().map(|g| &**g)
+    }
+
+    pub fn n_groups(&self) -> usize {
+        self.dir.len()
+    }
+
+    /// Heap bytes of the group directory (table slots plus key bytes).
+    pub fn ram_bytes(&self) -> usize {
+        let slot = std::mem::size_of::<(Box<str>, Extent)>() + 1;
+        self.dir.capacity() * slot + self.dir.keys().map(|g| g.len()).sum::<usize>()
+    }
+
+    /// A cursor over `group`'s entries, reading at most `chunk` bytes at a time.
+    pub fn cursor(&self, group: &str, chunk: usize) -> Option<ExtentCursor<'_>> {
+        let extent = self.extent(group)?;
+        Some(ExtentCursor::new(self, extent, chunk))
+    }
+}
+
+fn decode_dir(bytes: &[u8], base: u64) -> std::result::Result<HashMap<Box<str>, Extent>, (u64, String)> {
+    let mut dir = HashMap::new();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let bad = |detail: &str| (base + at as u64, detail.to_string());
+        let group_len =
+            u16::from_le_bytes(bytes.get(at..at + 2).ok_or_else(|| bad("cut short"))?.try_into().expect("2"))
+                as usize;
+        let end = at + 2 + group_len + 24;
+        let rec = bytes.get(at + 2..end).ok_or_else(|| bad("cut short"))?;
+        let group = std::str::from_utf8(&rec[..group_len]).map_err(|_| bad("group is not UTF-8"))?;
+        let f = &rec[group_len..];
+        let extent =
+            Extent { offset: le_u64(f, 0), len: le_u64(f, 8), count: le_u32(f, 16), crc: le_u32(f, 20) };
+        if extent.offset.checked_add(extent.len).is_none_or(|e| e > base) {
+            return Err(bad("extent beyond the directory"));
+        }
+        dir.insert(group.into(), extent);
+        at = end;
+    }
+    Ok(dir)
+}
+
+/// Reads one group's extent in bounded chunks and yields its entries in order; checks the
+/// extent's checksum once the last byte has been read.
+pub struct ExtentCursor<'a> {
+    segment: &'a Segment,
+    extent: Extent,
+    chunk: usize,
+    /// Next file offset to read.
+    next: u64,
+    buf: Vec<u8>,
+    pos: usize,
+    crc: u32,
+    /// The next chunk, being read while the current one is scored.
+    pending: Option<ReadAhead>,
+    pub bytes_read: u64,
+    pub read_calls: u64,
+}
+
+/// A chunk read in the background, or already read.
+enum ReadAhead {
+    Thread(JoinHandle<std::io::Result<Vec<u8>>>),
+    Done(std::io::Result<Vec<u8>>),
+}
+
+impl ReadAhead {
+    fn join(self) -> std::thread::Result<std::io::Result<Vec<u8>>> {
+        match self {
+            ReadAhead::Thread(handle) => handle.join(),
+            ReadAhead::Done(result) => Ok(result),
+        }
+    }
+}
+
+impl<'a> ExtentCursor<'a> {
+    fn new(segment: &'a Segment, extent: Extent, chunk: usize) -> Self {
+        if extent.len > chunk as u64 {
+            // Let the kernel read the rest of a large extent ahead while its first chunks are scored.
+            use std::os::unix::io::AsRawFd;
+            // SAFETY: an advisory syscall on an open descriptor; failure only loses the read-ahead.
+            unsafe {
+                libc::posix_fadvise(
+                    segment.file.as_raw_fd(),
+                    extent.offset as libc::off_t,
+                    extent.len as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                );
+            }
+        }
+        ExtentCursor {
+            segment,
+            extent,
+            chunk: chunk.max(PAGE as usize),
+            next: extent.offset,
+            buf: Vec::new(),
+            pos: 0,
+            crc: 0,
+            pending: None,
+            bytes_read: 0,
+            read_calls: 0,
+        }
+    }
+
+    fn end(&self) -> u64 {
+        self.extent.offset + self.extent.len
+    }
+
+    /// Makes at least `need` unread bytes available in the buffer, if the extent has them.
+    fn fill(&mut self, need: usize) -> Result<()> {
+        let have = self.buf.len() - self.pos;
+        if have >= need || (self.next >= self.end() && self.pending.is_none()) {
+            return Ok(());
+        }
+        self.buf.drain(..self.pos);
+        self.pos = 0;
+        while self.buf.len() < need && (self.next < self.end() || self.pending.is_some()) {
+            let bytes = match self.pending.take() {
+                Some(read) => {
+                    read.join().unwrap_or_else(|_| Err(std::io::Error::other("read-ahead thread panicked")))
+                }
+                None => {
+                    let n = (need - self.buf.len()).max(self.chunk) as u64;
+                    self.start_read(n).join().expect("a direct read")
+                }
+            }
+            .map_err(|e| io(&self.segment.path, e))?;
+            self.crc = crc32c::crc32c_append(self.crc, &bytes);
+            self.bytes_read += bytes.len() as u64;
+            self.read_calls += 1;
+            self.buf.extend_from_slice(&bytes);
+            if self.next < self.end() {
+                // Double buffering: the next chunk is read while this one is scored.
+                self.pending = Some(self.start_read(self.chunk as u64));
+            }
+        }
+        if self.next == self.end() && self.pending.is_none() && self.crc != self.extent.crc {
+            return Err(corrupted(&self.segment.path, self.extent.offset, "group extent checksum mismatch"));
+        }
+        Ok(())
+    }
+
+    /// Reads up to `n` bytes at `next` (on a thread of its own when more may follow).
+    fn start_read(&mut self, n: u64) -> ReadAhead {
+        let n = n.min(self.end() - self.next) as usize;
+        let (file, at) = (self.segment.file.clone(), self.next);
+        self.next += n as u64;
+        let read = move || {
+            let mut bytes = vec![0u8; n];
+            file.read_exact_at(&mut bytes, at).map(|()| bytes)
+        };
+        if self.next < self.end() || self.pending.is_some() {
+            ReadAhead::Thread(std::thread::spawn(read))
+        } else {
+            ReadAhead::Done(read())
+        }
+    }
+
+    /// The next entry's bytes, or `None` at the end of the extent.
+    pub fn next_entry(&mut self) -> Result<Option<&[u8]>> {
+        self.fill(4)?;
+        let rest = &self.buf[self.pos..];
+        if rest.is_empty() {
+            return Ok(None);
+        }
+        let offset = self.next - (self.buf.len() - self.pos) as u64;
+        let len = entry_len(rest)
+            .filter(|&l| l >= 4)
+            .ok_or_else(|| corrupted(&self.segment.path, offset, "entry length cut short or zero"))?;
+        self.fill(len)?;
+        if self.buf.len() - self.pos < len {
+            return Err(corrupted(&self.segment.path, offset, "entry runs past its group extent"));
+        }
+        let entry = &self.buf[self.pos..self.pos + len];
+        self.pos += len;
+        Ok(Some(entry))
+    }
+
+    /// The segment's file (for error messages).
+    pub fn path(&self) -> &'a Path {
+        &self.segment.path
+    }
+}

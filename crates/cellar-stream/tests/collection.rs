@@ -1,0 +1,336 @@
+//! A streaming collection: writes, reads, recovery, flush, compaction, exact search, bad input.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+
+use cellar_core::kernels::{maxsim_f16, Isa};
+use cellar_core::CellarError;
+use cellar_stream::search::terms;
+use cellar_stream::{Collection, MetaValue, Mode, Query, StreamDoc};
+use common::{doc, open, options, query, vectors_of, DIM};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn f16_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect()
+}
+
+#[test]
+fn put_get_update_delete_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), options(1 << 20));
+    c.put(&doc("alice", "n1", 1)).unwrap();
+    c.put_batch(&[doc("alice", "n2", 1), doc("bob", "n1", 1)]).unwrap();
+    c.put(&doc("alice", "n1", 2)).unwrap();
+    let got = c.get("alice", "n1").unwrap();
+    assert_eq!(got.text, doc("alice", "n1", 2).text);
+    assert_eq!(got.tokens, doc("alice", "n1", 2).tokens, "vectors exact in f16 come back exactly");
+    assert_eq!(got.metadata["group"], MetaValue::Str("alice".into()));
+    c.delete("alice", "n2").unwrap();
+    assert!(matches!(c.get("alice", "n2"), Err(CellarError::NotFound(_))));
+    assert!(matches!(c.delete("alice", "n2"), Err(CellarError::NotFound(_))), "deleting twice");
+    assert!(matches!(c.get("carol", "n1"), Err(CellarError::NotFound(_))));
+    drop(c);
+    // Everything so far lives only in the log: reopening replays it.
+    let c = open(dir.path(), options(1 << 20));
+    assert_eq!(c.stats().memtable_entries, 3, "alice/n1, the tombstone of alice/n2, bob/n1");
+    assert_eq!(c.get("alice", "n1").unwrap().text, doc("alice", "n1", 2).text);
+    assert!(matches!(c.get("alice", "n2"), Err(CellarError::NotFound(_))));
+    assert_eq!(c.get("bob", "n1").unwrap().text, doc("bob", "n1", 1).text);
+}
+
+#[test]
+fn flush_and_compaction_keep_the_newest_version_and_drop_tombstones() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), options(1 << 20));
+    for version in 1..=3 {
+        let docs: Vec<StreamDoc> =
+            (0..20).map(|i| doc(&format!("g{}", i % 3), &format!("d{i}"), version)).collect();
+        c.put_batch(&docs).unwrap();
+        c.delete("g0", &format!("d{}", 3 * version)).unwrap();
+        c.flush().unwrap();
+    }
+    let before = c.stats();
+    assert_eq!((before.segments, before.memtable_entries, before.wal_bytes), (3, 0, 16));
+    assert_eq!(before.segment_entries, 3 * 20, "each delete replaced its id's entry in the memtable");
+    assert!(c.compact().unwrap());
+    let after = c.stats();
+    assert_eq!(after.segments, 1);
+    assert_eq!(after.segment_entries, 19, "20 ids, one deleted after its last write (d9); tombstones gone");
+    assert_eq!(after.segment_groups, 3);
+    for i in 0..20 {
+        let (g, id) = (format!("g{}", i % 3), format!("d{i}"));
+        match c.get(&g, &id) {
+            Ok(d) => assert_eq!(d.text, doc(&g, &id, 3).text),
+            Err(CellarError::NotFound(_)) => assert_eq!(i, 9),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // d3 and d6 were deleted, then written again by a later version: alive.
+    assert!(c.get("g0", "d3").is_ok() && c.get("g0", "d6").is_ok());
+    let files: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(files.iter().filter(|f| f.ends_with(".seg")).count(), 1, "old segments removed: {files:?}");
+    drop(c);
+    let c = open(dir.path(), options(1 << 20));
+    assert_eq!(c.stats().segment_entries, 19);
+}
+
+/// The live documents of a model, scored by the scalar reference kernel.
+fn reference(model: &HashMap<(String, String), StreamDoc>, group: &str, q: &Query) -> Vec<(String, f32)> {
+    let terms_needed = q.require_terms.as_deref().map(terms).unwrap_or_default();
+    let mut scored: Vec<(String, f32)> = model
+        .values()
+        .filter(|d| d.group == group)
+        .filter(|d| q.filters.iter().all(|(k, v)| d.metadata.get(k).is_some_and(|m| m.matches(v))))
+        .filter(|d| terms_needed.iter().all(|t| terms(&d.text).contains(t)))
+        .map(|d| {
+            let score = match q.mode {
+                Mode::MaxSim => maxsim_f16(Isa::Scalar, &q.tokens, DIM, &f16_bytes(&d.tokens)),
+                Mode::Pooled => unreachable!(),
+            };
+            (d.id.clone(), score)
+        })
+        .collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    scored
+}
+
+/// Random writes, deletes, flushes and compactions against a model; every search must return
+/// the exact top-k of the group's live documents.
+#[test]
+fn search_is_exact_against_a_model_through_flushes_and_compactions() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), options(6 << 10));
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut model: HashMap<(String, String), StreamDoc> = HashMap::new();
+    for step in 0..400u64 {
+        let g = format!("u{}", rng.gen_range(0..4));
+        let id = format!("d{}", rng.gen_range(0..40));
+        if rng.gen_bool(0.15) {
+            if model.remove(&(g.clone(), id.clone())).is_some() {
+                c.delete(&g, &id).unwrap();
+            } else {
+                assert!(matches!(c.delete(&g, &id), Err(CellarError::NotFound(_))));
+            }
+        } else {
+            let d = doc(&g, &id, step);
+            c.put(&d).unwrap();
+            model.insert((g, id), d);
+        }
+        if step % 97 == 0 {
+            c.compact().unwrap();
+        }
+        if step % 25 == 0 {
+            check_searches(&c, &model, step);
+        }
+    }
+    assert!(c.stats().flushes > 3, "the small memtable flushed: {:?}", c.stats());
+    c.compact().unwrap();
+    check_searches(&c, &model, 1000);
+    drop(c);
+    check_searches(&open(dir.path(), options(6 << 10)), &model, 2000);
+}
+
+fn check_searches(c: &Collection, model: &HashMap<(String, String), StreamDoc>, seed: u64) {
+    for g in 0..4 {
+        let group = format!("u{g}");
+        let mut queries = vec![Query::new(query(seed + g, 3), 5)];
+        let mut filtered = Query::new(query(seed + g, 2), 40);
+        filtered.filters = BTreeMap::from([("parity".to_string(), MetaValue::Int(1))]);
+        queries.push(filtered);
+        let mut text = Query::new(query(seed, 1), 40);
+        text.require_terms = Some("WORD3, doc".into());
+        queries.push(text);
+        for q in &queries {
+            let expected = reference(model, &group, q);
+            let got = match c.search(&group, q) {
+                Err(CellarError::NotFound(_)) if !model.keys().any(|(g, _)| *g == group) => continue,
+                other => other.unwrap(),
+            };
+            assert_eq!(got.hits.len(), expected.len().min(q.k), "{group} {q:?}");
+            let kth = expected.get(q.k - 1).map_or(f32::MIN, |e| e.1);
+            let by_id: HashMap<&str, f32> = expected.iter().map(|(id, s)| (id.as_str(), *s)).collect();
+            for hit in &got.hits {
+                let want =
+                    by_id.get(hit.id.as_str()).unwrap_or_else(|| panic!("{} is not live in {group}", hit.id));
+                assert!((hit.score - want).abs() < 1e-3, "{}: {} vs {want}", hit.id, hit.score);
+                assert!(hit.score >= kth - 1e-3, "{} scored below the k-th", hit.id);
+                let live = &model[&(group.clone(), hit.id.clone())];
+                assert_eq!(hit.text.as_deref(), Some(live.text.as_str()), "newest version");
+            }
+            assert!(got.hits.windows(2).all(|w| w[0].score >= w[1].score));
+        }
+    }
+}
+
+#[test]
+fn pooled_mode_ranks_by_the_pooled_dot_product() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), options(1 << 20));
+    for i in 0..30 {
+        let mut d = doc("g", &format!("d{i}"), i);
+        let mut pooled = vec![0f32; DIM];
+        pooled[0] = i as f32 / 32.0;
+        d.pooled = Some(pooled);
+        c.put(&d).unwrap();
+    }
+    c.flush().unwrap();
+    let mut q = Query::new(Vec::new(), 3);
+    q.mode = Mode::Pooled;
+    q.pooled = Some([vec![1.0], vec![0.0; DIM - 1]].concat());
+    let ids: Vec<String> = c.search("g", &q).unwrap().hits.into_iter().map(|h| h.id).collect();
+    assert_eq!(ids, ["d29", "d28", "d27"]);
+}
+
+#[test]
+fn a_group_larger_than_one_read_is_read_in_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), options(64 << 20));
+    let docs: Vec<StreamDoc> = (0..2000).map(|i| doc("big", &format!("d{i:05}"), i)).collect();
+    c.put_batch(&docs).unwrap();
+    c.put(&doc("small", "x", 1)).unwrap();
+    c.flush().unwrap();
+    let q = Query::new(query(3, 2), 10);
+    let chunked = c.search("big", &q).unwrap();
+    assert!(chunked.stats.read_calls > 10, "4 KiB reads: {:?}", chunked.stats);
+    assert_eq!(chunked.stats.docs_scanned, 2000);
+    let small = c.search("small", &q).unwrap();
+    assert_eq!(small.stats.docs_scanned, 1);
+    assert!(small.stats.bytes_read <= 4096, "a small group reads only its own extent: {:?}", small.stats);
+    drop(c);
+    let mut big_reads = options(64 << 20);
+    big_reads.chunk_bytes = 64 << 20;
+    let whole = Collection::open(dir.path(), Some(DIM), big_reads).unwrap().search("big", &q).unwrap();
+    assert_eq!(whole.stats.read_calls, 1);
+    assert_eq!(whole.hits, chunked.hits);
+}
+
+#[test]
+fn bad_input_gets_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), options(1 << 20));
+    c.put(&doc("g", "d", 1)).unwrap();
+    let mut d = doc("g", "d", 1);
+    d.tokens.pop();
+    assert!(matches!(c.put(&d), Err(CellarError::WrongDimension { expected: DIM, .. })));
+    let mut d = doc("g", "d", 1);
+    d.pooled = Some(vec![0.0; DIM + 1]);
+    assert!(matches!(c.put(&d), Err(CellarError::WrongDimension { expected: DIM, received: 9 })));
+    let mut d = doc("", "d", 1);
+    assert!(matches!(c.put(&d), Err(CellarError::InvalidInput(m)) if m.contains("group")));
+    d = doc("g", "", 1);
+    assert!(matches!(c.put(&d), Err(CellarError::InvalidInput(m)) if m.contains("id")));
+    d = doc("g", "d", 1);
+    d.tokens[3] = f32::NAN;
+    assert!(matches!(c.put(&d), Err(CellarError::InvalidInput(m)) if m.contains("finite")));
+    d = doc("g", "d", 1);
+    d.text = "x".repeat((1 << 20) + 1);
+    assert!(matches!(c.put(&d), Err(CellarError::InvalidInput(m)) if m.contains("text of")));
+    d = doc("g", "d", 1);
+    d.text = "x".repeat(1 << 20);
+    for i in 0..62 {
+        d.metadata.insert(format!("k{i}"), MetaValue::Str("x".repeat(65_000)));
+    }
+    assert!(
+        matches!(c.put(&d), Err(CellarError::InvalidInput(m)) if m.contains("bytes encoded, over the limit"))
+    );
+    (d.tokens, d.n_tokens) = (vec![0.5; 4097 * DIM], 4097);
+    assert!(matches!(c.put(&d), Err(CellarError::InvalidInput(m)) if m.contains("token vectors")));
+    assert!(matches!(c.put_batch(&[]), Err(CellarError::InvalidInput(_))));
+    // A bad document anywhere in a batch writes nothing.
+    let mut bad = doc("g", "e", 1);
+    bad.n_tokens = 0;
+    assert!(
+        matches!(c.put_batch(&[doc("g", "f", 1), bad]), Err(CellarError::InvalidInput(m)) if m.contains("document 1"))
+    );
+    assert!(matches!(c.get("g", "f"), Err(CellarError::NotFound(_))));
+    let q = Query::new(query(1, 1), 5);
+    assert!(matches!(c.search("nobody", &q), Err(CellarError::NotFound(_))));
+    assert!(matches!(
+        c.search("g", &Query::new(vec![0.1; DIM + 1], 5)),
+        Err(CellarError::WrongDimension { .. })
+    ));
+    assert!(matches!(c.search("g", &Query::new(query(1, 1), 0)), Err(CellarError::InvalidInput(_))));
+    let wrong_dim = Collection::open(dir.path(), Some(DIM * 2), options(1 << 20));
+    assert!(matches!(wrong_dim, Err(CellarError::WrongDimension { .. })));
+    let missing = Collection::open(&dir.path().join("nope"), None, options(1 << 20));
+    assert!(matches!(missing, Err(CellarError::NotFound(_))));
+    assert_eq!(vectors_of("x"), vectors_of("x"));
+}
+
+#[test]
+fn a_torn_log_tail_is_cut_and_a_damaged_segment_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), options(1 << 20));
+    c.put(&doc("g", "flushed", 1)).unwrap();
+    c.flush().unwrap();
+    c.put(&doc("g", "a", 1)).unwrap();
+    c.put(&doc("g", "b", 1)).unwrap();
+    drop(c);
+    let wal = dir.path().join("wal.log");
+    let len = std::fs::metadata(&wal).unwrap().len();
+    // Half of the last record reached the disk: `b` was never acknowledged.
+    let file = std::fs::OpenOptions::new().write(true).open(&wal).unwrap();
+    file.set_len(len - 20).unwrap();
+    drop(file);
+    let c = open(dir.path(), options(1 << 20));
+    let stats = c.stats();
+    assert!(stats.truncated_bytes > 0 && stats.recovered_records == 1, "{stats:?}");
+    assert!(c.get("g", "a").is_ok() && c.get("g", "flushed").is_ok());
+    assert!(matches!(c.get("g", "b"), Err(CellarError::NotFound(_))));
+    c.put(&doc("g", "c", 1)).unwrap();
+    drop(c);
+    assert!(open(dir.path(), options(1 << 20)).get("g", "c").is_ok(), "the log stays appendable");
+    // One flipped bit inside a group's extent.
+    let seg = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "seg"))
+        .unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[4096 + 40] ^= 0x10;
+    std::fs::write(&seg, bytes).unwrap();
+    let c = open(dir.path(), options(1 << 20));
+    let err = c.search("g", &Query::new(query(1, 1), 5)).unwrap_err();
+    assert!(matches!(err, CellarError::Corrupted { .. }), "{err}");
+}
+
+/// Concurrent writers share log writes (group commit): every acknowledged document is there after
+/// a reopen, and no batch is counted twice or lost between leaders and followers.
+#[test]
+fn concurrent_writers_group_commit_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut fsync = options(1 << 20);
+    fsync.durability = cellar_stream::Durability::Fsync;
+    let c = std::sync::Arc::new(Collection::open(dir.path(), Some(DIM), fsync.clone()).unwrap());
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                for i in 0..60 {
+                    c.put(&doc(&format!("g{}", t % 3), &format!("t{t}-{i}"), i)).unwrap();
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    let stats = c.stats();
+    assert_eq!(stats.log_batches, 480);
+    assert!(stats.log_syncs >= 1 && stats.log_syncs <= 480, "{stats:?}");
+    assert_eq!(stats.last_seq, 480, "one sequence number per document, none skipped");
+    let check = |c: &Collection| {
+        for t in 0..8 {
+            for i in 0..60 {
+                let (g, id) = (format!("g{}", t % 3), format!("t{t}-{i}"));
+                assert_eq!(c.get(&g, &id).unwrap().text, doc(&g, &id, i).text);
+            }
+        }
+    };
+    check(&c);
+    drop(c);
+    check(&Collection::open(dir.path(), None, fsync).unwrap());
+}
