@@ -136,6 +136,18 @@ pub struct IvfParams {
     pub hybrid_candidates: usize,
 }
 
+impl IvfParams {
+    /// The probe of these settings for `depth` documents.
+    pub fn probe(&self, depth: usize) -> crate::ivf::ProbeParams {
+        crate::ivf::ProbeParams {
+            nprobe: self.nprobe,
+            depth,
+            oversample: self.oversample,
+            rescore: self.rescore,
+        }
+    }
+}
+
 /// Checks a prefetch step: a fraction of `nprobe` in (0, 1].
 pub fn check_prefetch_step(step: f32) -> Result<()> {
     if step > 0.0 && step <= 1.0 {

@@ -15,7 +15,7 @@ use cellar_core::{CellarError, DocId, Result};
 use crate::bm25::Scored;
 use crate::fusion::{self, Fused, Stage};
 use crate::index::Index;
-use crate::ivf::{ProbeParams, ProbeStats};
+use crate::ivf::ProbeStats;
 use crate::params::{IvfParams, Mode, SearchParams};
 use crate::prefetch::{PrefetchStats, ScoredRecords};
 use crate::search::{PreparedQuery, Ranking, Timings};
@@ -80,13 +80,7 @@ impl Index {
     ) -> Result<Ranking> {
         let start = Instant::now();
         check_pooled(query, params.mode)?;
-        let probe_params = ProbeParams {
-            nprobe: ivf.nprobe,
-            depth: params.k,
-            oversample: ivf.oversample,
-            rescore: ivf.rescore,
-        };
-        let (hits, stats) = self.ivf()?.probe(&query.pooled, probe_params).finish()?;
+        let (hits, stats) = self.ivf()?.probe(&query.pooled, ivf.probe(params.k)).finish()?;
         timings.first_stage_ms = ms_since(start);
         let hits: Vec<Fused> = hits.iter().map(first_stage_hit).collect();
         let mut ranking = Ranking::first_stage_only(hits, *timings, stats.codes);
@@ -165,9 +159,7 @@ impl Index {
         start: Instant,
     ) -> Result<Probed> {
         let depth = if bm25.is_some() { ivf.hybrid_candidates } else { params.candidates };
-        let probe_params =
-            ProbeParams { nprobe: ivf.nprobe, depth, oversample: ivf.oversample, rescore: ivf.rescore };
-        let mut probe = self.ivf()?.probe(&query.pooled, probe_params);
+        let mut probe = self.ivf()?.probe(&query.pooled, ivf.probe(depth));
         let rerank_k = params.rerank_k;
         std::thread::scope(|scope| {
             let mut prefetch = None;
@@ -260,12 +252,7 @@ impl Index {
         let candidates = match self.resolve(&options)?.ivf.filter(|p| p.hybrid_candidates > 0) {
             Some(ivf) => {
                 check_pooled(query, Mode::Hybrid)?;
-                let probe = ProbeParams {
-                    nprobe: ivf.nprobe,
-                    depth: ivf.hybrid_candidates,
-                    oversample: ivf.oversample,
-                    rescore: ivf.rescore,
-                };
+                let probe = ivf.probe(ivf.hybrid_candidates);
                 let (ivf_hits, _) = self.ivf()?.probe(&query.pooled, probe).finish()?;
                 first_stage(Some(&bm25), &ivf_hits)
             }

@@ -14,14 +14,11 @@ use memmap2::{Advice, Mmap};
 use super::aligned::AlignedBuf;
 use super::direct::Engine;
 use super::latency::EmulatedDevice;
-use super::plan::Run;
+use super::plan::{merge_ranges, Run};
 use super::{BatchBytes, ReadStats, ReaderKind, ReaderOptions};
 use crate::error::{CellarError, IoContext, Result};
 use crate::format::fsio::open_with_flags;
 use crate::format::PAGE_BYTES;
-
-/// Adjacent extents are merged into one read up to this size.
-const MAX_RUN_BYTES: u64 = 256 * 1024;
 
 /// `len` bytes at absolute file offset `offset`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,7 +172,7 @@ fn file_spans(extents: &[Extent]) -> Vec<(usize, usize)> {
 }
 
 /// Page-aligned runs covering a batch of extents: overlapping or touching pages are read once,
-/// adjacent ones merged up to `MAX_RUN_BYTES`.
+/// adjacent ones merged as the record store's plans are (`plan::merge_ranges`).
 struct PagePlan {
     runs: Vec<Run>,
     /// Per extent: (start, len) inside the run buffer.
@@ -188,28 +185,11 @@ struct PagePlan {
 impl PagePlan {
     fn new(extents: &[Extent]) -> PagePlan {
         let page = PAGE_BYTES as u64;
-        let mut order: Vec<usize> = (0..extents.len()).collect();
-        order.sort_by_key(|i| extents[*i].offset);
-        let mut runs: Vec<Run> = Vec::new();
-        let mut run_of = vec![0usize; extents.len()];
-        let mut buf_len = 0usize;
-        for i in order {
-            let e = extents[i];
-            let start = e.offset / page * page;
-            let end = (e.offset + e.len.max(1) as u64).div_ceil(page) * page;
-            match runs.last_mut() {
-                Some(run) if joins(run, start, end) => {
-                    let grown = end.max(run.file_offset + run.len as u64) - run.file_offset;
-                    buf_len += grown as usize - run.len;
-                    run.len = grown as usize;
-                }
-                _ => {
-                    runs.push(Run { file_offset: start, len: (end - start) as usize, buf_offset: buf_len });
-                    buf_len += (end - start) as usize;
-                }
-            }
-            run_of[i] = runs.len() - 1;
-        }
+        let ranges: Vec<(u64, u64)> = extents
+            .iter()
+            .map(|e| (e.offset / page * page, (e.offset + e.len.max(1) as u64).div_ceil(page) * page))
+            .collect();
+        let (runs, run_of, buf_len) = merge_ranges(&ranges);
         let spans = extents
             .iter()
             .zip(&run_of)
@@ -218,11 +198,6 @@ impl PagePlan {
         let requested_bytes = extents.iter().map(|e| e.len as u64).sum();
         PagePlan { runs, spans, buf_len, pages: (buf_len / PAGE_BYTES) as u64, requested_bytes }
     }
-}
-
-fn joins(run: &Run, start: u64, end: u64) -> bool {
-    let run_end = run.file_offset + run.len as u64;
-    start < run_end || (start == run_end && end - run.file_offset <= MAX_RUN_BYTES)
 }
 
 #[cfg(test)]

@@ -24,6 +24,33 @@ fn joins(run: &Run, start: u64, end: u64) -> bool {
     start < run_end || (start == run_end && end - run.file_offset <= MAX_RUN_BYTES)
 }
 
+/// Merges page-aligned `[start, end)` file ranges, given in any order, into runs: a range joins
+/// the run before it (in file order) when [`joins`] says so. Returns the runs, the run of each
+/// range, and the buffer length they add up to.
+pub(crate) fn merge_ranges(ranges: &[(u64, u64)]) -> (Vec<Run>, Vec<usize>, usize) {
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|i| ranges[*i].0);
+    let mut runs: Vec<Run> = Vec::new();
+    let mut run_of = vec![0usize; ranges.len()];
+    let mut buf_len = 0usize;
+    for i in order {
+        let (start, end) = ranges[i];
+        match runs.last_mut() {
+            Some(run) if joins(run, start, end) => {
+                let grown = end.max(run.file_offset + run.len as u64) - run.file_offset;
+                buf_len += grown as usize - run.len;
+                run.len = grown as usize;
+            }
+            _ => {
+                runs.push(Run { file_offset: start, len: (end - start) as usize, buf_offset: buf_len });
+                buf_len += (end - start) as usize;
+            }
+        }
+        run_of[i] = runs.len() - 1;
+    }
+    (runs, run_of, buf_len)
+}
+
 #[derive(Debug)]
 pub struct ReadPlan {
     pub runs: Vec<Run>,
@@ -37,27 +64,14 @@ impl ReadPlan {
     pub fn new(offsets: &OffsetsTable, ids: &[DocId]) -> Result<Self> {
         let entries = ids.iter().map(|id| offsets.get(*id)).collect::<Result<Vec<_>>>()?;
         let page = PAGE_BYTES as u64;
-        let mut order: Vec<usize> = (0..ids.len()).collect();
-        order.sort_by_key(|i| entries[*i].offset);
-        let mut runs: Vec<Run> = Vec::new();
-        let mut run_of = vec![0usize; ids.len()];
-        let mut buf_len = 0usize;
-        for i in order {
-            let (first, last) = pages_of(entries[i].offset, entries[i].len);
-            let (start, end) = (first * page, (last + 1) * page);
-            match runs.last_mut() {
-                Some(run) if joins(run, start, end) => {
-                    let grown = end.max(run.file_offset + run.len as u64) - run.file_offset;
-                    buf_len += grown as usize - run.len;
-                    run.len = grown as usize;
-                }
-                _ => {
-                    runs.push(Run { file_offset: start, len: (end - start) as usize, buf_offset: buf_len });
-                    buf_len += (end - start) as usize;
-                }
-            }
-            run_of[i] = runs.len() - 1;
-        }
+        let ranges: Vec<(u64, u64)> = entries
+            .iter()
+            .map(|e| {
+                let (first, last) = pages_of(e.offset, e.len);
+                (first * page, (last + 1) * page)
+            })
+            .collect();
+        let (runs, run_of, buf_len) = merge_ranges(&ranges);
         let spans = entries
             .iter()
             .zip(&run_of)
