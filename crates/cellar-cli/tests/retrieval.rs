@@ -2,7 +2,7 @@
 //! exit code 2 with a message for bad input. Needs the default model installed.
 
 mod common;
-use common::{assert_user_error, cellar, text};
+use common::{assert_user_error, cellar, http, text};
 
 use std::path::Path;
 use std::process::Command;
@@ -90,23 +90,6 @@ fn index_search_tune_eval() {
     );
     assert_user_error(&cellar(&["index", data_s, "--out", index_s]), "not empty");
     assert_user_error(&cellar(&["search", "--index", data_s, "tea"]), "not a Cellar index");
-}
-
-/// One HTTP/1.1 exchange over a fresh loopback connection: (status, body).
-fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().unwrap();
-    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
-    (status, body)
 }
 
 #[test]

@@ -21,3 +21,20 @@ pub fn assert_user_error(out: &Output, needle: &str) {
     assert_eq!(out.status.code(), Some(2), "stderr: {err}");
     assert!(err.contains(needle) && !err.contains("panicked"), "expected {needle:?} in: {err}");
 }
+
+/// One HTTP/1.1 exchange over a fresh loopback connection: (status, body).
+pub fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    (status, body)
+}
