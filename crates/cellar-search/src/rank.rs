@@ -264,10 +264,14 @@ impl Index {
 }
 
 fn check_pooled(query: &PreparedQuery, mode: Mode) -> Result<()> {
-    if query.pooled.is_empty() {
-        return Err(CellarError::InvalidInput(format!("mode {mode} needs the query's pooled vector")));
+    if !query.pooled.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    let hint = match mode {
+        Mode::Hybrid => ": it joins IVF candidates (send query_vectors.pooled, or hybrid_candidates 0)",
+        _ => " (query_vectors.pooled)",
+    };
+    Err(CellarError::InvalidInput(format!("mode {mode} needs the query's pooled vector{hint}")))
 }
 
 pub(crate) fn first_stage_hit(scored: &Scored) -> Fused {

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 _Path = str | PathLike[str]
-_Mode = Literal["hybrid", "rerank", "bm25", "dense"]
+_Mode = Literal["hybrid", "rerank", "bm25", "dense", "ivf", "dense-exact"]
 _Reader = Literal["mmap", "direct", "ram"]
 _Codec = Literal["f16", "int8"]
 _Id = str | int
@@ -58,6 +58,8 @@ class Index:
         threads: int | None = None,
         reader: _Reader = "mmap",
         progress: bool = False,
+        ivf: bool = True,
+        ivf_cluster_size: int = 256,
     ) -> Index: ...
     @staticmethod
     def open(
@@ -71,6 +73,13 @@ class Index:
         candidates: int | None = None,
         rerank_k: int | None = None,
         alpha: float | None = None,
+        *,
+        nprobe: int | None = None,
+        oversample: float | None = None,
+        rescore: bool | None = None,
+        prefetch: bool | None = None,
+        prefetch_step: float | None = None,
+        hybrid_candidates: int | None = None,
     ) -> SearchResult: ...
     def evaluate(
         self,
@@ -82,6 +91,12 @@ class Index:
         candidates: int | None = None,
         rerank_k: int | None = None,
         alpha: float | None = None,
+        nprobe: int | None = None,
+        oversample: float | None = None,
+        rescore: bool | None = None,
+        prefetch: bool | None = None,
+        prefetch_step: float | None = None,
+        hybrid_candidates: int | None = None,
     ) -> dict[str, Any]: ...
     @property
     def config(self) -> dict[str, Any]: ...

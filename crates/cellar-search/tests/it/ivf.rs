@@ -215,3 +215,25 @@ fn a_rebuild_replaces_the_ivf_and_clears_an_interrupted_one() {
     assert_eq!(clusters(&after), config.clusters);
     assert_eq!(after.search("bread", &options(3, Mode::Dense)).unwrap().hits.len(), 3);
 }
+
+#[test]
+fn hybrid_with_ivf_candidates_and_token_vectors_only_says_what_is_missing() {
+    let index = open(ReaderKind::Mmap);
+    let encoded = index.encoder().unwrap().encode_query("bread").unwrap();
+    let vectors = cellar_search::search::QueryVectors {
+        tokens: encoded.tokens.clone(),
+        n_tokens: encoded.n_tokens,
+        pooled: None,
+    };
+    let prepared = index.prepare_vectors("bread", Mode::Hybrid, vectors.clone()).unwrap();
+    let params = index.resolve(&options(5, Mode::Hybrid)).unwrap();
+    match index.rank(&prepared, &params) {
+        Err(CellarError::InvalidInput(m)) => assert!(m.contains("hybrid_candidates 0"), "{m}"),
+        other => panic!("expected InvalidInput, got {:?}", other.map(|r| r.hits.len())),
+    }
+    let mut bm25_only = options(5, Mode::Hybrid);
+    bm25_only.hybrid_candidates = Some(0);
+    let params = index.resolve(&bm25_only).unwrap();
+    let prepared = index.prepare_vectors("bread", Mode::Hybrid, vectors).unwrap();
+    assert_eq!(index.rank(&prepared, &params).unwrap().hits.len(), 5);
+}
