@@ -149,17 +149,53 @@ impl PostingBlock {
 
     /// Decodes `n` members of `words`-word codes from `bytes` (exactly the block's length).
     pub fn decode(bytes: &[u8], n: usize, words: usize) -> PostingBlock {
-        let column = |i: usize| &bytes[i * 4 * n..(i + 1) * 4 * n];
-        let ids = column(0).chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4"))).collect();
-        let (norms, xr, rc) = (f32s(column(1)), f32s(column(2)), f32s(column(3)));
-        let factors = (0..n).map(|i| Factors { norm: norms[i], x_dot_r: xr[i], r_dot_c: rc[i] }).collect();
-        let vector_crcs =
-            column(4).chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4"))).collect();
-        let codes = bytes[MEMBER_FIXED_BYTES * n..MEMBER_FIXED_BYTES * n + 8 * words * n]
-            .chunks_exact(8)
-            .map(|b| u64::from_le_bytes(b.try_into().expect("8")))
-            .collect();
-        PostingBlock { ids, factors, vector_crcs, codes }
+        let view = PostingView { bytes, n, words };
+        let mut codes = vec![0u64; n * words];
+        for (i, code) in codes.chunks_exact_mut(words.max(1)).enumerate().take(n) {
+            view.code_into(i, code);
+        }
+        PostingBlock {
+            ids: (0..n).map(|i| view.id(i)).collect(),
+            factors: (0..n).map(|i| view.factors(i)).collect(),
+            vector_crcs: (0..n).map(|i| view.vector_crc(i)).collect(),
+            codes,
+        }
+    }
+}
+
+/// A posting block read in place: the query path scores members straight from the bytes it
+/// read, without copying the block into owned columns.
+#[derive(Clone, Copy)]
+pub struct PostingView<'a> {
+    pub bytes: &'a [u8],
+    pub n: usize,
+    pub words: usize,
+}
+
+impl PostingView<'_> {
+    fn column_u32(&self, column: usize, i: usize) -> u32 {
+        u32_at(self.bytes, (column * self.n + i) * 4)
+    }
+
+    pub fn id(&self, i: usize) -> u32 {
+        self.column_u32(0, i)
+    }
+
+    pub fn factors(&self, i: usize) -> Factors {
+        let f = |column| f32::from_bits(self.column_u32(column, i));
+        Factors { norm: f(1), x_dot_r: f(2), r_dot_c: f(3) }
+    }
+
+    pub fn vector_crc(&self, i: usize) -> u32 {
+        self.column_u32(4, i)
+    }
+
+    /// Member `i`'s code words, into `out` (`words` long).
+    pub fn code_into(&self, i: usize, out: &mut [u64]) {
+        let start = MEMBER_FIXED_BYTES * self.n + 8 * self.words * i;
+        for (w, word) in out.iter_mut().enumerate() {
+            *word = u64_at(self.bytes, start + 8 * w);
+        }
     }
 }
 

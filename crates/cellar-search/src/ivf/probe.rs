@@ -19,7 +19,7 @@ use cellar_core::kernels::{dot_f16, Isa};
 use cellar_core::{CellarError, DocId, Result};
 use serde::Serialize;
 
-use super::layout::{CentroidsFile, ClusterEntry, PostingBlock};
+use super::layout::{CentroidsFile, ClusterEntry, PostingView};
 use super::rabitq::QueryCode;
 use super::rotation::{dot, Rotation};
 use super::IvfConfig;
@@ -171,6 +171,7 @@ impl Ivf {
             params,
             shortlist: BinaryHeap::with_capacity(keep + 1),
             stats: ProbeStats::default(),
+            code_words: Vec::new(),
         }
     }
 }
@@ -216,6 +217,8 @@ pub struct Probe<'a> {
     params: ProbeParams,
     shortlist: BinaryHeap<Candidate>,
     stats: ProbeStats,
+    /// One member's code words, reused across members and blocks.
+    code_words: Vec<u64>,
 }
 
 impl Probe<'_> {
@@ -264,21 +267,24 @@ impl Probe<'_> {
         }
         let dim = self.ivf.config.dim;
         let words = self.ivf.words;
-        let block = PostingBlock::decode(bytes, entry.count as usize, words);
+        let block = PostingView { bytes, n: entry.count as usize, words };
         let code = QueryCode::new(
             &self.rotated,
             &self.ivf.rotated_centroids[cluster * dim..(cluster + 1) * dim],
             q_dot_c,
         );
-        for (slot, (id, factors)) in block.ids.iter().zip(&block.factors).enumerate() {
-            let (estimate, bound) = code.estimate(&block.codes[slot * words..(slot + 1) * words], factors);
+        let mut words_buf = std::mem::take(&mut self.code_words);
+        words_buf.resize(words, 0);
+        for slot in 0..block.n {
+            block.code_into(slot, &mut words_buf);
+            let (estimate, bound) = code.estimate(&words_buf, &block.factors(slot));
             let candidate = Candidate {
                 estimate,
                 bound,
-                id: *id,
+                id: block.id(slot),
                 cluster: cluster as u32,
                 slot: slot as u32,
-                vector_crc: block.vector_crcs[slot],
+                vector_crc: block.vector_crc(slot),
             };
             if self.shortlist.len() < self.keep {
                 self.shortlist.push(candidate);
@@ -287,7 +293,8 @@ impl Probe<'_> {
                 self.shortlist.push(candidate);
             }
         }
-        self.stats.codes += block.ids.len();
+        self.code_words = words_buf;
+        self.stats.codes += block.n;
         Ok(())
     }
 
