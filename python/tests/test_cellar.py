@@ -240,8 +240,8 @@ def test_overlong_query_is_invalid_input(index: cellar.Index) -> None:
     ("kwargs", "pattern"),
     [
         ({"mode": "fancy"}, "unknown mode"),
-        ({"k": 0}, "k must be a positive integer"),
-        ({"k": -3}, "k must be a positive integer"),
+        ({"k": 0}, "k must be between 1"),
+        ({"k": -3}, "k: invalid value: integer `-3`"),
         ({"k": cellar.MAX_K + 1}, "k must be between"),
         ({"candidates": 0}, "candidates"),
         ({"rerank_k": -1}, "rerank_k"),
@@ -254,7 +254,9 @@ def test_bad_search_arguments_are_invalid_input(index: cellar.Index, kwargs, pat
         index.search("volcano", **kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [{"k": "10"}, {"k": 2.5}, {"mode": 3}, {"alpha": "high"}])
+@pytest.mark.parametrize(
+    "kwargs", [{"k": "10"}, {"k": 2.5}, {"mode": 3}, {"alpha": "high"}, {"nprobes": 4}, {"rerank": 5}]
+)
 def test_wrong_argument_types_are_type_errors(index: cellar.Index, kwargs) -> None:
     with pytest.raises(TypeError):
         index.search("volcano", **kwargs)
@@ -431,3 +433,40 @@ def test_a_rust_panic_is_a_cellar_error() -> None:
         _cellar._panic_for_tests("boom")
     assert info.value.code == "panic"
     assert type(info.value) is cellar.CellarError
+
+
+def _stub_keywords(method: str) -> set[str]:
+    import ast
+    import pathlib
+
+    stub = pathlib.Path(cellar.__file__).with_name("_cellar.pyi")
+    tree = ast.parse(stub.read_text())
+    index = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Index")
+    fn = next(n for n in index.body if isinstance(n, ast.FunctionDef) and n.name == method)
+    return {a.arg for a in fn.args.kwonlyargs}
+
+
+def test_search_keywords_are_the_request_fields_and_the_stubs_list_them() -> None:
+    fields = set(cellar.SEARCH_REQUEST_SCHEMA["properties"])
+    assert {"k", "mode", "alpha", "nprobe", "query_vectors"} <= fields
+    assert set(cellar.SEARCH_PARAMETERS) == fields - {"query"}
+    assert _stub_keywords("search") == fields - {"query"}
+    assert _stub_keywords("evaluate") == fields - {"query", "query_vectors", "include_text"}
+
+
+def test_search_takes_query_vectors_and_every_request_field(index: cellar.Index) -> None:
+    import numpy as np
+
+    text = "sourdough yeast"
+    by_text = index.search(text, k=5, mode="rerank")
+    from_server = index.search(text, k=5, mode="rerank", include_text=False)
+    assert from_server.ids == by_text.ids and all(t == "" for t in from_server.texts)
+    with pytest.raises(cellar.InvalidInputError, match="query_vectors.tokens"):
+        index.search(text, mode="rerank", query_vectors={"tokens": []})
+    dim = index.config["encoder"]["model_dim"]
+    with pytest.raises(cellar.InvalidInputError, match=f"expected {dim}"):
+        index.search(text, mode="rerank", query_vectors={"tokens": np.ones((2, dim + 1))})
+    with pytest.raises(cellar.InvalidInputError, match="pooled"):
+        index.search("", mode="ivf", query_vectors={"tokens": np.ones((1, dim))})
+    with pytest.raises(TypeError, match="evaluate.*query_vectors"):
+        index.evaluate({"q": text}, {"q": {"x": 1}}, query_vectors={"tokens": []})

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use cellar_core::Result;
 use cellar_search::ivf::{build_ivf, IvfBuildOptions, IvfConfig};
-use cellar_search::SearchOptions;
 use clap::{Args, Subcommand};
 
 #[derive(Args)]
@@ -102,38 +101,4 @@ pub fn print_report(config: &IvfConfig) {
         mib(b.vectors_bytes),
         config.search.nprobe
     );
-}
-
-/// Per-query IVF settings (each defaults to what the IVF was built with).
-#[derive(Args, Clone, Default)]
-pub struct IvfQueryFlags {
-    /// IVF clusters probed (1..=clusters).
-    #[arg(long)]
-    pub nprobe: Option<usize>,
-    /// IVF shortlist size as a multiple of the depth (1..=100).
-    #[arg(long)]
-    pub oversample: Option<f32>,
-    /// Rescore the IVF shortlist with full-precision vectors: true or false.
-    #[arg(long)]
-    pub rescore: Option<bool>,
-    /// Read likely candidates' records while the IVF probe runs: true or false.
-    #[arg(long)]
-    pub prefetch: Option<bool>,
-    /// Fraction of nprobe probed before the prefetch starts, in (0, 1].
-    #[arg(long)]
-    pub prefetch_step: Option<f32>,
-    /// Hybrid: IVF candidates joined to BM25's (0: BM25 only).
-    #[arg(long)]
-    pub hybrid_candidates: Option<usize>,
-}
-
-impl IvfQueryFlags {
-    pub fn apply(&self, options: &mut SearchOptions) {
-        options.nprobe = self.nprobe;
-        options.oversample = self.oversample;
-        options.rescore = self.rescore;
-        options.prefetch = self.prefetch;
-        options.prefetch_step = self.prefetch_step;
-        options.hybrid_candidates = self.hybrid_candidates;
-    }
 }

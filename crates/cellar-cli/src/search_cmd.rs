@@ -4,29 +4,16 @@ use std::path::PathBuf;
 
 use cellar_core::io::ReaderKind;
 use cellar_core::{CellarError, Result};
-use cellar_search::{Index, Mode, OpenOptions, SearchOptions, SearchResponse};
+use cellar_search::{Index, OpenOptions, SearchRequest, SearchResponse};
 use clap::Args;
 
 #[derive(Args)]
 pub struct SearchArgs {
-    /// The query text.
-    pub query: String,
+    /// The search: its flags are the fields of `SearchRequest`, the body of `POST /v1/search`.
+    #[command(flatten)]
+    pub request: SearchRequest,
     #[arg(long)]
     pub index: PathBuf,
-    /// bm25, dense-exact, ivf, dense, rerank or hybrid (default: the index's stored default).
-    #[arg(long)]
-    pub mode: Option<Mode>,
-    #[arg(short, long, default_value_t = 10)]
-    pub k: usize,
-    /// First-stage depth N.
-    #[arg(long)]
-    pub candidates: Option<usize>,
-    /// Candidates read and re-scored with MaxSim.
-    #[arg(long)]
-    pub rerank_k: Option<usize>,
-    /// Weight of z(BM25) in the hybrid score.
-    #[arg(long)]
-    pub alpha: Option<f32>,
     /// Token-vector reader: ram, mmap or direct.
     #[arg(long, default_value = "mmap")]
     pub reader: ReaderKind,
@@ -35,23 +22,12 @@ pub struct SearchArgs {
     /// Print the whole response as JSON.
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub ivf: crate::ivf_cmd::IvfQueryFlags,
 }
 
 pub fn run(args: SearchArgs) -> Result<()> {
     let options = OpenOptions { reader: args.reader, model_dir: args.model.clone(), ..Default::default() };
     let index = Index::open(&args.index, options)?;
-    let mut request = SearchOptions {
-        k: args.k,
-        mode: args.mode,
-        candidates: args.candidates,
-        rerank_k: args.rerank_k,
-        alpha: args.alpha,
-        ..SearchOptions::default()
-    };
-    args.ivf.apply(&mut request);
-    let response = index.search(&args.query, &request)?;
+    let response = index.search(args.request)?;
     if args.json {
         let json =
             serde_json::to_string_pretty(&response).map_err(|e| CellarError::InvalidInput(e.to_string()))?;

@@ -30,16 +30,6 @@ pub fn positive_opt(py: Python<'_>, name: &str, value: Option<i64>) -> PyResult<
     value.map(|v| positive(py, name, v)).transpose()
 }
 
-/// A fusion weight in [0, 1].
-pub fn alpha(py: Python<'_>, value: Option<f64>) -> PyResult<Option<f32>> {
-    match value {
-        Some(a) if !(0.0..=1.0).contains(&a) => {
-            Err(invalid(py, format!("alpha must be within [0, 1], got {a}")))
-        }
-        other => Ok(other.map(|a| a as f32)),
-    }
-}
-
 /// A query or document id: a `str`, or an `int` taken as its decimal form (BEIR ids are strings
 /// but some collections use numbers).
 pub fn id(value: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {

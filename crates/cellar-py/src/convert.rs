@@ -50,3 +50,56 @@ pub fn json_to_python<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py
         }
     })
 }
+
+/// A Python argument as JSON, for a request type's `serde` form: `None`, `bool`, `int`,
+/// finite `float`, `str`, and lists, tuples and dicts of them; anything with a `tolist` method
+/// (NumPy arrays) through it. `name` is the argument, for the message.
+pub fn python_to_json(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<Value> {
+    use pyo3::types::{PyBool, PyFloat, PyInt, PyString, PyTuple};
+    if value.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = value.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if value.is_instance_of::<PyInt>() {
+        return match (value.extract::<i64>(), value.extract::<u64>()) {
+            (Ok(i), _) => Ok(Value::from(i)),
+            (_, Ok(u)) => Ok(Value::from(u)),
+            _ => Err(crate::errors::invalid(py, format!("{name}: {value} is out of range"))),
+        };
+    }
+    if let Ok(f) = value.cast::<PyFloat>() {
+        let x = f.value();
+        return serde_json::Number::from_f64(x)
+            .map(Value::Number)
+            .ok_or_else(|| crate::errors::invalid(py, format!("{name} must be a finite number, got {x}")));
+    }
+    if let Ok(s) = value.cast::<PyString>() {
+        return Ok(Value::String(s.to_str()?.to_string()));
+    }
+    if let Ok(dict) = value.cast::<PyDict>() {
+        let mut map = serde_json::Map::new();
+        for (k, v) in dict.iter() {
+            let key: String = k
+                .extract()
+                .map_err(|_| pyo3::exceptions::PyTypeError::new_err(format!("{name}: keys must be str")))?;
+            let item = python_to_json(py, &format!("{name}.{key}"), &v)?;
+            map.insert(key, item);
+        }
+        return Ok(Value::Object(map));
+    }
+    if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        let items = value.try_iter()?;
+        return items
+            .enumerate()
+            .map(|(i, item)| python_to_json(py, &format!("{name}[{i}]"), &item?))
+            .collect::<PyResult<Vec<Value>>>()
+            .map(Value::Array);
+    }
+    if value.hasattr("tolist")? {
+        return python_to_json(py, name, &value.call_method0("tolist")?);
+    }
+    let kind = value.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+    Err(pyo3::exceptions::PyTypeError::new_err(format!("{name}: a {kind} is not a JSON value")))
+}

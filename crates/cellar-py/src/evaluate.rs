@@ -5,9 +5,9 @@ use std::collections::HashSet;
 
 use cellar_core::{CellarError, Result};
 use cellar_search::corpus::{Qrels, Query};
-use cellar_search::eval::{evaluate_row, judged_queries, RowResult, RowSpec};
-use cellar_search::search::PreparedQuery;
-use cellar_search::{Index, SearchOptions};
+use cellar_search::eval::{evaluate_row, judged_queries, prepare, with_query, RowResult, RowSpec};
+use cellar_search::query::PreparedQuery;
+use cellar_search::{Index, SearchRequest};
 
 /// Scores `options` over the queries of `queries` that have judgments in `qrels`. `ids` maps
 /// internal document ids to collection ids.
@@ -16,7 +16,7 @@ pub fn evaluate(
     queries: &[Query],
     qrels: &Qrels,
     ids: &[String],
-    options: SearchOptions,
+    request: SearchRequest,
 ) -> Result<RowResult> {
     check_unique(queries)?;
     let judged = judged_queries(queries, qrels);
@@ -27,12 +27,12 @@ pub fn evaluate(
         )));
     }
     // Resolve first, so bad parameters fail before any query is encoded.
-    let params = index.resolve(&options)?;
+    let params = index.params(&request)?;
     let prepared = judged
         .iter()
-        .map(|q| index.prepare(&q.text, params.mode).map_err(|e| with_query(e, &q.id)))
+        .map(|q| prepare(index, &q.text, params.mode).map_err(|e| with_query(e, &q.id)))
         .collect::<Result<Vec<PreparedQuery>>>()?;
-    let spec = RowSpec { label: params.mode.name().to_string(), options };
+    let spec = RowSpec { label: params.mode.name().to_string(), request };
     evaluate_row(index, &judged, &prepared, qrels, ids, &spec)
 }
 
@@ -41,12 +41,5 @@ fn check_unique(queries: &[Query]) -> Result<()> {
     match queries.iter().find(|q| !seen.insert(q.id.as_str())) {
         Some(q) => Err(CellarError::InvalidInput(format!("query id {:?} appears more than once", q.id))),
         None => Ok(()),
-    }
-}
-
-fn with_query(error: CellarError, id: &str) -> CellarError {
-    match error {
-        CellarError::InvalidInput(detail) => CellarError::InvalidInput(format!("query {id:?}: {detail}")),
-        other => other,
     }
 }

@@ -8,12 +8,15 @@ use cellar_core::codec::CodecKind;
 use cellar_core::io::ReaderKind;
 use cellar_search::eval::doc_ids;
 use cellar_search::ivf::{build_ivf, IvfBuildOptions};
-use cellar_search::{BuildOptions, Index, Mode, OpenOptions, SearchOptions};
+use cellar_search::request::DEFAULT_K;
+use cellar_search::{BuildOptions, Index, OpenOptions, SearchRequest};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use serde_json::{json, Map, Value};
 
-use crate::args::{self, alpha, parse_choice, positive, positive_opt};
-use crate::convert::to_python;
+use crate::args::{self, parse_choice, positive, positive_opt};
+use crate::convert::{python_to_json, to_python};
 use crate::errors::{invalid, without_gil};
 use crate::evaluate::evaluate;
 use crate::result::PySearchResult;
@@ -29,50 +32,35 @@ pub struct PyIndex {
     ids: OnceLock<Vec<String>>,
 }
 
-/// Search parameters as the Python methods take them, before checking.
-struct RawOptions<'a> {
-    k: i64,
-    mode: Option<&'a str>,
-    candidates: Option<i64>,
-    rerank_k: Option<i64>,
-    alpha: Option<f64>,
-    ivf: IvfKwargs,
-}
-
-/// The IVF's per-query keyword arguments; values are checked against the IVF by the engine.
-#[derive(Default)]
-struct IvfKwargs {
-    nprobe: Option<i64>,
-    oversample: Option<f64>,
-    rescore: Option<bool>,
-    prefetch: Option<bool>,
-    prefetch_step: Option<f64>,
-    hybrid_candidates: Option<i64>,
-}
-
-impl RawOptions<'_> {
-    fn check(&self, py: Python<'_>) -> PyResult<SearchOptions> {
-        let ivf = &self.ivf;
-        let hybrid_candidates = match ivf.hybrid_candidates {
-            Some(n) if n < 0 => {
-                return Err(invalid(py, format!("hybrid_candidates must be 0 or more, got {n}")))
-            }
-            other => other.map(|n| n as usize),
-        };
-        Ok(SearchOptions {
-            k: positive(py, "k", self.k)?,
-            mode: self.mode.map(|m| parse_choice::<Mode>(py, m)).transpose()?,
-            candidates: positive_opt(py, "candidates", self.candidates)?,
-            rerank_k: positive_opt(py, "rerank_k", self.rerank_k)?,
-            alpha: alpha(py, self.alpha)?,
-            nprobe: positive_opt(py, "nprobe", ivf.nprobe)?,
-            oversample: ivf.oversample.map(|v| v as f32),
-            rescore: ivf.rescore,
-            prefetch: ivf.prefetch,
-            prefetch_step: ivf.prefetch_step.map(|v| v as f32),
-            hybrid_candidates,
-        })
+/// A [`SearchRequest`] from a method's keyword arguments: each argument is a field of the
+/// request (`None` leaves it to the index's default), `defaults` fill the arguments not given.
+/// A misspelt argument or a value of the wrong type raises `TypeError`; a value out of range,
+/// `InvalidInputError` naming the field.
+fn request_from_kwargs(
+    py: Python<'_>,
+    query: &str,
+    params: Option<&Bound<'_, PyDict>>,
+    defaults: &[(&str, Value)],
+) -> PyResult<SearchRequest> {
+    let mut fields = Map::new();
+    if let Some(params) = params {
+        for (key, value) in params.iter() {
+            let key: String = key.extract()?;
+            fields.insert(key.clone(), python_to_json(py, &key, &value)?);
+        }
     }
+    for (key, value) in defaults {
+        fields.entry(key.to_string()).or_insert_with(|| value.clone());
+    }
+    fields.retain(|_, v| !v.is_null());
+    fields.insert("query".into(), Value::String(query.to_string()));
+    SearchRequest::from_value(Value::Object(fields)).map_err(|e| {
+        if e.is_type_error() {
+            PyTypeError::new_err(e.to_string())
+        } else {
+            invalid(py, e.to_string())
+        }
+    })
 }
 
 /// The default model as this interpreter sees it: `None` when `CELLAR_MODEL` is set (the engine
@@ -176,38 +164,29 @@ impl PyIndex {
 
     /// Searches for ``query`` and returns the top ``k`` hits as a :class:`SearchResult`.
     ///
-    /// ``mode``: ``"hybrid"`` (BM25 candidates, joined by ``hybrid_candidates`` IVF candidates,
-    /// re-ranked by fused first-stage and MaxSim scores), ``"rerank"`` (BM25 then MaxSim alone),
-    /// ``"dense"`` (IVF then MaxSim alone), ``"ivf"`` (the IVF alone), ``"dense-exact"`` (a scan
-    /// of the pooled vectors) or ``"bm25"``; ``None`` takes the index's stored default.
-    /// ``candidates`` (first-stage depth), ``rerank_k`` (how many candidates are re-scored) and
-    /// ``alpha`` (first-stage weight in [0, 1]) default to the index's stored, possibly tuned,
-    /// values; ``nprobe``, ``oversample``, ``rescore``, ``prefetch``, ``prefetch_step`` and
-    /// ``hybrid_candidates`` to its IVF's. Releases the GIL.
-    #[pyo3(
-        signature = (query, k=10, mode=Some("hybrid"), candidates=None, rerank_k=None, alpha=None, *, nprobe=None, oversample=None, rescore=None, prefetch=None, prefetch_step=None, hybrid_candidates=None),
-        text_signature = "($self, query, k=10, mode='hybrid', candidates=None, rerank_k=None, alpha=None, *, nprobe=None, oversample=None, rescore=None, prefetch=None, prefetch_step=None, hybrid_candidates=None)"
-    )]
-    #[allow(clippy::too_many_arguments)]
+    /// The keyword arguments are the fields of a search request, the same as the JSON body of
+    /// ``POST /v1/search`` (see ``cellar.SEARCH_PARAMETERS``): ``k`` (default 10), ``mode``
+    /// (default ``"hybrid"``; ``None`` takes the index's stored default): ``"hybrid"`` (BM25
+    /// candidates, joined by ``hybrid_candidates`` IVF candidates, re-ranked by fused
+    /// first-stage and MaxSim scores), ``"rerank"`` (BM25 then MaxSim alone), ``"dense"`` (IVF
+    /// then MaxSim alone), ``"ivf"`` (the IVF alone), ``"dense-exact"`` (a scan of the pooled
+    /// vectors) or ``"bm25"``. ``candidates`` (first-stage depth), ``rerank_k`` (how many
+    /// candidates are re-scored) and ``alpha`` (first-stage weight in [0, 1]) default to the
+    /// index's stored, possibly tuned, values; ``nprobe``, ``oversample``, ``rescore``,
+    /// ``prefetch``, ``prefetch_step`` and ``hybrid_candidates`` to its IVF's.
+    /// ``query_vectors={"tokens": [[...], ...], "pooled": [...]}`` (lists or NumPy arrays, in
+    /// the model's space) replaces encoding the text; ``include_text=False`` leaves titles and
+    /// texts out. A misspelt argument raises ``TypeError``. Releases the GIL.
+    #[pyo3(signature = (query, **params), text_signature = "($self, query, **params)")]
     fn search(
         &self,
         py: Python<'_>,
         query: &str,
-        k: i64,
-        mode: Option<&str>,
-        candidates: Option<i64>,
-        rerank_k: Option<i64>,
-        alpha: Option<f64>,
-        nprobe: Option<i64>,
-        oversample: Option<f64>,
-        rescore: Option<bool>,
-        prefetch: Option<bool>,
-        prefetch_step: Option<f64>,
-        hybrid_candidates: Option<i64>,
+        params: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PySearchResult> {
-        let ivf = IvfKwargs { nprobe, oversample, rescore, prefetch, prefetch_step, hybrid_candidates };
-        let options = RawOptions { k, mode, candidates, rerank_k, alpha, ivf }.check(py)?;
-        let response = without_gil(py, || self.index.search(query, &options))?;
+        let defaults = [("k", json!(DEFAULT_K)), ("mode", json!("hybrid"))];
+        let request = request_from_kwargs(py, query, params, &defaults)?;
+        let response = without_gil(py, || self.index.search(request))?;
         Ok(PySearchResult::new(response))
     }
 
@@ -215,35 +194,29 @@ impl PyIndex {
     ///
     /// ``queries`` is ``{qid: text}`` or a list of ``(qid, text)``; ``qrels`` is
     /// ``{qid: {docid: grade}}`` with int grades (≥ 1 relevant, graded gains for nDCG). Only
-    /// queries with judgments are scored. Each is searched with ``mode`` and the other
-    /// parameters, cut at ``k``. Returns a dict with ``"nDCG@10"``, ``"MRR@10"``, ``"R@100"``,
+    /// queries with judgments are scored. Each is searched with the keyword arguments, the
+    /// settings of :meth:`search` (``mode`` default ``"hybrid"``, ``k`` default 100), cut at ``k``. Returns a dict with ``"nDCG@10"``, ``"MRR@10"``, ``"R@100"``,
     /// ``"S@5"`` (means over the scored queries, trec_eval semantics), ``"queries"`` (how many
     /// were scored), ``"params"``, ``"mean_search_ms"``, ``"mean_encode_ms"`` and
     /// ``"mean_bytes_read"``. Releases the GIL.
-    #[pyo3(
-        signature = (queries, qrels, *, mode=Some("hybrid"), k=100, candidates=None, rerank_k=None, alpha=None, nprobe=None, oversample=None, rescore=None, prefetch=None, prefetch_step=None, hybrid_candidates=None),
-        text_signature = "($self, queries, qrels, *, mode='hybrid', k=100, candidates=None, rerank_k=None, alpha=None, nprobe=None, oversample=None, rescore=None, prefetch=None, prefetch_step=None, hybrid_candidates=None)"
-    )]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (queries, qrels, **params), text_signature = "($self, queries, qrels, **params)")]
     fn evaluate<'py>(
         &self,
         py: Python<'py>,
         queries: &Bound<'py, PyAny>,
         qrels: &Bound<'py, PyAny>,
-        mode: Option<&str>,
-        k: i64,
-        candidates: Option<i64>,
-        rerank_k: Option<i64>,
-        alpha: Option<f64>,
-        nprobe: Option<i64>,
-        oversample: Option<f64>,
-        rescore: Option<bool>,
-        prefetch: Option<bool>,
-        prefetch_step: Option<f64>,
-        hybrid_candidates: Option<i64>,
+        params: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let ivf = IvfKwargs { nprobe, oversample, rescore, prefetch, prefetch_step, hybrid_candidates };
-        let options = RawOptions { k, mode, candidates, rerank_k, alpha, ivf }.check(py)?;
+        if let Some(key) = ["query", "query_vectors", "include_text"]
+            .into_iter()
+            .find(|k| params.is_some_and(|p| p.contains(k).unwrap_or(false)))
+        {
+            return Err(PyTypeError::new_err(format!(
+                "evaluate() takes no {key:?}: the queries come from `queries`"
+            )));
+        }
+        let defaults = [("k", json!(100)), ("mode", json!("hybrid"))];
+        let options = request_from_kwargs(py, "", params, &defaults)?;
         let queries = args::queries(queries)?;
         let qrels = args::qrels(qrels)?;
         let row = without_gil(py, || {

@@ -34,7 +34,8 @@ fn _cellar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<result::PySearchResult>()?;
     m.add_class::<stream::PyStream>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add("MAX_K", cellar_search::params::MAX_K)?;
-    m.add("MAX_QUERY_BYTES", cellar_search::params::MAX_QUERY_BYTES)?;
+    m.add("MAX_K", cellar_search::request::MAX_K)?;
+    m.add("MAX_QUERY_BYTES", cellar_search::request::MAX_QUERY_BYTES)?;
+    m.add("SEARCH_REQUEST_SCHEMA", convert::to_python(m.py(), &cellar_search::SearchRequest::schema())?)?;
     Ok(())
 }

@@ -17,6 +17,8 @@ use tantivy::tokenizer::{
 };
 use tantivy::{doc, Index, IndexReader, IndexWriter, ReloadPolicy};
 
+use crate::scored::Scored;
+
 /// Name under which the analyzer is registered on every opened index.
 const ANALYZER: &str = "cellar_en";
 /// Writer memory budget: bounds RAM while indexing corpora larger than memory.
@@ -101,13 +103,6 @@ pub struct Bm25Index {
     reader: IndexReader,
     fields: Fields,
     analyzer: TextAnalyzer,
-}
-
-/// One first-stage candidate.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Scored {
-    pub id: DocId,
-    pub score: f32,
 }
 
 impl Bm25Index {

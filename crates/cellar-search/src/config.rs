@@ -7,7 +7,7 @@ use cellar_core::format::fsio::write_atomic;
 use cellar_core::{CellarError, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::params::Mode;
+use crate::mode::Mode;
 
 /// Version of the index directory layout (`index.json` and the files beside it).
 pub const INDEX_FORMAT_VERSION: u32 = 1;

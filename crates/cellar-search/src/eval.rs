@@ -13,25 +13,25 @@ use crate::corpus::{Qrels, Query};
 use crate::index::Index;
 use crate::ivf::IvfConfig;
 use crate::metrics::{mean, score_query, Metrics, QueryMetrics};
-use crate::params::{Mode, SearchOptions, SearchParams};
-use crate::search::PreparedQuery;
+use crate::mode::Mode;
+use crate::params::SearchParams;
+use crate::query::PreparedQuery;
+use crate::request::SearchRequest;
 
 /// Depth every evaluated ranking is cut at (Recall@100 needs 100).
 pub const EVAL_DEPTH: usize = 100;
 
-/// One row of an evaluation table: a label and the search options it runs with.
+/// One row of an evaluation table: a label and the search settings it runs with (the query
+/// of `request` is ignored: every judged query is ranked with these settings).
 #[derive(Clone, Debug)]
 pub struct RowSpec {
     pub label: String,
-    pub options: SearchOptions,
+    pub request: SearchRequest,
 }
 
 impl RowSpec {
     pub fn new(label: impl Into<String>, mode: Mode) -> RowSpec {
-        RowSpec {
-            label: label.into(),
-            options: SearchOptions { k: EVAL_DEPTH, mode: Some(mode), ..Default::default() },
-        }
+        RowSpec { label: label.into(), request: SearchRequest::new("", mode).with_k(EVAL_DEPTH) }
     }
 }
 
@@ -84,7 +84,7 @@ fn ivf_rows(config: &IndexConfig, ivf: &IvfConfig) -> Vec<RowSpec> {
     let d = ivf.search;
     let rescore = if d.rescore { "rescored" } else { "codes only" };
     let mut dense = RowSpec::new(format!("dense: IVF nprobe={} → MaxSim", d.nprobe), Mode::Dense);
-    dense.options.rerank_k = Some(config.search.rerank_k);
+    dense.request.rerank_k = Some(config.search.rerank_k);
     // The default hybrid row already joins the IVF's candidates when its default says so: the
     // extra row is the other choice.
     let mut joined = hybrid_row(config, None);
@@ -93,7 +93,7 @@ fn ivf_rows(config: &IndexConfig, ivf: &IvfConfig) -> Vec<RowSpec> {
         n => (format!("BM25 candidates only (default joins {n} IVF)"), 0),
     };
     joined.label = format!("hybrid α={:.2} {label}", config.search.alpha);
-    joined.options.hybrid_candidates = Some(n);
+    joined.request.hybrid_candidates = Some(n);
     vec![
         RowSpec::new(format!("ivf nprobe={} ({rescore}, {} clusters)", d.nprobe, ivf.clusters), Mode::Ivf),
         dense,
@@ -104,7 +104,7 @@ fn ivf_rows(config: &IndexConfig, ivf: &IvfConfig) -> Vec<RowSpec> {
 /// MaxSim over every candidate (rerank_k is capped at the candidate count).
 fn rerank_row() -> RowSpec {
     let mut row = RowSpec::new("rerank", Mode::Rerank);
-    row.options.rerank_k = Some(usize::MAX);
+    row.request.rerank_k = Some(usize::MAX);
     row
 }
 
@@ -114,8 +114,8 @@ fn hybrid_row(config: &IndexConfig, rerank_k: Option<usize>) -> RowSpec {
         None => "untuned default".to_string(),
     };
     let mut row = RowSpec::new(format!("hybrid α={:.2} ({tuned})", config.search.alpha), Mode::Hybrid);
-    row.options.alpha = Some(config.search.alpha);
-    row.options.rerank_k = rerank_k.or(Some(config.search.rerank_k));
+    row.request.alpha = Some(config.search.alpha);
+    row.request.rerank_k = rerank_k.or(Some(config.search.rerank_k));
     row
 }
 
@@ -130,14 +130,21 @@ pub fn prepare_all(index: &Index, queries: &[Query], bar: &ProgressBar) -> Resul
         .iter()
         .map(|q| {
             bar.inc(1);
-            index.prepare(&q.text, Mode::Hybrid).map_err(|e| with_query(e, &q.id))
+            prepare(index, &q.text, Mode::Hybrid).map_err(|e| with_query(e, &q.id))
         })
         .collect();
     bar.finish_and_clear();
     prepared
 }
 
-fn with_query(error: CellarError, id: &str) -> CellarError {
+/// Plans and prepares (encodes) one query for `mode`, so rows can rank it many ways.
+pub fn prepare(index: &Index, text: &str, mode: Mode) -> Result<PreparedQuery> {
+    let plan = index.plan(SearchRequest::new(text, mode))?;
+    index.prepare(&plan)
+}
+
+/// Names the query in a user error.
+pub fn with_query(error: CellarError, id: &str) -> CellarError {
     match error {
         CellarError::InvalidInput(detail) => CellarError::InvalidInput(format!("query {id:?}: {detail}")),
         other => other,
@@ -153,7 +160,7 @@ pub fn evaluate_row(
     ids: &[String],
     spec: &RowSpec,
 ) -> Result<RowResult> {
-    let params = index.resolve(&spec.options)?;
+    let params = index.params(&spec.request)?;
     let (mut per_query, mut run) = (Vec::new(), Vec::new());
     let (mut search_ms, mut encode_ms, mut bytes) = (0.0, 0.0, 0u64);
     for (query, prep) in queries.iter().zip(prepared) {

@@ -2,7 +2,9 @@
 //!
 //! - `build`: corpus → encoder → vector store + pooled vectors + text store + BM25 (`Index::build`)
 //! - `index`: an open index (`Index::open`), its parts checked against each other
-//! - `search`: query preparation, answers with ids and text; `rank`: the first stages (BM25,
+//! - `request`: `SearchRequest`, one search as every front end states it; `plan`: every check
+//!   (`Index::plan` → `Plan`), then `Index::execute`; `params`: the settings resolved
+//! - `search`: answers with ids and text; `rank`: the first stages (BM25,
 //!   the IVF of `ivf`, or both) → read records (`prefetch` overlaps the reads with the probe)
 //!   → MaxSim → fusion (`fusion`) → top-k, with timings
 //! - `eval`, `metrics`, `tune`: quality against qrels, and the alpha / rerank_k sweep
@@ -18,10 +20,15 @@ pub mod fusion;
 pub mod index;
 pub mod ivf;
 pub mod metrics;
+pub mod mode;
 pub mod params;
+pub mod plan;
 pub mod pooled;
 pub mod prefetch;
+pub mod query;
 pub mod rank;
+pub mod request;
+pub mod scored;
 pub mod search;
 pub mod texts;
 pub mod topk;
@@ -30,5 +37,8 @@ pub mod tune;
 pub use build::BuildOptions;
 pub use config::IndexConfig;
 pub use index::{Index, OpenOptions};
-pub use params::{IvfParams, Mode, SearchOptions, SearchParams};
+pub use mode::Mode;
+pub use params::{IvfParams, SearchParams};
+pub use plan::Plan;
+pub use request::{BatchRequest, QueryVectorsIn, SearchRequest};
 pub use search::{Hit, SearchResponse};

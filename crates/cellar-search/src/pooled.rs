@@ -10,7 +10,7 @@ use cellar_core::kernels::{dot_f16, Isa};
 use cellar_core::{CellarError, DocId, Result};
 use half::f16;
 
-use crate::bm25::Scored;
+use crate::scored::Scored;
 use crate::topk::TopK;
 
 /// Streams pooled vectors to `pooled.bin`.

@@ -9,10 +9,11 @@ use std::time::Instant;
 
 use cellar_core::io::ReadStats;
 use cellar_core::{DocId, Result};
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::index::Index;
-use crate::search::PreparedQuery;
+use crate::query::PreparedQuery;
 
 /// Records read per batch when reading and scoring in chunks: large enough that one batch keeps
 /// the device's queue full (chunks of 16 cost a third more time per query than one batch of 64 in
@@ -29,7 +30,7 @@ pub struct ScoredRecords {
 }
 
 /// What the prefetcher did for one query.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, JsonSchema)]
 pub struct PrefetchStats {
     /// Clusters probed when the prefetch started.
     pub after_clusters: usize,

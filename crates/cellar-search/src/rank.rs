@@ -12,14 +12,16 @@ use std::time::Instant;
 use cellar_core::io::ReadStats;
 use cellar_core::{CellarError, DocId, Result};
 
-use crate::bm25::Scored;
 use crate::fusion::{self, Fused, Stage};
 use crate::index::Index;
 use crate::ivf::ProbeStats;
-use crate::params::{IvfParams, Mode, SearchParams};
+use crate::mode::Mode;
+use crate::params::{IvfParams, SearchParams};
 use crate::prefetch::{PrefetchStats, ScoredRecords};
-use crate::search::{PreparedQuery, Ranking, Timings};
-use crate::topk::better;
+use crate::query::PreparedQuery;
+use crate::scored::better;
+use crate::scored::Scored;
+use crate::search::{Ranking, Timings};
 
 fn ms_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
@@ -48,8 +50,10 @@ impl Index {
                 self.rank_probed(query, params, ivf, &mut timings)?
             }
             (Mode::Ivf | Mode::Dense, None) => {
-                self.ivf()?;
-                return Err(CellarError::InvalidInput(format!("mode {} needs IVF parameters", params.mode)));
+                return Err(CellarError::Unsupported(format!(
+                    "mode {} was planned without IVF parameters",
+                    params.mode
+                )));
             }
             _ => self.rank_bm25_first(query, params, &mut timings)?,
         };
@@ -64,7 +68,6 @@ impl Index {
         timings: &mut Timings,
     ) -> Result<Ranking> {
         let start = Instant::now();
-        check_pooled(query, params.mode)?;
         let hits: Vec<Fused> =
             self.pooled()?.search(&query.pooled, params.k).iter().map(first_stage_hit).collect();
         timings.first_stage_ms = ms_since(start);
@@ -79,7 +82,6 @@ impl Index {
         timings: &mut Timings,
     ) -> Result<Ranking> {
         let start = Instant::now();
-        check_pooled(query, params.mode)?;
         let (hits, stats) = self.ivf()?.probe(&query.pooled, ivf.probe(params.k)).finish()?;
         timings.first_stage_ms = ms_since(start);
         let hits: Vec<Fused> = hits.iter().map(first_stage_hit).collect();
@@ -129,7 +131,6 @@ impl Index {
         ivf: IvfParams,
         timings: &mut Timings,
     ) -> Result<Ranking> {
-        check_pooled(query, params.mode)?;
         let start = Instant::now();
         let bm25 = match params.mode {
             Mode::Hybrid => Some(self.bm25.search(&query.text, params.candidates)?),
@@ -248,10 +249,9 @@ impl Index {
     /// [`Index::rank`] does).
     pub fn candidates_with_maxsim(&self, query: &PreparedQuery, n: usize) -> Result<(Vec<Scored>, Vec<f32>)> {
         let bm25 = self.bm25.search(&query.text, n)?;
-        let options = crate::params::SearchOptions { k: 1, mode: Some(Mode::Hybrid), ..Default::default() };
-        let candidates = match self.resolve(&options)?.ivf.filter(|p| p.hybrid_candidates > 0) {
+        let request = crate::request::SearchRequest { mode: Some(Mode::Hybrid), ..Default::default() };
+        let candidates = match self.params(&request)?.ivf.filter(|p| p.hybrid_candidates > 0) {
             Some(ivf) => {
-                check_pooled(query, Mode::Hybrid)?;
                 let probe = ivf.probe(ivf.hybrid_candidates);
                 let (ivf_hits, _) = self.ivf()?.probe(&query.pooled, probe).finish()?;
                 first_stage(Some(&bm25), &ivf_hits)
@@ -261,17 +261,6 @@ impl Index {
         let (maxsim, _) = self.maxsim(query, &candidates, &mut Timings::default())?;
         Ok((candidates, maxsim))
     }
-}
-
-fn check_pooled(query: &PreparedQuery, mode: Mode) -> Result<()> {
-    if !query.pooled.is_empty() {
-        return Ok(());
-    }
-    let hint = match mode {
-        Mode::Hybrid => ": it joins IVF candidates (send query_vectors.pooled, or hybrid_candidates 0)",
-        _ => " (query_vectors.pooled)",
-    };
-    Err(CellarError::InvalidInput(format!("mode {mode} needs the query's pooled vector{hint}")))
 }
 
 pub(crate) fn first_stage_hit(scored: &Scored) -> Fused {

@@ -5,7 +5,8 @@ use std::collections::BinaryHeap;
 
 use cellar_core::DocId;
 
-use crate::bm25::Scored;
+pub use crate::scored::better;
+use crate::scored::Scored;
 
 /// Heap entry ordered so the heap's top is the worst kept entry (lowest score, then highest id).
 struct Entry(Scored);
@@ -25,11 +26,6 @@ impl Ord for Entry {
     fn cmp(&self, other: &Self) -> Ordering {
         better(&self.0, &other.0)
     }
-}
-
-/// Ranking order: higher score first, lower id first on ties (deterministic).
-pub fn better(a: &Scored, b: &Scored) -> Ordering {
-    b.score.total_cmp(&a.score).then(a.id.0.cmp(&b.id.0))
 }
 
 /// Keeps the `k` best of everything pushed.

@@ -7,15 +7,15 @@ use cellar_core::{CellarError, Result};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use crate::bm25::Scored;
 use crate::config::{SearchDefaults, TuneRecord};
 use crate::corpus::{Qrels, Query};
 use crate::eval::{score_all, EVAL_DEPTH};
 use crate::fusion;
 use crate::index::Index;
 use crate::metrics::Metrics;
-use crate::params::Mode;
-use crate::search::PreparedQuery;
+use crate::mode::Mode;
+use crate::query::PreparedQuery;
+use crate::scored::Scored;
 
 /// Alphas tried: 0, 0.05, ..., 1.
 pub fn alpha_grid() -> Vec<f32> {
@@ -61,7 +61,7 @@ pub fn tune(
     let depth = index.config().search.candidates;
     let mut stages = Vec::with_capacity(queries.len());
     for query in queries {
-        let prepared: PreparedQuery = index.prepare(&query.text, Mode::Hybrid)?;
+        let prepared: PreparedQuery = crate::eval::prepare(index, &query.text, Mode::Hybrid)?;
         let (candidates, maxsim) = index.candidates_with_maxsim(&prepared, depth)?;
         stages.push(QueryStages { id: query.id.clone(), candidates, maxsim });
         bar.inc(1);

@@ -6,7 +6,19 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use cellar_core::CellarError;
+use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::{json, Value};
+
+/// The JSON body of every error answer.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ErrorBody {
+    /// Stable and machine-readable: `invalid_request`, `wrong_dimension`, `overloaded`, ...
+    pub code: String,
+    pub message: String,
+    /// Structured facts of the error (a field, a limit, the expected dimension), or `{}`.
+    pub details: Value,
+}
 
 /// An error answer. `retry_after` (seconds) goes into a `Retry-After` header.
 #[derive(Debug)]
@@ -49,19 +61,30 @@ impl ApiError {
         .with_details(json!({ "deadline_ms": deadline_ms }))
     }
 
-    /// A JSON body that does not parse (`syntax`) or does not fit the request's schema.
-    pub fn from_json(error: serde_json::Error) -> Self {
+    /// A JSON body that does not parse (`syntax`) or does not fit the request's schema; `path`
+    /// is the field at fault (`.` for the whole body), named in the message and the details.
+    pub fn from_json(error: serde_json::Error, path: &str) -> Self {
         let code = match error.classify() {
             serde_json::error::Category::Data => "invalid_request",
             _ => "malformed_json",
         };
-        ApiError::new(StatusCode::BAD_REQUEST, code, format!("request body: {error}"))
-            .with_details(json!({ "line": error.line(), "column": error.column() }))
+        let message = if path == "." || code == "malformed_json" {
+            format!("request body: {error}")
+        } else {
+            format!("request body: {path}: {error}")
+        };
+        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+            .with_details(json!({ "field": path, "line": error.line(), "column": error.column() }))
     }
 
     /// The JSON body of this error.
     pub fn body(&self) -> Value {
         json!({ "code": self.code, "message": self.message, "details": self.details })
+    }
+
+    /// The body of this error as a typed value.
+    pub fn into_body(self) -> ErrorBody {
+        ErrorBody { code: self.code.to_string(), message: self.message, details: self.details }
     }
 }
 

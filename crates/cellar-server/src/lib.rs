@@ -1,18 +1,22 @@
 //! `cellar serve`: the HTTP/JSON API over one index.
 //!
-//! - `routes`: the axum router, API-key check, request counting, deadline and 429 handling
-//! - `api`: request bodies and their validation against the index
-//! - `pool`: the fixed CPU pool with its bounded queue (searches never run on the async runtime)
-//! - `metrics`: Prometheus counters and histograms; `openapi`: `GET /openapi.json`
-//! - `error`: `{code, message, details}` with a status, mapped exhaustively from `CellarError`
+//! - `routes`: the axum router: assembles the API modules' routes, the system endpoints, the
+//!   API-key check, admission and request counting
+//! - `search_api`: `/v1/search` and `/v1/search/batch` (`SearchRequest` → `Index::plan` → pool)
 //! - `streams`: the streaming collections' endpoints (`/v1/streams/...`, `--streams DIR`)
+//! - `app`: the shared state, body parsing and the one pool + deadline + 429 path
+//! - `pool`: the fixed CPU pool with its bounded queue (searches never run on the async runtime)
+//! - `openapi`: `Api` (routes registered with their operations) and the generated document
+//! - `metrics`: Prometheus counters and histograms
+//! - `error`: `{code, message, details}` with a status, mapped exhaustively from `CellarError`
 
-pub mod api;
+pub mod app;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
 pub mod pool;
 pub mod routes;
+pub mod search_api;
 pub mod streams;
 
 use std::net::SocketAddr;
@@ -22,8 +26,9 @@ use std::time::Duration;
 use cellar_core::{CellarError, Result};
 use cellar_search::Index;
 
+pub use app::{AppState, StreamsState};
 pub use error::ApiError;
-pub use routes::{router, AppState};
+pub use routes::router;
 
 /// Searches that may wait per worker by default. A search takes 5-30 ms here, so a full queue
 /// already means 100-500 ms of waiting; a deeper one only holds more request bodies in memory
@@ -71,7 +76,7 @@ pub fn serve(index: Index, config: ServerConfig, on_ready: impl FnOnce(SocketAdd
 /// Serves an index, streaming collections, or both, until SIGINT or SIGTERM.
 pub fn serve_with(
     index: Option<Index>,
-    streams: Option<streams::StreamsState>,
+    streams: Option<StreamsState>,
     config: ServerConfig,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<()> {

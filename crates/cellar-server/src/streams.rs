@@ -10,87 +10,123 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::{get, post, put};
-use axum::{Json, Router};
+use axum::http::HeaderMap;
+use axum::routing::{delete, get, post, put};
+use axum::Json;
 use cellar_core::CellarError;
-use cellar_stream::encoding::{collection_for_write, docs_with_vectors, query_with_vectors, LazyEncoder};
+use cellar_stream::encoding::{collection_for_write, docs_with_vectors, query_with_vectors};
 use cellar_stream::input::{meta_to_json, DocJson, QueryJson};
-use cellar_stream::{Collection, Hit, Streams};
+use cellar_stream::{Collection, Hit};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use tokio::sync::oneshot;
 
+pub use crate::app::StreamsState;
+use crate::app::{parse_body, run_blocking, AppState};
 use crate::error::ApiError;
-use crate::pool::Job;
-use crate::routes::{parse_body, AppState};
+use crate::openapi::{schema, Api, Operation};
 
 /// Most documents in one feed request (one log record, one fsync).
 pub const MAX_FEED: usize = 1000;
 
-/// The streams' root and the encoder for documents and queries sent without vectors.
-pub struct StreamsState {
-    pub streams: Streams,
-    pub encoder: LazyEncoder,
-}
-
 /// `POST /v1/streams/{name}/feed`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FeedRequest {
+    #[schemars(length(min = 1, max = MAX_FEED))]
     pub docs: Vec<DocJson>,
 }
 
-pub fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/v1/streams/{name}", get(stream_stats))
-        .route("/v1/streams/{name}/feed", post(feed))
-        .route("/v1/streams/{name}/groups/{group}/docs/{id}", put(put_doc).get(get_doc).delete(delete_doc))
-        .route("/v1/streams/{name}/groups/{group}/search", post(search))
-}
+const STREAM_ERRORS: &[(u16, &str)] =
+    &[(404, "No such stream, group or document (or the server serves no streams)")];
 
-fn streams(state: &AppState) -> Result<&StreamsState, ApiError> {
-    state.streams.as_ref().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "this server serves no streams (started without --streams)",
+const DOC: &str = "/v1/streams/{name}/groups/{group}/docs/{id}";
+
+/// The streaming collections' endpoints.
+pub fn api() -> Api {
+    let op = |method, path, summary, ok| Operation {
+        ok,
+        errors: STREAM_ERRORS,
+        ..Operation::new(method, path, summary)
+    };
+    Api::default()
+        .route(
+            op(
+                "get",
+                "/v1/streams/{name}",
+                "A streaming collection's figures (segments, memtable, RAM, disk)",
+                "Stats",
+            ),
+            get(stream_stats),
         )
-    })
+        .route(
+            Operation {
+                request: Some(schema::<FeedRequest>),
+                ..op(
+                    "post",
+                    "/v1/streams/{name}/feed",
+                    "Write up to 1000 documents as one batch (one log record, one fsync); creates the stream",
+                    "{stream, written, last_seq}",
+                )
+            },
+            post(feed),
+        )
+        .route(
+            Operation {
+                request: Some(schema::<DocJson>),
+                ..op(
+                    "put",
+                    DOC,
+                    "Write or replace one document (durable when answered); creates the stream",
+                    "{stream, group, id, seq}",
+                )
+            },
+            put(put_doc),
+        )
+        .route(
+            op(
+                "get",
+                DOC,
+                "Read one document (text, metadata, n_tokens)",
+                "{group, id, seq, text, n_tokens, metadata}",
+            ),
+            get(get_doc),
+        )
+        .route(
+            op(
+                "delete",
+                DOC,
+                "Delete one document (404 when it does not exist)",
+                "{deleted, group, id, seq}",
+            ),
+            delete(delete_doc),
+        )
+        .route(
+            Operation {
+                request: Some(schema::<QueryJson>),
+                ..op(
+                    "post",
+                    "/v1/streams/{name}/groups/{group}/search",
+                    "Exact top-k in one group: MaxSim or pooled, optional filters and term match",
+                    "{hits: [{id, score, text, metadata}], stats, timings}",
+                )
+            },
+            post(search),
+        )
 }
 
 fn path<T>(extracted: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
     extracted.map(|Path(p)| p).map_err(|e| ApiError::invalid(format!("request path: {}", e.body_text())))
 }
 
-/// Runs `work` on the CPU pool and waits for it until the deadline.
+/// Runs `work` over the streams on the CPU pool (the one pool + deadline + 429 path).
 async fn blocking<T: Send + 'static>(
     state: &Arc<AppState>,
     work: impl FnOnce(&StreamsState) -> cellar_core::Result<T> + Send + 'static,
 ) -> Result<T, ApiError> {
-    streams(state)?;
-    let deadline = Instant::now() + state.config.deadline;
-    let (tx, rx) = oneshot::channel();
+    state.streams()?;
     let shared = state.clone();
-    let job: Job = Box::new(move || {
-        if Instant::now() < deadline {
-            let _ = tx.send(work(shared.streams.as_ref().expect("checked")));
-        }
-    });
-    state.pool.try_submit_all(vec![job]).map_err(|_| {
-        let capacity = state.pool.capacity();
-        ApiError::overloaded(
-            format!("the server's queue is full ({capacity} jobs waiting); retry later"),
-            json!({ "queue_capacity": capacity }),
-        )
-    })?;
-    let expired = || ApiError::deadline(state.config.deadline.as_millis() as u64);
-    match tokio::time::timeout_at(deadline.into(), rx).await {
-        Err(_) => Err(expired()),
-        Ok(Err(_)) if Instant::now() >= deadline => Err(expired()),
-        Ok(Err(_)) => Err(CellarError::Unsupported("the worker stopped without answering".into()).into()),
-        Ok(Ok(result)) => Ok(result?),
-    }
+    run_blocking(state, move || work(shared.streams.as_ref().expect("checked above"))).await
 }
 
 fn write_docs(

@@ -126,7 +126,7 @@ async fn every_bad_input_is_a_typed_4xx_and_the_server_keeps_serving() {
             "unknown mode",
             json!({"query": "coffee", "mode": "magic"}).to_string(),
             StatusCode::BAD_REQUEST,
-            "invalid_input",
+            "invalid_request",
         ),
         (
             "alpha > 1",
@@ -430,9 +430,109 @@ async fn metrics_count_requests_stages_and_bytes_and_openapi_lists_every_route()
     for path in ["/v1/search", "/v1/search/batch", "/healthz", "/metrics", "/openapi.json"] {
         assert!(doc["paths"][path].is_object(), "{path} is not documented");
     }
-    let modes = &doc["components"]["schemas"]["SearchRequest"]["properties"]["mode"]["enum"];
-    assert_eq!(modes, &json!(["bm25", "dense-exact", "ivf", "dense", "rerank", "hybrid"]));
+    let mode = &doc["components"]["schemas"]["Mode"];
+    let modes: Vec<&Value> = match mode["enum"].as_array() {
+        Some(names) => names.iter().collect(),
+        None => mode["oneOf"].as_array().expect("Mode is an enum").iter().map(|v| &v["const"]).collect(),
+    };
+    assert_eq!(json!(modes), json!(["bm25", "dense-exact", "ivf", "dense", "rerank", "hybrid"]), "{mode}");
     for field in ["nprobe", "oversample", "rescore", "prefetch", "prefetch_step", "hybrid_candidates"] {
         assert!(doc["components"]["schemas"]["SearchRequest"]["properties"][field].is_object(), "{field}");
     }
+}
+
+/// The names serde lists in "unknown field `x`, expected one of `a`, `b`" (or "expected `a`").
+fn accepted_fields(message: &str) -> std::collections::BTreeSet<String> {
+    let (_, expected) =
+        message.split_once("expected").unwrap_or_else(|| panic!("no field list in {message:?}"));
+    expected.split('`').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// The property names of a schema, following a `$ref` into the components.
+fn documented_fields(doc: &Value, schema: &Value) -> std::collections::BTreeSet<String> {
+    let schema = match schema["$ref"].as_str() {
+        Some(r) => &doc["components"]["schemas"][r.trim_start_matches("#/components/schemas/")],
+        None => schema,
+    };
+    schema["properties"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no properties in {schema}"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn every_documented_request_field_is_accepted_by_the_router_and_no_other() {
+    let (_, app) = app_with(config());
+    let (_, doc, _) = call(&app, Request::get("/openapi.json").body(Body::empty()).unwrap()).await;
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let Some(schema) = operation["requestBody"]["content"]["application/json"].get("schema") else {
+                continue;
+            };
+            // Every path parameter documented, and filled in to reach the handler.
+            let params: Vec<&str> = path.split('/').filter(|s| s.starts_with('{')).collect();
+            let declared = operation["parameters"].as_array().map_or(0, Vec::len);
+            assert_eq!(declared, params.len(), "{method} {path}: path parameters");
+            let uri = params.iter().fold(path.clone(), |uri, p| uri.replace(p, "x"));
+            let request = Request::builder()
+                .method(method.to_uppercase().as_str())
+                .uri(uri)
+                .header("content-type", "application/json")
+                .body(Body::from(json!({ "zz_not_a_field": 1 }).to_string()))
+                .unwrap();
+            let (status, body, _) = call(&app, request).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{method} {path}: {body}");
+            let message = body["message"].as_str().unwrap();
+            assert_eq!(
+                accepted_fields(message),
+                documented_fields(&doc, schema),
+                "{method} {path}: {message}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5, "only {checked} operations take a body");
+    // A nested request type: the caller's query vectors.
+    let (status, body) =
+        search(&app, json!({ "query": "x", "query_vectors": { "zz_not_a_field": 1 } })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["details"]["field"], "query_vectors.zz_not_a_field");
+    let nested = json!({ "$ref": "#/components/schemas/QueryVectorsIn" });
+    assert_eq!(accepted_fields(body["message"].as_str().unwrap()), documented_fields(&doc, &nested));
+    // The limits the checks enforce are the ones documented.
+    let request = &doc["components"]["schemas"]["SearchRequest"]["properties"];
+    assert_eq!(request["k"]["maximum"], json!(cellar_search::request::MAX_K));
+    assert_eq!(request["candidates"]["maximum"], json!(cellar_search::request::MAX_CANDIDATES));
+    assert_eq!(request["query"]["maxLength"], json!(cellar_search::request::MAX_QUERY_BYTES));
+    let (status, _) = search(&app, json!({ "query": "x", "k": cellar_search::request::MAX_K + 1 })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn a_user_error_is_refused_before_the_search_is_queued() {
+    // Every worker blocked and the queue full: a valid search gets 429, an invalid one 400.
+    let mut tiny = config();
+    tiny.workers = 1;
+    tiny.queue_capacity = 1;
+    let (state, app) = app_with(tiny);
+    let release = block_worker(&state);
+    let filler: Job = Box::new(|| {});
+    state.pool.try_submit_all(vec![filler]).unwrap();
+    wait_for_queue_depth(&state, 1).await;
+    let (status, _) = search(&app, json!({ "query": "coffee", "mode": "bm25" })).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    // Hybrid joins IVF candidates by default: token vectors without the pooled one are refused
+    // by the plan, not by a worker.
+    let mut vectors = encoded("coffee");
+    vectors.as_object_mut().unwrap().remove("pooled");
+    let (status, body) =
+        search(&app, json!({ "query": "coffee", "mode": "hybrid", "query_vectors": vectors })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("hybrid_candidates 0"), "{body}");
+    let (status, _) = search(&app, json!({ "query": "", "mode": "bm25" })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    release.send(()).unwrap();
 }

@@ -5,29 +5,39 @@
 use std::collections::BTreeMap;
 
 use cellar_core::{CellarError, Result};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::doc::{MetaValue, StreamDoc};
-use crate::search::{Mode, Query};
+use crate::doc::{MetaValue, StreamDoc, MAX_KEY_BYTES, MAX_META_FIELDS, MAX_TEXT_BYTES, MAX_TOKENS};
+use crate::search::{Mode, Query, MAX_K};
 
-/// One document as JSON. `group` and `id` may instead come from the URL.
-#[derive(Clone, Debug, Default, Deserialize)]
+/// A streaming document. `group` and `id` come from the URL on PUT (if given in the body they
+/// must agree) and from the body in a feed. Without `tokens` the server encodes `text` with its
+/// model.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DocJson {
+    #[schemars(length(max = MAX_KEY_BYTES))]
     pub group: Option<String>,
+    #[schemars(length(max = MAX_KEY_BYTES))]
     pub id: Option<String>,
     #[serde(default)]
+    #[schemars(length(max = MAX_TEXT_BYTES))]
     pub text: String,
+    /// Scalar values only: strings, numbers, booleans.
     #[serde(default)]
+    #[schemars(extend("maxProperties" = MAX_META_FIELDS))]
     pub metadata: BTreeMap<String, Value>,
     /// Token vectors, one array per token; encoded from `text` when absent.
+    #[schemars(length(min = 1, max = MAX_TOKENS))]
     pub tokens: Option<Vec<Vec<f32>>>,
+    /// Default: the normalised mean of the token vectors.
     pub pooled: Option<Vec<f32>>,
 }
 
-/// A search as JSON.
-#[derive(Clone, Debug, Default, Deserialize)]
+/// A search inside one group, as JSON.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueryJson {
     /// Query text, encoded by the server when `query_tokens` is absent.
@@ -36,6 +46,8 @@ pub struct QueryJson {
     pub query_pooled: Option<Vec<f32>>,
     /// `maxsim` (default) or `pooled`.
     pub mode: Option<String>,
+    /// Results to return (default 10).
+    #[schemars(range(min = 1, max = MAX_K))]
     pub k: Option<usize>,
     /// Only documents containing every term of this text.
     pub require_terms: Option<String>,

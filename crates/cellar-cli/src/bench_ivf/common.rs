@@ -7,7 +7,7 @@ use cellar_core::io::{InjectedLatency, ReaderKind};
 use cellar_core::{CellarError, Result};
 use cellar_search::corpus::{Collection, Qrels, Query};
 use cellar_search::eval;
-use cellar_search::search::PreparedQuery;
+use cellar_search::query::PreparedQuery;
 use cellar_search::{Index, OpenOptions};
 use clap::Args;
 use serde::Serialize;

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use cellar_core::Result;
 use cellar_search::metrics::score_query;
-use cellar_search::{Mode, SearchOptions};
+use cellar_search::{Mode, SearchRequest};
 use clap::Args;
 use serde::Serialize;
 
@@ -82,7 +82,7 @@ pub fn run(args: PrefetchArgs) -> Result<()> {
 fn measure(args: &PrefetchArgs, w: &Workload, nprobe: usize, variants: &[Option<f32>]) -> Result<Vec<Row>> {
     let params = variants
         .iter()
-        .map(|step| w.index.resolve(&options(args, nprobe, *step)))
+        .map(|step| w.index.params(&options(args, nprobe, *step)))
         .collect::<Result<Vec<_>>>()?;
     let mut cols: Vec<[Vec<f64>; 8]> = variants.iter().map(|_| Default::default()).collect();
     for (query, prep) in w.queries.iter().zip(&w.prepared) {
@@ -104,9 +104,9 @@ fn measure(args: &PrefetchArgs, w: &Workload, nprobe: usize, variants: &[Option<
     Ok(variants.iter().zip(&cols).map(|(step, c)| row(nprobe, *step, c)).collect())
 }
 
-fn options(args: &PrefetchArgs, nprobe: usize, step: Option<f32>) -> SearchOptions {
-    SearchOptions {
-        k: 10,
+fn options(args: &PrefetchArgs, nprobe: usize, step: Option<f32>) -> SearchRequest {
+    SearchRequest {
+        k: Some(10),
         mode: Some(args.mode),
         candidates: Some(args.candidates),
         rerank_k: Some(args.rerank_k),
@@ -115,7 +115,7 @@ fn options(args: &PrefetchArgs, nprobe: usize, step: Option<f32>) -> SearchOptio
         prefetch_step: step,
         rescore: args.rescore,
         hybrid_candidates: (args.mode == Mode::Hybrid).then_some(args.hybrid_candidates),
-        ..SearchOptions::default()
+        ..SearchRequest::default()
     }
 }
 

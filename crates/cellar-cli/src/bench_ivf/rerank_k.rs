@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use cellar_core::Result;
 use cellar_search::eval::{evaluate_row, RowSpec, EVAL_DEPTH};
-use cellar_search::{Mode, SearchOptions};
+use cellar_search::{Mode, SearchRequest};
 use clap::Args;
 use serde::Serialize;
 
@@ -57,17 +57,17 @@ pub fn run(args: RerankKArgs) -> Result<()> {
     for mode in modes {
         let first = rows.len();
         for &k in &ks {
-            let options = SearchOptions {
-                k: EVAL_DEPTH,
+            let request = SearchRequest {
+                k: Some(EVAL_DEPTH),
                 mode: Some(mode),
                 candidates: Some(args.candidates),
                 rerank_k: Some(k),
                 nprobe: args.nprobe,
                 rescore: args.rescore,
                 hybrid_candidates: args.hybrid_candidates,
-                ..SearchOptions::default()
+                ..SearchRequest::default()
             };
-            let spec = RowSpec { label: format!("{mode} rerank_k={k}"), options };
+            let spec = RowSpec { label: format!("{mode} rerank_k={k}"), request };
             let r = evaluate_row(&w.index, &w.queries, &w.prepared, &w.qrels, &w.ids, &spec)?;
             rows.push(Row {
                 mode,

@@ -26,7 +26,7 @@ also a :class:`ValueError`.
 
 from __future__ import annotations
 
-from ._cellar import MAX_K, MAX_QUERY_BYTES, Index, SearchResult, Stream, __version__
+from ._cellar import MAX_K, MAX_QUERY_BYTES, SEARCH_REQUEST_SCHEMA, Index, SearchResult, Stream, __version__
 from . import _errors
 from ._errors import (
     CellarError,
@@ -41,6 +41,9 @@ from ._errors import (
 
 #: Search modes accepted by :meth:`Index.search` and :meth:`Index.evaluate`.
 MODES = ("hybrid", "rerank", "bm25", "dense", "ivf", "dense-exact")
+#: Keyword arguments of :meth:`Index.search`: the fields of a search request, as in the JSON body
+#: of ``POST /v1/search`` (declared once, in Rust's ``SearchRequest``).
+SEARCH_PARAMETERS = tuple(p for p in SEARCH_REQUEST_SCHEMA["properties"] if p != "query")
 #: Readers accepted by :meth:`Index.open`.
 READERS = ("mmap", "direct", "ram")
 #: Vector codecs accepted by :meth:`Index.build`.
@@ -56,5 +59,7 @@ __all__ = [
     "CODECS",
     "MAX_K",
     "MAX_QUERY_BYTES",
+    "SEARCH_REQUEST_SCHEMA",
+    "SEARCH_PARAMETERS",
     "__version__",
 ]

@@ -14,6 +14,8 @@ _Id = str | int
 __version__: str
 MAX_K: int
 MAX_QUERY_BYTES: int
+#: The JSON schema of a search request: the fields `Index.search` takes as keyword arguments.
+SEARCH_REQUEST_SCHEMA: dict[str, Any]
 
 class SearchResult:
     @property
@@ -68,12 +70,14 @@ class Index:
     def search(
         self,
         query: str,
+        *,
         k: int = 10,
         mode: _Mode | None = "hybrid",
-        candidates: int | None = None,
-        rerank_k: int | None = None,
         alpha: float | None = None,
-        *,
+        rerank_k: int | None = None,
+        candidates: int | None = None,
+        include_text: bool | None = None,
+        query_vectors: Mapping[str, Any] | None = None,
         nprobe: int | None = None,
         oversample: float | None = None,
         rescore: bool | None = None,
@@ -86,11 +90,11 @@ class Index:
         queries: Mapping[_Id, str] | Iterable[tuple[_Id, str]],
         qrels: Mapping[_Id, Mapping[_Id, int]],
         *,
-        mode: _Mode | None = "hybrid",
         k: int = 100,
-        candidates: int | None = None,
-        rerank_k: int | None = None,
+        mode: _Mode | None = "hybrid",
         alpha: float | None = None,
+        rerank_k: int | None = None,
+        candidates: int | None = None,
         nprobe: int | None = None,
         oversample: float | None = None,
         rescore: bool | None = None,

@@ -217,7 +217,7 @@ fn check_options(options: &IvfBuildOptions) -> Result<()> {
     if options.train_sample < 2 {
         return Err(CellarError::InvalidInput("train_sample must be at least 2".into()));
     }
-    crate::params::check_prefetch_step(options.defaults.prefetch_step)?;
+    super::IvfDefaults::check_prefetch_step(options.defaults.prefetch_step)?;
     if !(options.defaults.oversample >= 1.0 && options.defaults.oversample <= 100.0) {
         return Err(CellarError::InvalidInput(format!(
             "oversample must be within [1, 100], got {}",

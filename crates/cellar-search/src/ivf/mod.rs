@@ -57,6 +57,17 @@ pub struct IvfDefaults {
     pub hybrid_candidates: usize,
 }
 
+impl IvfDefaults {
+    /// Checks a prefetch step: a fraction of `nprobe` in (0, 1].
+    pub fn check_prefetch_step(step: f32) -> Result<()> {
+        if step > 0.0 && step <= 1.0 {
+            Ok(())
+        } else {
+            Err(CellarError::InvalidInput(format!("prefetch_step must be within (0, 1], got {step}")))
+        }
+    }
+}
+
 /// Sizes and times of an IVF build.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct IvfBuildReport {

@@ -23,7 +23,7 @@ use super::layout::{CentroidsFile, ClusterEntry, PostingView};
 use super::rabitq::QueryCode;
 use super::rotation::{dot, Rotation};
 use super::IvfConfig;
-use crate::bm25::Scored;
+use crate::scored::Scored;
 
 /// An open IVF: centroids, rotation and cluster table in RAM; blocks and vectors on disk.
 pub struct Ivf {
@@ -57,7 +57,7 @@ pub struct ProbeParams {
 }
 
 /// What one probe cost.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct ProbeStats {
     pub clusters: usize,
     pub codes: usize,

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use cellar_core::codec::CodecKind;
 use cellar_core::CellarError;
-use cellar_search::{Index, Mode, OpenOptions, SearchOptions};
+use cellar_search::{Index, Mode, OpenOptions, SearchRequest};
 use tempfile::TempDir;
 
 use crate::fixture::{corpus_lines, options, write_collection};
@@ -65,8 +65,14 @@ fn an_interrupted_build_is_refused_on_open_and_cleared_by_the_next_build() {
 
 fn top_ids(dir: &Path, mode: Mode) -> Vec<String> {
     let index = Index::open(dir, OpenOptions::default()).unwrap();
-    let request = SearchOptions { k: 5, mode: Some(mode), ..Default::default() };
-    index.search("lava and magma in an eruption", &request).unwrap().hits.into_iter().map(|h| h.id).collect()
+    let request = SearchRequest { k: Some(5), mode: Some(mode), ..Default::default() };
+    index
+        .search(crate::fixture::ask("lava and magma in an eruption", &request))
+        .unwrap()
+        .hits
+        .into_iter()
+        .map(|h| h.id)
+        .collect()
 }
 
 #[test]

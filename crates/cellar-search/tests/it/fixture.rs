@@ -116,3 +116,8 @@ fn copy_dir(from: &Path, to: &Path) {
 pub fn open(reader: cellar_core::io::ReaderKind) -> Index {
     Index::open(&built().index_dir, OpenOptions { reader, ..Default::default() }).unwrap()
 }
+
+/// `request` asking for `query`.
+pub fn ask(query: &str, request: &cellar_search::SearchRequest) -> cellar_search::SearchRequest {
+    cellar_search::SearchRequest { query: query.to_string(), ..request.clone() }
+}

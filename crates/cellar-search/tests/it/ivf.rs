@@ -4,7 +4,7 @@
 use cellar_core::io::ReaderKind;
 use cellar_core::CellarError;
 use cellar_search::ivf::{build_ivf, IvfConfig};
-use cellar_search::{Index, Mode, OpenOptions, SearchOptions};
+use cellar_search::{Index, Mode, OpenOptions, SearchRequest};
 
 use crate::fixture::{copy_index, ivf_options, open};
 
@@ -15,12 +15,18 @@ const QUERIES: [&str; 4] = [
     "bread",
 ];
 
-fn options(k: usize, mode: Mode) -> SearchOptions {
-    SearchOptions { k, mode: Some(mode), ..Default::default() }
+fn options(k: usize, mode: Mode) -> SearchRequest {
+    SearchRequest { k: Some(k), mode: Some(mode), ..Default::default() }
 }
 
-fn ranking(index: &Index, query: &str, options: &SearchOptions) -> Vec<(String, f32)> {
-    index.search(query, options).unwrap().hits.into_iter().map(|h| (h.id, h.score)).collect()
+fn ranking(index: &Index, query: &str, options: &SearchRequest) -> Vec<(String, f32)> {
+    index
+        .search(crate::fixture::ask(query, options))
+        .unwrap()
+        .hits
+        .into_iter()
+        .map(|h| (h.id, h.score))
+        .collect()
 }
 
 fn clusters(index: &Index) -> usize {
@@ -61,7 +67,7 @@ fn codes_alone_rank_close_to_exact_and_report_their_work() {
         let mut request = options(5, Mode::Ivf);
         request.nprobe = Some(clusters(&index));
         request.rescore = Some(false);
-        let response = index.search(query, &request).unwrap();
+        let response = index.search(crate::fixture::ask(query, &request)).unwrap();
         let stats = response.ivf.expect("ivf stats");
         assert_eq!((stats.clusters, stats.codes, stats.rescored), (clusters(&index), 30, 0));
         assert!(stats.bytes_read > 0 && stats.read_calls > 0);
@@ -80,12 +86,12 @@ fn prefetching_never_changes_the_ranking() {
             plain.rerank_k = Some(8);
             plain.prefetch = Some(false);
             let expected = ranking(&index, query, &plain);
-            assert!(index.search(query, &plain).unwrap().prefetch.is_none());
+            assert!(index.search(crate::fixture::ask(query, &plain)).unwrap().prefetch.is_none());
             for step in [0.05, 0.3, 1.0] {
                 let mut request = plain.clone();
                 request.prefetch = Some(true);
                 request.prefetch_step = Some(step);
-                let response = index.search(query, &request).unwrap();
+                let response = index.search(crate::fixture::ask(query, &request)).unwrap();
                 let got: Vec<(String, f32)> = response.hits.iter().map(|h| (h.id.clone(), h.score)).collect();
                 assert_eq!(got, expected, "{mode} {query} step {step}");
                 let p = response.prefetch.expect("prefetch stats");
@@ -105,7 +111,7 @@ fn prefetch_after_the_whole_probe_hits_everything_without_rescoring() {
     request.prefetch = Some(true);
     request.prefetch_step = Some(1.0);
     request.rerank_k = Some(6);
-    let p = index.search(QUERIES[0], &request).unwrap().prefetch.unwrap();
+    let p = index.search(crate::fixture::ask(QUERIES[0], &request)).unwrap().prefetch.unwrap();
     assert_eq!((p.hits, p.needed, p.misses_read, p.hit_rate), (6, 6, 0, 1.0));
 }
 
@@ -134,10 +140,10 @@ fn invalid(result: cellar_core::Result<cellar_search::SearchResponse>, needle: &
 fn bad_ivf_parameters_are_refused_and_the_index_keeps_answering() {
     let index = open(ReaderKind::Mmap);
     let n = clusters(&index);
-    let with = |f: &dyn Fn(&mut SearchOptions)| {
+    let with = |f: &dyn Fn(&mut SearchRequest)| {
         let mut request = options(5, Mode::Dense);
         f(&mut request);
-        index.search("bread", &request)
+        index.search(crate::fixture::ask("bread", &request))
     };
     invalid(with(&|r| r.nprobe = Some(0)), "nprobe");
     invalid(with(&|r| r.nprobe = Some(n + 1)), &format!("{n} clusters"));
@@ -154,12 +160,12 @@ fn ivf_modes_on_an_index_without_one_say_how_to_build_it() {
     let (_tmp, stripped) = copy_index();
     std::fs::remove_dir_all(IvfConfig::dir(&stripped)).unwrap();
     let index = Index::open(&stripped, OpenOptions::default()).unwrap();
-    invalid(index.search("bread", &options(5, Mode::Dense)), "cellar ivf build");
-    invalid(index.search("bread", &options(5, Mode::Ivf)), "cellar ivf build");
+    invalid(index.search(crate::fixture::ask("bread", &options(5, Mode::Dense))), "cellar ivf build");
+    invalid(index.search(crate::fixture::ask("bread", &options(5, Mode::Ivf))), "cellar ivf build");
     let mut joined = options(5, Mode::Hybrid);
     joined.hybrid_candidates = Some(5);
-    invalid(index.search("bread", &joined), "cellar ivf build");
-    assert_eq!(index.search("bread", &options(5, Mode::Hybrid)).unwrap().hits.len(), 5);
+    invalid(index.search(crate::fixture::ask("bread", &joined)), "cellar ivf build");
+    assert_eq!(index.search(crate::fixture::ask("bread", &options(5, Mode::Hybrid))).unwrap().hits.len(), 5);
 }
 
 #[test]
@@ -191,7 +197,7 @@ fn damaged_blocks_and_vectors_are_reported_not_searched() {
             Index::open(&copy, OpenOptions { reader: ReaderKind::Direct, ..Default::default() }).unwrap();
         let mut request = options(30, Mode::Ivf);
         request.nprobe = Some(clusters(&index));
-        match index.search("bread", &request) {
+        match index.search(crate::fixture::ask("bread", &request)) {
             Err(CellarError::Corrupted { detail, .. }) => assert!(detail.contains(expect), "{detail}"),
             other => panic!("{file}: expected Corrupted, got {:?}", other.map(|r| r.hits.len())),
         }
@@ -213,27 +219,27 @@ fn a_rebuild_replaces_the_ivf_and_clears_an_interrupted_one() {
     assert!(!leftover.exists());
     let after = Index::open(&copy, OpenOptions::default()).unwrap();
     assert_eq!(clusters(&after), config.clusters);
-    assert_eq!(after.search("bread", &options(3, Mode::Dense)).unwrap().hits.len(), 3);
+    assert_eq!(after.search(crate::fixture::ask("bread", &options(3, Mode::Dense))).unwrap().hits.len(), 3);
 }
 
 #[test]
-fn hybrid_with_ivf_candidates_and_token_vectors_only_says_what_is_missing() {
+fn hybrid_with_ivf_candidates_and_token_vectors_only_is_refused_at_plan() {
     let index = open(ReaderKind::Mmap);
     let encoded = index.encoder().unwrap().encode_query("bread").unwrap();
-    let vectors = cellar_search::search::QueryVectors {
-        tokens: encoded.tokens.clone(),
-        n_tokens: encoded.n_tokens,
+    let dim = index.config().encoder.model_dim;
+    let vectors = cellar_search::QueryVectorsIn {
+        tokens: encoded.tokens.chunks(dim).map(<[f32]>::to_vec).collect(),
         pooled: None,
     };
-    let prepared = index.prepare_vectors("bread", Mode::Hybrid, vectors.clone()).unwrap();
-    let params = index.resolve(&options(5, Mode::Hybrid)).unwrap();
-    match index.rank(&prepared, &params) {
+    let mut request = options(5, Mode::Hybrid);
+    request.query = "bread".into();
+    request.query_vectors = Some(vectors);
+    // Refused by the plan, before anything would be queued or read.
+    match index.plan(request.clone()) {
         Err(CellarError::InvalidInput(m)) => assert!(m.contains("hybrid_candidates 0"), "{m}"),
-        other => panic!("expected InvalidInput, got {:?}", other.map(|r| r.hits.len())),
+        other => panic!("expected InvalidInput, got {other:?}"),
     }
-    let mut bm25_only = options(5, Mode::Hybrid);
-    bm25_only.hybrid_candidates = Some(0);
-    let params = index.resolve(&bm25_only).unwrap();
-    let prepared = index.prepare_vectors("bread", Mode::Hybrid, vectors).unwrap();
-    assert_eq!(index.rank(&prepared, &params).unwrap().hits.len(), 5);
+    request.hybrid_candidates = Some(0);
+    let plan = index.plan(request).unwrap();
+    assert_eq!(index.execute(&plan).unwrap().hits.len(), 5);
 }

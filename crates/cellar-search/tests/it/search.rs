@@ -3,19 +3,21 @@
 use cellar_core::io::ReaderKind;
 use cellar_core::CellarError;
 use cellar_search::fusion::Stage;
-use cellar_search::{Mode, SearchOptions};
+use cellar_search::{Mode, SearchRequest};
 
 use crate::fixture::open;
 
-fn options(k: usize, mode: Mode) -> SearchOptions {
-    SearchOptions { k, mode: Some(mode), ..Default::default() }
+fn options(k: usize, mode: Mode) -> SearchRequest {
+    SearchRequest { k: Some(k), mode: Some(mode), ..Default::default() }
 }
 
 #[test]
 fn every_mode_finds_the_topic_of_the_query() {
     let index = open(ReaderKind::Mmap);
     for mode in Mode::ALL {
-        let response = index.search("which instrument is played with a bow", &options(5, mode)).unwrap();
+        let response = index
+            .search(crate::fixture::ask("which instrument is played with a bow", &options(5, mode)))
+            .unwrap();
         assert_eq!(response.hits.len(), 5, "{mode}");
         assert!(response.hits[0].id.starts_with("violin-"), "{mode}: top hit {}", response.hits[0].id);
         assert!(
@@ -30,7 +32,8 @@ fn readers_give_identical_rankings() {
     let rankings: Vec<Vec<(String, f32)>> = ReaderKind::ALL
         .into_iter()
         .map(|reader| {
-            let response = open(reader).search(query, &options(10, Mode::Hybrid)).unwrap();
+            let response =
+                open(reader).search(crate::fixture::ask(query, &options(10, Mode::Hybrid))).unwrap();
             response.hits.into_iter().map(|h| (h.id, h.score)).collect()
         })
         .collect();
@@ -41,7 +44,9 @@ fn readers_give_identical_rankings() {
 #[test]
 fn rerank_orders_by_maxsim_and_reports_io_and_timings() {
     let index = open(ReaderKind::Direct);
-    let response = index.search("magma rising through the crust", &options(10, Mode::Rerank)).unwrap();
+    let response = index
+        .search(crate::fixture::ask("magma rising through the crust", &options(10, Mode::Rerank)))
+        .unwrap();
     let maxsim: Vec<f32> = response.hits.iter().map(|h| h.maxsim.expect("re-ranked")).collect();
     assert!(maxsim.windows(2).all(|w| w[0] >= w[1]), "rerank must sort by MaxSim: {maxsim:?}");
     assert!(response.io.bytes_read > 0 && response.io.read_calls > 0);
@@ -53,11 +58,11 @@ fn rerank_orders_by_maxsim_and_reports_io_and_timings() {
 fn partial_rerank_keeps_the_tail_in_first_stage_order() {
     let index = open(ReaderKind::Mmap);
     let query = "hot water and hot ovens";
-    let bm25 = index.search(query, &options(30, Mode::Bm25)).unwrap();
+    let bm25 = index.search(crate::fixture::ask(query, &options(30, Mode::Bm25))).unwrap();
     let mut request = options(30, Mode::Hybrid);
     request.rerank_k = Some(4);
     request.hybrid_candidates = Some(0);
-    let hybrid = index.search(query, &request).unwrap();
+    let hybrid = index.search(crate::fixture::ask(query, &request)).unwrap();
     assert_eq!(hybrid.reranked, 4);
     let head: Vec<&str> = hybrid.hits[..4].iter().map(|h| h.id.as_str()).collect();
     let mut bm25_head: Vec<&str> = bm25.hits[..4].iter().map(|h| h.id.as_str()).collect();
@@ -75,12 +80,12 @@ fn partial_rerank_keeps_the_tail_in_first_stage_order() {
 fn alpha_one_keeps_bm25_order() {
     let index = open(ReaderKind::Mmap);
     let query = "football championship final";
-    let bm25 = index.search(query, &options(10, Mode::Bm25)).unwrap();
+    let bm25 = index.search(crate::fixture::ask(query, &options(10, Mode::Bm25))).unwrap();
     let mut request = options(10, Mode::Hybrid);
     request.alpha = Some(1.0);
     request.candidates = Some(10);
     request.hybrid_candidates = Some(0);
-    let hybrid = index.search(query, &request).unwrap();
+    let hybrid = index.search(crate::fixture::ask(query, &request)).unwrap();
     let ids = |r: &cellar_search::SearchResponse| r.hits.iter().map(|h| h.id.clone()).collect::<Vec<_>>();
     assert_eq!(ids(&bm25), ids(&hybrid));
 }
@@ -91,16 +96,16 @@ fn bad_requests_are_typed_errors() {
     let invalid = |result: cellar_core::Result<cellar_search::SearchResponse>| {
         matches!(result, Err(CellarError::InvalidInput(_)))
     };
-    assert!(invalid(index.search("", &options(5, Mode::Hybrid))));
-    assert!(invalid(index.search("   ", &options(5, Mode::Bm25))));
-    assert!(invalid(index.search(&"word ".repeat(2000), &options(5, Mode::Hybrid))));
-    assert!(invalid(index.search("bread", &options(0, Mode::Hybrid))));
+    assert!(invalid(index.search(crate::fixture::ask("", &options(5, Mode::Hybrid)))));
+    assert!(invalid(index.search(crate::fixture::ask("   ", &options(5, Mode::Bm25)))));
+    assert!(invalid(index.search(crate::fixture::ask(&"word ".repeat(2000), &options(5, Mode::Hybrid)))));
+    assert!(invalid(index.search(crate::fixture::ask("bread", &options(0, Mode::Hybrid)))));
     let mut bad_alpha = options(5, Mode::Hybrid);
     bad_alpha.alpha = Some(1.5);
-    assert!(invalid(index.search("bread", &bad_alpha)));
+    assert!(invalid(index.search(crate::fixture::ask("bread", &bad_alpha))));
     assert!(matches!("fuzzy".parse::<Mode>(), Err(CellarError::InvalidInput(m)) if m.contains("hybrid")));
     // The index keeps answering after bad requests.
-    assert_eq!(index.search("bread", &options(3, Mode::Bm25)).unwrap().hits.len(), 3);
+    assert_eq!(index.search(crate::fixture::ask("bread", &options(3, Mode::Bm25))).unwrap().hits.len(), 3);
 }
 
 #[test]
@@ -108,10 +113,16 @@ fn a_query_of_stop_words_only_returns_no_bm25_hits() {
     let index = open(ReaderKind::Mmap);
     let mut bm25_only = options(5, Mode::Hybrid);
     bm25_only.hybrid_candidates = Some(0);
-    assert!(index.search("the and of", &bm25_only).unwrap().hits.is_empty());
+    assert!(index.search(crate::fixture::ask("the and of", &bm25_only)).unwrap().hits.is_empty());
     // By default the hybrid mode joins the IVF's candidates, which need no shared word.
-    let response = index.search("the and of", &options(5, Mode::Hybrid)).unwrap();
+    let response = index.search(crate::fixture::ask("the and of", &options(5, Mode::Hybrid))).unwrap();
     assert_eq!(response.hits.len(), 5);
-    assert_eq!(index.search("the and of", &options(5, Mode::DenseExact)).unwrap().hits.len(), 5);
-    assert_eq!(index.search("the and of", &options(5, Mode::Dense)).unwrap().hits.len(), 5);
+    assert_eq!(
+        index.search(crate::fixture::ask("the and of", &options(5, Mode::DenseExact))).unwrap().hits.len(),
+        5
+    );
+    assert_eq!(
+        index.search(crate::fixture::ask("the and of", &options(5, Mode::Dense))).unwrap().hits.len(),
+        5
+    );
 }

@@ -1,0 +1,93 @@
+//! `Mode`: how a query is answered, from BM25 alone to the fused hybrid.
+
+use std::fmt;
+use std::str::FromStr;
+
+use cellar_core::{CellarError, Result};
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// How a query is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// BM25 only.
+    Bm25,
+    /// Exact single-vector search: a scan of every document's pooled vector (in RAM).
+    DenseExact,
+    /// The IVF alone: approximate single-vector search on disk, no re-ranking.
+    Ivf,
+    /// IVF candidates re-ranked by MaxSim alone (alpha = 0).
+    Dense,
+    /// BM25 candidates re-ranked by MaxSim alone (alpha = 0).
+    Rerank,
+    /// BM25 candidates (joined by IVF candidates when `hybrid_candidates` > 0) re-ranked by
+    /// `alpha * z(first stage) + (1 - alpha) * z(MaxSim)`.
+    Hybrid,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 6] =
+        [Mode::Bm25, Mode::DenseExact, Mode::Ivf, Mode::Dense, Mode::Rerank, Mode::Hybrid];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Bm25 => "bm25",
+            Mode::DenseExact => "dense-exact",
+            Mode::Ivf => "ivf",
+            Mode::Dense => "dense",
+            Mode::Rerank => "rerank",
+            Mode::Hybrid => "hybrid",
+        }
+    }
+
+    /// True when the mode needs the query encoded.
+    pub fn needs_encoder(self) -> bool {
+        self != Mode::Bm25
+    }
+
+    /// True when the mode scores documents with MaxSim (needs query token vectors).
+    pub fn needs_tokens(self) -> bool {
+        matches!(self, Mode::Dense | Mode::Rerank | Mode::Hybrid)
+    }
+
+    /// True when the first stage is the pooled vector alone (no BM25, so the text may be empty
+    /// when the caller supplies vectors).
+    pub fn is_single_vector_first(self) -> bool {
+        matches!(self, Mode::DenseExact | Mode::Ivf | Mode::Dense)
+    }
+
+    /// True when the mode always probes the IVF.
+    pub fn needs_ivf(self) -> bool {
+        matches!(self, Mode::Ivf | Mode::Dense)
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = CellarError;
+
+    fn from_str(s: &str) -> Result<Mode> {
+        Mode::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| CellarError::InvalidInput(unknown(s)))
+    }
+}
+
+/// Parsed by [`FromStr`], so every front end (JSON, Python, CLI) gets the same message.
+impl<'de> Deserialize<'de> for Mode {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Mode, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| serde::de::Error::custom(unknown(&name)))
+    }
+}
+
+fn unknown(name: &str) -> String {
+    format!("unknown mode {name:?}: expected one of bm25, dense-exact, ivf, dense, rerank, hybrid")
+}

@@ -1,0 +1,181 @@
+//! Check once, then trust: [`Index::plan`] turns a [`SearchRequest`] into a [`Plan`] after
+//! every user check (mode, k, alpha, IVF settings, the query's length, the shape and values of
+//! supplied vectors, the vectors each mode needs). Execution ([`Index::execute`]) never checks a
+//! user value again, so a user error is refused before a server queues the search, never after.
+
+use std::time::Instant;
+
+use cellar_core::{CellarError, Result};
+
+use crate::index::Index;
+use crate::mode::Mode;
+use crate::params::SearchParams;
+use crate::query::{PreparedQuery, QueryVectors};
+use crate::request::{QueryVectorsIn, SearchRequest, MAX_QUERY_BYTES, MAX_QUERY_VECTORS};
+use crate::search::{ms_since, SearchResponse};
+
+/// A search checked against one index, ready to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    params: SearchParams,
+    text: String,
+    /// The caller's vectors, flattened and checked; `None`: the text is encoded.
+    vectors: Option<QueryVectors>,
+    include_text: bool,
+}
+
+impl Plan {
+    /// The resolved parameters the search runs with.
+    pub fn params(&self) -> &SearchParams {
+        &self.params
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    pub fn include_text(&self) -> bool {
+        self.include_text
+    }
+}
+
+impl Index {
+    /// Every check of a request against this index; the [`Plan`] it returns needs no other.
+    pub fn plan(&self, request: SearchRequest) -> Result<Plan> {
+        let params = self.params(&request)?;
+        let mode = params.mode;
+        let vectors = request.query_vectors.map(|v| flatten(v, self.config.encoder.model_dim)).transpose()?;
+        // The single-vector-first modes need no text when the caller sends the vectors.
+        if vectors.is_none() || !(mode.is_single_vector_first() && request.query.is_empty()) {
+            check_query(&request.query)?;
+        }
+        if let Some(vectors) = &vectors {
+            check_vectors(vectors, &params)?;
+        }
+        Ok(Plan { params, text: request.query, vectors, include_text: request.include_text.unwrap_or(true) })
+    }
+
+    /// The query-independent half of [`Index::plan`]: the request's settings resolved against
+    /// the index's defaults (and its IVF's) and checked. For callers that rank one prepared
+    /// query many ways (evaluation, tuning, studies).
+    pub fn params(&self, request: &SearchRequest) -> Result<SearchParams> {
+        SearchParams::resolve(request, &self.config.search, self.ivf_config())
+    }
+
+    /// The plan's query as the kernels take it: its text encoded when the mode needs vectors
+    /// and the caller sent none, the caller's vectors projected otherwise.
+    pub fn prepare(&self, plan: &Plan) -> Result<PreparedQuery> {
+        let text = plan.text.clone();
+        if let Some(vectors) = &plan.vectors {
+            let tokens = self.project(&vectors.tokens, vectors.n_tokens);
+            return Ok(PreparedQuery {
+                text,
+                tokens: self.store.codec().prepare_query(&tokens),
+                n_tokens: vectors.n_tokens,
+                pooled: vectors.pooled.clone().unwrap_or_default(),
+                encode_ms: 0.0,
+            });
+        }
+        let mut query =
+            PreparedQuery { text, tokens: Vec::new(), n_tokens: 0, pooled: Vec::new(), encode_ms: 0.0 };
+        if !plan.params.mode.needs_encoder() {
+            return Ok(query);
+        }
+        let start = Instant::now();
+        let encoded = self.encoder()?.encode_query(&plan.text)?;
+        let tokens = self.project(&encoded.tokens, encoded.n_tokens);
+        query.tokens = self.store.codec().prepare_query(&tokens);
+        query.n_tokens = encoded.n_tokens;
+        query.pooled = encoded.pooled;
+        query.encode_ms = ms_since(start);
+        Ok(query)
+    }
+
+    /// Runs a plan: prepares its query, ranks, and attaches each hit's id (and text).
+    pub fn execute(&self, plan: &Plan) -> Result<SearchResponse> {
+        let query = self.prepare(plan)?;
+        self.respond(&query, &plan.params, plan.include_text)
+    }
+
+    /// Plans and executes `request`.
+    pub fn search(&self, request: SearchRequest) -> Result<SearchResponse> {
+        let plan = self.plan(request)?;
+        self.execute(&plan)
+    }
+
+    /// Token vectors of the model's space into the store's (PCA, when the index has one).
+    fn project(&self, tokens: &[f32], n_tokens: usize) -> Vec<f32> {
+        match &self.pca {
+            Some(pca) => crate::build::project_tokens(pca, tokens, n_tokens),
+            None => tokens.to_vec(),
+        }
+    }
+}
+
+/// Checks a query's text: not empty, not over-long.
+fn check_query(text: &str) -> Result<()> {
+    if text.trim().is_empty() {
+        return Err(CellarError::InvalidInput("the query is empty".into()));
+    }
+    if text.len() > MAX_QUERY_BYTES {
+        return Err(CellarError::InvalidInput(format!(
+            "the query is {} bytes long; the limit is {MAX_QUERY_BYTES}",
+            text.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Rows into one flat buffer, after checking their count and that each has the model's
+/// dimension.
+fn flatten(vectors: QueryVectorsIn, dim: usize) -> Result<QueryVectors> {
+    let n_tokens = vectors.tokens.len();
+    if n_tokens > MAX_QUERY_VECTORS {
+        return Err(CellarError::InvalidInput(format!(
+            "query_vectors.tokens must hold at most {MAX_QUERY_VECTORS} vectors, got {n_tokens}"
+        )));
+    }
+    if let Some(row) = vectors.tokens.iter().find(|row| row.len() != dim) {
+        return Err(CellarError::WrongDimension { expected: dim, received: row.len() });
+    }
+    if let Some(pooled) = vectors.pooled.as_ref().filter(|p| p.len() != dim) {
+        return Err(CellarError::WrongDimension { expected: dim, received: pooled.len() });
+    }
+    let tokens = vectors.tokens.into_iter().flatten().collect();
+    Ok(QueryVectors { tokens, n_tokens, pooled: vectors.pooled })
+}
+
+/// Checks flattened caller vectors against what the resolved search needs: token vectors for
+/// MaxSim, the pooled vector for every search that probes the IVF or scans the pooled vectors,
+/// finite values throughout.
+fn check_vectors(vectors: &QueryVectors, params: &SearchParams) -> Result<()> {
+    let mode = params.mode;
+    let dim = vectors.tokens.len().checked_div(vectors.n_tokens).unwrap_or(0);
+    if vectors.n_tokens == 0 && mode.needs_tokens() {
+        return Err(CellarError::InvalidInput(format!(
+            "mode {mode} scores MaxSim: query_vectors.tokens must hold 1 to {MAX_QUERY_VECTORS} vectors, got 0"
+        )));
+    }
+    if let Some(i) = vectors.tokens.iter().position(|v| !v.is_finite()) {
+        return Err(CellarError::InvalidInput(format!(
+            "query_vectors.tokens[{}][{}] is not a finite number",
+            i / dim,
+            i % dim
+        )));
+    }
+    let needs_pooled = mode.is_single_vector_first() || (mode == Mode::Hybrid && params.ivf.is_some());
+    match &vectors.pooled {
+        None if needs_pooled => {
+            let hint = if mode == Mode::Hybrid {
+                ": it joins IVF candidates (send query_vectors.pooled, or hybrid_candidates 0)"
+            } else {
+                " (query_vectors.pooled)"
+            };
+            Err(CellarError::InvalidInput(format!("mode {mode} needs the query's pooled vector{hint}")))
+        }
+        Some(pooled) if pooled.iter().any(|v| !v.is_finite()) => {
+            Err(CellarError::InvalidInput("query_vectors.pooled holds a value that is not finite".into()))
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,25 @@
+//! A query on its way to the kernels: the caller's vectors flattened (`QueryVectors`), then
+//! prepared for the codec (`PreparedQuery`).
+
+/// A query ready to rank: its text and, when the mode needs them, its vectors.
+pub struct PreparedQuery {
+    pub text: String,
+    /// Token vectors in the store's space (PCA applied), prepared for the codec's kernel.
+    pub tokens: Vec<f32>,
+    pub n_tokens: usize,
+    /// Pooled vector in the model's space.
+    pub pooled: Vec<f32>,
+    pub encode_ms: f64,
+}
+
+/// Query vectors a caller computed itself, in the model's output space (before any PCA), used
+/// instead of encoding the query's text. Token vectors are used as given (the encoder's are
+/// L2-normalised).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QueryVectors {
+    /// `n_tokens` rows of the model's dimension, row after row.
+    pub tokens: Vec<f32>,
+    pub n_tokens: usize,
+    /// Needed by the dense mode only.
+    pub pooled: Option<Vec<f32>>,
+}

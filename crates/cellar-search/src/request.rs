@@ -1,0 +1,168 @@
+//! `SearchRequest`: one search as every front end states it. The HTTP API deserializes it
+//! directly (unknown fields refused), the Python binding fills it from keyword arguments, the
+//! CLI from flags (with the `cli` feature), and the OpenAPI document shows its JSON schema.
+//! Adding a knob is one field here plus its check in [`crate::plan`] or [`crate::params`].
+//!
+//! Every limit a request is held to is declared here once; the checks and the schema use the
+//! same constants.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::mode::Mode;
+
+/// Results per query when the request does not say.
+pub const DEFAULT_K: usize = 10;
+/// Most results one request may ask for.
+pub const MAX_K: usize = 10_000;
+/// Deepest first stage one request may ask for (BM25's top-N heap and the IVF's shortlist are
+/// sized by it).
+pub const MAX_CANDIDATES: usize = 100_000;
+/// Longest query accepted, in bytes (queries are cut at `query_max_tokens` tokens anyway).
+pub const MAX_QUERY_BYTES: usize = 4096;
+/// Most query token vectors a caller may supply.
+pub const MAX_QUERY_VECTORS: usize = 512;
+/// Most queries in one batch request.
+pub const MAX_BATCH: usize = 64;
+
+/// One search. Every field but the query may be left out: the index's stored (possibly tuned)
+/// defaults, and its IVF's, fill them in.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct SearchRequest {
+    /// Query text. May be empty only in the dense-exact, ivf and dense modes with query_vectors.
+    #[serde(default)]
+    #[schemars(length(max = MAX_QUERY_BYTES))]
+    #[cfg_attr(feature = "cli", arg(value_name = "QUERY"))]
+    pub query: String,
+    /// Results to return (default 10).
+    #[schemars(range(min = 1, max = MAX_K))]
+    #[cfg_attr(feature = "cli", arg(short, long))]
+    pub k: Option<usize>,
+    /// bm25, dense-exact (pooled-vector scan), ivf (the IVF alone), dense (IVF then MaxSim),
+    /// rerank (BM25 then MaxSim) or hybrid (BM25, joined by IVF candidates, then fused MaxSim).
+    /// Default: the index's (index.json).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub mode: Option<Mode>,
+    /// Weight of z(first stage) in hybrid fusion, in [0, 1].
+    #[schemars(range(min = 0.0, max = 1.0))]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub alpha: Option<f32>,
+    /// First-stage candidates read and re-scored with MaxSim (at most `candidates`).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub rerank_k: Option<usize>,
+    /// First-stage depth N (raised to k when smaller).
+    #[schemars(range(min = 1, max = MAX_CANDIDATES))]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub candidates: Option<usize>,
+    /// Return each hit's title and text (default true).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub include_text: Option<bool>,
+    /// A caller-encoded query, used instead of encoding the text on the server.
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub query_vectors: Option<QueryVectorsIn>,
+    /// IVF clusters probed (1 to the IVF's cluster count).
+    #[schemars(range(min = 1))]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub nprobe: Option<usize>,
+    /// IVF shortlist size as a multiple of the depth asked for, in [1, 100].
+    #[schemars(range(min = 1.0, max = 100.0))]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub oversample: Option<f32>,
+    /// Rescore the IVF shortlist with full-precision vectors: true or false.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub rescore: Option<bool>,
+    /// Read likely candidates' token records while the IVF probe runs: true or false.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub prefetch: Option<bool>,
+    /// Fraction of nprobe probed before the prefetch starts, in (0, 1].
+    #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0))]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub prefetch_step: Option<f32>,
+    /// Hybrid: IVF candidates joined to BM25's (0: BM25 only).
+    #[schemars(range(max = MAX_K))]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub hybrid_candidates: Option<usize>,
+}
+
+/// Query vectors a caller computed itself, in the model's output space (before any PCA), used
+/// instead of encoding the query's text. Token vectors are used as given (the encoder's are
+/// L2-normalised).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueryVectorsIn {
+    /// One row of the model's dimension per query token. At least one for the modes that score
+    /// MaxSim (dense, rerank, hybrid); may be left out by dense-exact and ivf.
+    #[serde(default)]
+    #[schemars(length(max = MAX_QUERY_VECTORS))]
+    pub tokens: Vec<Vec<f32>>,
+    /// The query's pooled vector: needed by dense-exact, ivf, dense, and hybrid when it joins IVF
+    /// candidates.
+    pub pooled: Option<Vec<f32>>,
+}
+
+/// `POST /v1/search/batch`: each query succeeds or fails on its own.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    #[schemars(length(min = 1, max = MAX_BATCH))]
+    pub queries: Vec<SearchRequest>,
+}
+
+impl SearchRequest {
+    /// A request for `query` in `mode`, everything else left to the index's defaults.
+    pub fn new(query: impl Into<String>, mode: Mode) -> SearchRequest {
+        SearchRequest { query: query.into(), mode: Some(mode), ..SearchRequest::default() }
+    }
+
+    /// The same request asking for `k` results.
+    pub fn with_k(mut self, k: usize) -> SearchRequest {
+        self.k = Some(k);
+        self
+    }
+
+    /// A request from a JSON value (the Python keyword arguments), refusing unknown fields.
+    /// The error names the field: `k: invalid value: integer `-3`, expected usize`.
+    pub fn from_value(value: serde_json::Value) -> Result<SearchRequest, FieldError> {
+        serde_path_to_error::deserialize(value).map_err(FieldError::from)
+    }
+
+    /// The JSON schema of a search request (the OpenAPI document, the Python stubs' test).
+    pub fn schema() -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(SearchRequest)).expect("a schema serializes")
+    }
+}
+
+/// A body or argument that does not fit a request type, with the path of the field at fault.
+#[derive(Debug)]
+pub struct FieldError {
+    /// `k`, `query_vectors.tokens[3]`, or `.` for the whole value.
+    pub path: String,
+    pub error: serde_json::Error,
+}
+
+impl FieldError {
+    /// True when a value has the wrong type (a string for a number, ...) or the field is
+    /// unknown, as opposed to a value out of its type's range.
+    pub fn is_type_error(&self) -> bool {
+        let text = self.error.to_string();
+        text.starts_with("invalid type") || text.starts_with("unknown field")
+    }
+}
+
+impl From<serde_path_to_error::Error<serde_json::Error>> for FieldError {
+    fn from(e: serde_path_to_error::Error<serde_json::Error>) -> Self {
+        FieldError { path: e.path().to_string(), error: e.into_inner() }
+    }
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.path == "." {
+            write!(f, "{}", self.error)
+        } else {
+            write!(f, "{}: {}", self.path, self.error)
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! What every API module shares: the state (`AppState`), body parsing (`parse_body`), and the
+//! one path by which work reaches the CPU pool — queued all at once or refused with 429, run
+//! only if its deadline has not passed when a worker takes it, waited for until the deadline
+//! (504) — [`submit`] and [`Pending::wait`].
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{header, HeaderMap, StatusCode};
+use cellar_core::CellarError;
+use cellar_search::Index;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::sync::oneshot;
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::pool::{CpuPool, Job};
+use crate::ServerConfig;
+
+/// The streams' root and the encoder for documents and queries sent without vectors.
+pub struct StreamsState {
+    pub streams: cellar_stream::Streams,
+    pub encoder: cellar_stream::encoding::LazyEncoder,
+}
+
+/// What every handler shares. A server has an index, streaming collections, or both.
+pub struct AppState {
+    pub index: Option<Arc<Index>>,
+    pub streams: Option<StreamsState>,
+    pub pool: CpuPool,
+    pub metrics: Metrics,
+    pub config: ServerConfig,
+    /// Requests to `/v1` admitted and not yet answered.
+    pub(crate) in_flight: AtomicUsize,
+}
+
+impl AppState {
+    pub fn new(index: Arc<Index>, config: ServerConfig) -> Arc<AppState> {
+        AppState::with_streams(Some(index), None, config)
+    }
+
+    pub fn with_streams(
+        index: Option<Arc<Index>>,
+        streams: Option<StreamsState>,
+        config: ServerConfig,
+    ) -> Arc<AppState> {
+        let pool = CpuPool::new(config.workers, config.queue_capacity);
+        Arc::new(AppState {
+            index,
+            streams,
+            pool,
+            metrics: Metrics::default(),
+            config,
+            in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    /// The index, or 404 on a server started with streams only.
+    pub fn index(&self) -> Result<&Arc<Index>, ApiError> {
+        self.index.as_ref().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "this server serves no index (started without --index)",
+            )
+        })
+    }
+
+    /// The streams, or 404 on a server started without them.
+    pub fn streams(&self) -> Result<&StreamsState, ApiError> {
+        self.streams.as_ref().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "this server serves no streams (started without --streams)",
+            )
+        })
+    }
+
+    /// Requests admitted now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+}
+
+/// Parses a JSON body, turning every way it can be wrong into a typed 4xx.
+pub fn parse_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    if let Some(kind) = content_type.filter(|kind| !kind.contains("json")) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!("the body must be application/json, not {kind}"),
+        ));
+    }
+    let body = body.map_err(|rejection| {
+        let code =
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE { "body_too_large" } else { "bad_body" };
+        ApiError::new(rejection.status(), code, rejection.body_text())
+    })?;
+    let mut deserializer = serde_json::Deserializer::from_slice(&body);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError::from_json(e.into_inner(), &path)
+    })?;
+    deserializer.end().map_err(|e| ApiError::from_json(e, "."))?;
+    Ok(value)
+}
+
+/// What a pool worker sends back for one job.
+enum Outcome<T> {
+    /// The job's result; `queue_ms` is how long it waited for a worker.
+    Done { result: cellar_core::Result<T>, queue_ms: f64 },
+    /// The deadline had passed before a worker picked it up: not run at all.
+    Expired,
+}
+
+/// Where one queued job's result will arrive.
+pub struct Pending<T>(oneshot::Receiver<Outcome<T>>);
+
+/// Queues every job at once (or none: 429) with one deadline. A job gets the milliseconds it
+/// waited for a worker.
+pub fn submit<T, F>(state: &AppState, works: Vec<F>, deadline: Instant) -> Result<Vec<Pending<T>>, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> cellar_core::Result<T> + Send + 'static,
+{
+    let enqueued = Instant::now();
+    let (jobs, pending): (Vec<Job>, Vec<Pending<T>>) = works
+        .into_iter()
+        .map(|work| {
+            let (tx, rx) = oneshot::channel();
+            let job: Job = Box::new(move || {
+                let queue_ms = enqueued.elapsed().as_secs_f64() * 1e3;
+                let outcome = if Instant::now() >= deadline {
+                    Outcome::Expired
+                } else {
+                    Outcome::Done { result: work(), queue_ms }
+                };
+                let _ = tx.send(outcome);
+            });
+            (job, Pending(rx))
+        })
+        .unzip();
+    state.pool.try_submit_all(jobs).map_err(|_| {
+        let capacity = state.pool.capacity();
+        let message = format!("the server's queue is full ({capacity} jobs waiting); retry later");
+        ApiError::overloaded(message, json!({ "queue_capacity": capacity }))
+    })?;
+    Ok(pending)
+}
+
+impl<T> Pending<T> {
+    /// Waits for the result until the deadline; returns it with the time it queued (ms).
+    pub async fn wait(self, state: &AppState, deadline: Instant) -> Result<(T, f64), ApiError> {
+        let expired = || ApiError::deadline(state.config.deadline.as_millis() as u64);
+        match tokio::time::timeout_at(deadline.into(), self.0).await {
+            Err(_) | Ok(Ok(Outcome::Expired)) => Err(expired()),
+            Ok(Err(_)) => Err(CellarError::Unsupported("the worker stopped without answering".into()).into()),
+            Ok(Ok(Outcome::Done { result, queue_ms })) => Ok((result?, queue_ms)),
+        }
+    }
+}
+
+/// Runs one job on the pool with the server's deadline and waits for it.
+pub async fn run_blocking<T: Send + 'static>(
+    state: &AppState,
+    work: impl FnOnce() -> cellar_core::Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    let deadline = Instant::now() + state.config.deadline;
+    let pending = submit(state, vec![work], deadline)?.pop().expect("one job submitted");
+    pending.wait(state, deadline).await.map(|(value, _)| value)
+}
