@@ -219,7 +219,13 @@ def test_exception_hierarchy() -> None:
     assert issubclass(cellar.InvalidInputError, cellar.CellarError)
     assert issubclass(cellar.InvalidInputError, ValueError)
     assert issubclass(cellar.CellarIOError, OSError)
-    for cls in (cellar.CorruptedError, cellar.IncompatibleError, cellar.ModelError, cellar.UnsupportedError):
+    for cls in (
+        cellar.CorruptedError,
+        cellar.IncompatibleError,
+        cellar.ModelError,
+        cellar.UnsupportedError,
+        cellar.InternalError,
+    ):
         assert issubclass(cls, cellar.CellarError) and not issubclass(cls, ValueError)
 
 

@@ -40,6 +40,11 @@ pub enum CellarError {
     #[error("unsupported: {0}")]
     Unsupported(String),
 
+    /// A broken invariant or a worker that vanished: a bug or a dying process, never the caller's
+    /// input nor the platform's refusal. The message says what was expected.
+    #[error("internal error: {0}")]
+    Internal(String),
+
     /// An I/O call failed; `path` says on what.
     #[error("{}: {source}", path.display())]
     Io {
@@ -64,6 +69,7 @@ impl CellarError {
             CellarError::Incompatible { .. } => "incompatible_version",
             CellarError::Model { .. } => "model",
             CellarError::Unsupported(_) => "unsupported",
+            CellarError::Internal(_) => "internal",
             CellarError::Io { .. } => "io",
         }
     }
@@ -79,21 +85,30 @@ impl CellarError {
         )
     }
 
-    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+    /// `Io` naming `path`.
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
         CellarError::Io { path: path.to_path_buf(), source }
     }
 
-    pub(crate) fn corrupted(path: &Path, offset: u64, detail: impl Into<String>) -> Self {
+    /// `Corrupted` at byte `offset` of `path`.
+    pub fn corrupted(path: &Path, offset: u64, detail: impl Into<String>) -> Self {
         CellarError::Corrupted { path: path.to_path_buf(), offset, detail: detail.into() }
     }
 
-    pub(crate) fn invalid(detail: impl Into<String>) -> Self {
+    /// `InvalidInput`.
+    pub fn invalid(detail: impl Into<String>) -> Self {
         CellarError::InvalidInput(detail.into())
+    }
+
+    /// `Internal`: a broken invariant or a vanished worker.
+    pub fn internal(detail: impl Into<String>) -> Self {
+        CellarError::Internal(detail.into())
     }
 }
 
 /// Adds the path to a raw `std::io::Result`, so no I/O error reaches a user without naming its file.
-pub(crate) trait IoContext<T> {
+pub trait IoContext<T> {
+    /// The error as [`CellarError::Io`] naming `path`.
     fn at(self, path: &Path) -> Result<T>;
 }
 

@@ -12,5 +12,5 @@ pub mod kernels;
 pub mod store;
 pub mod synth;
 
-pub use error::{CellarError, Result};
+pub use error::{CellarError, IoContext, Result};
 pub use ids::DocId;

@@ -28,6 +28,7 @@ pub fn class_name(error: &CellarError) -> &'static str {
         CellarError::Incompatible { .. } => "IncompatibleError",
         CellarError::Model { .. } => "ModelError",
         CellarError::Unsupported(_) => "UnsupportedError",
+        CellarError::Internal(_) => "InternalError",
         CellarError::Io { .. } => "CellarIOError",
     }
 }

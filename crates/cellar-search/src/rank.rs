@@ -50,7 +50,7 @@ impl Index {
                 self.rank_probed(query, params, ivf, &mut timings)?
             }
             (Mode::Ivf | Mode::Dense, None) => {
-                return Err(CellarError::Unsupported(format!(
+                return Err(CellarError::internal(format!(
                     "mode {} was planned without IVF parameters",
                     params.mode
                 )));

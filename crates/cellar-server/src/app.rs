@@ -163,7 +163,7 @@ impl<T> Pending<T> {
         let expired = || ApiError::deadline(state.config.deadline.as_millis() as u64);
         match tokio::time::timeout_at(deadline.into(), self.0).await {
             Err(_) | Ok(Ok(Outcome::Expired)) => Err(expired()),
-            Ok(Err(_)) => Err(CellarError::Unsupported("the worker stopped without answering".into()).into()),
+            Ok(Err(_)) => Err(CellarError::internal("the worker stopped without answering").into()),
             Ok(Ok(Outcome::Done { result, queue_ms })) => Ok((result?, queue_ms)),
         }
     }

@@ -104,16 +104,25 @@ impl From<CellarError> for ApiError {
             CellarError::Corrupted { path, offset, .. } => {
                 (StatusCode::INTERNAL_SERVER_ERROR, json!({ "path": path, "offset": offset }))
             }
+            // The files are fine, this build is too old or too new for them: a conflict between
+            // the server and its data, not a server fault.
             CellarError::Incompatible { path, found, oldest, newest } => (
-                StatusCode::INTERNAL_SERVER_ERROR,
+                StatusCode::CONFLICT,
                 json!({ "path": path, "found": found, "oldest": oldest, "newest": newest }),
             ),
             CellarError::Model { path, .. } => (StatusCode::SERVICE_UNAVAILABLE, json!({ "path": path })),
             CellarError::Unsupported(_) => (StatusCode::NOT_IMPLEMENTED, json!({})),
+            CellarError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, json!({})),
             CellarError::Io { path, .. } => (StatusCode::INTERNAL_SERVER_ERROR, json!({ "path": path })),
         };
-        if status.is_server_error() {
-            log::error!("{message}");
+        match &error {
+            CellarError::Internal(_) => {
+                log::error!(
+                    "{code} (HTTP {status}): {message}: a bug or a vanished worker; the request failed"
+                )
+            }
+            _ if status.is_server_error() => log::error!("{code} (HTTP {status}): {message}"),
+            _ => {}
         }
         ApiError { status, code, message, details, retry_after: None }
     }
@@ -126,5 +135,32 @@ impl IntoResponse for ApiError {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_internal_error_is_a_500_with_its_own_code() {
+        let error = CellarError::Internal("the search worker stopped without answering".into());
+        assert!(!error.is_user_error());
+        let api = ApiError::from(error);
+        assert_eq!(api.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(api.code, "internal");
+        assert!(api.message.contains("the search worker stopped"), "{}", api.message);
+    }
+
+    #[test]
+    fn a_newer_format_is_a_409_naming_both_versions() {
+        let error =
+            CellarError::Incompatible { path: "idx/index.json".into(), found: 7, oldest: 1, newest: 2 };
+        let api = ApiError::from(error);
+        assert_eq!(api.status, StatusCode::CONFLICT);
+        assert_eq!(api.code, "incompatible_version");
+        assert!(api.message.contains('7') && api.message.contains("1..=2"), "{}", api.message);
+        assert_eq!(api.details["found"], 7);
+        assert_eq!(api.details["newest"], 2);
     }
 }

@@ -316,6 +316,7 @@ fn shared_error(error: &CellarError) -> CellarError {
             source: std::io::Error::new(source.kind(), source.to_string()),
         },
         CellarError::InvalidInput(m) => CellarError::InvalidInput(m.clone()),
+        CellarError::Internal(m) => CellarError::Internal(m.clone()),
         other => CellarError::Io {
             path: PathBuf::from("write-ahead log"),
             source: std::io::Error::other(other.to_string()),
@@ -372,10 +373,10 @@ impl Inner {
         let done = lock(&slot).take();
         // Empty only when the leader that took this batch panicked: its outcome is unknown.
         done.unwrap_or_else(|| {
-            let source = std::io::Error::other(
-                "the log writer failed while writing this batch; it may or may not be logged",
-            );
-            Err(CellarError::Io { path: self.dir.join(WAL_FILE), source })
+            Err(CellarError::internal(format!(
+                "{}: the log writer vanished while writing this batch; it may or may not be logged",
+                self.dir.join(WAL_FILE).display()
+            )))
         })
     }
 

@@ -33,6 +33,7 @@ from ._errors import (
     CellarIOError,
     CorruptedError,
     IncompatibleError,
+    InternalError,
     InvalidInputError,
     ModelError,
     NotFoundError,

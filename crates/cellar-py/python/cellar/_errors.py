@@ -16,6 +16,7 @@ __all__ = [
     "IncompatibleError",
     "ModelError",
     "UnsupportedError",
+    "InternalError",
     "CellarIOError",
 ]
 
@@ -65,6 +66,12 @@ class UnsupportedError(CellarError):
     """The platform refuses a capability that was asked for (e.g. ``reader="direct"``)."""
 
     code = "unsupported"
+
+
+class InternalError(CellarError):
+    """A broken invariant inside cellar or a worker thread that vanished: a bug, not your input."""
+
+    code = "internal"
 
 
 class CellarIOError(CellarError, OSError):
