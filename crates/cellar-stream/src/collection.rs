@@ -512,7 +512,7 @@ impl Inner {
         for segment in segments.iter().rev() {
             let Some(mut cursor) = segment.cursor(group, self.options.chunk_bytes) else { continue };
             while let Some(entry) = cursor.next_entry()? {
-                let view = parse_at(&segment.path, entry)?;
+                let view = EntryView::parse_at(&segment.path, entry)?;
                 if view.id == id {
                     return Ok((!view.is_tombstone()).then(|| entry.into()));
                 }
@@ -537,11 +537,6 @@ fn segment_ref(number: u64, segment: &Segment) -> SegmentRef {
         max_seq: segment.max_seq,
         entries: segment.entries,
     }
-}
-
-/// Parses an entry read from `path`, turning a bad one into `Corrupted`.
-pub(crate) fn parse_at<'a>(path: &Path, entry: &'a [u8]) -> Result<EntryView<'a>> {
-    EntryView::parse(entry).map_err(|detail| CellarError::Corrupted { path: path.into(), offset: 0, detail })
 }
 
 fn spawn_compactor(inner: Arc<Inner>) -> JoinHandle<()> {

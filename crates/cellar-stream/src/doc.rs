@@ -330,6 +330,11 @@ pub fn entry_len(bytes: &[u8]) -> Option<usize> {
 }
 
 impl<'a> EntryView<'a> {
+    /// [`EntryView::parse`] of an entry read from `path`: a bad one is `Corrupted` there.
+    pub fn parse_at(path: &std::path::Path, bytes: &'a [u8]) -> Result<EntryView<'a>> {
+        EntryView::parse(bytes).map_err(|detail| CellarError::corrupted(path, 0, detail))
+    }
+
     /// Parses exactly one entry spanning all of `bytes`; the error says what is wrong.
     pub fn parse(bytes: &'a [u8]) -> std::result::Result<EntryView<'a>, String> {
         let mut c = Cursor { bytes, at: 0 };

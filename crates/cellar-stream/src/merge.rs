@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use cellar_core::Result;
 
-use crate::collection::parse_at;
+use crate::doc::EntryView;
 use crate::segment::{ExtentCursor, Segment, SegmentWriter, CHUNK_BYTES};
 
 /// One input's next entry, owned, with its id and seq parsed.
@@ -24,7 +24,7 @@ struct Head {
 fn advance(cursor: &mut ExtentCursor<'_>) -> Result<Option<Head>> {
     let path = cursor.path();
     let Some(entry) = cursor.next_entry()? else { return Ok(None) };
-    let view = parse_at(path, entry)?;
+    let view = EntryView::parse_at(path, entry)?;
     let head = Head {
         id: view.id.to_string(),
         seq: view.seq,

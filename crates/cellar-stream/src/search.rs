@@ -14,7 +14,7 @@ use std::sync::Arc;
 use cellar_core::kernels::{dot_f16, maxsim_f16, Isa};
 use cellar_core::{CellarError, Result};
 
-use crate::collection::{parse_at, Collection};
+use crate::collection::Collection;
 use crate::doc::{EntryView, MetaValue};
 
 /// Most hits one search returns, and most query token vectors.
@@ -269,7 +269,7 @@ impl Collection {
         };
         let memtable_path = inner.dir.join("memtable");
         for entry in &buffered {
-            let view = parse_at(&memtable_path, entry)?;
+            let view = EntryView::parse_at(&memtable_path, entry)?;
             scan.offer(&view).map_err(|d| corrupt(&memtable_path, d))?;
         }
         for segment in segments.iter().rev() {
@@ -293,7 +293,7 @@ fn scan_segment(
 ) -> Result<()> {
     let Some(mut cursor) = segment.cursor(group, chunk) else { return Ok(()) };
     while let Some(entry) = cursor.next_entry()? {
-        let view = parse_at(&segment.path, entry)?;
+        let view = EntryView::parse_at(&segment.path, entry)?;
         scan.offer(&view).map_err(|d| corrupt(&segment.path, d))?;
     }
     scan.stats.bytes_read += cursor.bytes_read;

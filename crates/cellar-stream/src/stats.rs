@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use cellar_core::{CellarError, Result};
 use serde::Serialize;
 
-use crate::collection::{parse_at, Collection};
-use crate::doc::{check_key, MetaValue};
+use crate::collection::Collection;
+use crate::doc::{check_key, EntryView, MetaValue};
 
 /// A stored document as `get` returns it (vectors decoded from f16).
 #[derive(Clone, Debug, PartialEq)]
@@ -60,7 +60,7 @@ impl Collection {
         check_key("document id", id)?;
         let missing = || CellarError::NotFound(format!("no document {id:?} in group {group:?}"));
         let entry = self.inner.lookup(group, id)?.ok_or_else(missing)?;
-        let view = parse_at(self.dir(), &entry)?;
+        let view = EntryView::parse_at(self.dir(), &entry)?;
         let metadata = view.metadata().map_err(|d| CellarError::Corrupted {
             path: self.dir().into(),
             offset: 0,
