@@ -281,7 +281,9 @@ pub(crate) fn first_stage(bm25: Option<&[Scored]>, ivf: &[Scored]) -> Vec<Scored
         return ivf.to_vec();
     };
     let (zb, zi) = (z_scores(bm25), z_scores(ivf));
-    let floor = |z: &HashMap<DocId, f32>| z.values().copied().fold(f32::INFINITY, f32::min);
+    // A list that found nothing (BM25 on a misspelt or stop-word-only query) counts 0 for
+    // every document, so the other list's z-scores order them alone (never inf - inf = NaN).
+    let floor = |z: &HashMap<DocId, f32>| z.values().copied().reduce(f32::min).unwrap_or(0.0);
     let (floor_b, floor_i) = (floor(&zb), floor(&zi));
     let mut joined: Vec<Scored> = zb
         .keys()
@@ -296,11 +298,8 @@ pub(crate) fn first_stage(bm25: Option<&[Scored]>, ivf: &[Scored]) -> Vec<Scored
 }
 
 fn z_scores(list: &[Scored]) -> HashMap<DocId, f32> {
-    let n = list.len().max(1) as f32;
-    let mean = list.iter().map(|s| s.score).sum::<f32>() / n;
-    let var = list.iter().map(|s| (s.score - mean).powi(2)).sum::<f32>() / n;
-    let sd = if var > 1e-12 { var.sqrt() } else { 1.0 };
-    list.iter().map(|s| (s.id, (s.score - mean) / sd)).collect()
+    let scores: Vec<f32> = list.iter().map(|s| s.score).collect();
+    list.iter().map(|s| s.id).zip(fusion::z_scores(&scores)).collect()
 }
 
 #[cfg(test)]
@@ -321,5 +320,16 @@ mod tests {
         assert_eq!(ids[0], 2, "high in both lists beats high in one: {joined:?}");
         assert!(joined.windows(2).all(|w| w[0].score >= w[1].score));
         assert_eq!(first_stage(None, &ivf), ivf.to_vec());
+    }
+
+    #[test]
+    fn an_empty_list_leaves_the_other_to_order_the_join_with_finite_scores() {
+        let ivf = [s(4, 0.9), s(2, 0.5), s(7, 0.1)];
+        for joined in [first_stage(Some(&[]), &ivf), first_stage(Some(&ivf), &[])] {
+            assert!(joined.iter().all(|s| s.score.is_finite()), "{joined:?}");
+            let ids: Vec<u32> = joined.iter().map(|s| s.id.0).collect();
+            assert_eq!(ids, [4, 2, 7]);
+        }
+        assert!(first_stage(Some(&[]), &[]).is_empty());
     }
 }

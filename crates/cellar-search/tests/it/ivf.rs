@@ -128,6 +128,20 @@ fn hybrid_without_ivf_candidates_is_the_bm25_hybrid() {
     }
 }
 
+/// Issue 21.4: a query BM25 matches nothing of (misspelt, stop words only) used to fuse
+/// inf - inf: `null` scores over HTTP, NaN in the CLI, hits in internal-id order.
+#[test]
+fn hybrid_with_nothing_for_bm25_ranks_by_the_ivf_with_finite_sorted_scores() {
+    let index = open(ReaderKind::Mmap);
+    for query in ["zzzqqqxx", "a", "the of and"] {
+        let response = index.search(crate::fixture::ask(query, &options(5, Mode::Hybrid))).unwrap();
+        assert!(!response.hits.is_empty(), "{query}: the IVF's candidates are still there");
+        let scores: Vec<f32> = response.hits.iter().map(|h| h.score).collect();
+        assert!(scores.iter().all(|s| s.is_finite()), "{query}: {scores:?}");
+        assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{query}: not sorted: {scores:?}");
+    }
+}
+
 fn invalid(result: cellar_core::Result<cellar_search::SearchResponse>, needle: &str) {
     match result {
         Err(CellarError::InvalidInput(message)) => assert!(message.contains(needle), "{message}"),
