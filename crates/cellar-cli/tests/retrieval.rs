@@ -84,6 +84,9 @@ fn index_search_tune_eval() {
     assert_user_error(&cellar(&["search", "--index", index_s, "tea", "--mode", "fuzzy"]), "unknown mode");
     assert_user_error(&cellar(&["search", "--index", index_s, "tea", "-k", "0"]), "k must be");
     assert_user_error(&cellar(&["search", "--index", index_s, "  "]), "query is empty");
+    // Issue 21.1: this aborted the process sizing a 120 GB heap.
+    let huge = ["search", "--index", index_s, "wing", "--candidates", "5000000000"];
+    assert_user_error(&cellar(&huge), "candidates must be between 1 and");
     assert_user_error(
         &cellar(&["tune", "--index", index_s, "--data", data_s, "--split", "test"]),
         "test split",

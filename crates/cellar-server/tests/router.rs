@@ -536,3 +536,45 @@ async fn a_user_error_is_refused_before_the_search_is_queued() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     release.send(()).unwrap();
 }
+
+/// Issue 21.1: `candidates` sized tantivy's top-N heap, so one request aborted the process
+/// ("memory allocation of 72000000000 bytes failed"); 2^62 answered a misleading 501.
+#[tokio::test]
+async fn a_huge_candidates_value_is_a_400_and_the_server_keeps_serving() {
+    let (_, app) = app_with(config());
+    for candidates in [3_000_000_000u64, 5_000_000_000, 1_000_000_000_000_000, 1 << 62] {
+        for mode in ["bm25", "hybrid", "dense"] {
+            let (status, body) =
+                search(&app, json!({ "query": "wing", "mode": mode, "candidates": candidates })).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{mode} {candidates}: {body}");
+            assert_eq!(body["code"], "invalid_input", "{body}");
+            assert!(body["message"].as_str().unwrap().contains("candidates"), "{body}");
+        }
+        let batch =
+            json!({ "queries": [{ "query": "coffee" }, { "query": "wing", "candidates": candidates }] });
+        // A batch answers each query on its own: the good one its hits, the huge one its 400.
+        let (status, body, _) = call(&app, post("/v1/search/batch", batch.to_string())).await;
+        assert_eq!(status, StatusCode::OK, "batch {candidates}: {body}");
+        assert!(body["results"][0]["hits"].as_array().is_some_and(|h| !h.is_empty()), "{body}");
+        assert_eq!(body["results"][1]["error"]["code"], "invalid_input", "{body}");
+    }
+    let (status, body) = search(&app, json!({ "query": "coffee", "k": 2 })).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// A job that panics on a worker answers 500 `internal` (not 501) and the worker lives on.
+#[tokio::test]
+async fn a_panicking_job_is_a_500_and_the_pool_keeps_working() {
+    let mut one = config();
+    one.workers = 1;
+    let (state, app) = app_with(one);
+    let error = cellar_server::app::run_blocking(&state, || -> cellar_core::Result<()> {
+        panic!("an invariant broke")
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(error.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(error.code, "internal");
+    let (status, body) = search(&app, json!({ "query": "coffee", "k": 2 })).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
