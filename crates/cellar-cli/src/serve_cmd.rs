@@ -30,8 +30,9 @@ pub struct ServeArgs {
     /// Searches that may wait for a worker before new requests get 429; default: 16 per worker.
     #[arg(long)]
     pub queue: Option<usize>,
-    /// Search requests held at once (read, queued or running) before new ones get 429 without
-    /// their body being read; default: the queue plus one per worker.
+    /// Requests admitted at once (queued or running; a body is read, bounded by
+    /// --read-timeout-ms and --max-body-bytes, before admission) before new ones get 429;
+    /// default: the queue plus one per worker.
     #[arg(long)]
     pub max_in_flight: Option<usize>,
     /// Most time one request may take, queue included, before it is answered with 504.
@@ -43,6 +44,10 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 2 << 20)]
     pub max_body_bytes: usize,
+    /// Time a client may take to send its request head, and again its body, before the
+    /// connection is closed (head) or answered 408 (body).
+    #[arg(long, default_value_t = 10_000)]
+    pub read_timeout_ms: u64,
     /// Direct reader only: emulate an SSD by adding this latency to every read call.
     #[arg(long)]
     pub inject_latency_us: Option<u64>,
@@ -119,6 +124,8 @@ fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
     config.max_in_flight = positive(in_flight, "max-in-flight")?;
     config.deadline = Duration::from_millis(positive(args.deadline_ms as usize, "deadline-ms")? as u64);
     config.max_body_bytes = positive(args.max_body_bytes, "max-body-bytes")?;
+    config.read_timeout =
+        Duration::from_millis(positive(args.read_timeout_ms as usize, "read-timeout-ms")? as u64);
     config.api_key = args.api_key.clone().or_else(|| std::env::var("CELLAR_API_KEY").ok());
     if config.api_key.as_deref() == Some("") {
         return Err(CellarError::InvalidInput("the API key is empty".into()));

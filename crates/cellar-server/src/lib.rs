@@ -20,6 +20,7 @@ pub mod search_api;
 pub mod streams;
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,12 +44,15 @@ pub struct ServerConfig {
     pub workers: usize,
     /// Searches that may wait for a worker before requests are refused with 429.
     pub queue_capacity: usize,
-    /// Search requests admitted at once (being read, queued or run); beyond it, 429 before the
-    /// body is read. Bounds the memory requests can hold to about `max_in_flight` bodies.
+    /// Requests admitted at once (queued or running); beyond it, 429. A body is read first,
+    /// bounded by `max_body_bytes` and `read_timeout`, so slow clients take no admission slot.
     pub max_in_flight: usize,
     /// Time a request may take, queue included, before it is answered with 504.
     pub deadline: Duration,
     pub max_body_bytes: usize,
+    /// Time a client may take to send its request head, and again its body: past it the
+    /// connection is closed (head) or answered 408 (body), so slow clients hold nothing for long.
+    pub read_timeout: Duration,
     /// When set, `/v1/*` requires it.
     pub api_key: Option<String>,
 }
@@ -63,6 +67,7 @@ impl ServerConfig {
             max_in_flight: QUEUE_PER_WORKER * cores + cores,
             deadline: Duration::from_secs(10),
             max_body_bytes: 2 << 20,
+            read_timeout: Duration::from_secs(10),
             api_key: None,
         }
     }
@@ -92,16 +97,58 @@ pub fn serve_with(
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.bind)
             .await
-            .map_err(|e| CellarError::Io { path: format!("tcp://{}", config.bind).into(), source: e })?;
-        let address =
-            listener.local_addr().map_err(|e| CellarError::Io { path: "listener".into(), source: e })?;
-        let app = router(AppState::with_streams(index.map(Arc::new), streams, config));
+            .map_err(|e| CellarError::io(Path::new(&format!("tcp://{}", config.bind)), e))?;
+        let address = listener.local_addr().map_err(|e| CellarError::io(Path::new("listener"), e))?;
+        let state = AppState::with_streams(index.map(Arc::new), streams, config);
         on_ready(address);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .map_err(|e| CellarError::Io { path: format!("tcp://{address}").into(), source: e })
+        serve_on(listener, state, shutdown_signal()).await
     })
+}
+
+/// Serves `state` on `listener` until `shutdown` completes, then lets the requests in flight
+/// finish. Every connection must send its request head within `read_timeout` or is closed (the
+/// body's own timeout is `routes::read_body`'s), so idle or trickling clients cannot pile up.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let read_timeout = state.config.read_timeout;
+    let app = router(state);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                // Out of file descriptors or a connection reset before it was accepted: the
+                // listener itself is fine; wait a moment instead of spinning.
+                Err(e) => {
+                    log::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(read_timeout)
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                log::debug!("connection closed: {e}");
+            }
+        });
+    }
+    log::info!("shutting down: finishing requests in flight");
+    graceful.shutdown().await;
+    Ok(())
 }
 
 async fn shutdown_signal() {
@@ -118,5 +165,4 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term => {}
     }
-    log::info!("shutting down: finishing requests in flight");
 }

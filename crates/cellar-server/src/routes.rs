@@ -1,17 +1,20 @@
 //! The router: each API module registers its own routes (with their OpenAPI operations); this
 //! module adds the system endpoints (`/healthz`, `/metrics`, `/openapi.json`) and the layers —
-//! the API-key check and admission on `/v1`, the body limit, request counting.
+//! the API-key check, the body read (bounded in size and time) and admission on `/v1`, the body
+//! limit, request counting.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
+use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
 pub use crate::app::AppState;
@@ -24,6 +27,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let (v1, mut operations) = crate::search_api::api().merge(crate::streams::api()).into_parts();
     let v1 = v1
         .route_layer(middleware::from_fn_with_state(state.clone(), admit))
+        .route_layer(middleware::from_fn_with_state(state.clone(), read_body))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_api_key));
     let (system, system_operations) = system_api().into_parts();
     operations.extend(system_operations);
@@ -53,8 +57,51 @@ async fn count_requests(State(state): State<Arc<AppState>>, request: Request, ne
     response
 }
 
-/// Refuses a search request with 429 before its body is read when `max_in_flight` are already
-/// admitted: under overload, connections must not pile up holding their bodies in memory.
+/// Reads a `/v1` request's whole body before it is admitted: a Content-Length above
+/// `max_body_bytes` is refused at once (413), a body that has not arrived within `read_timeout`
+/// is 408. So a client trickling its body holds no admission slot, and one that announces more
+/// than it sends is answered, not waited on for ever.
+async fn read_body(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let limit = state.config.max_body_bytes;
+    let too_large = |what: String| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("{what}; this server takes at most {limit} bytes (--max-body-bytes)"),
+        )
+        .into_response()
+    };
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok());
+    if let Some(length) = declared.and_then(|v| v.parse::<u64>().ok()).filter(|n| *n > limit as u64) {
+        return too_large(format!("the body is announced as {length} bytes"));
+    }
+    let (parts, body) = request.into_parts();
+    let timeout = state.config.read_timeout;
+    let read = tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect()).await;
+    let bytes = match read {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return too_large("the body is longer".into());
+        }
+        Ok(Err(e)) => {
+            return ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_body",
+                format!("the body could not be read: {e}"),
+            )
+            .into_response()
+        }
+        Err(_) => {
+            let message =
+                format!("the body did not arrive within {} ms (--read-timeout-ms)", timeout.as_millis());
+            return ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", message).into_response();
+        }
+    };
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+/// Refuses a request with 429 when `max_in_flight` are already admitted (its body is read,
+/// bounded in size and time, by [`read_body`] first).
 async fn admit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let limit = state.config.max_in_flight;
     if state.in_flight.fetch_add(1, Ordering::AcqRel) >= limit {

@@ -342,7 +342,7 @@ async fn a_full_queue_answers_429_with_retry_after_then_recovers() {
 }
 
 #[tokio::test]
-async fn past_max_in_flight_a_request_is_refused_before_its_body_is_read() {
+async fn past_max_in_flight_a_request_is_refused_with_429_and_the_slot_is_released() {
     let mut narrow = config();
     narrow.workers = 1;
     narrow.max_in_flight = 1;
@@ -577,4 +577,80 @@ async fn a_panicking_job_is_a_500_and_the_pool_keeps_working() {
     assert_eq!(error.code, "internal");
     let (status, body) = search(&app, json!({ "query": "coffee", "k": 2 })).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// A raw HTTP/1.1 exchange on a real socket: writes `head` and `body`, then reads until the
+/// server closes or 20 s pass. Returns what arrived (empty when the server closed silently).
+async fn exchange(address: std::net::SocketAddr, head: &str, body: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "no answer and no close within 20 s; got so far: {answer:?}");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+fn search_head(length: usize) -> String {
+    format!(
+        "POST /v1/search HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+    )
+}
+
+async fn serve_in_background(
+    config: ServerConfig,
+) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let state = AppState::new(index(), config);
+    tokio::spawn(cellar_server::serve_on(listener, state, async move {
+        let _ = stopped.await;
+    }));
+    (address, stop)
+}
+
+/// Issue 21.3: connections trickling their bodies held every admission slot (429 for all), a
+/// Content-Length above the limit was not refused up front, one larger than the body sent was
+/// never answered, and a connection that never finished its head was never closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_hold_no_admission_slot_and_are_answered_or_closed() {
+    use tokio::io::AsyncWriteExt;
+    let mut patient = config();
+    patient.max_in_flight = 2;
+    patient.read_timeout = Duration::from_secs(60);
+    let (address, stop) = serve_in_background(patient).await;
+    // Four clients announce 100 bytes and send one: twice the admission limit.
+    let mut tricklers = Vec::new();
+    for _ in 0..4 {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream.write_all(search_head(100).as_bytes()).await.unwrap();
+        stream.write_all(b"{").await.unwrap();
+        tricklers.push(stream);
+    }
+    let body = json!({ "query": "coffee", "k": 1 }).to_string();
+    let answer = exchange(address, &search_head(body.len()), body.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // 50 MiB announced, 13 bytes sent: refused at once from the header (the timeout is 60 s).
+    let answer = exchange(address, &search_head(52_428_800), b"{\"query\":\"a\"}").await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("body_too_large") && answer.contains("52428800"), "{answer}");
+    drop(tricklers);
+    stop.send(()).unwrap();
+
+    let mut hasty = config();
+    hasty.read_timeout = Duration::from_millis(300);
+    let (address, stop) = serve_in_background(hasty).await;
+    // A body that stops short of its Content-Length: 408 once the read timeout passes.
+    let answer = exchange(address, &search_head(100), b"{\"query\":").await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("body_timeout"), "{answer}");
+    // A head that never ends: the connection is closed.
+    let answer = exchange(address, "POST /v1/search HTTP/1.1\r\nHost: t\r\n", b"").await;
+    assert!(!answer.starts_with("HTTP/1.1 2"), "{answer}");
+    let body = json!({ "query": "coffee", "k": 1 }).to_string();
+    let answer = exchange(address, &search_head(body.len()), body.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    stop.send(()).unwrap();
 }
