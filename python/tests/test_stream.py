@@ -64,10 +64,22 @@ def test_get_update_delete_and_reopen(notes: cellar.Stream, tmp_path: Path) -> N
     notes.flush()
     assert notes.stats()["segments"] == 1
     notes.put("ana", "n4", "Buy more flour")
+    # One opener at a time (issue 21.2): a second handle would append to the same log.
+    with pytest.raises(cellar.LockedError, match="open elsewhere") as e:
+        cellar.Stream.open(tmp_path / "notes")
+    assert e.value.code == "locked"
+    notes.close()
+    assert "closed" in repr(notes)
+    with pytest.raises(cellar.InvalidInputError, match="closed"):
+        notes.get("ana", "n1")
     reopened = cellar.Stream.open(tmp_path / "notes")
     assert {h["id"] for h in reopened.search("ana", "flour")} == {"n1", "n2", "n4"}
     assert reopened.compact() is False, "one segment: nothing to merge"
     assert "segments=1" in repr(reopened)
+    with reopened:
+        assert reopened.get("ana", "n4")["text"] == "Buy more flour"
+    with cellar.Stream.open(tmp_path / "notes") as again:
+        assert again.stats()["segments"] == 1
 
 
 def test_caller_vectors_and_numpy_like_arrays(tmp_path: Path) -> None:

@@ -115,20 +115,20 @@ fn serve_streams_without_an_index() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("streams");
     assert_user_error(&cellar(&["serve"]), "--index");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cellar"))
-        .args(["serve", "--streams", root.to_str().unwrap(), "--bind", "127.0.0.1:0", "--lazy-encoder"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ready = BufReader::new(child.stderr.take().unwrap()).lines().next().unwrap().unwrap();
-    let port: u16 =
-        ready.split("http://127.0.0.1:").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
+    let (mut child, port) = serve_streams(&root);
     let doc = json!({"text": "hello", "tokens": [[1.0, 0.0], [0.0, 1.0]]}).to_string();
     assert_eq!(http(port, "PUT", "/v1/streams/s/groups/g/docs/d1", &doc).0, 200);
     let (status, found) =
         http(port, "POST", "/v1/streams/s/groups/g/search", r#"{"query_tokens": [[1.0, 0.0]]}"#);
     assert_eq!((status, found["hits"][0]["id"].as_str()), (200, Some("d1")), "{found}");
     assert_eq!(http(port, "POST", "/v1/search", r#"{"query": "x"}"#).0, 404, "no index served");
+    // Issue 21.2: a second process opening the served stream truncated the server's
+    // acknowledged writes at the next restart. Now it is refused, and nothing is lost.
+    let feed = tmp.path().join("more.jsonl");
+    write_jsonl(&feed, &[json!({"group": "g", "id": "f1", "text": "x", "tokens": [[1.0, 0.0]]})]);
+    let out = cellar(&["feed", feed.to_str().unwrap(), "--streams", root.to_str().unwrap(), "--name", "s"]);
+    assert_user_error(&out, "open elsewhere");
+    assert_eq!(http(port, "PUT", "/v1/streams/s/groups/g/docs/d2", &doc).0, 200);
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
@@ -138,4 +138,25 @@ fn serve_streams_without_an_index() {
         cellar(&["stream-search", "--streams", root.to_str().unwrap(), "--name", "s", "--group", "g", "x"]);
     assert!(!out.status.success(), "a text query against a 2-dimensional stream is a dimension error");
     assert_user_error(&out, "wrong vector dimension");
+    let (mut child, port) = serve_streams(&root);
+    for id in ["d1", "d2"] {
+        let (status, got) = http(port, "GET", &format!("/v1/streams/s/groups/g/docs/{id}"), "");
+        assert_eq!(status, 200, "{id}, acknowledged before or after the refused feed, survived: {got}");
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}
+
+/// `cellar serve --streams root` on a free loopback port.
+fn serve_streams(root: &Path) -> (std::process::Child, u16) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cellar"))
+        .args(["serve", "--streams", root.to_str().unwrap(), "--bind", "127.0.0.1:0", "--lazy-encoder"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = BufReader::new(child.stderr.take().unwrap()).lines().next().unwrap().unwrap();
+    let port: u16 =
+        ready.split("http://127.0.0.1:").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
+    (child, port)
 }

@@ -36,6 +36,11 @@ pub enum CellarError {
     #[error("{}: model: {detail}", path.display())]
     Model { path: PathBuf, detail: String },
 
+    /// Another opener holds the directory (a collection or index being written elsewhere): two
+    /// writers would lose each other's acknowledged writes.
+    #[error("{}: {detail}", path.display())]
+    Locked { path: PathBuf, detail: String },
+
     /// The platform refuses a capability that was explicitly asked for (e.g. O_DIRECT).
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -68,6 +73,7 @@ impl CellarError {
             CellarError::Corrupted { .. } => "corrupted",
             CellarError::Incompatible { .. } => "incompatible_version",
             CellarError::Model { .. } => "model",
+            CellarError::Locked { .. } => "locked",
             CellarError::Unsupported(_) => "unsupported",
             CellarError::Internal(_) => "internal",
             CellarError::Io { .. } => "io",

@@ -27,6 +27,7 @@ pub fn class_name(error: &CellarError) -> &'static str {
         CellarError::Corrupted { .. } => "CorruptedError",
         CellarError::Incompatible { .. } => "IncompatibleError",
         CellarError::Model { .. } => "ModelError",
+        CellarError::Locked { .. } => "LockedError",
         CellarError::Unsupported(_) => "UnsupportedError",
         CellarError::Internal(_) => "InternalError",
         CellarError::Io { .. } => "CellarIOError",

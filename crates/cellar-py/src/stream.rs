@@ -4,7 +4,7 @@
 //! GIL released.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use cellar_core::CellarError;
 use cellar_stream::encoding::{docs_with_vectors, query_with_vectors, LazyEncoder};
@@ -22,8 +22,11 @@ use crate::errors::{invalid, without_gil};
 /// Open (or create) one with :meth:`Stream.open`.
 #[pyclass(frozen, module = "cellar", name = "Stream")]
 pub struct PyStream {
-    collection: Arc<Collection>,
+    /// `None` once closed: the collection's lock is released when the last call using it ends.
+    collection: RwLock<Option<Arc<Collection>>>,
     encoder: Arc<LazyEncoder>,
+    dir: PathBuf,
+    dim: usize,
 }
 
 /// `value` as JSON text through `cellar._json.dumps`, parsed into `T`.
@@ -45,8 +48,14 @@ fn stored_json(doc: StoredDoc, dim: usize) -> Value {
 }
 
 impl PyStream {
+    /// The open collection, or `InvalidInputError` after `close()`.
+    fn collection(&self, py: Python<'_>) -> PyResult<Arc<Collection>> {
+        let guard = self.collection.read().unwrap_or_else(|p| p.into_inner());
+        guard.clone().ok_or_else(|| invalid(py, format!("the stream at {} is closed", self.dir.display())))
+    }
+
     fn write(&self, py: Python<'_>, docs: Vec<DocJson>) -> PyResult<u64> {
-        let (collection, encoder) = (self.collection.clone(), self.encoder.clone());
+        let (collection, encoder) = (self.collection(py)?, self.encoder.clone());
         without_gil(py, move || {
             let docs = docs_with_vectors(docs, collection.dim(), &encoder)?;
             collection.put_batch(&docs)
@@ -91,7 +100,8 @@ impl PyStream {
             }
             other => other,
         })?;
-        Ok(PyStream { collection: Arc::new(collection), encoder })
+        let (dir, dim) = (collection.dir().to_path_buf(), collection.dim());
+        Ok(PyStream { collection: RwLock::new(Some(Arc::new(collection))), encoder, dir, dim })
     }
 
     /// Writes (or replaces) one document; durable when it returns (unless ``fsync=False``).
@@ -142,14 +152,14 @@ impl PyStream {
 
     /// The document (group, id) as a dict with its vectors; ``NotFoundError`` when absent.
     fn get<'py>(&self, py: Python<'py>, group: &str, id: &str) -> PyResult<Bound<'py, PyAny>> {
-        let (collection, group, id) = (self.collection.clone(), group.to_string(), id.to_string());
+        let (collection, group, id) = (self.collection(py)?, group.to_string(), id.to_string());
         let doc = without_gil(py, move || collection.get(&group, &id))?;
-        json_to_python(py, &stored_json(doc, self.collection.dim()))
+        json_to_python(py, &stored_json(doc, self.dim))
     }
 
     /// Deletes (group, id); ``NotFoundError`` when it holds no document.
     fn delete(&self, py: Python<'_>, group: &str, id: &str) -> PyResult<u64> {
-        let (collection, group, id) = (self.collection.clone(), group.to_string(), id.to_string());
+        let (collection, group, id) = (self.collection(py)?, group.to_string(), id.to_string());
         without_gil(py, move || collection.delete(&group, &id))
     }
 
@@ -183,7 +193,7 @@ impl PyStream {
             filters: filters.map(|f| from_python(py, &f, "filters")).transpose()?.unwrap_or_default(),
             include_text: Some(include_text),
         };
-        let (collection, encoder, group) = (self.collection.clone(), self.encoder.clone(), group.to_string());
+        let (collection, encoder, group) = (self.collection(py)?, self.encoder.clone(), group.to_string());
         let result = without_gil(py, move || {
             let query = query_with_vectors(request, collection.dim(), &encoder)?;
             collection.search(&group, &query)
@@ -198,40 +208,60 @@ impl PyStream {
 
     /// Writes the buffered documents to a segment now.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        let collection = self.collection.clone();
+        let collection = self.collection(py)?;
         without_gil(py, move || collection.flush())
     }
 
     /// Merges every segment into one (each group one contiguous extent); False when there was
     /// nothing to merge.
     fn compact(&self, py: Python<'_>) -> PyResult<bool> {
-        let collection = self.collection.clone();
+        let collection = self.collection(py)?;
         without_gil(py, move || collection.compact())
     }
 
     /// Segments, buffered documents, RAM and disk bytes, sequence numbers, recovery figures.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_python(py, &self.collection.stats())
+        to_python(py, &self.collection(py)?.stats())
     }
 
     #[getter]
     fn dim(&self) -> usize {
-        self.collection.dim()
+        self.dim
     }
 
     #[getter]
     fn path(&self) -> PathBuf {
-        self.collection.dir().to_path_buf()
+        self.dir.clone()
+    }
+
+    /// Closes the stream: its directory is free for another opener (another process, or a new
+    /// ``Stream.open``) once calls already running end. Later calls raise ``InvalidInputError``.
+    fn close(&self) {
+        self.collection.write().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
     }
 
     fn __repr__(&self) -> String {
-        let s = self.collection.stats();
-        format!(
-            "Stream(path={:?}, dim={}, segments={}, buffered={})",
-            self.collection.dir().display().to_string(),
-            s.dim,
-            s.segments,
-            s.memtable_entries
-        )
+        let open = self.collection.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let path = self.dir.display().to_string();
+        match open {
+            None => format!("Stream(path={path:?}, dim={}, closed)", self.dim),
+            Some(c) => {
+                let s = c.stats();
+                format!(
+                    "Stream(path={path:?}, dim={}, segments={}, buffered={})",
+                    self.dim, s.segments, s.memtable_entries
+                )
+            }
+        }
     }
 }

@@ -111,6 +111,7 @@ impl From<CellarError> for ApiError {
                 json!({ "path": path, "found": found, "oldest": oldest, "newest": newest }),
             ),
             CellarError::Model { path, .. } => (StatusCode::SERVICE_UNAVAILABLE, json!({ "path": path })),
+            CellarError::Locked { path, .. } => (StatusCode::CONFLICT, json!({ "path": path })),
             CellarError::Unsupported(_) => (StatusCode::NOT_IMPLEMENTED, json!({})),
             CellarError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, json!({})),
             CellarError::Io { path, .. } => (StatusCode::INTERNAL_SERVER_ERROR, json!({ "path": path })),

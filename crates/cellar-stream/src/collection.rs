@@ -15,7 +15,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLock
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use cellar_core::{CellarError, Result};
+use cellar_core::format::fsio::DirLock;
+use cellar_core::{CellarError, IoContext, Result};
 
 use crate::doc::{self, EntryView, StreamDoc};
 use crate::manifest::{segment_file, Manifest, SegmentRef, Settings, MANIFEST_VERSION, WAL_FILE};
@@ -79,6 +80,8 @@ struct Wake {
 }
 
 pub(crate) struct Inner {
+    /// Held for as long as anything (the handle, the compaction thread) can write.
+    _lock: DirLock,
     pub dir: PathBuf,
     pub settings: Settings,
     pub options: Options,
@@ -185,6 +188,20 @@ impl Collection {
     /// Opens the collection in `dir`, creating it with vectors of `dim` when it does not exist
     /// (`dim: None` makes a missing collection a `NotFound` error).
     pub fn open(dir: &Path, dim: Option<usize>, options: Options) -> Result<Collection> {
+        // `stream.json` never changes once written, so the cheap refusals need no lock.
+        match (Settings::load(dir)?, dim) {
+            (Some(settings), Some(dim)) if settings.dim != dim => {
+                return Err(CellarError::WrongDimension { expected: settings.dim, received: dim })
+            }
+            (None, None) => {
+                return Err(CellarError::NotFound(format!("no streaming collection at {}", dir.display())))
+            }
+            _ => {}
+        }
+        std::fs::create_dir_all(dir).at(dir)?;
+        // Before anything is read: a second process replaying and appending to the same log
+        // would truncate the first one's acknowledged writes as a torn tail.
+        let lock = DirLock::exclusive(dir, "streaming collection")?;
         let settings = match (Settings::load(dir)?, dim) {
             (Some(settings), Some(dim)) if settings.dim != dim => {
                 return Err(CellarError::WrongDimension { expected: settings.dim, received: dim })
@@ -212,6 +229,7 @@ impl Collection {
         let (wal, memtable, last, (records, truncated)) = replay(dir, &options, manifest.flushed_seq)?;
         let writer = Writer { wal, next_seq: last + 1, manifest };
         let inner = Arc::new(Inner {
+            _lock: lock,
             dir: dir.to_path_buf(),
             settings,
             options,

@@ -334,3 +334,26 @@ fn concurrent_writers_group_commit_and_lose_nothing() {
     drop(c);
     check(&Collection::open(dir.path(), None, fsync).unwrap());
 }
+
+/// Issue 21.2: two openers of one collection replayed and appended to one log; the second
+/// truncated the first's acknowledged writes as a torn tail. One opener at a time now.
+#[test]
+fn a_second_opener_is_refused_until_the_first_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = open(dir.path(), options(1 << 20));
+    first.put(&doc("alice", "n1", 1)).unwrap();
+    match Collection::open(dir.path(), Some(DIM), options(1 << 20)) {
+        Err(CellarError::Locked { path, detail }) => {
+            assert_eq!(path, dir.path());
+            assert!(
+                detail.contains("open elsewhere") && detail.contains(&format!("pid {}", std::process::id())),
+                "{detail}"
+            );
+        }
+        other => panic!("expected Locked, got {:?}", other.map(|_| "a second handle")),
+    }
+    first.put(&doc("alice", "n2", 1)).unwrap();
+    drop(first);
+    let again = open(dir.path(), options(1 << 20));
+    assert_eq!(again.stats().memtable_entries, 2, "both acknowledged writes survive");
+}

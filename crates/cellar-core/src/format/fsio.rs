@@ -175,3 +175,46 @@ pub fn open_with_flags(path: &Path, flags: i32) -> Result<File> {
         _ => CellarError::io(path, e),
     })
 }
+
+/// The lock file of a directory held by [`DirLock`].
+pub const LOCK_FILE: &str = "LOCK";
+
+/// An exclusive advisory lock on a directory (`flock` on `dir/LOCK`), held while this value
+/// lives. The kernel drops it when the process dies, so a crash leaves nothing to clean up; a
+/// second opener, in this process or another, gets [`CellarError::Locked`] naming the holder.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+}
+
+impl DirLock {
+    /// Takes the lock of `dir` (which must exist) for `what` ("streaming collection", "index
+    /// build"), without waiting.
+    pub fn exclusive(dir: &Path, what: &str) -> Result<DirLock> {
+        use std::os::fd::AsRawFd;
+        let path = dir.join(LOCK_FILE);
+        let mut file =
+            OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).at(&path)?;
+        // SAFETY: flock on a descriptor this function owns; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let error = std::io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(CellarError::io(&path, error));
+            }
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            let by = if holder.is_empty() { String::new() } else { format!(" (held by {holder})") };
+            return Err(CellarError::Locked {
+                path: dir.to_path_buf(),
+                detail: format!(
+                    "this {what} is open elsewhere{by}; one writer at a time: close it there, or go through the process that holds it"
+                ),
+            });
+        }
+        let me = format!("pid {}\n", std::process::id());
+        file.set_len(0).at(&path)?;
+        file.write_all_at(me.as_bytes(), 0).at(&path)?;
+        Ok(DirLock { _file: file })
+    }
+}

@@ -35,6 +35,7 @@ from ._errors import (
     IncompatibleError,
     InternalError,
     InvalidInputError,
+    LockedError,
     ModelError,
     NotFoundError,
     UnsupportedError,

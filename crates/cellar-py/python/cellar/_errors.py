@@ -15,6 +15,7 @@ __all__ = [
     "CorruptedError",
     "IncompatibleError",
     "ModelError",
+    "LockedError",
     "UnsupportedError",
     "InternalError",
     "CellarIOError",
@@ -54,6 +55,14 @@ class IncompatibleError(CellarError):
     """The index was written in a format version this build cannot read."""
 
     code = "incompatible_version"
+
+
+class LockedError(CellarError):
+    """Another process (or another open handle) holds the streaming collection or the index
+    being built: two writers would lose each other's writes. Close the other one, or go through
+    the server that holds it."""
+
+    code = "locked"
 
 
 class ModelError(CellarError):
