@@ -27,7 +27,8 @@ pub struct ServeArgs {
     /// Searches run in parallel (CPU pool threads); default: one per core.
     #[arg(long)]
     pub workers: Option<usize>,
-    /// Searches that may wait for a worker before new requests get 429; default: 16 per worker.
+    /// Searches that may wait for a worker before new requests get 429; default: 16 per worker,
+    /// at least 64 (the largest batch, which is queued whole).
     #[arg(long)]
     pub queue: Option<usize>,
     /// Requests admitted at once (queued or running; a body is read, bounded by
@@ -119,7 +120,7 @@ fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
     let mut config = ServerConfig::new(args.bind);
     config.workers = positive(args.workers.unwrap_or(config.workers), "workers")?;
     config.queue_capacity =
-        positive(args.queue.unwrap_or(cellar_server::QUEUE_PER_WORKER * config.workers), "queue")?;
+        positive(args.queue.unwrap_or(cellar_server::default_queue(config.workers)), "queue")?;
     let in_flight = args.max_in_flight.unwrap_or(config.queue_capacity + config.workers);
     config.max_in_flight = positive(in_flight, "max-in-flight")?;
     config.deadline = Duration::from_millis(positive(args.deadline_ms as usize, "deadline-ms")? as u64);

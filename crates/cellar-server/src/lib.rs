@@ -36,6 +36,12 @@ pub use routes::router;
 /// (a server under a memory cap was OOM-killed at 64 per worker under overload).
 pub const QUEUE_PER_WORKER: usize = 16;
 
+/// The default queue for `workers` threads: 16 per worker, and never less than the largest
+/// batch, which is queued whole (a 64-query batch on 2 cores was otherwise always 429).
+pub fn default_queue(workers: usize) -> usize {
+    (QUEUE_PER_WORKER * workers).max(cellar_search::request::MAX_BATCH)
+}
+
 /// How the server runs; see `cellar serve --help` for each default.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -63,8 +69,8 @@ impl ServerConfig {
         ServerConfig {
             bind,
             workers: cores,
-            queue_capacity: QUEUE_PER_WORKER * cores,
-            max_in_flight: QUEUE_PER_WORKER * cores + cores,
+            queue_capacity: default_queue(cores),
+            max_in_flight: default_queue(cores) + cores,
             deadline: Duration::from_secs(10),
             max_body_bytes: 2 << 20,
             read_timeout: Duration::from_secs(10),

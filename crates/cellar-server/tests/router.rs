@@ -654,3 +654,20 @@ async fn slow_clients_hold_no_admission_slot_and_are_answered_or_closed() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     stop.send(()).unwrap();
 }
+
+/// "Also found" in issue 21: a batch of 33-64 queries (64 is the documented maximum) was always
+/// 429 on an idle 2-worker server, whose default queue held 32.
+#[tokio::test]
+async fn the_largest_batch_is_answered_by_an_idle_server_with_default_settings() {
+    let mut two = config();
+    two.workers = 2;
+    two.queue_capacity = cellar_server::default_queue(2);
+    let (_, app) = app_with(two);
+    let queries: Vec<Value> = (0..cellar_search::request::MAX_BATCH)
+        .map(|_| json!({ "query": "coffee", "mode": "bm25", "k": 1 }))
+        .collect();
+    let (status, body, _) =
+        call(&app, post("/v1/search/batch", json!({ "queries": queries }).to_string())).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["results"].as_array().unwrap().len(), cellar_search::request::MAX_BATCH);
+}
