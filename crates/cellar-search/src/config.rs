@@ -4,13 +4,16 @@
 use std::path::{Path, PathBuf};
 
 use cellar_core::format::fsio::write_atomic;
-use cellar_core::{CellarError, Result};
+use cellar_core::format::versioned::{parse_versioned_json, VersionRange, FORMAT_VERSION_FIELD};
+use cellar_core::{CellarError, IoContext, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::mode::Mode;
 
 /// Version of the index directory layout (`index.json` and the files beside it).
 pub const INDEX_FORMAT_VERSION: u32 = 1;
+/// The versions of `index.json` this build reads.
+pub const INDEX_READABLE_VERSIONS: VersionRange = VersionRange::only(INDEX_FORMAT_VERSION);
 pub const CONFIG_FILE: &str = "index.json";
 
 /// Encoder settings an index was built with; queries must be encoded the same way.
@@ -95,26 +98,16 @@ impl IndexConfig {
             };
             return Err(CellarError::InvalidInput(format!("{}: {detail}", dir.display())));
         }
-        let bytes = std::fs::read(&path).map_err(|e| CellarError::Io { path: path.clone(), source: e })?;
-        let config: IndexConfig = serde_json::from_slice(&bytes).map_err(|e| CellarError::Corrupted {
-            path: path.clone(),
-            offset: 0,
-            detail: e.to_string(),
-        })?;
-        if config.format_version != INDEX_FORMAT_VERSION {
-            return Err(CellarError::Incompatible {
-                path,
-                found: config.format_version,
-                oldest: INDEX_FORMAT_VERSION,
-                newest: INDEX_FORMAT_VERSION,
-            });
-        }
+        let bytes = std::fs::read(&path).at(&path)?;
+        let config: IndexConfig =
+            parse_versioned_json(&path, &bytes, FORMAT_VERSION_FIELD, INDEX_READABLE_VERSIONS)?;
         Ok(config)
     }
 
     /// Writes `index.json` atomically (temp file, fsync, rename, fsync of the directory).
     pub fn save(&self, dir: &Path) -> Result<()> {
-        let json = serde_json::to_vec_pretty(self).map_err(|e| CellarError::InvalidInput(e.to_string()))?;
+        let json = serde_json::to_vec_pretty(self)
+            .map_err(|e| CellarError::internal(format!("index.json does not serialise: {e}")))?;
         write_atomic(&Self::path(dir), &json)
     }
 

@@ -5,13 +5,19 @@
 use std::path::Path;
 
 use cellar_core::format::fsio::write_atomic;
+use cellar_core::format::versioned::{parse_versioned_json, VersionRange};
 use cellar_core::{CellarError, Result};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub const SETTINGS_FILE: &str = "stream.json";
 pub const MANIFEST_FILE: &str = "MANIFEST.json";
 pub const WAL_FILE: &str = "wal.log";
 pub const MANIFEST_VERSION: u32 = 1;
+/// The versions of `stream.json` and `MANIFEST.json` this build reads.
+pub const READABLE_VERSIONS: VersionRange = VersionRange::only(MANIFEST_VERSION);
+/// The field of both files read first, on its own.
+pub const VERSION_FIELD: &str = "version";
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Settings {
@@ -42,36 +48,20 @@ pub struct Manifest {
     pub next_segment: u64,
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>> {
+/// The parsed file, or `None` when it does not exist; its `version` is checked before the rest
+/// is parsed, so a newer file is `Incompatible` whatever shape its other fields have.
+fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(CellarError::Io { path: path.into(), source: e }),
+        Err(e) => return Err(CellarError::io(path, e)),
     };
-    let value = serde_json::from_slice(&bytes).map_err(|e| CellarError::Corrupted {
-        path: path.into(),
-        offset: 0,
-        detail: e.to_string(),
-    })?;
-    Ok(Some(value))
-}
-
-fn check_version(path: &Path, found: u32) -> Result<()> {
-    if found != MANIFEST_VERSION {
-        let (oldest, newest) = (MANIFEST_VERSION, MANIFEST_VERSION);
-        return Err(CellarError::Incompatible { path: path.into(), found, oldest, newest });
-    }
-    Ok(())
+    parse_versioned_json(path, &bytes, VERSION_FIELD, READABLE_VERSIONS).map(Some)
 }
 
 impl Settings {
     pub fn load(dir: &Path) -> Result<Option<Settings>> {
-        let path = dir.join(SETTINGS_FILE);
-        let settings: Option<Settings> = read_json(&path)?;
-        if let Some(s) = &settings {
-            check_version(&path, s.version)?;
-        }
-        Ok(settings)
+        read_json(&dir.join(SETTINGS_FILE))
     }
 
     pub fn save(&self, dir: &Path) -> Result<()> {
@@ -81,12 +71,8 @@ impl Settings {
 
 impl Manifest {
     pub fn load(dir: &Path) -> Result<Manifest> {
-        let path = dir.join(MANIFEST_FILE);
-        let manifest: Option<Manifest> = read_json(&path)?;
-        let manifest =
-            manifest.unwrap_or(Manifest { version: MANIFEST_VERSION, next_segment: 1, ..Default::default() });
-        check_version(&path, manifest.version)?;
-        Ok(manifest)
+        let manifest: Option<Manifest> = read_json(&dir.join(MANIFEST_FILE))?;
+        Ok(manifest.unwrap_or(Manifest { version: MANIFEST_VERSION, next_segment: 1, ..Default::default() }))
     }
 
     pub fn save(&self, dir: &Path) -> Result<()> {

@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use super::{FileKind, FORMAT_VERSION, OLDEST_READABLE_VERSION, PAGE_BYTES};
+use super::{FileKind, FORMAT_VERSION, PAGE_BYTES, READABLE_VERSIONS};
 use crate::error::{CellarError, Result};
 
 pub const HEADER_BYTES: usize = 64;
@@ -86,14 +86,7 @@ impl FileHeader {
             return Err(CellarError::corrupted(path, crc_range.start as u64, "header checksum mismatch"));
         }
         let format_version = u32_at(bytes, field("format_version"));
-        if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&format_version) {
-            return Err(CellarError::Incompatible {
-                path: path.to_path_buf(),
-                found: format_version,
-                oldest: OLDEST_READABLE_VERSION,
-                newest: FORMAT_VERSION,
-            });
-        }
+        READABLE_VERSIONS.check(path, format_version)?;
         let kind_range = field("file_kind");
         let kind_value = u32_at(bytes, kind_range.clone());
         let kind = FileKind::from_u32(kind_value).filter(|k| *k == expected).ok_or_else(|| {

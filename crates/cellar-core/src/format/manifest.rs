@@ -4,7 +4,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{fsio, FORMAT_VERSION, OLDEST_READABLE_VERSION, PAGE_BYTES};
+use super::versioned::{parse_versioned_json, FORMAT_VERSION_FIELD};
+use super::{fsio, PAGE_BYTES, READABLE_VERSIONS};
 use crate::codec::CodecKind;
 use crate::codec::MAX_DIM;
 use crate::error::{CellarError, IoContext, Result};
@@ -57,19 +58,8 @@ impl Manifest {
             )));
         }
         let bytes = std::fs::read(&path).at(&path)?;
-        let version = peek_version(&bytes);
-        if let Some(found) = version.filter(|v| !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(v)) {
-            return Err(CellarError::Incompatible {
-                path,
-                found,
-                oldest: OLDEST_READABLE_VERSION,
-                newest: FORMAT_VERSION,
-            });
-        }
-        let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
-            let offset = line_col_to_offset(&bytes, e.line(), e.column());
-            CellarError::corrupted(&path, offset, format!("invalid manifest: {e}"))
-        })?;
+        let manifest: Manifest =
+            parse_versioned_json(&path, &bytes, FORMAT_VERSION_FIELD, READABLE_VERSIONS)?;
         manifest.check_consistent(&path)?;
         Ok(manifest)
     }
@@ -97,20 +87,4 @@ impl Manifest {
     pub fn file(&self, name: &str) -> Option<&FileEntry> {
         self.files.iter().find(|f| f.name == name)
     }
-}
-
-/// Reads only `format_version`, so a newer manifest with unknown fields still gets the
-/// version error rather than a parse error.
-fn peek_version(bytes: &[u8]) -> Option<u32> {
-    #[derive(Deserialize)]
-    struct Versioned {
-        format_version: u32,
-    }
-    serde_json::from_slice::<Versioned>(bytes).ok().map(|v| v.format_version)
-}
-
-fn line_col_to_offset(bytes: &[u8], line: usize, column: usize) -> u64 {
-    let line_start: usize =
-        bytes.split(|b| *b == b'\n').take(line.saturating_sub(1)).map(|l| l.len() + 1).sum();
-    (line_start + column.saturating_sub(1)) as u64
 }

@@ -9,14 +9,19 @@
 pub mod fsio;
 pub mod header;
 pub mod manifest;
+pub mod versioned;
 
 pub use header::{FileHeader, HEADER_BYTES};
 pub use manifest::{FileEntry, Manifest};
+pub use versioned::VersionRange;
 
 /// The format version this build writes.
 pub const FORMAT_VERSION: u32 = 1;
 /// The oldest format version this build still reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
+/// The versions of the vector store (headers and `manifest.json`) this build reads.
+pub const READABLE_VERSIONS: VersionRange =
+    VersionRange { oldest: OLDEST_READABLE_VERSION, newest: FORMAT_VERSION };
 /// Page size of the vector store: records never straddle a page unless they are larger than one.
 pub const PAGE_BYTES: usize = 4096;
 

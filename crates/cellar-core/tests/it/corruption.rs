@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use cellar_core::codec::CodecKind;
 use cellar_core::format::header::HEADER_FIELDS;
-use cellar_core::format::{FileHeader, FileKind, FORMAT_VERSION, HEADER_BYTES};
+use cellar_core::format::{FileHeader, FileKind, FORMAT_VERSION, HEADER_BYTES, OLDEST_READABLE_VERSION};
 use cellar_core::io::{ReaderKind, ReaderOptions};
 use cellar_core::store::VectorStore;
 use cellar_core::{CellarError, DocId};
@@ -157,9 +157,32 @@ fn a_newer_or_garbled_manifest_is_refused() {
     let path = dir.path().join("manifest.json");
     let text = std::fs::read_to_string(&path).unwrap();
     let newer = text.replacen(&format!("\"format_version\": {FORMAT_VERSION}"), "\"format_version\": 99", 1);
-    std::fs::write(&path, newer).unwrap();
+    std::fs::write(&path, &newer).unwrap();
     let err = open(dir.path(), ReaderKind::Mmap).err().unwrap();
     assert!(matches!(err, CellarError::Incompatible { found: 99, .. }), "{err}");
+    // A newer manifest whose other fields changed shape is still a version error, naming both.
+    let reshaped = newer.replacen("\"dim\": ", "\"dim\": {\"tokens\": [1]}, \"old_dim\": ", 1);
+    assert_ne!(reshaped, newer);
+    std::fs::write(&path, &reshaped).unwrap();
+    let err = open(dir.path(), ReaderKind::Mmap).err().unwrap();
+    assert!(
+        matches!(
+            err,
+            CellarError::Incompatible {
+                found: 99,
+                oldest: OLDEST_READABLE_VERSION,
+                newest: FORMAT_VERSION,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("99") && err.to_string().contains(&format!("..={FORMAT_VERSION}")));
+    // The same reshaping at the current version is corruption.
+    let current = text.replacen("\"dim\": ", "\"dim\": {\"tokens\": [1]}, \"old_dim\": ", 1);
+    std::fs::write(&path, &current).unwrap();
+    let (p, _) = corrupted_at(&open(dir.path(), ReaderKind::Mmap).err().unwrap());
+    assert!(p.ends_with("manifest.json"));
     std::fs::write(&path, &text[..text.len() / 2]).unwrap();
     let (p, _) = corrupted_at(&open(dir.path(), ReaderKind::Mmap).err().unwrap());
     assert!(p.ends_with("manifest.json"));

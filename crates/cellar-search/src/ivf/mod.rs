@@ -20,7 +20,8 @@ pub mod rotation;
 use std::path::{Path, PathBuf};
 
 use cellar_core::format::fsio::write_atomic;
-use cellar_core::{CellarError, Result};
+use cellar_core::format::versioned::{parse_versioned_json, VersionRange, FORMAT_VERSION_FIELD};
+use cellar_core::{CellarError, IoContext, Result};
 use serde::{Deserialize, Serialize};
 
 pub use build::{build_ivf, build_ivf_over, IvfBuildOptions};
@@ -28,6 +29,8 @@ pub use probe::{Ivf, Probe, ProbeParams, ProbeStats};
 
 /// Version of the `ivf/` layout.
 pub const IVF_FORMAT_VERSION: u32 = 1;
+/// The versions of `ivf/` (its `ivf.json`) this build reads.
+pub const IVF_READABLE_VERSIONS: VersionRange = VersionRange::only(IVF_FORMAT_VERSION);
 pub const IVF_DIR: &str = "ivf";
 pub const IVF_CONFIG_FILE: &str = "ivf.json";
 
@@ -108,25 +111,15 @@ impl IvfConfig {
         if !path.is_file() {
             return Ok(None);
         }
-        let bytes = std::fs::read(&path).map_err(|e| CellarError::Io { path: path.clone(), source: e })?;
-        let config: IvfConfig = serde_json::from_slice(&bytes).map_err(|e| CellarError::Corrupted {
-            path: path.clone(),
-            offset: 0,
-            detail: e.to_string(),
-        })?;
-        if config.format_version != IVF_FORMAT_VERSION {
-            return Err(CellarError::Incompatible {
-                path,
-                found: config.format_version,
-                oldest: IVF_FORMAT_VERSION,
-                newest: IVF_FORMAT_VERSION,
-            });
-        }
+        let bytes = std::fs::read(&path).at(&path)?;
+        let config: IvfConfig =
+            parse_versioned_json(&path, &bytes, FORMAT_VERSION_FIELD, IVF_READABLE_VERSIONS)?;
         Ok(Some(config))
     }
 
     pub fn save(&self, ivf_dir: &Path) -> Result<()> {
-        let json = serde_json::to_vec_pretty(self).map_err(|e| CellarError::InvalidInput(e.to_string()))?;
+        let json = serde_json::to_vec_pretty(self)
+            .map_err(|e| CellarError::internal(format!("ivf.json does not serialise: {e}")))?;
         write_atomic(&ivf_dir.join(IVF_CONFIG_FILE), &json)
     }
 }

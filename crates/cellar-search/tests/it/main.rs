@@ -7,3 +7,4 @@ mod cranfield;
 mod fixture;
 mod ivf;
 mod search;
+mod versions;
