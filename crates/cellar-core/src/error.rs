@@ -112,6 +112,42 @@ impl CellarError {
     }
 }
 
+/// A copy for each of several callers that failed together (a group commit, a shared load).
+/// `std::io::Error` is not `Clone`: the copy keeps its OS error code, or else its kind and message.
+impl Clone for CellarError {
+    fn clone(&self) -> Self {
+        match self {
+            CellarError::InvalidInput(m) => CellarError::InvalidInput(m.clone()),
+            CellarError::WrongDimension { expected, received } => {
+                CellarError::WrongDimension { expected: *expected, received: *received }
+            }
+            CellarError::DocOutOfRange { id, count } => CellarError::DocOutOfRange { id: *id, count: *count },
+            CellarError::NotFound(m) => CellarError::NotFound(m.clone()),
+            CellarError::Corrupted { path, offset, detail } => {
+                CellarError::corrupted(path, *offset, detail.clone())
+            }
+            CellarError::Incompatible { path, found, oldest, newest } => CellarError::Incompatible {
+                path: path.clone(),
+                found: *found,
+                oldest: *oldest,
+                newest: *newest,
+            },
+            CellarError::Model { path, detail } => {
+                CellarError::Model { path: path.clone(), detail: detail.clone() }
+            }
+            CellarError::Unsupported(m) => CellarError::Unsupported(m.clone()),
+            CellarError::Internal(m) => CellarError::Internal(m.clone()),
+            CellarError::Io { path, source } => {
+                let source = match source.raw_os_error() {
+                    Some(code) => std::io::Error::from_raw_os_error(code),
+                    None => std::io::Error::new(source.kind(), source.to_string()),
+                };
+                CellarError::io(path, source)
+            }
+        }
+    }
+}
+
 /// Adds the path to a raw `std::io::Result`, so no I/O error reaches a user without naming its file.
 pub trait IoContext<T> {
     /// The error as [`CellarError::Io`] naming `path`.
@@ -121,5 +157,42 @@ pub trait IoContext<T> {
 impl<T> IoContext<T> for std::io::Result<T> {
     fn at(self, path: &Path) -> Result<T> {
         self.map_err(|e| CellarError::io(path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cloned_io_error_keeps_its_os_code_or_its_kind_and_message() {
+        let path = Path::new("dir/wal.log");
+        let os = CellarError::io(path, std::io::Error::from_raw_os_error(libc::ENOSPC)).clone();
+        match &os {
+            CellarError::Io { path: p, source } => {
+                assert_eq!((p.as_path(), source.raw_os_error()), (path, Some(libc::ENOSPC)))
+            }
+            other => panic!("{other:?}"),
+        }
+        let plain = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "cut short");
+        let copy = CellarError::io(path, plain).clone();
+        assert!(
+            matches!(&copy, CellarError::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof)
+        );
+        assert_eq!(copy.to_string(), "dir/wal.log: cut short");
+    }
+
+    #[test]
+    fn a_clone_keeps_the_variant_and_its_fields() {
+        let errors = [
+            CellarError::corrupted(Path::new("a.seg"), 68, "header checksum mismatch"),
+            CellarError::Incompatible { path: "MANIFEST.json".into(), found: 2, oldest: 1, newest: 1 },
+            CellarError::WrongDimension { expected: 8, received: 4 },
+            CellarError::internal("a worker vanished"),
+        ];
+        for error in errors {
+            let copy = error.clone();
+            assert_eq!((copy.code(), copy.to_string()), (error.code(), error.to_string()));
+        }
     }
 }

@@ -128,14 +128,14 @@ impl Inner {
 /// Removes temporaries and segment files the manifest does not list (a crash between writing a
 /// segment and committing the manifest, or after a compaction's commit and before its cleanup).
 fn sweep(dir: &Path, manifest: &Manifest) -> Result<()> {
-    let entries = std::fs::read_dir(dir).map_err(|e| CellarError::Io { path: dir.into(), source: e })?;
+    let entries = std::fs::read_dir(dir).at(dir)?;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let live = manifest.segments.iter().any(|s| s.file == name);
         let stray_segment = name.starts_with("seg-") && !live;
         if stray_segment || name.ends_with(".tmp") || name.ends_with(".cellar-tmp") {
             let path = entry.path();
-            std::fs::remove_file(&path).map_err(|e| CellarError::Io { path, source: e })?;
+            std::fs::remove_file(&path).at(&path)?;
         }
     }
     Ok(())
@@ -147,11 +147,9 @@ fn replay(dir: &Path, options: &Options, flushed: u64) -> Result<(Wal, Memtable,
     let mut memtable = Memtable::default();
     let mut last = flushed;
     let (wal, recovery) = Wal::open(&path, options.durability, |payload| {
-        for entry in split_record(payload).map_err(|d| CellarError::Corrupted {
-            path: path.clone(),
-            offset: 0,
-            detail: format!("a log record: {d}"),
-        })? {
+        let entries = split_record(payload)
+            .map_err(|d| CellarError::corrupted(&path, 0, format!("a log record: {d}")))?;
+        for entry in entries {
             let view = EntryView::parse(entry).expect("checked by split_record");
             if view.seq > flushed {
                 memtable.insert(view.group, view.id, entry.into());
@@ -220,11 +218,8 @@ impl Collection {
             .map(|s| Segment::open(&dir.join(&s.file)).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
         if let Some(bad) = segments.iter().find(|s| s.dim != settings.dim) {
-            return Err(CellarError::Corrupted {
-                path: bad.path.clone(),
-                offset: 12,
-                detail: format!("segment of dim {} in a collection of dim {}", bad.dim, settings.dim),
-            });
+            let detail = format!("segment of dim {} in a collection of dim {}", bad.dim, settings.dim);
+            return Err(CellarError::corrupted(&bad.path, 12, detail));
         }
         let (wal, memtable, last, (records, truncated)) = replay(dir, &options, manifest.flushed_seq)?;
         let writer = Writer { wal, next_seq: last + 1, manifest };
@@ -326,22 +321,6 @@ fn check_record_size(entries: &[Vec<u8>]) -> Result<()> {
     Ok(())
 }
 
-/// A copy of `error` for each caller of a group that failed together.
-fn shared_error(error: &CellarError) -> CellarError {
-    match error {
-        CellarError::Io { path, source } => CellarError::Io {
-            path: path.clone(),
-            source: std::io::Error::new(source.kind(), source.to_string()),
-        },
-        CellarError::InvalidInput(m) => CellarError::InvalidInput(m.clone()),
-        CellarError::Internal(m) => CellarError::Internal(m.clone()),
-        other => CellarError::Io {
-            path: PathBuf::from("write-ahead log"),
-            source: std::io::Error::other(other.to_string()),
-        },
-    }
-}
-
 fn with_position(error: CellarError, i: usize, n: usize) -> CellarError {
     match error {
         CellarError::InvalidInput(m) if n > 1 => {
@@ -355,7 +334,7 @@ fn create(dir: &Path, dim: usize) -> Result<Settings> {
     if dim == 0 || dim > doc::MAX_DIM {
         return Err(CellarError::InvalidInput(format!("dimension {dim}: 1 to {} allowed", doc::MAX_DIM)));
     }
-    std::fs::create_dir_all(dir).map_err(|e| CellarError::Io { path: dir.into(), source: e })?;
+    std::fs::create_dir_all(dir).at(dir)?;
     let settings = Settings { version: MANIFEST_VERSION, dim, encoder: None };
     settings.save(dir)?;
     Ok(settings)
@@ -435,7 +414,7 @@ impl Inner {
             Ok(flushed) => flushed,
         };
         for ((_, slot), last) in group.iter().zip(lasts) {
-            *lock(slot) = Some(outcome.as_ref().map(|()| last).map_err(shared_error));
+            *lock(slot) = Some(outcome.as_ref().map(|()| last).map_err(CellarError::clone));
         }
     }
 

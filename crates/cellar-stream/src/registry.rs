@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use cellar_core::{CellarError, Result};
+use cellar_core::{CellarError, IoContext, Result};
 
 use crate::collection::{Collection, Options};
 
@@ -34,7 +34,7 @@ pub fn check_name(name: &str) -> Result<()> {
 impl Streams {
     /// Opens (creating it if needed) the root directory.
     pub fn open(root: &Path, options: Options) -> Result<Streams> {
-        std::fs::create_dir_all(root).map_err(|e| CellarError::Io { path: root.into(), source: e })?;
+        std::fs::create_dir_all(root).at(root)?;
         Ok(Streams { root: root.to_path_buf(), options, open: Mutex::new(HashMap::new()) })
     }
 

@@ -270,7 +270,7 @@ impl Collection {
         let memtable_path = inner.dir.join("memtable");
         for entry in &buffered {
             let view = EntryView::parse_at(&memtable_path, entry)?;
-            scan.offer(&view).map_err(|d| corrupt(&memtable_path, d))?;
+            scan.offer(&view).map_err(|d| CellarError::corrupted(&memtable_path, 0, d))?;
         }
         for segment in segments.iter().rev() {
             scan_segment(&mut scan, segment, group, inner.options.chunk_bytes)?;
@@ -279,10 +279,6 @@ impl Collection {
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
         Ok(SearchResult { hits, stats: scan.stats })
     }
-}
-
-fn corrupt(path: &std::path::Path, detail: String) -> CellarError {
-    CellarError::Corrupted { path: path.into(), offset: 0, detail }
 }
 
 fn scan_segment(
@@ -294,7 +290,7 @@ fn scan_segment(
     let Some(mut cursor) = segment.cursor(group, chunk) else { return Ok(()) };
     while let Some(entry) = cursor.next_entry()? {
         let view = EntryView::parse_at(&segment.path, entry)?;
-        scan.offer(&view).map_err(|d| corrupt(&segment.path, d))?;
+        scan.offer(&view).map_err(|d| CellarError::corrupted(&segment.path, 0, d))?;
     }
     scan.stats.bytes_read += cursor.bytes_read;
     scan.stats.read_calls += cursor.read_calls;

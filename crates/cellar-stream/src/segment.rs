@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use cellar_core::format::fsio::sync_dir;
-use cellar_core::{CellarError, Result};
+use cellar_core::{CellarError, IoContext, Result};
 
 use crate::doc::entry_len;
 
@@ -32,14 +32,6 @@ pub const PAGE: u64 = 4096;
 const HEADER_USED: usize = 72;
 /// Bytes a query reads at once from a group's extent.
 pub const CHUNK_BYTES: usize = 4 << 20;
-
-fn io(path: &Path, source: std::io::Error) -> CellarError {
-    CellarError::Io { path: path.to_path_buf(), source }
-}
-
-fn corrupted(path: &Path, offset: u64, detail: impl Into<String>) -> CellarError {
-    CellarError::Corrupted { path: path.to_path_buf(), offset, detail: detail.into() }
-}
 
 /// Where one group's entries lie.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,9 +59,9 @@ pub struct SegmentWriter {
 impl SegmentWriter {
     pub fn create(path: &Path, dim: usize) -> Result<SegmentWriter> {
         let tmp = path.with_extension("seg.tmp");
-        let file = File::create(&tmp).map_err(|e| io(&tmp, e))?;
+        let file = File::create(&tmp).at(&tmp)?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
-        out.write_all(&[0u8; PAGE as usize]).map_err(|e| io(&tmp, e))?;
+        out.write_all(&[0u8; PAGE as usize]).at(&tmp)?;
         Ok(SegmentWriter {
             path: path.to_path_buf(),
             tmp,
@@ -85,7 +77,7 @@ impl SegmentWriter {
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.out.write_all(bytes).map_err(|e| io(&self.tmp, e))?;
+        self.out.write_all(bytes).at(&self.tmp)?;
         self.pos += bytes.len() as u64;
         Ok(())
     }
@@ -126,11 +118,11 @@ impl SegmentWriter {
         let dir = encode_dir(&self.dir);
         self.write(&dir)?;
         let header = self.header(dir_offset, &dir);
-        self.out.flush().map_err(|e| io(&self.tmp, e))?;
+        self.out.flush().at(&self.tmp)?;
         let file = self.out.get_ref();
-        file.write_all_at(&header, 0).map_err(|e| io(&self.tmp, e))?;
-        file.sync_all().map_err(|e| io(&self.tmp, e))?;
-        std::fs::rename(&self.tmp, &self.path).map_err(|e| io(&self.path, e))?;
+        file.write_all_at(&header, 0).at(&self.tmp)?;
+        file.sync_all().at(&self.tmp)?;
+        std::fs::rename(&self.tmp, &self.path).at(&self.path)?;
         self.committed = true;
         sync_dir(self.path.parent().unwrap_or(Path::new(".")))?;
         Segment::open(&self.path)
@@ -199,18 +191,18 @@ fn le_u32(b: &[u8], at: usize) -> u32 {
 impl Segment {
     /// Opens a segment, checking its header and directory checksums.
     pub fn open(path: &Path) -> Result<Segment> {
-        let file = File::open(path).map_err(|e| io(path, e))?;
-        let len = file.metadata().map_err(|e| io(path, e))?.len();
+        let file = File::open(path).at(path)?;
+        let len = file.metadata().at(path)?.len();
         let mut h = [0u8; HEADER_USED];
         if len < PAGE {
-            return Err(corrupted(path, 0, "shorter than its header page"));
+            return Err(CellarError::corrupted(path, 0, "shorter than its header page"));
         }
-        file.read_exact_at(&mut h, 0).map_err(|e| io(path, e))?;
+        file.read_exact_at(&mut h, 0).at(path)?;
         if h[..8] != SEGMENT_MAGIC {
-            return Err(corrupted(path, 0, "not a Cellar segment (bad magic)"));
+            return Err(CellarError::corrupted(path, 0, "not a Cellar segment (bad magic)"));
         }
         if le_u32(&h, 68) != crc32c::crc32c(&h[..68]) {
-            return Err(corrupted(path, 68, "header checksum mismatch"));
+            return Err(CellarError::corrupted(path, 68, "header checksum mismatch"));
         }
         let version = le_u32(&h, 8);
         if version != SEGMENT_VERSION {
@@ -219,14 +211,14 @@ impl Segment {
         }
         let (dir_offset, dir_len) = (le_u64(&h, 48), le_u64(&h, 56));
         if dir_offset.checked_add(dir_len) != Some(len) {
-            return Err(corrupted(path, 48, "directory does not end the file"));
+            return Err(CellarError::corrupted(path, 48, "directory does not end the file"));
         }
         let mut dir = vec![0u8; dir_len as usize];
-        file.read_exact_at(&mut dir, dir_offset).map_err(|e| io(path, e))?;
+        file.read_exact_at(&mut dir, dir_offset).at(path)?;
         if crc32c::crc32c(&dir) != le_u32(&h, 64) {
-            return Err(corrupted(path, dir_offset, "group directory checksum mismatch"));
+            return Err(CellarError::corrupted(path, dir_offset, "group directory checksum mismatch"));
         }
-        let dir = decode_dir(&dir, dir_offset).map_err(|(at, d)| corrupted(path, at, d))?;
+        let dir = decode_dir(&dir, dir_offset).map_err(|(at, d)| CellarError::corrupted(path, at, d))?;
         Ok(Segment {
             path: path.to_path_buf(),
             file: Arc::new(file),
@@ -369,7 +361,7 @@ impl<'a> ExtentCursor<'a> {
                     self.start_read(n).join().expect("a direct read")
                 }
             }
-            .map_err(|e| io(&self.segment.path, e))?;
+            .at(&self.segment.path)?;
             self.crc = crc32c::crc32c_append(self.crc, &bytes);
             self.bytes_read += bytes.len() as u64;
             self.read_calls += 1;
@@ -380,7 +372,11 @@ impl<'a> ExtentCursor<'a> {
             }
         }
         if self.next == self.end() && self.pending.is_none() && self.crc != self.extent.crc {
-            return Err(corrupted(&self.segment.path, self.extent.offset, "group extent checksum mismatch"));
+            return Err(CellarError::corrupted(
+                &self.segment.path,
+                self.extent.offset,
+                "group extent checksum mismatch",
+            ));
         }
         Ok(())
     }
@@ -409,12 +405,16 @@ impl<'a> ExtentCursor<'a> {
             return Ok(None);
         }
         let offset = self.next - (self.buf.len() - self.pos) as u64;
-        let len = entry_len(rest)
-            .filter(|&l| l >= 4)
-            .ok_or_else(|| corrupted(&self.segment.path, offset, "entry length cut short or zero"))?;
+        let len = entry_len(rest).filter(|&l| l >= 4).ok_or_else(|| {
+            CellarError::corrupted(&self.segment.path, offset, "entry length cut short or zero")
+        })?;
         self.fill(len)?;
         if self.buf.len() - self.pos < len {
-            return Err(corrupted(&self.segment.path, offset, "entry runs past its group extent"));
+            return Err(CellarError::corrupted(
+                &self.segment.path,
+                offset,
+                "entry runs past its group extent",
+            ));
         }
         let entry = &self.buf[self.pos..self.pos + len];
         self.pos += len;

@@ -61,11 +61,7 @@ impl Collection {
         let missing = || CellarError::NotFound(format!("no document {id:?} in group {group:?}"));
         let entry = self.inner.lookup(group, id)?.ok_or_else(missing)?;
         let view = EntryView::parse_at(self.dir(), &entry)?;
-        let metadata = view.metadata().map_err(|d| CellarError::Corrupted {
-            path: self.dir().into(),
-            offset: 0,
-            detail: d,
-        })?;
+        let metadata = view.metadata().map_err(|d| CellarError::corrupted(self.dir(), 0, d))?;
         Ok(StoredDoc {
             group: view.group.to_string(),
             id: view.id.to_string(),

@@ -19,7 +19,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use cellar_core::format::fsio::sync_dir;
-use cellar_core::{CellarError, Result};
+use cellar_core::{CellarError, IoContext, Result};
 
 pub const WAL_MAGIC: [u8; 8] = *b"CELLAR-W";
 pub const WAL_VERSION: u32 = 1;
@@ -54,10 +54,6 @@ pub struct Wal {
     durability: Durability,
 }
 
-fn io_error(path: &Path, source: std::io::Error) -> CellarError {
-    CellarError::Io { path: path.to_path_buf(), source }
-}
-
 fn header_bytes() -> [u8; WAL_HEADER_BYTES as usize] {
     let mut header = [0u8; WAL_HEADER_BYTES as usize];
     header[..8].copy_from_slice(&WAL_MAGIC);
@@ -79,8 +75,8 @@ impl Wal {
         mut replay: impl FnMut(&[u8]) -> Result<()>,
     ) -> Result<(Wal, Recovery)> {
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path);
-        let file = file.map_err(|e| io_error(path, e))?;
-        let len = file.metadata().map_err(|e| io_error(path, e))?.len();
+        let file = file.at(path)?;
+        let len = file.metadata().at(path)?.len();
         let mut wal = Wal { path: path.to_path_buf(), file, end: WAL_HEADER_BYTES, durability };
         if len < WAL_HEADER_BYTES {
             // A log whose header never reached the disk cannot hold an acknowledged record.
@@ -93,21 +89,17 @@ impl Wal {
     }
 
     fn write_header(&mut self) -> Result<()> {
-        self.file.set_len(0).map_err(|e| io_error(&self.path, e))?;
-        self.file.write_all_at(&header_bytes(), 0).map_err(|e| io_error(&self.path, e))?;
-        self.file.sync_all().map_err(|e| io_error(&self.path, e))?;
+        self.file.set_len(0).at(&self.path)?;
+        self.file.write_all_at(&header_bytes(), 0).at(&self.path)?;
+        self.file.sync_all().at(&self.path)?;
         sync_dir(self.path.parent().unwrap_or(Path::new(".")))
     }
 
     fn check_header(&self) -> Result<()> {
         let mut header = [0u8; WAL_HEADER_BYTES as usize];
-        self.file.read_exact_at(&mut header, 0).map_err(|e| io_error(&self.path, e))?;
+        self.file.read_exact_at(&mut header, 0).at(&self.path)?;
         if header[..8] != WAL_MAGIC {
-            return Err(CellarError::Corrupted {
-                path: self.path.clone(),
-                offset: 0,
-                detail: "not a Cellar write-ahead log (bad magic)".into(),
-            });
+            return Err(CellarError::corrupted(&self.path, 0, "not a Cellar write-ahead log (bad magic)"));
         }
         let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
         if version != WAL_VERSION {
@@ -131,8 +123,8 @@ impl Wal {
         }
         if self.end < len {
             recovery.truncated_bytes = len - self.end;
-            self.file.set_len(self.end).map_err(|e| io_error(&self.path, e))?;
-            self.file.sync_all().map_err(|e| io_error(&self.path, e))?;
+            self.file.set_len(self.end).at(&self.path)?;
+            self.file.sync_all().at(&self.path)?;
         }
         Ok(recovery)
     }
@@ -143,7 +135,7 @@ impl Wal {
             return Ok(None);
         }
         let mut head = [0u8; RECORD_HEADER_BYTES];
-        self.file.read_exact_at(&mut head, self.end).map_err(|e| io_error(&self.path, e))?;
+        self.file.read_exact_at(&mut head, self.end).at(&self.path)?;
         let len_field: [u8; 4] = head[..4].try_into().expect("4 bytes");
         let payload_len = u32::from_le_bytes(len_field) as usize;
         let start = self.end + RECORD_HEADER_BYTES as u64;
@@ -151,7 +143,7 @@ impl Wal {
             return Ok(None);
         }
         let mut payload = vec![0u8; payload_len];
-        self.file.read_exact_at(&mut payload, start).map_err(|e| io_error(&self.path, e))?;
+        self.file.read_exact_at(&mut payload, start).at(&self.path)?;
         let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
         Ok((record_crc(&len_field, &payload) == crc).then_some(payload))
     }
@@ -182,17 +174,17 @@ impl Wal {
     }
 
     fn write_batch(&self, batch: &[u8]) -> Result<()> {
-        self.file.write_all_at(batch, self.end).map_err(|e| io_error(&self.path, e))?;
+        self.file.write_all_at(batch, self.end).at(&self.path)?;
         if self.durability == Durability::Fsync {
-            self.file.sync_data().map_err(|e| io_error(&self.path, e))?;
+            self.file.sync_data().at(&self.path)?;
         }
         Ok(())
     }
 
     /// Empties the log (after its records were flushed to a segment), durably.
     pub fn reset(&mut self) -> Result<()> {
-        self.file.set_len(WAL_HEADER_BYTES).map_err(|e| io_error(&self.path, e))?;
-        self.file.sync_all().map_err(|e| io_error(&self.path, e))?;
+        self.file.set_len(WAL_HEADER_BYTES).at(&self.path)?;
+        self.file.sync_all().at(&self.path)?;
         self.end = WAL_HEADER_BYTES;
         Ok(())
     }
