@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cellar_core::{CellarError, DocId, Result};
+use cellar_core::{CellarError, DocId, IoContext, Result};
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST};
@@ -26,7 +26,7 @@ const WRITER_BUDGET_BYTES: usize = 64 << 20;
 
 /// Maps a tantivy error into ours, naming the BM25 directory.
 fn tantivy_error(path: &Path, error: tantivy::TantivyError) -> CellarError {
-    CellarError::Corrupted { path: path.to_path_buf(), offset: 0, detail: format!("bm25 index: {error}") }
+    CellarError::corrupted(path, 0, format!("bm25 index: {error}"))
 }
 
 fn analyzer() -> TextAnalyzer {
@@ -56,11 +56,9 @@ fn schema() -> (Schema, Fields) {
 
 fn fields_of(schema: &Schema, path: &Path) -> Result<Fields> {
     let get = |name: &str| {
-        schema.get_field(name).map_err(|_| CellarError::Corrupted {
-            path: path.to_path_buf(),
-            offset: 0,
-            detail: format!("bm25 index has no field {name:?}"),
-        })
+        schema
+            .get_field(name)
+            .map_err(|_| CellarError::corrupted(path, 0, format!("bm25 index has no field {name:?}")))
     };
     Ok(Fields { body: get("body")?, doc: get("doc")? })
 }
@@ -75,7 +73,7 @@ pub struct Bm25Writer {
 impl Bm25Writer {
     /// Creates an empty index in `dir` (which must not exist yet or be empty).
     pub fn create(dir: &Path) -> Result<Bm25Writer> {
-        std::fs::create_dir_all(dir).map_err(|e| CellarError::Io { path: dir.to_path_buf(), source: e })?;
+        std::fs::create_dir_all(dir).at(dir)?;
         let (schema, fields) = schema();
         let index = Index::create_in_dir(dir, schema).map_err(|e| tantivy_error(dir, e))?;
         index.tokenizers().register(ANALYZER, analyzer());
@@ -172,15 +170,11 @@ impl Bm25Index {
         column: &tantivy::columnar::Column<u64>,
         address: tantivy::DocAddress,
     ) -> Result<DocId> {
-        let id = column.first(address.doc_id).ok_or_else(|| CellarError::Corrupted {
-            path: self.path.clone(),
-            offset: 0,
-            detail: format!("bm25 document {address:?} has no internal id"),
+        let id = column.first(address.doc_id).ok_or_else(|| {
+            CellarError::corrupted(&self.path, 0, format!("bm25 document {address:?} has no internal id"))
         })?;
-        u32::try_from(id).map(DocId).map_err(|_| CellarError::Corrupted {
-            path: self.path.clone(),
-            offset: 0,
-            detail: format!("internal id {id} does not fit in 32 bits"),
+        u32::try_from(id).map(DocId).map_err(|_| {
+            CellarError::corrupted(&self.path, 0, format!("internal id {id} does not fit in 32 bits"))
         })
     }
 }

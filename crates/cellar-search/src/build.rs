@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use cellar_core::codec::{CodecKind, F16Codec, Int8Codec};
 use cellar_core::store::StoreWriter;
-use cellar_core::{CellarError, Result};
+use cellar_core::{CellarError, IoContext, Result};
 use cellar_encode::{Encoded, Encoder, EncoderConfig, Pca};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -124,13 +124,12 @@ fn check_options(options: &BuildOptions) -> Result<()> {
 
 /// The output directory must be new, empty, or an interrupted build (which is cleared).
 fn prepare_out_dir(out: &Path) -> Result<()> {
-    let io = |e| CellarError::Io { path: out.to_path_buf(), source: e };
     if out.exists() {
         let interrupted = out.join(BUILDING_MARKER).exists() && !IndexConfig::path(out).exists();
-        let empty = out.read_dir().map_err(io)?.next().is_none();
+        let empty = out.read_dir().at(out)?.next().is_none();
         if interrupted {
             log::warn!("{}: clearing an interrupted build", out.display());
-            std::fs::remove_dir_all(out).map_err(io)?;
+            std::fs::remove_dir_all(out).at(out)?;
         } else if !empty {
             return Err(CellarError::InvalidInput(format!(
                 "{}: already exists and is not empty; choose a new directory or remove it",
@@ -138,8 +137,9 @@ fn prepare_out_dir(out: &Path) -> Result<()> {
             )));
         }
     }
-    std::fs::create_dir_all(out).map_err(io)?;
-    std::fs::write(out.join(BUILDING_MARKER), b"").map_err(io)
+    std::fs::create_dir_all(out).at(out)?;
+    let marker = out.join(BUILDING_MARKER);
+    std::fs::write(&marker, b"").at(&marker)
 }
 
 fn load_encoder(options: &BuildOptions) -> Result<Encoder> {
@@ -353,12 +353,11 @@ impl<'a> BuildRun<'a> {
 
 fn count_lines(path: &Path) -> Result<u64> {
     use std::io::Read;
-    let mut file =
-        std::fs::File::open(path).map_err(|e| CellarError::Io { path: path.to_path_buf(), source: e })?;
+    let mut file = std::fs::File::open(path).at(path)?;
     let mut buf = vec![0u8; 1 << 20];
     let mut lines = 0u64;
     loop {
-        let n = file.read(&mut buf).map_err(|e| CellarError::Io { path: path.to_path_buf(), source: e })?;
+        let n = file.read(&mut buf).at(path)?;
         if n == 0 {
             return Ok(lines);
         }

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Lines};
 use std::path::{Path, PathBuf};
 
-use cellar_core::{CellarError, Result};
+use cellar_core::{CellarError, IoContext, Result};
 use serde::Deserialize;
 
 /// One document of a collection.
@@ -105,7 +105,7 @@ pub struct CorpusReader {
 
 impl CorpusReader {
     pub fn open(path: &Path) -> Result<CorpusReader> {
-        let file = File::open(path).map_err(|e| CellarError::Io { path: path.to_path_buf(), source: e })?;
+        let file = File::open(path).at(path)?;
         Ok(CorpusReader { path: path.to_path_buf(), lines: BufReader::new(file).lines(), line_no: 0 })
     }
 
@@ -124,7 +124,7 @@ impl Iterator for CorpusReader {
             self.line_no += 1;
             let line = match line {
                 Ok(line) => line,
-                Err(e) => return Some(Err(CellarError::Io { path: self.path.clone(), source: e })),
+                Err(e) => return Some(Err(CellarError::io(&self.path, e))),
             };
             if line.trim().is_empty() {
                 continue;
@@ -169,8 +169,7 @@ pub fn read_queries(path: &Path) -> Result<Vec<Query>> {
 
 /// Reads a qrels TSV (`query-id corpus-id score`, optional header line).
 pub fn read_qrels(path: &Path) -> Result<Qrels> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| CellarError::Io { path: path.to_path_buf(), source: e })?;
+    let text = std::fs::read_to_string(path).at(path)?;
     let mut qrels = Qrels::new();
     for (i, line) in text.lines().enumerate() {
         let fields: Vec<&str> = line.split('\t').map(str::trim).collect();

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
 
-use cellar_core::{CellarError, DocId, Result};
+use cellar_core::{CellarError, DocId, IoContext, Result};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
@@ -231,9 +231,8 @@ pub fn write_run(path: &Path, row: &RowResult, tag: &str) -> Result<()> {
             let _ = writeln!(out, "{qid} Q0 {doc} {} {} {tag}", rank + 1, ranked.len() - rank);
         }
     }
-    let mut file =
-        std::fs::File::create(path).map_err(|e| CellarError::Io { path: path.to_path_buf(), source: e })?;
-    file.write_all(out.as_bytes()).map_err(|e| CellarError::Io { path: path.to_path_buf(), source: e })
+    let mut file = std::fs::File::create(path).at(path)?;
+    file.write_all(out.as_bytes()).at(path)
 }
 
 /// The evaluation table in Markdown.

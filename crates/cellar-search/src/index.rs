@@ -103,11 +103,11 @@ impl Index {
         ];
         for (name, count) in parts {
             if count != docs {
-                return Err(CellarError::Corrupted {
-                    path: self.dir.clone(),
-                    offset: 0,
-                    detail: format!("index.json says {docs} documents but {name} holds {count}"),
-                });
+                return Err(CellarError::corrupted(
+                    &self.dir,
+                    0,
+                    format!("index.json says {docs} documents but {name} holds {count}"),
+                ));
             }
         }
         if self.store.dim() != self.config.token_dim() {

@@ -56,7 +56,7 @@ impl PooledMatrix {
         let (_, bytes) = read_small_file(&path, FileKind::Pooled)?;
         if bytes.len() != docs * dim * 2 {
             let detail = format!("{} bytes, expected {docs} rows of {dim} f16", bytes.len());
-            return Err(CellarError::Corrupted { path, offset: HEADER_BYTES as u64, detail });
+            return Err(CellarError::corrupted(&path, HEADER_BYTES as u64, detail));
         }
         Ok(PooledMatrix { dim, bytes })
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use cellar_core::format::fsio::{open_checked, read_small_file, BodyWriter};
 use cellar_core::format::{FileKind, HEADER_BYTES};
-use cellar_core::{CellarError, DocId, Result};
+use cellar_core::{CellarError, DocId, IoContext, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::Document;
@@ -82,7 +82,7 @@ impl TextsReader {
         let (file, header) = open_checked(&path, FileKind::Texts)?;
         if offsets.last() != Some(&header.body_len) {
             let detail = "text offsets do not end at the end of texts.bin".to_string();
-            return Err(CellarError::Corrupted { path: offsets_path, offset: 0, detail });
+            return Err(CellarError::corrupted(&offsets_path, 0, detail));
         }
         Ok(TextsReader { path, file, body_offset: header.body_offset, offsets })
     }
@@ -103,13 +103,9 @@ impl TextsReader {
         }
         let (start, end) = (self.offsets[i], self.offsets[i + 1]);
         let mut bytes = vec![0u8; (end - start) as usize];
-        self.file
-            .read_exact_at(&mut bytes, self.body_offset + start)
-            .map_err(|e| CellarError::Io { path: self.path.clone(), source: e })?;
-        let line: LineIn = serde_json::from_slice(&bytes).map_err(|e| CellarError::Corrupted {
-            path: self.path.clone(),
-            offset: self.body_offset + start,
-            detail: format!("document {i}: {e}"),
+        self.file.read_exact_at(&mut bytes, self.body_offset + start).at(&self.path)?;
+        let line: LineIn = serde_json::from_slice(&bytes).map_err(|e| {
+            CellarError::corrupted(&self.path, self.body_offset + start, format!("document {i}: {e}"))
         })?;
         Ok(Document { id: line.id, title: line.title, text: line.text })
     }
@@ -118,13 +114,13 @@ impl TextsReader {
 fn decode_offsets(body: &[u8], path: &Path) -> Result<Vec<u64>> {
     if !body.len().is_multiple_of(8) || body.is_empty() {
         let detail = format!("{} bytes is not a whole, non-empty number of u64 offsets", body.len());
-        return Err(CellarError::Corrupted { path: path.to_path_buf(), offset: 0, detail });
+        return Err(CellarError::corrupted(path, 0, detail));
     }
     let offsets: Vec<u64> =
         body.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk"))).collect();
     if let Some(i) = offsets.windows(2).position(|w| w[0] > w[1]) {
         let detail = format!("text offset {} goes backwards", i + 1);
-        return Err(CellarError::Corrupted { path: path.to_path_buf(), offset: (i as u64 + 1) * 8, detail });
+        return Err(CellarError::corrupted(path, (i as u64 + 1) * 8, detail));
     }
     Ok(offsets)
 }

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use cellar_core::format::fsio::{open_checked, sync_dir, write_small_file, BodyWriter};
 use cellar_core::format::{FileKind, PAGE_BYTES};
-use cellar_core::{CellarError, Result};
+use cellar_core::{CellarError, IoContext, Result};
 use half::f16;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::rngs::StdRng;
@@ -94,11 +94,11 @@ impl PooledRows {
         let path = path.to_path_buf();
         let (file, header) = open_checked(&path, FileKind::Pooled)?;
         if header.body_len != (docs * dim * 2) as u64 {
-            return Err(CellarError::Corrupted {
-                path,
-                offset: header.body_offset,
-                detail: format!("{} bytes, expected {docs} rows of {dim} f16", header.body_len),
-            });
+            return Err(CellarError::corrupted(
+                &path,
+                header.body_offset,
+                format!("{} bytes, expected {docs} rows of {dim} f16", header.body_len),
+            ));
         }
         Ok(PooledRows {
             file,
@@ -118,9 +118,7 @@ impl PooledRows {
     /// Row `i` as f32, into `out`.
     fn read_row(&self, i: u32, raw: &mut [u8], out: &mut [f32]) -> Result<()> {
         let offset = self.body_offset + i as u64 * self.row_bytes() as u64;
-        self.file
-            .read_exact_at(raw, offset)
-            .map_err(|e| CellarError::Io { path: self.path.clone(), source: e })?;
+        self.file.read_exact_at(raw, offset).at(&self.path)?;
         decode_f16(raw, out);
         Ok(())
     }
@@ -164,7 +162,7 @@ pub fn build_ivf_over(
     report.assign_secs = assign_start.elapsed().as_secs_f64();
     let building = index_dir.join(BUILDING_DIR);
     let _ = std::fs::remove_dir_all(&building);
-    std::fs::create_dir_all(&building).map_err(|e| CellarError::Io { path: building.clone(), source: e })?;
+    std::fs::create_dir_all(&building).at(&building)?;
     let write_start = Instant::now();
     let clusters = centroids.len() / dim;
     let members = group_by_cluster(&assignment, clusters);
@@ -251,9 +249,8 @@ fn train(rows: &PooledRows, options: &IvfBuildOptions) -> Result<Vec<f32>> {
 
 /// Streams every row in order, checks the body's CRC, and returns each row's nearest centroid.
 fn assign(rows: &PooledRows, centroids: &[f32], progress: bool) -> Result<Vec<u32>> {
-    let io = |e| CellarError::Io { path: rows.path.clone(), source: e };
-    let mut file = rows.file.try_clone().map_err(io)?;
-    file.seek(SeekFrom::Start(rows.body_offset)).map_err(io)?;
+    let mut file = rows.file.try_clone().at(&rows.path)?;
+    file.seek(SeekFrom::Start(rows.body_offset)).at(&rows.path)?;
     let mut reader = BufReader::with_capacity(1 << 20, file.take(rows.body_len));
     let halves = half_norms(centroids, rows.dim);
     let bar = bar(rows.docs as u64, "assign", progress);
@@ -261,7 +258,7 @@ fn assign(rows: &PooledRows, centroids: &[f32], progress: bool) -> Result<Vec<u3
     let mut crc = 0u32;
     let mut assignment = Vec::with_capacity(rows.docs);
     for _ in 0..rows.docs {
-        reader.read_exact(&mut raw).map_err(io)?;
+        reader.read_exact(&mut raw).at(&rows.path)?;
         crc = crc32c::crc32c_append(crc, &raw);
         decode_f16(&raw, &mut row);
         assignment.push(nearest(&row, centroids, &halves) as u32);
@@ -269,11 +266,7 @@ fn assign(rows: &PooledRows, centroids: &[f32], progress: bool) -> Result<Vec<u3
     }
     bar.finish_and_clear();
     if crc != rows.body_crc {
-        return Err(CellarError::Corrupted {
-            path: rows.path.clone(),
-            offset: rows.body_offset,
-            detail: "body checksum mismatch".into(),
-        });
+        return Err(CellarError::corrupted(&rows.path, rows.body_offset, "body checksum mismatch"));
     }
     Ok(assignment)
 }
@@ -360,15 +353,11 @@ fn fill_sizes(report: &mut IvfBuildReport, dir: &Path, members: &[Vec<u32>]) {
 fn swap_in(index_dir: &Path, building: &Path) -> Result<()> {
     let live = index_dir.join(IVF_DIR);
     let old = index_dir.join(OLD_DIR);
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |e| CellarError::Io { path, source: e }
-    };
     let _ = std::fs::remove_dir_all(&old);
     if live.exists() {
-        std::fs::rename(&live, &old).map_err(io(&live))?;
+        std::fs::rename(&live, &old).at(&live)?;
     }
-    std::fs::rename(building, &live).map_err(io(&live))?;
+    std::fs::rename(building, &live).at(&live)?;
     sync_dir(index_dir)?;
     let _ = std::fs::remove_dir_all(&old);
     Ok(())

@@ -83,7 +83,7 @@ impl CentroidsFile {
 
     /// Decodes a body whose checksum was verified; checks that its sizes add up.
     pub fn decode(path: &Path, body: &[u8]) -> Result<CentroidsFile> {
-        let corrupt = |detail: String| CellarError::Corrupted { path: path.to_path_buf(), offset: 0, detail };
+        let corrupt = |detail: String| CellarError::corrupted(path, 0, detail);
         if body.len() < CENTROIDS_PREAMBLE_BYTES {
             return Err(corrupt(format!("{} bytes, shorter than the preamble", body.len())));
         }

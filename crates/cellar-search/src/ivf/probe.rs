@@ -91,16 +91,12 @@ impl Ivf {
             return Err(CellarError::WrongDimension { expected: dim, received: file.dim });
         }
         if file.docs != docs || config.docs != docs || file.table.len() != config.clusters {
-            return Err(CellarError::Corrupted {
-                path,
-                offset: 0,
-                detail: format!(
+            return Err(CellarError::corrupted(&path, 0, format!(
                     "the IVF holds {} documents in {} clusters; the index has {docs} documents and ivf.json says {} clusters",
                     file.docs,
                     file.table.len(),
                     config.clusters
-                ),
-            });
+                )));
         }
         let rotation = Rotation::from_rows(dim, file.rotation);
         let mut rotated_centroids = vec![0f32; file.centroids.len()];
@@ -259,11 +255,11 @@ impl Probe<'_> {
     fn score_block(&mut self, cluster: usize, q_dot_c: f32, bytes: &[u8]) -> Result<()> {
         let entry = self.ivf.table[cluster];
         if crc32c::crc32c(bytes) != entry.block_crc {
-            return Err(CellarError::Corrupted {
-                path: self.ivf.postings.path().to_path_buf(),
-                offset: entry.postings_offset,
-                detail: format!("posting block of cluster {cluster} fails its checksum"),
-            });
+            return Err(CellarError::corrupted(
+                self.ivf.postings.path(),
+                entry.postings_offset,
+                format!("posting block of cluster {cluster} fails its checksum"),
+            ));
         }
         let dim = self.ivf.config.dim;
         let words = self.ivf.words;
@@ -354,11 +350,11 @@ impl Probe<'_> {
         for (i, c) in chosen.iter().enumerate() {
             let bytes = batch.get(i);
             if crc32c::crc32c(bytes) != c.vector_crc {
-                return Err(CellarError::Corrupted {
-                    path: self.ivf.vectors.path().to_path_buf(),
-                    offset: extents[i].offset,
-                    detail: format!("the vector of document {} fails its checksum", c.id),
-                });
+                return Err(CellarError::corrupted(
+                    self.ivf.vectors.path(),
+                    extents[i].offset,
+                    format!("the vector of document {} fails its checksum", c.id),
+                ));
             }
             hits.push(Scored { id: DocId(c.id), score: dot_f16(self.ivf.isa, &self.query, bytes) });
         }
