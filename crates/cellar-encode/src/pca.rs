@@ -19,15 +19,18 @@
 use std::path::Path;
 
 use candle_core::{Device, Tensor};
-use cellar_core::{CellarError, Result};
+use cellar_core::format::VersionRange;
+use cellar_core::{CellarError, IoContext, Result};
 
 use crate::eigen::sym_eigen;
 use crate::errors::invalid;
 
 /// File magic.
 const MAGIC: &[u8; 8] = b"CELLPCA\0";
-/// The only format version written and read.
+/// The format version written.
 const VERSION: u32 = 1;
+/// The format versions read.
+const READABLE_VERSIONS: VersionRange = VersionRange::only(VERSION);
 /// Rows per chunk when accumulating the covariance (f32 products, f64 running sum).
 const CHUNK_ROWS: usize = 4096;
 
@@ -130,36 +133,25 @@ impl Pca {
         }
         buf.extend_from_slice(&crc32c::crc32c(&buf).to_le_bytes());
         let tmp = path.with_extension("tmp");
-        let io = |p: &Path, e| CellarError::Io { path: p.to_path_buf(), source: e };
-        std::fs::write(&tmp, &buf).map_err(|e| io(&tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| io(path, e))
+        std::fs::write(&tmp, &buf).at(&tmp)?;
+        std::fs::rename(&tmp, path).at(path)
     }
 
-    /// Reads a file written by [`Pca::save`]; any damage is `CellarError::Corrupted`.
+    /// Reads a file written by [`Pca::save`]; any damage is `CellarError::Corrupted`, another
+    /// format version `Incompatible` (checked right after the magic, before anything it may change).
     pub fn load(path: &Path) -> Result<Pca> {
-        let buf = std::fs::read(path).map_err(|e| CellarError::Io { path: path.to_path_buf(), source: e })?;
-        let bad = |offset: usize, detail: &str| CellarError::Corrupted {
-            path: path.to_path_buf(),
-            offset: offset as u64,
-            detail: detail.to_string(),
-        };
+        let buf = std::fs::read(path).at(path)?;
+        let bad = |offset: usize, detail: &str| CellarError::corrupted(path, offset as u64, detail);
         if buf.len() < 24 || &buf[..8] != MAGIC {
             return Err(bad(0, "not a Cellar PCA file (bad magic or too short)"));
         }
+        let word = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
+        READABLE_VERSIONS.check(path, word(8))?;
         let (body, crc) = buf.split_at(buf.len() - 4);
         if crc32c::crc32c(body).to_le_bytes() != crc {
             return Err(bad(body.len(), "checksum mismatch"));
         }
-        let word = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
-        let (version, in_dim, out_dim) = (word(8), word(12) as usize, word(16) as usize);
-        if version != VERSION {
-            return Err(CellarError::Incompatible {
-                path: path.to_path_buf(),
-                found: version,
-                oldest: 1,
-                newest: 1,
-            });
-        }
+        let (in_dim, out_dim) = (word(12) as usize, word(16) as usize);
         if in_dim == 0 || out_dim == 0 || out_dim > in_dim {
             return Err(bad(12, "dimensions out of range"));
         }

@@ -103,6 +103,16 @@ fn save_load_round_trip_and_corruption() {
         }
     }
     assert!(matches!(Pca::load(&dir.path().join("missing")), Err(CellarError::Io { .. })));
+
+    // A newer version whose other bytes changed (so its checksum fails) names both versions.
+    let mut newer = good.clone();
+    newer[8..12].copy_from_slice(&2u32.to_le_bytes());
+    newer[12..20].fill(0xff);
+    std::fs::write(&path, newer).expect("write");
+    match Pca::load(&path) {
+        Err(CellarError::Incompatible { found: 2, oldest: 1, newest: 1, .. }) => {}
+        other => panic!("expected Incompatible, got {other:?}"),
+    }
 }
 
 #[test]

@@ -22,12 +22,15 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use cellar_core::format::fsio::sync_dir;
+use cellar_core::format::VersionRange;
 use cellar_core::{CellarError, IoContext, Result};
 
 use crate::doc::entry_len;
 
 pub const SEGMENT_MAGIC: [u8; 8] = *b"CELLAR-G";
 pub const SEGMENT_VERSION: u32 = 1;
+/// The segment versions this build reads.
+pub const SEGMENT_READABLE_VERSIONS: VersionRange = VersionRange::only(SEGMENT_VERSION);
 pub const PAGE: u64 = 4096;
 const HEADER_USED: usize = 72;
 /// Bytes a query reads at once from a group's extent.
@@ -189,25 +192,24 @@ fn le_u32(b: &[u8], at: usize) -> u32 {
 }
 
 impl Segment {
-    /// Opens a segment, checking its header and directory checksums.
+    /// Opens a segment, checking its version, then its header and directory checksums. The
+    /// version comes right after the magic and is checked first: a segment from a newer Cellar is
+    /// `Incompatible` whatever the rest of its header looks like.
     pub fn open(path: &Path) -> Result<Segment> {
         let file = File::open(path).at(path)?;
         let len = file.metadata().at(path)?.len();
         let mut h = [0u8; HEADER_USED];
+        let head = len.min(HEADER_USED as u64) as usize;
+        file.read_exact_at(&mut h[..head], 0).at(path)?;
+        if head < 12 || h[..8] != SEGMENT_MAGIC {
+            return Err(CellarError::corrupted(path, 0, "not a Cellar segment (bad magic)"));
+        }
+        SEGMENT_READABLE_VERSIONS.check(path, le_u32(&h, 8))?;
         if len < PAGE {
             return Err(CellarError::corrupted(path, 0, "shorter than its header page"));
         }
-        file.read_exact_at(&mut h, 0).at(path)?;
-        if h[..8] != SEGMENT_MAGIC {
-            return Err(CellarError::corrupted(path, 0, "not a Cellar segment (bad magic)"));
-        }
         if le_u32(&h, 68) != crc32c::crc32c(&h[..68]) {
             return Err(CellarError::corrupted(path, 68, "header checksum mismatch"));
-        }
-        let version = le_u32(&h, 8);
-        if version != SEGMENT_VERSION {
-            let (oldest, newest) = (SEGMENT_VERSION, SEGMENT_VERSION);
-            return Err(CellarError::Incompatible { path: path.into(), found: version, oldest, newest });
         }
         let (dir_offset, dir_len) = (le_u64(&h, 48), le_u64(&h, 56));
         if dir_offset.checked_add(dir_len) != Some(len) {

@@ -19,10 +19,13 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use cellar_core::format::fsio::sync_dir;
+use cellar_core::format::VersionRange;
 use cellar_core::{CellarError, IoContext, Result};
 
 pub const WAL_MAGIC: [u8; 8] = *b"CELLAR-W";
 pub const WAL_VERSION: u32 = 1;
+/// The log versions this build replays.
+pub const WAL_READABLE_VERSIONS: VersionRange = VersionRange::only(WAL_VERSION);
 pub const WAL_HEADER_BYTES: u64 = 16;
 const RECORD_HEADER_BYTES: usize = 8;
 /// Largest payload one record may hold.
@@ -102,15 +105,7 @@ impl Wal {
             return Err(CellarError::corrupted(&self.path, 0, "not a Cellar write-ahead log (bad magic)"));
         }
         let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
-        if version != WAL_VERSION {
-            return Err(CellarError::Incompatible {
-                path: self.path.clone(),
-                found: version,
-                oldest: WAL_VERSION,
-                newest: WAL_VERSION,
-            });
-        }
-        Ok(())
+        WAL_READABLE_VERSIONS.check(&self.path, version)
     }
 
     /// Replays records from the header to the first bad one, then cuts the file there.

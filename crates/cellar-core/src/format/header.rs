@@ -67,8 +67,10 @@ impl FileHeader {
         out
     }
 
-    /// Decodes and validates a header read from `path`. Checks magic, header checksum, version
-    /// range and that the file is the `expected` kind; `file_len` must equal offset + body.
+    /// Decodes and validates a header read from `path`. Checks magic, version range, header
+    /// checksum and that the file is the `expected` kind; `file_len` must equal offset + body.
+    /// The version is checked before anything else it could have changed, so a file from a newer
+    /// Cellar is `Incompatible` whatever the rest of its header looks like.
     pub fn decode(bytes: &[u8], path: &Path, expected: FileKind, file_len: u64) -> Result<Self> {
         if bytes.len() < HEADER_BYTES {
             return Err(CellarError::corrupted(
@@ -80,13 +82,14 @@ impl FileHeader {
         if bytes[field("magic")] != MAGIC {
             return Err(CellarError::corrupted(path, 0, "bad magic: not a cellar file"));
         }
+        // Before the checksum: only the magic and the version keep their place in every version.
+        let format_version = u32_at(bytes, field("format_version"));
+        READABLE_VERSIONS.check(path, format_version)?;
         let crc_range = field("header_crc32c");
         let stored_crc = u32_at(bytes, crc_range.clone());
         if crc32c::crc32c(&bytes[..crc_range.start]) != stored_crc {
             return Err(CellarError::corrupted(path, crc_range.start as u64, "header checksum mismatch"));
         }
-        let format_version = u32_at(bytes, field("format_version"));
-        READABLE_VERSIONS.check(path, format_version)?;
         let kind_range = field("file_kind");
         let kind_value = u32_at(bytes, kind_range.clone());
         let kind = FileKind::from_u32(kind_value).filter(|k| *k == expected).ok_or_else(|| {

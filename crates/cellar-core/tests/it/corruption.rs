@@ -141,14 +141,27 @@ fn a_newer_format_version_is_refused_with_the_supported_range() {
     header.format_version = FORMAT_VERSION + 1;
     bytes[..HEADER_BYTES].copy_from_slice(&header.encode());
     std::fs::write(&path, bytes).unwrap();
-    let err = open(dir.path(), ReaderKind::Mmap).err().unwrap();
-    match err {
-        CellarError::Incompatible { path, found, newest, .. } => {
+    let newer_incompatible = |dir: &Path| match open(dir, ReaderKind::Mmap).err().unwrap() {
+        CellarError::Incompatible { path, found, oldest, newest } => {
             assert!(path.ends_with("offsets.bin"));
-            assert_eq!((found, newest), (FORMAT_VERSION + 1, FORMAT_VERSION));
+            assert_eq!(
+                (found, oldest, newest),
+                (FORMAT_VERSION + 1, OLDEST_READABLE_VERSION, FORMAT_VERSION)
+            );
         }
         other => panic!("expected Incompatible, got {other:?}"),
-    }
+    };
+    newer_incompatible(dir.path());
+    // A newer header laid out otherwise: every field after the version changed, checksum included.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[field_range("file_kind").start..HEADER_BYTES].iter_mut().for_each(|b| *b = !*b);
+    std::fs::write(&path, bytes).unwrap();
+    newer_incompatible(dir.path());
+}
+
+fn field_range(name: &str) -> std::ops::Range<usize> {
+    let (_, offset, size) = HEADER_FIELDS.iter().find(|f| f.0 == name).unwrap();
+    *offset..offset + size
 }
 
 #[test]
@@ -195,7 +208,7 @@ fn a_file_of_the_wrong_kind_is_refused() {
     let err = open(dir.path(), ReaderKind::Mmap).err().unwrap();
     let (p, offset) = corrupted_at(&err);
     assert!(p.ends_with("offsets.bin"), "{err}");
-    let kind_offset = HEADER_FIELDS.iter().find(|f| f.0 == "file_kind").unwrap().1 as u64;
+    let kind_offset = field_range("file_kind").start as u64;
     assert_eq!(offset, kind_offset, "{err}");
 }
 

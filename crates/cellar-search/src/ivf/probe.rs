@@ -12,7 +12,7 @@ use std::collections::BinaryHeap;
 use std::path::Path;
 use std::time::Instant;
 
-use cellar_core::format::fsio::read_small_file;
+use cellar_core::format::fsio::{open_checked, read_small_file};
 use cellar_core::format::FileKind;
 use cellar_core::io::{Extent, ExtentReader, ReadStats, ReaderOptions};
 use cellar_core::kernels::{dot_f16, Isa};
@@ -105,8 +105,8 @@ impl Ivf {
         }
         let half_norms = super::kmeans::half_norms(&file.centroids, dim);
         Ok(Some(Ivf {
-            postings: ExtentReader::open(&dir.join(FileKind::IvfPostings.file_name()), reader)?,
-            vectors: ExtentReader::open(&dir.join(FileKind::IvfVectors.file_name()), reader)?,
+            postings: open_body(&dir, FileKind::IvfPostings, reader)?,
+            vectors: open_body(&dir, FileKind::IvfVectors, reader)?,
             config,
             rotation,
             centroids: file.centroids,
@@ -170,6 +170,14 @@ impl Ivf {
             code_words: Vec::new(),
         }
     }
+}
+
+/// `kind`'s file in `dir`, its header checked (magic, version, kind, length) before its body is
+/// opened for block reads; each block's own checksum is checked when it is read.
+fn open_body(dir: &Path, kind: FileKind, reader: &ReaderOptions) -> Result<ExtentReader> {
+    let path = dir.join(kind.file_name());
+    open_checked(&path, kind)?;
+    ExtentReader::open(&path, reader)
 }
 
 /// A shortlisted document: its estimate, error bound and where its full vector lies.

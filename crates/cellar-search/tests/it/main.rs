@@ -7,4 +7,5 @@ mod cranfield;
 mod fixture;
 mod ivf;
 mod search;
+mod synthetic_ivf;
 mod versions;

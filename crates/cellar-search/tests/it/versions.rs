@@ -1,12 +1,18 @@
-//! The version policy of the search index's JSON commit points (`index.json`, `ivf/ivf.json`):
-//! the version is read first, so a newer file whose other fields changed shape is `Incompatible`
-//! naming both versions; a readable version that does not parse is `Corrupted`. No model needed.
+//! The version policy of the search index's files: `index.json` and `ivf/ivf.json` read their
+//! version first, so a newer file whose other fields changed shape is `Incompatible` naming both
+//! versions, and a readable version that does not parse is `Corrupted`; the IVF's binary files
+//! check their header's version before anything else in it. No model needed.
 
 use std::path::Path;
 
+use cellar_core::format::header::HEADER_FIELDS;
+use cellar_core::format::{FileKind, HEADER_BYTES, READABLE_VERSIONS};
+use cellar_core::io::{ReaderKind, ReaderOptions};
 use cellar_core::CellarError;
 use cellar_search::config::{IndexConfig, CONFIG_FILE, INDEX_FORMAT_VERSION};
-use cellar_search::ivf::{IvfConfig, IVF_CONFIG_FILE, IVF_DIR, IVF_FORMAT_VERSION};
+use cellar_search::ivf::{Ivf, IvfConfig, IVF_CONFIG_FILE, IVF_DIR, IVF_FORMAT_VERSION};
+
+use crate::synthetic_ivf::{self, DIM, DOCS};
 
 /// A newer file: the version is one past this build's, and the other fields have new shapes.
 fn newer(version: u32) -> String {
@@ -69,4 +75,32 @@ fn a_newer_ivf_json_is_incompatible_and_a_garbled_one_corrupted() {
     assert_corrupted(IvfConfig::load(dir.path()).unwrap_err(), IVF_CONFIG_FILE);
     write(&path, "not json");
     assert_corrupted(IvfConfig::load(dir.path()).unwrap_err(), IVF_CONFIG_FILE);
+}
+
+#[test]
+fn a_newer_ivf_binary_file_is_incompatible_whatever_its_header_holds() {
+    let version_at = HEADER_FIELDS.iter().find(|f| f.0 == "format_version").unwrap().1;
+    let newer = READABLE_VERSIONS.newest + 1;
+    for kind in [FileKind::IvfCentroids, FileKind::IvfPostings, FileKind::IvfVectors] {
+        let dir = tempfile::tempdir().unwrap();
+        synthetic_ivf::write(dir.path());
+        let open = || Ivf::open(dir.path(), DOCS as u64, DIM, &ReaderOptions::new(ReaderKind::Mmap));
+        assert!(open().unwrap().is_some());
+        let path = dir.path().join(IVF_DIR).join(kind.file_name());
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[version_at..version_at + 4].copy_from_slice(&newer.to_le_bytes());
+        // Every header field after the version changes, its checksum included.
+        bytes[version_at + 4..HEADER_BYTES].iter_mut().for_each(|b| *b = !*b);
+        std::fs::write(&path, bytes).unwrap();
+        match open().err().unwrap() {
+            CellarError::Incompatible { path: p, found, oldest, newest } => {
+                assert!(p.ends_with(kind.file_name()), "{p:?}");
+                assert_eq!(
+                    (found, oldest, newest),
+                    (newer, READABLE_VERSIONS.oldest, READABLE_VERSIONS.newest)
+                );
+            }
+            other => panic!("{kind:?}: expected Incompatible, got {other:?}"),
+        }
+    }
 }
