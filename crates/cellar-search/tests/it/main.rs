@@ -5,6 +5,7 @@
 mod build;
 mod cranfield;
 mod fixture;
+mod golden;
 mod ivf;
 mod search;
 mod synthetic_ivf;
