@@ -135,6 +135,9 @@ impl Clone for CellarError {
             CellarError::Model { path, detail } => {
                 CellarError::Model { path: path.clone(), detail: detail.clone() }
             }
+            CellarError::Locked { path, detail } => {
+                CellarError::Locked { path: path.clone(), detail: detail.clone() }
+            }
             CellarError::Unsupported(m) => CellarError::Unsupported(m.clone()),
             CellarError::Internal(m) => CellarError::Internal(m.clone()),
             CellarError::Io { path, source } => {
