@@ -3,9 +3,11 @@
 //! the same documents — so a layout change cannot slip in without a format version bump.
 //!
 //! After an intended format change (with a new `FORMAT_VERSION`), keep the old directory (it
-//! tests reading the old version) and write the new one with `CELLAR_BLESS=1 cargo test golden`.
+//! tests reading the old version) and write the new one with
+//! `CELLAR_BLESS=1 cargo test -p cellar-core --test it golden` (`support/golden.rs`).
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use cellar_core::codec::CodecKind;
 use cellar_core::format::{FileKind, Manifest};
@@ -14,16 +16,19 @@ use cellar_core::store::VectorStore;
 use cellar_core::DocId;
 
 use super::fixture::{self, DIM};
+use crate::golden_files;
 
 const GOLDEN_SEED: u64 = 2026;
 const GOLDEN_DOCS: usize = 12;
+const CODECS: [CodecKind; 2] = [CodecKind::F16, CodecKind::Int8];
 
-fn golden_dir(codec: CodecKind) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/format-v1").join(codec.name())
-}
-
-fn bless_requested() -> bool {
-    std::env::var_os("CELLAR_BLESS").is_some_and(|v| v == "1")
+/// `testdata/format-v1`: one store per codec, in a directory named after it.
+fn golden_dir() -> &'static Path {
+    static GOLDEN: OnceLock<PathBuf> = OnceLock::new();
+    golden_files::dir(&GOLDEN, "format-v1", |dir| {
+        let docs = fixture::docs(GOLDEN_DOCS, GOLDEN_SEED);
+        CODECS.into_iter().for_each(|codec| fixture::write(&dir.join(codec.name()), codec, &docs));
+    })
 }
 
 /// Manifest without `created_by`, which names the crate version rather than the format.
@@ -34,20 +39,12 @@ fn manifest_without_writer(dir: &Path) -> Manifest {
 #[test]
 fn golden_stores_are_read_and_reproduced_byte_for_byte() {
     let docs = fixture::docs(GOLDEN_DOCS, GOLDEN_SEED);
-    for codec in [CodecKind::F16, CodecKind::Int8] {
-        let golden = golden_dir(codec);
-        if bless_requested() {
-            let _ = std::fs::remove_dir_all(&golden);
-            fixture::write(&golden, codec, &docs);
-        }
+    for codec in CODECS {
+        let golden = golden_dir().join(codec.name());
         let fresh = tempfile::tempdir().unwrap();
         fixture::write(fresh.path(), codec, &docs);
-        for kind in FileKind::STORE {
-            let name = kind.file_name();
-            let old = std::fs::read(golden.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let new = std::fs::read(fresh.path().join(name)).unwrap();
-            assert!(old == new, "{codec:?} {name} differs from the golden v1 file: bump FORMAT_VERSION");
-        }
+        let files = FileKind::STORE.map(FileKind::file_name);
+        golden_files::assert_same_bytes(&golden, fresh.path(), &files, "FORMAT_VERSION");
         assert_eq!(manifest_without_writer(&golden), manifest_without_writer(fresh.path()));
         for options in fixture::all_reader_options() {
             let store = VectorStore::open(&golden, &options).unwrap();

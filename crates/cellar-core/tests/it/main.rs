@@ -5,4 +5,6 @@ mod corruption;
 mod fixture;
 mod format_docs;
 mod golden;
+#[path = "../support/golden.rs"]
+mod golden_files;
 mod store;

@@ -8,7 +8,7 @@
 //!
 //! After an intended change (with a new `IVF_FORMAT_VERSION` or `FORMAT_VERSION`), keep the old
 //! directory for the reading test and write the new one with
-//! `CELLAR_BLESS=1 cargo test -p cellar-search --test it golden`.
+//! `CELLAR_BLESS=1 cargo test -p cellar-search --test it golden` (`cellar-core/tests/support/golden.rs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -18,25 +18,12 @@ use cellar_core::io::{ReaderKind, ReaderOptions};
 use cellar_search::ivf::{Ivf, IvfBuildReport, IvfConfig, ProbeParams, IVF_CONFIG_FILE, IVF_DIR};
 use half::f16;
 
+use crate::golden_files;
 use crate::synthetic_ivf::{self, DIM, DOCS};
 
-/// The golden directory, first rewritten from the synthetic input when `CELLAR_BLESS=1` (once,
-/// before any test of this binary reads it).
 fn golden_dir() -> &'static Path {
     static GOLDEN: OnceLock<PathBuf> = OnceLock::new();
-    GOLDEN.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/ivf-v1");
-        if bless_requested() {
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            write_without_timings(&dir);
-        }
-        dir
-    })
-}
-
-fn bless_requested() -> bool {
-    std::env::var_os("CELLAR_BLESS").is_some_and(|v| v == "1")
+    golden_files::dir(&GOLDEN, "ivf-v1", write_without_timings)
 }
 
 /// Every file of the golden directory, relative to it.
@@ -58,18 +45,14 @@ fn write_without_timings(dir: &Path) {
 
 #[test]
 fn golden_ivf_is_reproduced_byte_for_byte() {
-    let golden = golden_dir();
     let fresh = tempfile::tempdir().unwrap();
     write_without_timings(fresh.path());
-    for file in files() {
-        let old = std::fs::read(golden.join(&file)).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let new = std::fs::read(fresh.path().join(&file)).unwrap();
-        assert!(
-            old == new,
-            "{} differs from the golden ivf-v1 file: bump the IVF or format version",
-            file.display()
-        );
-    }
+    golden_files::assert_same_bytes(
+        golden_dir(),
+        fresh.path(),
+        &files(),
+        "IVF_FORMAT_VERSION or FORMAT_VERSION",
+    );
 }
 
 /// The golden vectors as this build reads them: the synthetic input rounded to f16.

@@ -6,6 +6,8 @@ mod build;
 mod cranfield;
 mod fixture;
 mod golden;
+#[path = "../../../cellar-core/tests/support/golden.rs"]
+mod golden_files;
 mod ivf;
 mod search;
 mod synthetic_ivf;
