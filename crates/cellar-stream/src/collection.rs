@@ -22,7 +22,7 @@ use crate::doc::{self, EntryView, StreamDoc};
 use crate::manifest::{segment_file, Manifest, SegmentRef, Settings, MANIFEST_VERSION, WAL_FILE};
 use crate::memtable::Memtable;
 use crate::merge::merge_segments;
-use crate::segment::{Segment, SegmentWriter, CHUNK_BYTES};
+use crate::segment::{self, Segment, SegmentWriter, CHUNK_BYTES};
 use crate::wal::{Durability, Wal, MAX_RECORD_BYTES};
 
 /// How a collection runs.
@@ -219,7 +219,7 @@ impl Collection {
             .collect::<Result<Vec<_>>>()?;
         if let Some(bad) = segments.iter().find(|s| s.dim != settings.dim) {
             let detail = format!("segment of dim {} in a collection of dim {}", bad.dim, settings.dim);
-            return Err(CellarError::corrupted(&bad.path, 12, detail));
+            return Err(CellarError::corrupted(&bad.path, segment::header_field("dim") as u64, detail));
         }
         let (wal, memtable, last, (records, truncated)) = replay(dir, &options, manifest.flushed_seq)?;
         let writer = Writer { wal, next_seq: last + 1, manifest };

@@ -3,8 +3,9 @@
 //!
 //! ```text
 //! page 0  header: magic "CELLAR-G" | version u32 | dim u32 | n_groups u64 | n_entries u64
-//!         | min_seq u64 | max_seq u64 | dir_offset u64 | dir_len u64 | dir_crc u32
-//!         | header_crc u32 (CRC-32C of the 68 bytes before it); rest of the page zero
+//!         | min_seq u64 | max_seq u64 | dir_offset u64 | dir_len u64 | dir_crc32c u32
+//!         | header_crc32c u32 (CRC-32C of the 68 bytes before it); rest of the page zero
+//!         ([`SEGMENT_HEADER_FIELDS`]: what encoding, decoding and `docs/format/stream.md` follow)
 //! extents one per group, each starting on a 4 KiB boundary: the group's entries (doc.rs)
 //!         sorted by id, zero padding after
 //! dir     per group, sorted: group_len u16 | group | offset u64 | len u64 | count u32
@@ -32,7 +33,31 @@ pub const SEGMENT_VERSION: u32 = 1;
 /// The segment versions this build reads.
 pub const SEGMENT_READABLE_VERSIONS: VersionRange = VersionRange::only(SEGMENT_VERSION);
 pub const PAGE: u64 = 4096;
-const HEADER_USED: usize = 72;
+/// (name, offset, size) of every field of a segment's header, in order. The magic and the
+/// version keep their place in every version; the rest is the version's own.
+pub const SEGMENT_HEADER_FIELDS: [(&str, usize, usize); 11] = [
+    ("magic", 0, 8),
+    ("version", 8, 4),
+    ("dim", 12, 4),
+    ("n_groups", 16, 8),
+    ("n_entries", 24, 8),
+    ("min_seq", 32, 8),
+    ("max_seq", 40, 8),
+    ("dir_offset", 48, 8),
+    ("dir_len", 56, 8),
+    ("dir_crc32c", 64, 4),
+    ("header_crc32c", 68, 4),
+];
+/// Bytes of page 0 the header uses: up to the end of its last field.
+const HEADER_USED: usize = {
+    let (_, offset, size) = SEGMENT_HEADER_FIELDS[SEGMENT_HEADER_FIELDS.len() - 1];
+    offset + size
+};
+
+/// Where header field `name` starts.
+pub fn header_field(name: &str) -> usize {
+    SEGMENT_HEADER_FIELDS.iter().find(|f| f.0 == name).expect("segment header field name").1
+}
 /// Bytes a query reads at once from a group's extent.
 pub const CHUNK_BYTES: usize = 4 << 20;
 
@@ -131,21 +156,26 @@ impl SegmentWriter {
         Segment::open(&self.path)
     }
 
-    fn header(&self, dir_offset: u64, dir: &[u8]) -> Vec<u8> {
-        let mut h = Vec::with_capacity(HEADER_USED);
-        h.extend_from_slice(&SEGMENT_MAGIC);
-        h.extend_from_slice(&SEGMENT_VERSION.to_le_bytes());
-        h.extend_from_slice(&(self.dim as u32).to_le_bytes());
-        h.extend_from_slice(&(self.dir.len() as u64).to_le_bytes());
-        h.extend_from_slice(&self.entries.to_le_bytes());
+    fn header(&self, dir_offset: u64, dir: &[u8]) -> [u8; HEADER_USED] {
+        let mut h = [0u8; HEADER_USED];
+        let mut put = |name: &str, bytes: &[u8]| {
+            let at = header_field(name);
+            h[at..at + bytes.len()].copy_from_slice(bytes);
+        };
         let (min, max) = if self.entries == 0 { (0, 0) } else { self.seq_range };
-        h.extend_from_slice(&min.to_le_bytes());
-        h.extend_from_slice(&max.to_le_bytes());
-        h.extend_from_slice(&dir_offset.to_le_bytes());
-        h.extend_from_slice(&(dir.len() as u64).to_le_bytes());
-        h.extend_from_slice(&crc32c::crc32c(dir).to_le_bytes());
-        let crc = crc32c::crc32c(&h);
-        h.extend_from_slice(&crc.to_le_bytes());
+        put("magic", &SEGMENT_MAGIC);
+        put("version", &SEGMENT_VERSION.to_le_bytes());
+        put("dim", &(self.dim as u32).to_le_bytes());
+        put("n_groups", &(self.dir.len() as u64).to_le_bytes());
+        put("n_entries", &self.entries.to_le_bytes());
+        put("min_seq", &min.to_le_bytes());
+        put("max_seq", &max.to_le_bytes());
+        put("dir_offset", &dir_offset.to_le_bytes());
+        put("dir_len", &(dir.len() as u64).to_le_bytes());
+        put("dir_crc32c", &crc32c::crc32c(dir).to_le_bytes());
+        let crc_at = header_field("header_crc32c");
+        let crc = crc32c::crc32c(&h[..crc_at]);
+        h[crc_at..].copy_from_slice(&crc.to_le_bytes());
         h
     }
 }
@@ -201,33 +231,36 @@ impl Segment {
         let mut h = [0u8; HEADER_USED];
         let head = len.min(HEADER_USED as u64) as usize;
         file.read_exact_at(&mut h[..head], 0).at(path)?;
-        if head < 12 || h[..8] != SEGMENT_MAGIC {
+        let version_at = header_field("version");
+        if head < version_at + 4 || h[..version_at] != SEGMENT_MAGIC {
             return Err(CellarError::corrupted(path, 0, "not a Cellar segment (bad magic)"));
         }
-        SEGMENT_READABLE_VERSIONS.check(path, le_u32(&h, 8))?;
+        SEGMENT_READABLE_VERSIONS.check(path, le_u32(&h, version_at))?;
         if len < PAGE {
             return Err(CellarError::corrupted(path, 0, "shorter than its header page"));
         }
-        if le_u32(&h, 68) != crc32c::crc32c(&h[..68]) {
-            return Err(CellarError::corrupted(path, 68, "header checksum mismatch"));
+        let crc_at = header_field("header_crc32c");
+        if le_u32(&h, crc_at) != crc32c::crc32c(&h[..crc_at]) {
+            return Err(CellarError::corrupted(path, crc_at as u64, "header checksum mismatch"));
         }
-        let (dir_offset, dir_len) = (le_u64(&h, 48), le_u64(&h, 56));
+        let dir_at = header_field("dir_offset");
+        let (dir_offset, dir_len) = (le_u64(&h, dir_at), le_u64(&h, header_field("dir_len")));
         if dir_offset.checked_add(dir_len) != Some(len) {
-            return Err(CellarError::corrupted(path, 48, "directory does not end the file"));
+            return Err(CellarError::corrupted(path, dir_at as u64, "directory does not end the file"));
         }
         let mut dir = vec![0u8; dir_len as usize];
         file.read_exact_at(&mut dir, dir_offset).at(path)?;
-        if crc32c::crc32c(&dir) != le_u32(&h, 64) {
+        if crc32c::crc32c(&dir) != le_u32(&h, header_field("dir_crc32c")) {
             return Err(CellarError::corrupted(path, dir_offset, "group directory checksum mismatch"));
         }
         let dir = decode_dir(&dir, dir_offset).map_err(|(at, d)| CellarError::corrupted(path, at, d))?;
         Ok(Segment {
             path: path.to_path_buf(),
             file: Arc::new(file),
-            dim: le_u32(&h, 12) as usize,
-            entries: le_u64(&h, 24),
-            min_seq: le_u64(&h, 32),
-            max_seq: le_u64(&h, 40),
+            dim: le_u32(&h, header_field("dim")) as usize,
+            entries: le_u64(&h, header_field("n_entries")),
+            min_seq: le_u64(&h, header_field("min_seq")),
+            max_seq: le_u64(&h, header_field("max_seq")),
             dir,
         })
     }

@@ -3,6 +3,7 @@
 //! ```text
 //! file   = header record*
 //! header = magic "CELLAR-W" (8 bytes) | version u32 LE | reserved u32 (0)        16 bytes
+//!          (WAL_HEADER_FIELDS; the magic and the version keep their place in every version)
 //! record = payload length u32 LE | CRC-32C of (length bytes ++ payload) u32 LE | payload
 //! ```
 //!
@@ -26,7 +27,14 @@ pub const WAL_MAGIC: [u8; 8] = *b"CELLAR-W";
 pub const WAL_VERSION: u32 = 1;
 /// The log versions this build replays.
 pub const WAL_READABLE_VERSIONS: VersionRange = VersionRange::only(WAL_VERSION);
-pub const WAL_HEADER_BYTES: u64 = 16;
+/// (name, offset, size) of the header's fields, in order (`docs/format/stream.md` draws them).
+pub const WAL_HEADER_FIELDS: [(&str, usize, usize); 3] =
+    [("magic", 0, 8), ("version", 8, 4), ("reserved", 12, 4)];
+/// Bytes of the header: up to the end of its last field.
+pub const WAL_HEADER_BYTES: u64 = {
+    let (_, offset, size) = WAL_HEADER_FIELDS[WAL_HEADER_FIELDS.len() - 1];
+    (offset + size) as u64
+};
 const RECORD_HEADER_BYTES: usize = 8;
 /// Largest payload one record may hold.
 pub const MAX_RECORD_BYTES: usize = 64 << 20;
@@ -57,10 +65,15 @@ pub struct Wal {
     durability: Durability,
 }
 
+fn wal_field(name: &str) -> std::ops::Range<usize> {
+    let (_, offset, size) = WAL_HEADER_FIELDS.iter().find(|f| f.0 == name).expect("log header field name");
+    *offset..offset + size
+}
+
 fn header_bytes() -> [u8; WAL_HEADER_BYTES as usize] {
     let mut header = [0u8; WAL_HEADER_BYTES as usize];
-    header[..8].copy_from_slice(&WAL_MAGIC);
-    header[8..12].copy_from_slice(&WAL_VERSION.to_le_bytes());
+    header[wal_field("magic")].copy_from_slice(&WAL_MAGIC);
+    header[wal_field("version")].copy_from_slice(&WAL_VERSION.to_le_bytes());
     header
 }
 
@@ -101,10 +114,10 @@ impl Wal {
     fn check_header(&self) -> Result<()> {
         let mut header = [0u8; WAL_HEADER_BYTES as usize];
         self.file.read_exact_at(&mut header, 0).at(&self.path)?;
-        if header[..8] != WAL_MAGIC {
+        if header[wal_field("magic")] != WAL_MAGIC {
             return Err(CellarError::corrupted(&self.path, 0, "not a Cellar write-ahead log (bad magic)"));
         }
-        let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
+        let version = u32::from_le_bytes(header[wal_field("version")].try_into().expect("4 bytes"));
         WAL_READABLE_VERSIONS.check(&self.path, version)
     }
 
