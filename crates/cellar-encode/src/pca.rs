@@ -27,10 +27,6 @@ use crate::errors::invalid;
 
 /// File magic.
 const MAGIC: &[u8; 8] = b"CELLPCA\0";
-/// The format version written.
-const VERSION: u32 = 1;
-/// The format versions read.
-const READABLE_VERSIONS: VersionRange = VersionRange::only(VERSION);
 /// Rows per chunk when accumulating the covariance (f32 products, f64 running sum).
 const CHUNK_ROWS: usize = 4096;
 
@@ -50,6 +46,11 @@ pub struct Pca {
 }
 
 impl Pca {
+    /// The file format version written by [`Pca::save`].
+    pub const VERSION: u32 = 1;
+    /// The file format versions [`Pca::load`] reads.
+    pub const READABLE_VERSIONS: VersionRange = VersionRange::only(Pca::VERSION);
+
     /// Fits on `sample`, rows of `dim` values (at least two rows, all finite), keeping the top
     /// `out_dim` axes (`1..=dim`).
     pub fn fit(sample: &[f32], dim: usize, out_dim: usize) -> Result<Pca> {
@@ -125,7 +126,7 @@ impl Pca {
     pub fn save(&self, path: &Path) -> Result<()> {
         let mut buf = Vec::with_capacity(24 + 4 * (self.mean.len() + self.components.len() + self.out_dim));
         buf.extend_from_slice(MAGIC);
-        for n in [VERSION, self.in_dim as u32, self.out_dim as u32] {
+        for n in [Pca::VERSION, self.in_dim as u32, self.out_dim as u32] {
             buf.extend_from_slice(&n.to_le_bytes());
         }
         for v in self.mean.iter().chain(&self.components).chain(&self.variances) {
@@ -146,7 +147,7 @@ impl Pca {
             return Err(bad(0, "not a Cellar PCA file (bad magic or too short)"));
         }
         let word = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
-        READABLE_VERSIONS.check(path, word(8))?;
+        Pca::READABLE_VERSIONS.check(path, word(8))?;
         let (body, crc) = buf.split_at(buf.len() - 4);
         if crc32c::crc32c(body).to_le_bytes() != crc {
             return Err(bad(body.len(), "checksum mismatch"));

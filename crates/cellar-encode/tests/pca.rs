@@ -106,11 +106,14 @@ fn save_load_round_trip_and_corruption() {
 
     // A newer version whose other bytes changed (so its checksum fails) names both versions.
     let mut newer = good.clone();
-    newer[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let (readable, found) = (Pca::READABLE_VERSIONS, Pca::READABLE_VERSIONS.newest + 1);
+    newer[8..12].copy_from_slice(&found.to_le_bytes());
     newer[12..20].fill(0xff);
     std::fs::write(&path, newer).expect("write");
     match Pca::load(&path) {
-        Err(CellarError::Incompatible { found: 2, oldest: 1, newest: 1, .. }) => {}
+        Err(CellarError::Incompatible { found: f, oldest, newest, .. }) => {
+            assert_eq!((f, oldest, newest), (found, readable.oldest, readable.newest))
+        }
         other => panic!("expected Incompatible, got {other:?}"),
     }
 }

@@ -27,6 +27,8 @@ pub enum CodecKind {
 }
 
 impl CodecKind {
+    pub const ALL: [CodecKind; 2] = [CodecKind::F16, CodecKind::Int8];
+
     pub fn name(self) -> &'static str {
         match self {
             CodecKind::F16 => "f16",

@@ -20,14 +20,13 @@ use crate::golden_files;
 
 const GOLDEN_SEED: u64 = 2026;
 const GOLDEN_DOCS: usize = 12;
-const CODECS: [CodecKind; 2] = [CodecKind::F16, CodecKind::Int8];
 
 /// `testdata/format-v1`: one store per codec, in a directory named after it.
 fn golden_dir() -> &'static Path {
     static GOLDEN: OnceLock<PathBuf> = OnceLock::new();
     golden_files::dir(&GOLDEN, "format-v1", |dir| {
         let docs = fixture::docs(GOLDEN_DOCS, GOLDEN_SEED);
-        CODECS.into_iter().for_each(|codec| fixture::write(&dir.join(codec.name()), codec, &docs));
+        CodecKind::ALL.into_iter().for_each(|codec| fixture::write(&dir.join(codec.name()), codec, &docs));
     })
 }
 
@@ -39,7 +38,7 @@ fn manifest_without_writer(dir: &Path) -> Manifest {
 #[test]
 fn golden_stores_are_read_and_reproduced_byte_for_byte() {
     let docs = fixture::docs(GOLDEN_DOCS, GOLDEN_SEED);
-    for codec in CODECS {
+    for codec in CodecKind::ALL {
         let golden = golden_dir().join(codec.name());
         let fresh = tempfile::tempdir().unwrap();
         fixture::write(fresh.path(), codec, &docs);
