@@ -7,4 +7,6 @@ mod format_docs;
 mod golden;
 #[path = "../support/golden.rs"]
 mod golden_files;
+#[path = "../support/markdown.rs"]
+mod markdown;
 mod store;

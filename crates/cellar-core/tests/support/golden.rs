@@ -5,6 +5,8 @@
 //! `CELLAR_BLESS=1` rewrites the directory from that input, once per test binary and before any
 //! test reads it: the deliberate way to record an intended format change (with a version bump).
 
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 

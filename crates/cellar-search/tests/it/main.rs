@@ -5,10 +5,13 @@
 mod build;
 mod cranfield;
 mod fixture;
+mod format_docs;
 mod golden;
 #[path = "../../../cellar-core/tests/support/golden.rs"]
 mod golden_files;
 mod ivf;
+#[path = "../../../cellar-core/tests/support/markdown.rs"]
+mod markdown;
 mod search;
 mod synthetic_ivf;
 mod versions;

@@ -1,0 +1,92 @@
+//! `docs/format/ivf.md` and README.md's rows for the search index's files must match the code:
+//! file names and kinds, the layout version, the sizes the IVF's layouts encode with, and where
+//! each file keeps its version (see cellar-core's `format_docs` for the other pages).
+
+use std::collections::BTreeSet;
+
+use cellar_core::format::versioned::FORMAT_VERSION_FIELD;
+use cellar_core::format::{FileKind, PAGE_BYTES};
+use cellar_core::CellarError;
+use cellar_encode::Pca;
+use cellar_search::config::{CONFIG_FILE, INDEX_FORMAT_VERSION, INDEX_READABLE_VERSIONS};
+use cellar_search::index::PCA_FILE;
+use cellar_search::ivf::layout::{CENTROIDS_PREAMBLE_BYTES, MEMBER_FIXED_BYTES, TABLE_ENTRY_BYTES};
+use cellar_search::ivf::{IVF_CONFIG_FILE, IVF_DIR, IVF_FORMAT_VERSION, IVF_READABLE_VERSIONS};
+
+use crate::markdown::{file_names, page, table, version_row, version_rows};
+
+const IVF_KINDS: [FileKind; 3] = [FileKind::IvfCentroids, FileKind::IvfPostings, FileKind::IvfVectors];
+
+#[test]
+fn ivf_page_matches_the_code() {
+    let text = page("ivf.md");
+    let files: Vec<(String, String)> =
+        table(&text, "file").into_iter().map(|r| (r[0].clone(), r[1].clone())).collect();
+    let mut expected = vec![(IVF_CONFIG_FILE.to_string(), "commit point".to_string())];
+    expected.extend(IVF_KINDS.map(|k| (k.file_name().to_string(), format!("{} {}", k as u32, k.name()))));
+    assert_eq!(files, expected);
+    let version = format!("`{FORMAT_VERSION_FIELD}` in `{IVF_CONFIG_FILE}` ({IVF_FORMAT_VERSION})");
+    assert!(text.contains(&version), "ivf.md does not say {version}");
+    // The preamble of ivf_centroids.bin: contiguous fields ending where the rotation starts.
+    let body = table(&text, "offset");
+    let sized = |r: &&Vec<String>| r[0].parse::<usize>().is_ok() && r[1].parse::<usize>().is_ok();
+    let mut end = 0;
+    for row in body.iter().take_while(sized) {
+        assert_eq!(row[0].parse::<usize>().unwrap(), end, "{row:?} does not follow the field before it");
+        end += row[1].parse::<usize>().unwrap();
+    }
+    assert_eq!(end, CENTROIDS_PREAMBLE_BYTES);
+    let rotation = body.iter().find(|r| !sized(r)).expect("the rotation's row");
+    assert_eq!(rotation[0], CENTROIDS_PREAMBLE_BYTES.to_string(), "the rotation follows the preamble");
+    assert!(text.contains(&format!("| {TABLE_ENTRY_BYTES} clusters |")), "cluster table entries");
+    // A posting block's fixed columns (4n bytes each) and the member size the reader expects.
+    let fixed: usize = table(&text, "size").iter().filter(|r| r[0] == "4n").map(|_| 4).sum();
+    assert_eq!(fixed, MEMBER_FIXED_BYTES);
+    assert!(text.contains(&format!("({MEMBER_FIXED_BYTES} + 8·words)")));
+    assert!(text.contains(&format!("body at {PAGE_BYTES}")));
+    let mut known: BTreeSet<String> = IVF_KINDS.iter().map(|k| k.file_name().to_string()).collect();
+    known.insert(IVF_CONFIG_FILE.to_string());
+    assert_eq!(file_names(&text), known, "ivf.md names exactly the IVF's files");
+}
+
+/// Where the compatibility table says `pca.bin` keeps its version: checked by writing one and
+/// claiming the next version there, which must be refused as `Incompatible`.
+fn pca_version_bytes_are_where_the_table_says(field: &str) {
+    let range = field.strip_prefix("bytes ").expect("bytes A..B");
+    let (start, end) = range.split_once("..").unwrap();
+    let (start, end): (usize, usize) = (start.parse().unwrap(), end.parse().unwrap());
+    let sample: Vec<f32> = (0..64).map(|i| ((i * 37 % 11) as f32 - 5.0) / 5.0).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(PCA_FILE);
+    Pca::fit(&sample, 4, 2).unwrap().save(&path).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes[start..end], Pca::VERSION.to_le_bytes());
+    let newer = Pca::READABLE_VERSIONS.newest + 1;
+    bytes[start..end].copy_from_slice(&newer.to_le_bytes());
+    std::fs::write(&path, bytes).unwrap();
+    assert!(matches!(Pca::load(&path), Err(CellarError::Incompatible { found, .. }) if found == newer));
+}
+
+#[test]
+fn readme_names_the_search_index_files_and_their_versions() {
+    let text = page("README.md");
+    let ivf_row =
+        table(&text, "file").into_iter().find(|r| r[0] == format!("{IVF_DIR}/")).expect("an ivf/ row");
+    assert_eq!(ivf_row[2], "[ivf.md](ivf.md)");
+    let rows = version_rows("cellar-search");
+    let pca_field = rows.iter().find(|r| r[0] == PCA_FILE).map(|r| r[1].clone()).expect("a pca.bin row");
+    pca_version_bytes_are_where_the_table_says(&pca_field);
+    let ivf_json = format!("{IVF_DIR}/{IVF_CONFIG_FILE}");
+    let expected = vec![
+        version_row(CONFIG_FILE, FORMAT_VERSION_FIELD, INDEX_FORMAT_VERSION, INDEX_READABLE_VERSIONS, ""),
+        version_row(PCA_FILE, &pca_field, Pca::VERSION, Pca::READABLE_VERSIONS, ""),
+        version_row(
+            &ivf_json,
+            FORMAT_VERSION_FIELD,
+            IVF_FORMAT_VERSION,
+            IVF_READABLE_VERSIONS,
+            "testdata/ivf-v1/",
+        ),
+    ];
+    assert_eq!(rows, expected);
+}
