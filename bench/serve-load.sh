@@ -4,10 +4,12 @@
 # index (cgroup v1, page cache counted), f16 and int8 token vectors; intra-op threads 1 vs 2; and
 # mmap/direct at caps of 100, 25, 10 and 5% of the index. Builds the three indexes it needs when
 # they are missing (f16 as `make run` does, int8, int8 + PCA-128: a few minutes each).
-# Re-run: cargo build --release && sh bench/serve-load.sh   (about 50 minutes; writes
-# bench/results/serve-load-*; then python3 bench/serve_summary.py bench/results/serve-load-*.json)
+# Re-run: cargo build --release -p cellar-bench -p cellar-cli && sh bench/serve-load.sh   (about 50
+# minutes; writes bench/results/serve-load-*; then python3 bench/serve_summary.py
+# bench/results/serve-load-*.json)
 set -eu
 C=${CELLAR:-./target/release/cellar}
+B="${CELLAR_BENCH:-./target/release/cellar-bench} load --cellar $C"
 D=${DATA:-../shared/data}/scifact
 R=${RESULTS:-bench/results}
 Q="--queries $D/queries.jsonl --qrels $D/qrels/test.tsv --mode hybrid --rerank-k 64 --duration 10 --warmup 2"
@@ -19,7 +21,7 @@ LEVELS=10,20,40,80,120,160,240,320
 
 for codec in f16 int8; do
   I=bench/work/scifact; [ $codec = int8 ] && I=bench/work/scifact-int8
-  $C bench $Q --qps $LEVELS --out $R/serve-load-$codec \
+  $B $Q --qps $LEVELS --out $R/serve-load-$codec \
     --config name=ram-$codec,index=$I,reader=ram,vectors=client \
     --config name=mmap-$codec-cap10,index=$I,reader=mmap,cap=10,vectors=client \
     --config name=direct-$codec-cap10,index=$I,reader=direct,cap=10,vectors=client \
@@ -27,7 +29,7 @@ for codec in f16 int8; do
 done
 
 # The server encodes the queries itself: one intra-op thread per request against two.
-$C bench $Q --qps $LEVELS --out $R/serve-load-threads \
+$B $Q --qps $LEVELS --out $R/serve-load-threads \
   --config name=ram-f16-text-1thread,index=bench/work/scifact,reader=ram,threads=1 \
   --config name=ram-f16-text-2threads,index=bench/work/scifact,reader=ram,threads=2
 
@@ -38,13 +40,13 @@ for reader in mmap direct; do
     CAPS="$CAPS --config name=$reader-f16-cap$cap,index=bench/work/scifact,reader=$reader,cap=$cap,vectors=client"
   done
 done
-$C bench $Q --qps 20,40 --stop-at-saturation false --out $R/serve-load-caps $CAPS
+$B $Q --qps 20,40 --stop-at-saturation false --out $R/serve-load-caps $CAPS
 
 # Fewer bytes per query: int8 token vectors projected to 128 dimensions (PCA fitted at index
 # time; bench/work/scifact-pca128-int8, 5.6x smaller than f16), and, on the f16 index, four
 # workers instead of two (the direct reader's workers block on I/O).
 P=bench/work/scifact-pca128-int8
-$C bench $Q --qps $LEVELS --out $R/serve-load-compact \
+$B $Q --qps $LEVELS --out $R/serve-load-compact \
   --config name=ram-pca128-int8,index=$P,reader=ram,vectors=client \
   --config name=mmap-pca128-int8-cap10,index=$P,reader=mmap,cap=10,vectors=client \
   --config name=direct-pca128-int8-cap10,index=$P,reader=direct,cap=10,vectors=client \

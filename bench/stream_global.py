@@ -1,6 +1,6 @@
-"""The per-user searches of `cellar bench-stream`, done with global indexes filtered by user.
+"""The per-user searches of `cellar-bench stream`, done with global indexes filtered by user.
 
-Reads what `cellar bench-stream` exported (bench/work/stream/export: pooled vectors, f16 token
+Reads what `cellar-bench stream` exported (bench/work/stream/export: pooled vectors, f16 token
 vectors, queries with the streaming collection's exact answers) and runs, single-threaded:
 
 - faiss IVF-Flat (approximate) and Flat (exact) over the pooled vectors of every user, each
@@ -176,7 +176,7 @@ def main() -> int:
     report: dict = {"command": " ".join(sys.argv), "docs": meta["docs"], "dim": meta["dim"], "tokens": meta["tokens"]}
     md = f"# Per-user search with global indexes filtered by user\n\n`python3 {report['command']}`\n\n"
     md += f"Packages: {versions()}.\n\n"
-    md += f"{meta['docs']} documents ({meta['tokens']} x {meta['dim']} token vectors, pooled {meta['dim']}), the queries of `cellar bench-stream`; one thread; warm caches (in memory).\n\n"
+    md += f"{meta['docs']} documents ({meta['tokens']} x {meta['dim']} token vectors, pooled {meta['dim']}), the queries of `cellar-bench stream`; one thread; warm caches (in memory).\n\n"
     try:
         report["faiss"] = run_faiss(meta, pooled)
         f = report["faiss"]

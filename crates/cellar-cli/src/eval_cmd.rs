@@ -6,10 +6,9 @@ use cellar_core::io::ReaderKind;
 use cellar_core::{CellarError, Result};
 use cellar_search::corpus::Collection;
 use cellar_search::eval::{self, RowResult};
+use cellar_search::progress;
 use cellar_search::{Index, OpenOptions};
 use clap::Args;
-
-use crate::progress;
 
 #[derive(Args)]
 pub struct EvalArgs {

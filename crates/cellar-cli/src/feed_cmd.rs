@@ -9,12 +9,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cellar_core::{CellarError, Result};
+use cellar_search::progress;
 use cellar_stream::encoding::{collection_for_write, docs_with_vectors, LazyEncoder};
 use cellar_stream::input::DocJson;
 use cellar_stream::{Collection, Durability, Options, StreamDoc, Streams};
 use clap::Args;
-
-use crate::progress;
 
 #[derive(Args)]
 pub struct FeedArgs {

@@ -5,10 +5,9 @@ use std::path::PathBuf;
 
 use cellar_core::{CellarError, Result};
 use cellar_search::corpus::Collection;
+use cellar_search::progress;
 use cellar_search::{eval, tune, Index, OpenOptions};
 use clap::Args;
-
-use crate::progress;
 
 #[derive(Args)]
 pub struct TuneArgs {

@@ -1,26 +1,26 @@
-//! The `cellar` binary end to end: output of the store tools, and exit code 2 with a message
-//! (never a panic) for bad input.
+//! The `cellar` binary end to end: output of the store tools, exit code 2 with a message (never
+//! a panic) for bad input, and a help that lists user commands only.
 
 mod common;
 use common::{assert_user_error, cellar, stderr};
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn synth(dir: &Path, extra: &[&str]) -> Output {
-    let out = dir.to_str().unwrap();
-    let mut args = vec!["synth", "--docs", "300", "--tokens", "20", "--dim", "16", "--out", out];
-    args.extend_from_slice(extra);
-    cellar(&args)
+use cellar_core::codec::CodecKind;
+use cellar_core::synth::{SynthConfig, SynthCorpus};
+
+/// A store of 300 synthetic documents (20 tokens of 16 dimensions on average), written by the
+/// library as `cellar-bench synth --docs 300 --tokens 20 --dim 16` would.
+fn store(dir: &Path, codec: CodecKind) {
+    let config = SynthConfig { docs: 300, mean_tokens: 20, dim: 16, clusters: 1024, seed: 42 };
+    SynthCorpus::new(config).unwrap().write_store(dir, codec, |_| ()).unwrap();
 }
 
 #[test]
-fn synth_then_inspect_reports_the_store() {
+fn inspect_reports_the_store() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("store");
-    let out = synth(&dir, &["--codec", "int8"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("wrote 300 docs"));
+    store(&dir, CodecKind::Int8);
     let out = cellar(&["inspect", dir.to_str().unwrap(), "--verify"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -35,7 +35,7 @@ fn synth_then_inspect_reports_the_store() {
 fn inspect_reports_damage_with_exit_code_2() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("store");
-    assert!(synth(&dir, &[]).status.success());
+    store(&dir, CodecKind::F16);
     let vectors = dir.join("vectors.bin");
     let mut bytes = std::fs::read(&vectors).unwrap();
     let last = bytes.len() - 5000;
@@ -55,43 +55,21 @@ fn bad_arguments_exit_with_code_2() {
     let missing = tmp.path().join("nope");
     assert_user_error(&cellar(&["inspect", missing.to_str().unwrap()]), "nope");
     assert_user_error(&cellar(&["inspect", tmp.path().to_str().unwrap()]), "has no manifest.json");
-    assert_user_error(&synth(&tmp.path().join("a"), &["--codec", "f8"]), "unknown codec");
-    let zero = cellar(&["synth", "--docs", "0", "--out", tmp.path().join("b").to_str().unwrap()]);
-    assert_user_error(&zero, "docs, tokens, dim and clusters");
-    let dir = tmp.path().join("c");
-    assert!(synth(&dir, &[]).status.success());
-    assert_user_error(&synth(&dir, &[]), "already holds an index");
-    let bench = cellar(&["bench-store", "--store", dir.to_str().unwrap(), "--cap-fraction", "1.5"]);
-    assert_user_error(&bench, "--cap-fraction");
 }
 
+/// The binary users install carries user commands only: the benchmarks are `cellar-bench`.
 #[test]
-fn refused_io_uring_falls_back_to_preads_with_one_loud_warning() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("store");
-    assert!(synth(&dir, &[]).status.success());
-    let run = |env: Option<&str>| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cellar"));
-        command.args(["bench-store-worker", "--store", dir.to_str().unwrap(), "--reader", "direct"]);
-        command.args(["--batches", "6", "--batch-size", "20", "--threads", "3", "--seed", "1"]);
-        if let Some(value) = env {
-            command.env("CELLAR_IO_URING", value);
-        }
-        command.output().unwrap()
-    };
-    let out = run(Some("off"));
+fn help_lists_no_benchmark() {
+    let out = cellar(&["--help"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["engine"], "pread-pool");
-    assert_eq!(report["records"], 120);
-    assert_eq!(
-        stderr(&out).matches("WARNING: cellar: the kernel refuses io_uring").count(),
-        1,
-        "{}",
-        stderr(&out)
-    );
-    let out = run(None);
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["engine"], "io_uring");
-    assert!(!stderr(&out).contains("WARNING"), "{}", stderr(&out));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for command in ["index", "search", "serve", "feed", "inspect"] {
+        assert!(help.contains(&format!("  {command} ")), "{command} missing from:\n{help}");
+    }
+    for gone in ["bench", "synth", "worker"] {
+        assert!(!help.contains(gone), "{gone:?} in:\n{help}");
+    }
+    for gone in ["bench", "bench-store", "bench-store-worker", "synth"] {
+        assert_eq!(cellar(&[gone, "--help"]).status.code(), Some(2), "cellar {gone} still parses");
+    }
 }

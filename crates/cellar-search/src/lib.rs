@@ -8,7 +8,7 @@
 //!   the IVF of `ivf`, or both) → read records (`prefetch` overlaps the reads with the probe)
 //!   → MaxSim → fusion (`fusion`) → top-k, with timings
 //! - `eval`, `metrics`, `tune`: quality against qrels, and the alpha / rerank_k sweep
-//! - `corpus`: BEIR-layout readers; `config`: `index.json`
+//! - `corpus`: BEIR-layout readers; `config`: `index.json`; `progress`: the front ends' progress bar
 
 pub mod bm25;
 pub mod build;
@@ -25,6 +25,7 @@ pub mod params;
 pub mod plan;
 pub mod pooled;
 pub mod prefetch;
+pub mod progress;
 pub mod query;
 pub mod rank;
 pub mod request;

@@ -61,6 +61,19 @@ impl Isa {
     }
 }
 
+/// The CPU's model name (the first `model name` of /proc/cpuinfo), or "unknown": what every
+/// timing record names its machine by.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
 fn check_shapes(query: &[f32], dim: usize, doc_elems: usize) {
     assert!(dim > 0, "kernel called with dim 0");
     assert_eq!(query.len() % dim, 0, "query length is not a multiple of dim");

@@ -1,0 +1,59 @@
+//! `cellar-bench`: Cellar's benchmarks, kept out of the `cellar` binary users install. Each
+//! benchmark lives in its own module; what they share (percentiles, child processes in memory
+//! cgroups, provenance) is in `harness`. This file only parses arguments and turns errors into a
+//! message and exit code 2.
+
+mod harness;
+mod ivf;
+mod load;
+mod store;
+mod stream;
+mod synth;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cellar-bench", version, about = "Benchmarks of Cellar (not part of the cellar binary)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Open-loop load benchmark of `cellar serve`: Poisson arrivals over a sweep of offered QPS,
+    /// latency percentiles, throughput, errors; optional memory caps; JSON, markdown and a plot.
+    Load(load::LoadArgs),
+    /// Benchmark the ram, mmap and direct readers side by side, with fio and memory caps.
+    Store(store::StoreArgs),
+    /// Studies of the IVF first stage: recall over nprobe, the prefetcher, rerank_k, RAM caps.
+    Ivf(ivf::IvfArgs),
+    /// Benchmark streaming collections: feed rate, cold per-group latency vs group size, scan
+    /// rate vs disk bandwidth, RAM per document, and a global collection filtered by user.
+    Stream(stream::StreamArgs),
+    /// Write a store of clustered synthetic token vectors (scale tests without a model).
+    Synth(synth::SynthArgs),
+    /// Internal: one reader's measurement, run by `store` in a child process.
+    #[command(hide = true)]
+    StoreWorker(store::worker::WorkerArgs),
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().command {
+        Command::Load(args) => load::run(args),
+        Command::Store(args) => store::run(args),
+        Command::Ivf(args) => ivf::run(args),
+        Command::Stream(args) => stream::run(args),
+        Command::Synth(args) => synth::run(args),
+        Command::StoreWorker(args) => store::worker::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cellar-bench: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
