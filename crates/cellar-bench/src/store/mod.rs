@@ -1,10 +1,10 @@
 //! `cellar-bench store`: the readers side by side on a store of at least 2 GiB, with the page
 //! cache evicted before each run, mmap and direct also under a cgroup memory cap, fio's figures
-//! for the same disk and MaxSim kernel throughput. Each reader runs in a child process (this
-//! binary's hidden `store-worker`), so a cap applies to it alone. Writes JSON and a markdown table.
+//! for the same disk. Each reader runs in a child process (this binary's hidden `store-worker`),
+//! so a cap applies to it alone. Writes JSON and a markdown table. The MaxSim kernels' timings
+//! are `cargo bench -p cellar-core --bench kernels`.
 
 mod fio;
-mod maxsim;
 mod report;
 pub mod worker;
 
@@ -86,8 +86,6 @@ pub fn run(args: StoreArgs) -> Result<()> {
         };
         report.readers.push(row);
     }
-    eprintln!("cellar-bench store: MaxSim kernels");
-    report.kernels = maxsim::measure(manifest.dim)?;
     report.write(&args.out)
 }
 

@@ -1,5 +1,4 @@
-//! The store benchmark's report: one row per reader run, fio's rows, kernel rows; JSON and
-//! markdown.
+//! The store benchmark's report: one row per reader run, fio's rows; JSON and markdown.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -10,7 +9,6 @@ use cellar_core::Result;
 use serde::Serialize;
 
 use super::fio::FioResult;
-use super::maxsim::KernelResult;
 use super::worker::WorkerReport;
 use super::StoreArgs;
 use crate::harness::cgroup::CgroupUsage;
@@ -99,7 +97,6 @@ pub struct Report {
     pub build: Option<super::BuildRow>,
     pub fio: Vec<std::result::Result<FioResult, String>>,
     pub readers: Vec<ReaderRow>,
-    pub kernels: Vec<KernelResult>,
 }
 
 impl Report {
@@ -121,7 +118,6 @@ impl Report {
             build: None,
             fio: Vec::new(),
             readers: Vec::new(),
-            kernels: Vec::new(),
         }
     }
 
@@ -153,7 +149,7 @@ impl Report {
         }
         self.readers_table(&mut s);
         self.fio_table(&mut s);
-        self.kernel_table(&mut s);
+        let _ = writeln!(s, "\nMaxSim kernel timings: `cargo bench -p cellar-core --bench kernels`.");
         s
     }
 
@@ -228,17 +224,6 @@ impl Report {
                 ),
                 Err(e) => writeln!(s, "| not measured: {e} |||||"),
             };
-        }
-    }
-
-    fn kernel_table(&self, s: &mut String) {
-        let _ = writeln!(s, "\n| MaxSim kernel | ISA | q-token x d-token pairs/s | GFLOP/s | vs scalar |\n|---|---|---|---|---|");
-        for k in &self.kernels {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {:.3e} | {:.1} | {:.1}x |",
-                k.codec, k.isa, k.pairs_per_s, k.gflop_per_s, k.speedup_vs_scalar
-            );
         }
     }
 }

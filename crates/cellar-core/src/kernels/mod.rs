@@ -31,6 +31,10 @@ pub enum Isa {
 }
 
 impl Isa {
+    /// Every level this build has a kernel for, from `Scalar` upwards (whether or not this CPU
+    /// can run it: see [`Isa::available`]).
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+
     /// The best level this CPU supports, detected once.
     pub fn detected() -> Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
