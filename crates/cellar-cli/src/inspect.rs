@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use cellar_core::format::fsio::open_checked;
+use cellar_core::format::offsets::ENTRY_BYTES;
 use cellar_core::format::{FileKind, Manifest};
 use cellar_core::io::{ReaderKind, ReaderOptions};
-use cellar_core::store::offsets::ENTRY_BYTES;
 use cellar_core::store::VectorStore;
 use cellar_core::Result;
 

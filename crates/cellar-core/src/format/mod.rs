@@ -1,4 +1,5 @@
-//! Bytes on disk: the common file header, the file kinds, the manifest and atomic writes.
+//! Bytes on disk: the common file header, the file kinds, the manifest, the vector store's
+//! record and offsets layouts (shared by its writer and every reader), and atomic writes.
 //!
 //! An index is a directory holding `manifest.json` plus immutable binary files. Every binary file
 //! starts with a 64-byte [`FileHeader`](header::FileHeader) (magic, format version, kind, body
@@ -9,6 +10,8 @@
 pub mod fsio;
 pub mod header;
 pub mod manifest;
+pub mod offsets;
+pub mod record;
 pub mod versioned;
 
 pub use header::{FileHeader, HEADER_BYTES};

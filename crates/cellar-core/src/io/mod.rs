@@ -31,10 +31,10 @@ pub use latency::InjectedLatency;
 pub use plan::ReadPlan;
 
 use crate::error::{CellarError, Result};
+use crate::format::offsets::OffsetsTable;
+use crate::format::record::{self, RecordView};
 use crate::format::FileHeader;
 use crate::ids::DocId;
-use crate::store::offsets::OffsetsTable;
-use crate::store::record::{self, RecordView};
 
 /// Which reader a store is opened with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,7 +147,7 @@ impl RecordBatch {
         bytes: BatchBytes,
         spans: Vec<(usize, usize)>,
         context: &BatchContext<'_>,
-        entries: &[crate::store::offsets::OffsetEntry],
+        entries: &[crate::format::offsets::OffsetEntry],
         stats: ReadStats,
     ) -> Result<Self> {
         let data = bytes.as_slice();

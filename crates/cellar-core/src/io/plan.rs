@@ -2,10 +2,10 @@
 //! pages are merged into one run (up to `MAX_RUN_BYTES`), each page read once.
 
 use crate::error::Result;
+use crate::format::offsets::{OffsetEntry, OffsetsTable};
+use crate::format::record::pages_of;
 use crate::format::PAGE_BYTES;
 use crate::ids::DocId;
-use crate::store::offsets::{OffsetEntry, OffsetsTable};
-use crate::store::record::pages_of;
 
 const MAX_RUN_BYTES: u64 = 256 * 1024;
 

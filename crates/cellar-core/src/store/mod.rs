@@ -5,15 +5,13 @@
 //! the small files' checksums and the manifest's counts, keeps only the offsets table in RAM and
 //! reads records through the reader the options name.
 
-pub mod offsets;
-pub mod record;
 mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use offsets::{OffsetEntry, OffsetsTable};
-pub use record::RecordView;
+pub use crate::format::offsets::{OffsetEntry, OffsetsTable};
+pub use crate::format::record::RecordView;
 pub use writer::{StoreWriter, MAX_TOKENS_PER_DOC};
 
 use crate::codec::{codec_from_params, Codec};

@@ -5,12 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::offsets::OffsetEntry;
-use super::record;
 use crate::codec::{validate_vector, Codec};
 use crate::error::{CellarError, IoContext, Result};
 use crate::format::fsio::{write_small_file, BodyWriter, TMP_SUFFIX};
 use crate::format::manifest::{Counts, MANIFEST_FILE};
+use crate::format::offsets::OffsetEntry;
+use crate::format::record;
 use crate::format::{FileEntry, FileHeader, FileKind, Manifest, FORMAT_VERSION, PAGE_BYTES};
 use crate::ids::DocId;
 

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use cellar_core::format::header::{HEADER_FIELDS, MAGIC};
+use cellar_core::format::record;
 use cellar_core::format::{FileHeader, FileKind, Manifest, HEADER_BYTES};
-use cellar_core::store::record;
 use cellar_core::store::OffsetsTable;
 use cellar_core::CellarError;
 use rand::rngs::StdRng;

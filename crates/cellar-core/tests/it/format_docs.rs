@@ -9,10 +9,10 @@ use std::collections::BTreeSet;
 use cellar_core::codec::CodecKind;
 use cellar_core::format::header::{HEADER_FIELDS, MAGIC};
 use cellar_core::format::manifest::MANIFEST_FILE;
+use cellar_core::format::offsets::{ENTRY_BYTES, ENTRY_FIELDS};
+use cellar_core::format::record::{RECORD_FIELDS, RECORD_HEADER_BYTES};
 use cellar_core::format::versioned::FORMAT_VERSION_FIELD;
 use cellar_core::format::{FileKind, Manifest, FORMAT_VERSION, HEADER_BYTES, PAGE_BYTES, READABLE_VERSIONS};
-use cellar_core::store::offsets::{ENTRY_BYTES, ENTRY_FIELDS};
-use cellar_core::store::record::{RECORD_FIELDS, RECORD_HEADER_BYTES};
 use serde_json::Value;
 
 use crate::fixture;
