@@ -140,7 +140,7 @@ pub fn prepare_all(index: &Index, queries: &[Query], bar: &ProgressBar) -> Resul
 /// Plans and prepares (encodes) one query for `mode`, so rows can rank it many ways.
 pub fn prepare(index: &Index, text: &str, mode: Mode) -> Result<PreparedQuery> {
     let plan = index.plan(SearchRequest::new(text, mode))?;
-    index.prepare(&plan)
+    index.prepare(plan)
 }
 
 /// Names the query in a user error.

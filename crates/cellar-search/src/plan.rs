@@ -63,51 +63,59 @@ impl Index {
     }
 
     /// The plan's query as the kernels take it: its text encoded when the mode needs vectors
-    /// and the caller sent none, the caller's vectors projected otherwise.
-    pub fn prepare(&self, plan: &Plan) -> Result<PreparedQuery> {
-        let text = plan.text.clone();
-        if let Some(vectors) = &plan.vectors {
-            let tokens = self.project(&vectors.tokens, vectors.n_tokens);
+    /// and the caller sent none, the caller's vectors projected otherwise. Consumes the plan, so
+    /// its text and vectors move into the query uncopied.
+    pub fn prepare(&self, plan: Plan) -> Result<PreparedQuery> {
+        let Plan { params, text, vectors, .. } = plan;
+        if let Some(vectors) = vectors {
+            let tokens = self.project(vectors.tokens, vectors.n_tokens);
             return Ok(PreparedQuery {
                 text,
                 tokens: self.store.codec().prepare_query(&tokens),
                 n_tokens: vectors.n_tokens,
-                pooled: vectors.pooled.clone().unwrap_or_default(),
+                pooled: vectors.pooled.unwrap_or_default(),
                 encode_ms: 0.0,
             });
         }
-        let mut query =
-            PreparedQuery { text, tokens: Vec::new(), n_tokens: 0, pooled: Vec::new(), encode_ms: 0.0 };
-        if !plan.params.mode.needs_encoder() {
-            return Ok(query);
+        if !params.mode.needs_encoder() {
+            return Ok(PreparedQuery {
+                text,
+                tokens: Vec::new(),
+                n_tokens: 0,
+                pooled: Vec::new(),
+                encode_ms: 0.0,
+            });
         }
         let start = Instant::now();
-        let encoded = self.encoder()?.encode_query(&plan.text)?;
-        let tokens = self.project(&encoded.tokens, encoded.n_tokens);
-        query.tokens = self.store.codec().prepare_query(&tokens);
-        query.n_tokens = encoded.n_tokens;
-        query.pooled = encoded.pooled;
-        query.encode_ms = ms_since(start);
-        Ok(query)
+        let encoded = self.encoder()?.encode_query(&text)?;
+        let tokens = self.project(encoded.tokens, encoded.n_tokens);
+        Ok(PreparedQuery {
+            text,
+            tokens: self.store.codec().prepare_query(&tokens),
+            n_tokens: encoded.n_tokens,
+            pooled: encoded.pooled,
+            encode_ms: ms_since(start),
+        })
     }
 
     /// Runs a plan: prepares its query, ranks, and attaches each hit's id (and text).
-    pub fn execute(&self, plan: &Plan) -> Result<SearchResponse> {
+    pub fn execute(&self, plan: Plan) -> Result<SearchResponse> {
+        let (params, include_text) = (plan.params, plan.include_text);
         let query = self.prepare(plan)?;
-        self.respond(&query, &plan.params, plan.include_text)
+        self.respond(&query, &params, include_text)
     }
 
     /// Plans and executes `request`.
     pub fn search(&self, request: SearchRequest) -> Result<SearchResponse> {
-        let plan = self.plan(request)?;
-        self.execute(&plan)
+        self.execute(self.plan(request)?)
     }
 
-    /// Token vectors of the model's space into the store's (PCA, when the index has one).
-    fn project(&self, tokens: &[f32], n_tokens: usize) -> Vec<f32> {
+    /// Token vectors of the model's space into the store's (PCA, when the index has one;
+    /// otherwise they are returned as they came, uncopied).
+    fn project(&self, tokens: Vec<f32>, n_tokens: usize) -> Vec<f32> {
         match &self.pca {
-            Some(pca) => crate::build::project_tokens(pca, tokens, n_tokens),
-            None => tokens.to_vec(),
+            Some(pca) => crate::build::project_tokens(pca, &tokens, n_tokens),
+            None => tokens,
         }
     }
 }

@@ -62,7 +62,7 @@ fn queue(
         .into_iter()
         .map(|plan| {
             let index = index.clone();
-            move || index.execute(&plan)
+            move || index.execute(plan)
         })
         .collect();
     submit(state, works, deadline)

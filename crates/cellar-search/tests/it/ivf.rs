@@ -255,5 +255,5 @@ fn hybrid_with_ivf_candidates_and_token_vectors_only_is_refused_at_plan() {
     }
     request.hybrid_candidates = Some(0);
     let plan = index.plan(request).unwrap();
-    assert_eq!(index.execute(&plan).unwrap().hits.len(), 5);
+    assert_eq!(index.execute(plan).unwrap().hits.len(), 5);
 }
