@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use cellar_core::{CellarError, Result};
 use cellar_search::progress;
-use cellar_stream::encoding::{collection_for_write, docs_with_vectors, LazyEncoder};
+use cellar_stream::encoding::{docs_with_vectors, write_dim, LazyEncoder};
 use cellar_stream::input::DocJson;
 use cellar_stream::{Collection, Durability, Options, StreamDoc, Streams};
 use clap::Args;
@@ -85,23 +85,23 @@ impl Feeder<'_> {
         }
     }
 
-    /// Writes one batch: one log record, one fsync.
+    /// Writes one batch: one log record, one fsync. The stream is created by the first batch
+    /// that is valid, so a rejected feed leaves none behind.
     fn write(&mut self, batch: Vec<(usize, DocJson)>) -> Result<()> {
-        let collection = match &self.collection {
-            Some(c) => c.clone(),
+        let dim = match &self.collection {
+            Some(c) => c.dim(),
             None => {
                 let docs: Vec<DocJson> = batch.iter().map(|(_, d)| d.clone()).collect();
-                let c = collection_for_write(self.streams, self.name, &docs, &self.encoder)
-                    .map_err(|e| at_line(self.file, batch[0].0, e, 0))?;
-                self.collection = Some(c.clone());
-                c
+                write_dim(self.streams, self.name, &docs, &self.encoder)
+                    .map_err(|e| at_line(self.file, batch[0].0, e, 0))?
             }
         };
-        let docs = self.with_vectors(&batch, collection.dim())?;
+        let docs = self.with_vectors(&batch, dim)?;
         for ((line, _), doc) in batch.iter().zip(&docs) {
-            doc.validate(collection.dim()).map_err(|e| at_line(self.file, *line, e, self.written))?;
+            doc.validate(dim).map_err(|e| at_line(self.file, *line, e, self.written))?;
         }
-        collection.put_batch(&docs)?;
+        let (collection, _) = self.streams.put_batch(self.name, dim, &docs)?;
+        self.collection = Some(collection);
         self.written += docs.len();
         Ok(())
     }

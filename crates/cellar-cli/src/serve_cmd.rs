@@ -55,10 +55,21 @@ pub struct ServeArgs {
     /// With --inject-latency-us: reads the emulated SSD serves at once.
     #[arg(long, default_value_t = 32)]
     pub inject_max_in_flight: usize,
-    /// Require this key on /v1/* (`Authorization: Bearer KEY` or `X-Api-Key`); also read from
-    /// the CELLAR_API_KEY environment variable.
-    #[arg(long)]
+    /// Require this key on /v1/* (`Authorization: Bearer KEY` or `X-Api-Key`). Any user can
+    /// read it from the process list: prefer --api-key-file or the CELLAR_API_KEY variable.
+    #[arg(long, conflicts_with = "api_key_file")]
     pub api_key: Option<String>,
+    /// Read the API key from this file (its first line; trailing whitespace dropped).
+    #[arg(long)]
+    pub api_key_file: Option<PathBuf>,
+    /// Streaming collections kept open at once (each holds a few files); the least recently
+    /// used idle ones are closed beyond it. Default: from the open-file limit (`ulimit -n`).
+    #[arg(long)]
+    pub max_open_streams: Option<usize>,
+    /// Unflushed bytes a streaming collection keeps in RAM (and in its log) before it writes a
+    /// segment; at most this times --max-open-streams in all.
+    #[arg(long, default_value_t = 64)]
+    pub stream_memtable_mb: usize,
     /// Load the query encoder on the first request that needs it instead of at start (a server
     /// whose clients send query vectors then never loads the model).
     #[arg(long)]
@@ -101,7 +112,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
 /// The streams' root, and the encoder for texts sent without vectors (loaded now unless
 /// `--lazy-encoder`).
 fn streams_state(root: &std::path::Path, args: &ServeArgs) -> Result<cellar_server::streams::StreamsState> {
-    let streams = cellar_stream::Streams::open(root, cellar_stream::Options::default())?;
+    let memtable_bytes = positive(args.stream_memtable_mb, "stream-memtable-mb")? << 20;
+    let options = cellar_stream::Options { memtable_bytes, ..cellar_stream::Options::default() };
+    let mut streams = cellar_stream::Streams::open(root, options)?;
+    if let Some(n) = args.max_open_streams {
+        streams = streams.with_max_open(positive(n, "max-open-streams")?);
+    }
     let encoder = cellar_stream::encoding::LazyEncoder::new(args.model.clone());
     if !args.lazy_encoder {
         encoder.get()?;
@@ -127,11 +143,27 @@ fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
     config.max_body_bytes = positive(args.max_body_bytes, "max-body-bytes")?;
     config.read_timeout =
         Duration::from_millis(positive(args.read_timeout_ms as usize, "read-timeout-ms")? as u64);
-    config.api_key = args.api_key.clone().or_else(|| std::env::var("CELLAR_API_KEY").ok());
-    if config.api_key.as_deref() == Some("") {
+    config.api_key = api_key(args)?;
+    Ok(config)
+}
+
+/// The key from --api-key-file, --api-key or CELLAR_API_KEY, in that order.
+fn api_key(args: &ServeArgs) -> Result<Option<String>> {
+    let key = match (&args.api_key_file, &args.api_key) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path).map_err(|e| CellarError::io(path, e))?;
+            Some(text.lines().next().unwrap_or("").trim_end().to_string())
+        }
+        (None, Some(key)) => {
+            eprintln!("WARNING: cellar serve: --api-key is visible to every user in the process list; use --api-key-file or CELLAR_API_KEY");
+            Some(key.clone())
+        }
+        (None, None) => std::env::var("CELLAR_API_KEY").ok(),
+    };
+    if key.as_deref().is_some_and(|k| k.trim().is_empty()) {
         return Err(CellarError::InvalidInput("the API key is empty".into()));
     }
-    Ok(config)
+    Ok(key)
 }
 
 fn open_options(args: &ServeArgs) -> Result<OpenOptions> {

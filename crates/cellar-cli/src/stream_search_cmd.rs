@@ -46,8 +46,10 @@ fn filter(raw: &str) -> Result<(String, Value)> {
 }
 
 pub fn run(args: StreamSearchArgs) -> Result<()> {
-    let streams =
-        Streams::open(&args.streams, Options { background_compaction: false, ..Options::default() })?;
+    let streams = Streams::open_existing(
+        &args.streams,
+        Options { background_compaction: false, ..Options::default() },
+    )?;
     let collection = streams.get(&args.name, None)?;
     let request = QueryJson {
         query: Some(args.query.clone()),

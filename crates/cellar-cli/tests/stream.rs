@@ -104,6 +104,35 @@ fn a_bad_line_is_exit_code_2_with_its_number() {
     }
 }
 
+#[test]
+fn a_feed_refused_at_its_first_batch_and_a_search_of_a_missing_root_create_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("streams");
+    let file = tmp.path().join("bad.jsonl");
+    // Issue 21.5: the first document's dimension is 3, the second's value overflows f16.
+    let lines = [
+        json!({"group": "g", "id": "a", "text": "t", "tokens": [[1.0, 0.0, 0.0]]}),
+        json!({"group": "g", "id": "b", "text": "t", "tokens": [[1e39, 0.0, 0.0]]}),
+    ];
+    write_jsonl(&file, &lines);
+    let out = cellar(&["feed", file.to_str().unwrap(), "--streams", root.to_str().unwrap(), "--name", "s"]);
+    assert_user_error(&out, "bad.jsonl:2: ");
+    assert!(!root.join("s").exists(), "the refused feed created the stream");
+    let missing = tmp.path().join("nonexistent");
+    let out = cellar(&[
+        "stream-search",
+        "--streams",
+        missing.to_str().unwrap(),
+        "--name",
+        "s",
+        "--group",
+        "g",
+        "x",
+    ]);
+    assert_user_error(&out, "no streams root");
+    assert!(!missing.exists(), "stream-search created its root");
+}
+
 /// An HTTP exchange whose body is read as JSON (`null` when it is not).
 fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, Value) {
     let (status, body) = common::http(port, method, path, body);
@@ -148,10 +177,45 @@ fn serve_streams_without_an_index() {
     assert!(child.wait().unwrap().success());
 }
 
+#[test]
+fn the_api_key_comes_from_a_file_and_never_from_the_process_list() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key_file = tmp.path().join("key");
+    std::fs::write(&key_file, "s3cret-key\n").unwrap();
+    let root = tmp.path().join("streams");
+    let (mut child, port) = serve_streams_with(&root, &["--api-key-file", key_file.to_str().unwrap()]);
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.id())).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains("s3cret"));
+    let path = "/v1/streams/s";
+    assert_eq!(common::http(port, "GET", path, "").0, 401, "no key");
+    assert_eq!(common::http_with(port, "GET", path, "X-Api-Key: wrong\r\n", "").0, 401);
+    let (status, body) = common::http_with(port, "GET", path, "Authorization: Bearer s3cret-key\r\n", "");
+    assert_eq!(status, 404, "the key from the file is accepted (and there is no stream s): {body}");
+    let (status, health) = http(port, "GET", "/healthz", "");
+    assert_eq!((status, health["streams"].as_bool()), (200, Some(true)), "{health}");
+    assert!(!health.to_string().contains(root.to_str().unwrap()), "healthz shows the root: {health}");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    std::fs::write(&key_file, "  \n").unwrap();
+    let args = ["serve", "--streams", root.to_str().unwrap(), "--api-key-file", key_file.to_str().unwrap()];
+    assert_user_error(&cellar(&args), "the API key is empty");
+    let missing = tmp.path().join("no-such-key");
+    let args = ["serve", "--streams", root.to_str().unwrap(), "--api-key-file", missing.to_str().unwrap()];
+    let out = cellar(&args);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(text(&out.stderr).contains("no-such-key"), "{}", text(&out.stderr));
+}
+
 /// `cellar serve --streams root` on a free loopback port.
 fn serve_streams(root: &Path) -> (std::process::Child, u16) {
+    serve_streams_with(root, &[])
+}
+
+fn serve_streams_with(root: &Path, extra: &[&str]) -> (std::process::Child, u16) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_cellar"))
         .args(["serve", "--streams", root.to_str().unwrap(), "--bind", "127.0.0.1:0", "--lazy-encoder"])
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

@@ -76,8 +76,39 @@ impl CellarError {
             CellarError::Locked { .. } => "locked",
             CellarError::Unsupported(_) => "unsupported",
             CellarError::Internal(_) => "internal",
+            CellarError::Io { .. } if self.is_disk_full() => "disk_full",
             CellarError::Io { .. } => "io",
         }
+    }
+
+    /// An `Io` error saying the disk (or the user's quota) is full: nothing was written, and
+    /// a retry succeeds once space is freed.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            CellarError::Io { source, .. } => {
+                matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+            }
+            _ => false,
+        }
+    }
+
+    /// A copy whose paths went through `f` (a server shows clients no absolute paths).
+    pub fn map_paths(&self, f: impl Fn(&Path) -> PathBuf) -> CellarError {
+        let mut copy = self.clone();
+        match &mut copy {
+            CellarError::Corrupted { path, .. }
+            | CellarError::Incompatible { path, .. }
+            | CellarError::Model { path, .. }
+            | CellarError::Locked { path, .. }
+            | CellarError::Io { path, .. } => *path = f(path),
+            CellarError::InvalidInput(_)
+            | CellarError::WrongDimension { .. }
+            | CellarError::DocOutOfRange { .. }
+            | CellarError::NotFound(_)
+            | CellarError::Unsupported(_)
+            | CellarError::Internal(_) => {}
+        }
+        copy
     }
 
     /// True when the error is the caller's fault (bad input), not the system's.

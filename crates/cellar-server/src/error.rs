@@ -2,6 +2,8 @@
 //! exhaustively from [`CellarError`] and from the server's own refusals (bad JSON, overload,
 //! deadline, authentication).
 
+use std::path::{Path, PathBuf};
+
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -88,8 +90,16 @@ impl ApiError {
     }
 }
 
+/// A path as clients see it: its last two components (`bm25/meta.json`), never where the
+/// server keeps its data. The log has the whole path.
+pub fn public_path(path: &Path) -> PathBuf {
+    let parts: Vec<_> = path.components().rev().take(2).collect();
+    parts.into_iter().rev().collect()
+}
+
 impl From<CellarError> for ApiError {
-    fn from(error: CellarError) -> Self {
+    fn from(full: CellarError) -> Self {
+        let error = full.map_paths(public_path);
         let message = error.to_string();
         let code = error.code();
         let (status, details) = match &error {
@@ -114,15 +124,17 @@ impl From<CellarError> for ApiError {
             CellarError::Locked { path, .. } => (StatusCode::CONFLICT, json!({ "path": path })),
             CellarError::Unsupported(_) => (StatusCode::NOT_IMPLEMENTED, json!({})),
             CellarError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, json!({})),
+            // Nothing was written: the client may retry once space is freed.
+            CellarError::Io { path, .. } if error.is_disk_full() => {
+                (StatusCode::INSUFFICIENT_STORAGE, json!({ "path": path }))
+            }
             CellarError::Io { path, .. } => (StatusCode::INTERNAL_SERVER_ERROR, json!({ "path": path })),
         };
-        match &error {
+        match &full {
             CellarError::Internal(_) => {
-                log::error!(
-                    "{code} (HTTP {status}): {message}: a bug or a vanished worker; the request failed"
-                )
+                log::error!("{code} (HTTP {status}): {full}: a bug or a vanished worker; the request failed")
             }
-            _ if status.is_server_error() => log::error!("{code} (HTTP {status}): {message}"),
+            _ if status.is_server_error() => log::error!("{code} (HTTP {status}): {full}"),
             _ => {}
         }
         ApiError { status, code, message, details, retry_after: None }
@@ -151,6 +163,23 @@ mod tests {
         assert_eq!(api.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(api.code, "internal");
         assert!(api.message.contains("the search worker stopped"), "{}", api.message);
+    }
+
+    #[test]
+    fn clients_see_no_absolute_paths_and_a_full_disk_is_a_507() {
+        let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        let api = ApiError::from(CellarError::io(Path::new("/srv/data/streams/s1/wal.log"), full));
+        assert_eq!(api.status, StatusCode::INSUFFICIENT_STORAGE);
+        assert_eq!(api.code, "disk_full");
+        assert_eq!(api.details["path"], "s1/wal.log");
+        assert!(!api.message.contains("/srv"), "{}", api.message);
+        let corrupt = CellarError::corrupted(Path::new("/srv/data/idx/texts.bin"), 40, "checksum");
+        let api = ApiError::from(corrupt);
+        assert_eq!(api.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(api.message.starts_with("idx/texts.bin: corrupted"), "{}", api.message);
+        let other = std::io::Error::from_raw_os_error(libc::EIO);
+        let api = ApiError::from(CellarError::io(Path::new("/a/b/c"), other));
+        assert_eq!((api.status, api.code), (StatusCode::INTERNAL_SERVER_ERROR, "io"));
     }
 
     #[test]

@@ -14,9 +14,9 @@ use axum::http::HeaderMap;
 use axum::routing::{delete, get, post, put};
 use axum::Json;
 use cellar_core::CellarError;
-use cellar_stream::encoding::{collection_for_write, docs_with_vectors, query_with_vectors};
+use cellar_stream::encoding::{query_with_vectors, write_docs};
 use cellar_stream::input::{meta_to_json, DocJson, QueryJson};
-use cellar_stream::{Collection, Hit};
+use cellar_stream::Hit;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -37,8 +37,11 @@ pub struct FeedRequest {
     pub docs: Vec<DocJson>,
 }
 
-const STREAM_ERRORS: &[(u16, &str)] =
-    &[(404, "No such stream, group or document (or the server serves no streams)")];
+const STREAM_ERRORS: &[(u16, &str)] = &[
+    (404, "No such stream, group or document (or the server serves no streams)"),
+    (409, "The stream is open in another process"),
+    (507, "The disk is full: nothing of the request was written"),
+];
 
 const DOC: &str = "/v1/streams/{name}/groups/{group}/docs/{id}";
 
@@ -58,6 +61,15 @@ pub fn api() -> Api {
                 "Stats",
             ),
             get(stream_stats),
+        )
+        .route(
+            op(
+                "delete",
+                "/v1/streams/{name}",
+                "Delete a streaming collection and every document in it (409 while another process has it open)",
+                "{deleted, stream}",
+            ),
+            delete(delete_stream),
         )
         .route(
             Operation {
@@ -129,17 +141,6 @@ async fn blocking<T: Send + 'static>(
     run_blocking(state, move || work(shared.streams.as_ref().expect("checked above"))).await
 }
 
-fn write_docs(
-    s: &StreamsState,
-    name: &str,
-    docs: Vec<DocJson>,
-) -> cellar_core::Result<(Arc<Collection>, u64)> {
-    let collection = collection_for_write(&s.streams, name, &docs, &s.encoder)?;
-    let docs = docs_with_vectors(docs, collection.dim(), &s.encoder)?;
-    let seq = collection.put_batch(&docs)?;
-    Ok((collection, seq))
-}
-
 async fn put_doc(
     State(state): State<Arc<AppState>>,
     keys: Result<Path<(String, String, String)>, PathRejection>,
@@ -150,7 +151,7 @@ async fn put_doc(
     let doc: DocJson = parse_body(&headers, body)?;
     let doc = doc.with_keys(Some(&group), Some(&id))?;
     let (n, g, i) = (name.clone(), group.clone(), id.clone());
-    let (_, seq) = blocking(&state, move |s| write_docs(s, &n, vec![doc])).await?;
+    let (_, seq) = blocking(&state, move |s| write_docs(&s.streams, &n, vec![doc], &s.encoder)).await?;
     Ok(Json(json!({ "stream": name, "group": g, "id": i, "seq": seq })))
 }
 
@@ -175,7 +176,7 @@ async fn feed(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let stream = name.clone();
-    let (_, seq) = blocking(&state, move |s| write_docs(s, &stream, docs)).await?;
+    let (_, seq) = blocking(&state, move |s| write_docs(&s.streams, &stream, docs, &s.encoder)).await?;
     Ok(Json(json!({ "stream": name, "written": n, "last_seq": seq })))
 }
 
@@ -212,6 +213,16 @@ async fn stream_stats(
     let name = path(name)?;
     let stats = blocking(&state, move |s| Ok(s.streams.get(&name, None)?.stats())).await?;
     Ok(Json(serde_json::to_value(stats).map_err(|e| CellarError::InvalidInput(e.to_string()))?))
+}
+
+async fn delete_stream(
+    State(state): State<Arc<AppState>>,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let name = path(name)?;
+    let stream = name.clone();
+    blocking(&state, move |s| s.streams.delete(&stream)).await?;
+    Ok(Json(json!({ "deleted": true, "stream": name })))
 }
 
 fn hit_json(hit: Hit) -> Value {

@@ -229,3 +229,70 @@ async fn openapi_lists_the_stream_routes() {
         assert!(paths[path][method].is_object(), "{method} {path} is not documented");
     }
 }
+
+#[tokio::test]
+async fn a_rejected_first_write_creates_no_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(dir.path());
+    let doc_path = "/v1/streams/fresh/groups/g/docs/d";
+    // Dimension 3 with a value f16 cannot hold: refused before anything is created.
+    let bad = json!({ "text": "t", "tokens": [[1.0, 1e39, 0.0]] });
+    let (status, body) = call(&app, "PUT", doc_path, Some(bad)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = call(&app, "GET", "/v1/streams/fresh", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(!dir.path().join("fresh").exists(), "a rejected write left a directory behind");
+    // A value f16 would store as infinity (its maximum is 65504), in the second document.
+    let docs = json!([
+        { "group": "g", "id": "x", "text": "t", "tokens": [[1.0, 0.0]] },
+        { "group": "g", "id": "y", "text": "t", "tokens": [[1e6, 0.0]] },
+    ]);
+    let (status, body) = call(&app, "POST", "/v1/streams/fresh/feed", Some(json!({ "docs": docs }))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("f16"), "{body}");
+    assert!(!dir.path().join("fresh").exists());
+    // The name is still free for any dimension.
+    let (status, body) = call(&app, "PUT", doc_path, Some(doc("t", 1, "k"))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, stats) = call(&app, "GET", "/v1/streams/fresh", None).await;
+    assert_eq!(stats["dim"], 4, "{stats}");
+}
+
+#[tokio::test]
+async fn a_stream_is_deleted_whole_and_its_name_can_be_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(dir.path());
+    for id in ["a", "b"] {
+        let (status, _) =
+            call(&app, "PUT", &format!("/v1/streams/s/groups/g/docs/{id}"), Some(doc(id, 0, "k"))).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (status, body) = call(&app, "DELETE", "/v1/streams/s", None).await;
+    assert_eq!((status, &body), (StatusCode::OK, &json!({ "deleted": true, "stream": "s" })));
+    for path in ["/v1/streams/s", "/v1/streams/s/groups/g/docs/a"] {
+        let (status, body) = call(&app, "GET", path, None).await;
+        assert_eq!((status, body["code"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")), "{path}");
+    }
+    let (status, _) = call(&app, "DELETE", "/v1/streams/s", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call(&app, "DELETE", "/v1/streams/bad%20name", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(names.is_empty(), "left behind: {names:?}");
+    // Recreated with another dimension: nothing of the old stream is there.
+    let two = json!({ "text": "t", "tokens": [[1.0, 0.0]] });
+    let (status, _) = call(&app, "PUT", "/v1/streams/s/groups/g/docs/c", Some(two)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, stats) = call(&app, "GET", "/v1/streams/s", None).await;
+    assert_eq!((stats["dim"].as_u64(), stats["memtable_entries"].as_u64()), (Some(2), Some(1)), "{stats}");
+}
+
+#[tokio::test]
+async fn healthz_names_no_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(dir.path());
+    let (status, health) = call(&app, "GET", "/healthz", None).await;
+    assert_eq!((status, health["streams"].as_bool()), (StatusCode::OK, Some(true)), "{health}");
+    let root = dir.path().to_string_lossy().into_owned();
+    assert!(!health.to_string().contains(&root), "{health}");
+}

@@ -4,20 +4,24 @@
 //! memtable → acknowledged. When the memtable passes its byte budget it is flushed: segment
 //! written atomically, then the manifest (its segment list and `flushed_seq`), then the log is
 //! emptied. Compaction merges every segment into one (newest sequence number wins, shadowed
-//! versions and tombstones dropped), so each group becomes one contiguous extent.
+//! versions and tombstones dropped), so each group becomes one contiguous extent; it runs on
+//! the process's one compaction thread (`compactor`) or when `compact()` is called.
+//!
+//! A flush that fails after the batch reached the log (a full disk) does not fail the batch: it
+//! is durable and visible, the memtable keeps it, and the next write tries the flush again.
 //!
 //! Lock order: `writer` (log, manifest) before `state` (memtable, segment list). Searches only
 //! take `state` for reading, long enough to clone `Arc`s.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::time::{Duration, Instant};
 
 use cellar_core::format::fsio::DirLock;
 use cellar_core::{CellarError, IoContext, Result};
 
+use crate::compactor;
 use crate::doc::{self, EntryView, StreamDoc};
 use crate::manifest::{segment_file, Manifest, SegmentRef, Settings, MANIFEST_VERSION, WAL_FILE};
 use crate::memtable::Memtable;
@@ -32,9 +36,9 @@ pub struct Options {
     pub durability: Durability,
     /// Memtable bytes that trigger a flush to a segment.
     pub memtable_bytes: usize,
-    /// Segments that wake the background compaction (when it runs).
+    /// Segments that queue the collection for background compaction (when it runs).
     pub compact_after: usize,
-    /// Run compaction on a background thread (otherwise only `compact()` does).
+    /// Compact on the process's compaction thread (otherwise only `compact()` does).
     pub background_compaction: bool,
     /// Largest read a query makes at once from a group's extent.
     pub chunk_bytes: usize,
@@ -73,15 +77,9 @@ struct Commits {
     leader: bool,
 }
 
-#[derive(Default)]
-struct Wake {
-    pending: bool,
-    stop: bool,
-}
-
 pub(crate) struct Inner {
-    /// Held for as long as anything (the handle, the compaction thread) can write.
-    _lock: DirLock,
+    /// This collection, for queueing itself on the compaction thread.
+    me: Weak<Inner>,
     pub dir: PathBuf,
     pub settings: Settings,
     pub options: Options,
@@ -90,9 +88,15 @@ pub(crate) struct Inner {
     commits: Mutex<Commits>,
     committed: Condvar,
     state: RwLock<State>,
+    /// Held while a compaction runs; `closed` and `queued` change under it.
     compacting: Mutex<()>,
-    wake: (Mutex<Wake>, Condvar),
+    /// Waiting in the compaction thread's queue.
+    queued: AtomicBool,
+    /// The handle was dropped: no compaction may start any more (its lock is released).
+    closed: AtomicBool,
     pub flushes: AtomicU64,
+    /// Flushes that failed after their batch was logged (the batch stayed acknowledged).
+    pub flush_failures: AtomicU64,
     pub compactions: AtomicU64,
     /// Log writes (one fsync each with `Durability::Fsync`) and the batches they carried.
     pub log_syncs: AtomicU64,
@@ -104,7 +108,14 @@ pub(crate) struct Inner {
 /// A streaming collection; share it between threads behind an `Arc`.
 pub struct Collection {
     pub(crate) inner: Arc<Inner>,
-    compactor: Option<JoinHandle<()>>,
+    /// Released when the handle drops, after any running compaction has finished.
+    _lock: DirLock,
+}
+
+impl std::fmt::Debug for Collection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collection").field("dir", &self.inner.dir).field("dim", &self.dim()).finish()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -194,6 +205,7 @@ impl Collection {
             (None, None) => {
                 return Err(CellarError::NotFound(format!("no streaming collection at {}", dir.display())))
             }
+            (None, Some(dim)) => check_dim(dim)?,
             _ => {}
         }
         std::fs::create_dir_all(dir).at(dir)?;
@@ -223,8 +235,8 @@ impl Collection {
         }
         let (wal, memtable, last, (records, truncated)) = replay(dir, &options, manifest.flushed_seq)?;
         let writer = Writer { wal, next_seq: last + 1, manifest };
-        let inner = Arc::new(Inner {
-            _lock: lock,
+        let inner = Arc::new_cyclic(|me| Inner {
+            me: me.clone(),
             dir: dir.to_path_buf(),
             settings,
             options,
@@ -233,16 +245,17 @@ impl Collection {
             committed: Condvar::new(),
             state: RwLock::new(State { memtable, segments }),
             compacting: Mutex::new(()),
-            wake: (Mutex::new(Wake::default()), Condvar::new()),
+            queued: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             flushes: AtomicU64::new(0),
+            flush_failures: AtomicU64::new(0),
             compactions: AtomicU64::new(0),
             log_syncs: AtomicU64::new(0),
             log_batches: AtomicU64::new(0),
             recovered_records: records,
             truncated_bytes: truncated,
         });
-        let compactor = inner.options.background_compaction.then(|| spawn_compactor(inner.clone()));
-        Ok(Collection { inner, compactor })
+        Ok(Collection { inner, _lock: lock })
     }
 
     pub fn dir(&self) -> &Path {
@@ -265,16 +278,28 @@ impl Collection {
     /// Writes documents as one log record: one sync, and after a crash all of them or none.
     /// Returns the sequence number of the last one.
     pub fn put_batch(&self, docs: &[StreamDoc]) -> Result<u64> {
+        let entries = Self::check_batch(docs, self.dim())?;
+        self.inner.commit_queued(entries)
+    }
+
+    /// Checks a batch for a collection of dimension `dim` as `put_batch` does, before any
+    /// collection exists (so a rejected first write creates none); returns its log entries.
+    pub fn check_batch(docs: &[StreamDoc], dim: usize) -> Result<Vec<Vec<u8>>> {
         if docs.is_empty() {
             return Err(CellarError::InvalidInput("a batch holds at least one document".into()));
         }
-        let dim = self.dim();
+        check_dim(dim)?;
         for (i, d) in docs.iter().enumerate() {
             d.validate(dim).map_err(|e| with_position(e, i, docs.len()))?;
         }
         let entries: Vec<Vec<u8>> = docs.iter().map(|d| d.encode(dim)).collect();
         check_record_size(&entries)?;
-        self.inner.commit_queued(entries)
+        Ok(entries)
+    }
+
+    /// Whether no compaction of this collection is queued or running now.
+    pub fn is_idle(&self) -> bool {
+        !self.inner.queued.load(Ordering::Acquire) && self.inner.compacting.try_lock().is_ok()
     }
 
     /// Deletes one document (a tombstone); `NotFound` when (group, id) holds no live document.
@@ -302,11 +327,23 @@ impl Collection {
         self.inner.compact()
     }
 
-    /// Waits (bounded) until no background compaction is running.
+    /// Waits until no background compaction of this collection is queued or running (at most
+    /// `IDLE_WAIT`; a queue busy with other collections longer than that ends the wait early).
     pub fn wait_idle(&self) {
-        drop(lock(&self.inner.compacting));
+        let start = Instant::now();
+        loop {
+            let running = lock(&self.inner.compacting);
+            if !self.inner.queued.load(Ordering::Acquire) || start.elapsed() > IDLE_WAIT {
+                return;
+            }
+            drop(running);
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
+
+/// Longest `wait_idle` waits for a queued compaction to run.
+const IDLE_WAIT: Duration = Duration::from_secs(60);
 
 /// Where a queued batch's outcome lands: its last sequence number, or the error.
 type Slot = Arc<Mutex<Option<Result<u64>>>>;
@@ -330,10 +367,15 @@ fn with_position(error: CellarError, i: usize, n: usize) -> CellarError {
     }
 }
 
-fn create(dir: &Path, dim: usize) -> Result<Settings> {
+fn check_dim(dim: usize) -> Result<()> {
     if dim == 0 || dim > doc::MAX_DIM {
         return Err(CellarError::InvalidInput(format!("dimension {dim}: 1 to {} allowed", doc::MAX_DIM)));
     }
+    Ok(())
+}
+
+fn create(dir: &Path, dim: usize) -> Result<Settings> {
+    check_dim(dim)?;
     std::fs::create_dir_all(dir).at(dir)?;
     let settings = Settings { version: MANIFEST_VERSION, dim, encoder: None };
     settings.save(dir)?;
@@ -396,23 +438,25 @@ impl Inner {
             lasts.push(writer.next_seq - 1);
         }
         let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
-        let outcome = writer.wal.append(&refs).map(|()| {
-            self.log_syncs.fetch_add(1, Ordering::Relaxed);
-            self.log_batches.fetch_add(group.len() as u64, Ordering::Relaxed);
-            self.make_visible(&payloads);
-            if self.read().memtable.bytes() > self.options.memtable_bytes {
-                self.flush_locked(writer)
-            } else {
-                Ok(())
+        let outcome = writer.wal.append(&refs);
+        match &outcome {
+            Err(_) => writer.next_seq = first_seq, // nothing was logged
+            Ok(()) => {
+                self.log_syncs.fetch_add(1, Ordering::Relaxed);
+                self.log_batches.fetch_add(group.len() as u64, Ordering::Relaxed);
+                self.make_visible(&payloads);
+                if self.read().memtable.bytes() > self.options.memtable_bytes {
+                    // The batches are logged and visible: a failed flush is not theirs to report.
+                    if let Err(e) = self.flush_locked(writer) {
+                        self.flush_failures.fetch_add(1, Ordering::Relaxed);
+                        log::error!(
+                            "{}: flushing the memtable failed ({e}); the logged writes stay in the log and the memtable, the next write tries again",
+                            self.dir.display()
+                        );
+                    }
+                }
             }
-        });
-        let outcome = match outcome {
-            Err(e) => {
-                writer.next_seq = first_seq; // nothing was logged
-                Err(e)
-            }
-            Ok(flushed) => flushed,
-        };
+        }
         for ((_, slot), last) in group.iter().zip(lasts) {
             *lock(slot) = Some(outcome.as_ref().map(|()| last).map_err(CellarError::clone));
         }
@@ -460,16 +504,33 @@ impl Inner {
         };
         writer.wal.reset()?;
         self.flushes.fetch_add(1, Ordering::Relaxed);
-        if n_segments > self.options.compact_after {
-            let (flag, cvar) = &self.wake;
-            lock(flag).pending = true;
-            cvar.notify_one();
+        let wanted = self.options.background_compaction && n_segments > self.options.compact_after;
+        if wanted && !self.queued.swap(true, Ordering::AcqRel) {
+            compactor::request(self.me.clone());
         }
         Ok(())
     }
 
     fn compact(&self) -> Result<bool> {
         let _one_at_a_time = lock(&self.compacting);
+        self.compact_locked()
+    }
+
+    /// A compaction the compaction thread runs for this collection, unless its handle was
+    /// dropped meanwhile (another process may hold the directory by now).
+    pub(crate) fn compact_queued(&self) {
+        let _one_at_a_time = lock(&self.compacting);
+        self.queued.store(false, Ordering::Release);
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = self.compact_locked() {
+            log::error!("{}: background compaction failed: {e}", self.dir.display());
+        }
+    }
+
+    /// Merges every segment into one; the caller holds `compacting`.
+    fn compact_locked(&self) -> Result<bool> {
         let inputs = self.read().segments.clone();
         if inputs.len() < 2 {
             return Ok(false);
@@ -536,37 +597,11 @@ fn segment_ref(number: u64, segment: &Segment) -> SegmentRef {
     }
 }
 
-fn spawn_compactor(inner: Arc<Inner>) -> JoinHandle<()> {
-    std::thread::Builder::new()
-        .name("cellar-compact".into())
-        .spawn(move || loop {
-            let run = {
-                let (flag, cvar) = &inner.wake;
-                let guard = lock(flag);
-                let (mut guard, _) = cvar
-                    .wait_timeout_while(guard, Duration::from_secs(1), |w| !w.pending && !w.stop)
-                    .unwrap_or_else(|p| p.into_inner());
-                if guard.stop {
-                    return;
-                }
-                std::mem::take(&mut guard.pending)
-            };
-            if run {
-                if let Err(e) = inner.compact() {
-                    log::error!("{}: background compaction failed: {e}", inner.dir.display());
-                }
-            }
-        })
-        .expect("spawning the compaction thread")
-}
-
 impl Drop for Collection {
     fn drop(&mut self) {
-        let (flag, cvar) = &self.inner.wake;
-        lock(flag).stop = true;
-        cvar.notify_all();
-        if let Some(handle) = self.compactor.take() {
-            let _ = handle.join();
-        }
+        // After this no compaction writes here; one running now finishes first. The directory
+        // lock is released after this body, when the fields drop.
+        let _running = lock(&self.inner.compacting);
+        self.inner.closed.store(true, Ordering::Release);
     }
 }

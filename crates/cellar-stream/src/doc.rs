@@ -91,8 +91,14 @@ pub fn check_key(what: &str, key: &str) -> Result<()> {
     Ok(())
 }
 
+/// Stored vectors are f16: a value beyond its range would be stored as infinity.
 fn check_finite(what: &str, values: &[f32]) -> Result<()> {
-    match values.iter().position(|v| !v.is_finite()) {
+    match values.iter().position(|v| !half::f16::from_f32(*v).is_finite()) {
+        Some(i) if values[i].is_finite() => Err(invalid(format!(
+            "{what}: value {i} ({}) is outside the range of the f16 vectors a stream stores (+-{})",
+            values[i],
+            half::f16::MAX
+        ))),
         Some(i) => Err(invalid(format!("{what}: value {i} is not finite"))),
         None => Ok(()),
     }

@@ -82,22 +82,28 @@ pub fn query_with_vectors(query: QueryJson, dim: usize, encoder: &LazyEncoder) -
     query.into_query(dim, Some((encoded.tokens, encoded.pooled)))
 }
 
-/// The collection `name` for writing `docs`: created when missing, with the dimension of the
-/// caller's vectors or else the encoder's.
-pub fn collection_for_write(
+/// The dimension of a write of `docs` to `name`: the stream's when it exists, else that of the
+/// caller's vectors, else the encoder's.
+pub fn write_dim(streams: &Streams, name: &str, docs: &[DocJson], encoder: &LazyEncoder) -> Result<usize> {
+    match streams.get(name, None) {
+        Ok(collection) => Ok(collection.dim()),
+        Err(CellarError::NotFound(_)) => match docs.iter().find_map(DocJson::given_dim) {
+            Some(dim) => Ok(dim),
+            None => Ok(encoder.get()?.dim()),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `docs` to `name` as one batch, encoding the texts of those without vectors; the stream
+/// is created (with `write_dim`) only when the whole batch is valid.
+pub fn write_docs(
     streams: &Streams,
     name: &str,
-    docs: &[DocJson],
+    docs: Vec<DocJson>,
     encoder: &LazyEncoder,
-) -> Result<Arc<Collection>> {
-    match streams.get(name, None) {
-        Err(CellarError::NotFound(_)) => {
-            let dim = match docs.iter().find_map(DocJson::given_dim) {
-                Some(dim) => dim,
-                None => encoder.get()?.dim(),
-            };
-            streams.get(name, Some(dim))
-        }
-        other => other,
-    }
+) -> Result<(Arc<Collection>, u64)> {
+    let dim = write_dim(streams, name, &docs, encoder)?;
+    let docs = docs_with_vectors(docs, dim, encoder)?;
+    streams.put_batch(name, dim, &docs)
 }

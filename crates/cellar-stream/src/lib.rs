@@ -6,12 +6,14 @@
 //! - `memtable`: the unflushed newest entries, sorted by (group, id)
 //! - `segment`: immutable files, one page-aligned checksummed extent per group; `merge`: compaction
 //! - `manifest`: `stream.json` and the commit point `MANIFEST.json`
-//! - `collection`: open/recover, put, delete, flush, compact (background thread)
+//! - `collection`: open/recover, put, delete, flush, compact; `compactor`: the process's one
+//!   background compaction thread, shared by every collection
 //! - `search`: exact per-group MaxSim or pooled search, filters and text match, chunked reads
 //! - `stats`: `get` and the RAM/disk figures; `registry`: named collections under one root
 //! - `input`: JSON documents and queries (HTTP, CLI, Python); `encoding`: text → vectors
 
 pub mod collection;
+mod compactor;
 pub mod doc;
 pub mod encoding;
 pub mod input;

@@ -43,6 +43,9 @@ pub struct Stats {
     pub last_seq: u64,
     pub flushed_seq: u64,
     pub flushes: u64,
+    /// Flushes that failed after their writes were logged (a full disk): those writes stayed
+    /// acknowledged, in the log and the memtable.
+    pub flush_failures: u64,
     pub compactions: u64,
     /// Log writes since open (one fsync each by default) and the batches they carried: more
     /// batches than syncs means concurrent writers shared syncs (group commit).
@@ -95,6 +98,7 @@ impl Collection {
             last_seq,
             flushed_seq,
             flushes: self.inner.flushes.load(std::sync::atomic::Ordering::Relaxed),
+            flush_failures: self.inner.flush_failures.load(std::sync::atomic::Ordering::Relaxed),
             compactions: self.inner.compactions.load(std::sync::atomic::Ordering::Relaxed),
             log_syncs: self.inner.log_syncs.load(std::sync::atomic::Ordering::Relaxed),
             log_batches: self.inner.log_batches.load(std::sync::atomic::Ordering::Relaxed),

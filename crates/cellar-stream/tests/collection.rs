@@ -357,3 +357,54 @@ fn a_second_opener_is_refused_until_the_first_closes() {
     let again = open(dir.path(), options(1 << 20));
     assert_eq!(again.stats().memtable_entries, 2, "both acknowledged writes survive");
 }
+
+#[test]
+fn a_stream_open_elsewhere_is_not_deleted_and_a_rejected_first_batch_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let streams = cellar_stream::Streams::open(dir.path(), options(1 << 20)).unwrap();
+    let elsewhere = open(&dir.path().join("held"), options(1 << 20));
+    elsewhere.put(&doc("g", "a", 1)).unwrap();
+    assert!(matches!(streams.delete("held"), Err(CellarError::Locked { .. })));
+    drop(elsewhere);
+    streams.delete("held").unwrap();
+    assert!(matches!(streams.delete("held"), Err(CellarError::NotFound(_))));
+    assert!(streams.names().is_empty());
+
+    let mut bad = doc("g", "b", 1);
+    bad.tokens[0] = f32::NAN;
+    let err = streams.put_batch("new", DIM, &[doc("g", "a", 1), bad]).unwrap_err();
+    assert!(err.to_string().contains("document 1 of the batch"), "{err}");
+    assert!(!dir.path().join("new").exists());
+    assert!(matches!(streams.put_batch("new", 0, &[doc("g", "a", 1)]), Err(CellarError::InvalidInput(_))));
+    assert!(!dir.path().join("new").exists());
+}
+
+#[test]
+fn a_failed_flush_fails_no_logged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c");
+    let c = open(&path, options(256));
+    // A directory where the flush's temporary segment goes: the flush fails, the log works.
+    let blockers: Vec<_> = (0..4)
+        .map(|n| path.join(cellar_stream::manifest::segment_file(n)).with_extension("seg.tmp"))
+        .collect();
+    for b in &blockers {
+        std::fs::create_dir(b).unwrap();
+    }
+    for i in 0..5 {
+        c.put(&doc("g", &format!("d{i}"), 1)).unwrap();
+    }
+    let stats = c.stats();
+    assert!(stats.flush_failures >= 1 && stats.segments == 0, "{stats:?}");
+    assert_eq!(c.get("g", "d4").unwrap().text, doc("g", "d4", 1).text);
+    for b in &blockers {
+        std::fs::remove_dir(b).unwrap();
+    }
+    c.put(&doc("g", "d5", 1)).unwrap();
+    assert!(c.stats().segments >= 1, "the next write flushed: {:?}", c.stats());
+    drop(c);
+    let c = open(&path, options(256));
+    for i in 0..6 {
+        assert_eq!(c.get("g", &format!("d{i}")).unwrap().text, doc("g", &format!("d{i}"), 1).text);
+    }
+}

@@ -24,11 +24,16 @@ pub fn assert_user_error(out: &Output, needle: &str) {
 
 /// One HTTP/1.1 exchange over a fresh loopback connection: (status, body).
 pub fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    http_with(port, method, path, "", body)
+}
+
+/// `http` with extra header lines (each ending in `\r\n`).
+pub fn http_with(port: u16, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).unwrap();

@@ -212,9 +212,10 @@ impl DirLock {
                 ),
             });
         }
+        // Who holds it, for the next opener's message; best effort (a full disk refuses it, and
+        // the lock is the flock, not these bytes).
         let me = format!("pid {}\n", std::process::id());
-        file.set_len(0).at(&path)?;
-        file.write_all_at(me.as_bytes(), 0).at(&path)?;
+        let _ = file.set_len(0).and_then(|()| file.write_all_at(me.as_bytes(), 0));
         Ok(DirLock { _file: file })
     }
 }
