@@ -82,7 +82,7 @@ def test_search_result_fields_are_aligned(index: cellar.Index) -> None:
         assert set(hit) == {"id", "internal_id", "score", "stage", "first_stage_score", "maxsim", "title", "text"}
     by_id = {doc: (title, text) for doc, title, text in zip(res.ids, res.titles, res.texts)}
     assert by_id["bees-3"] == TOPICS["bees"][3]
-    assert set(res.timings) == {"encode", "first_stage", "read", "maxsim", "fuse", "text", "total"}
+    assert set(res.timings) == {"queue", "encode", "first_stage", "read", "read_hidden", "maxsim", "fuse", "text", "total"}
     assert all(v >= 0 for v in res.timings.values())
     assert res.bytes_read > 0 and res.bytes_read == res.io["bytes_read"]
     assert res.reranked > 0 and res.candidates >= res.reranked

@@ -47,7 +47,7 @@ fn print_text(response: &SearchResponse) {
     let t = &response.timings;
     let p = &response.params;
     println!(
-        "mode {} (alpha {:.2}, {} candidates, {} re-ranked) | encode {:.1} ms, first stage {:.1} ms, read {:.1} ms, maxsim {:.1} ms, fuse {:.2} ms, text {:.1} ms, total {:.1} ms | {} reads, {} KiB",
+        "mode {} (alpha {:.2}, {} candidates, {} re-ranked) | encode {:.1} ms, first stage {:.1} ms, read {:.1} ms ({:.1} under the encoding), maxsim {:.1} ms, fuse {:.2} ms, text {:.1} ms, total {:.1} ms | {} reads, {} KiB",
         p.mode,
         p.alpha,
         response.candidates,
@@ -55,6 +55,7 @@ fn print_text(response: &SearchResponse) {
         t.encode_ms,
         t.first_stage_ms,
         t.read_ms,
+        t.read_hidden_ms,
         t.maxsim_ms,
         t.fuse_ms,
         t.text_ms,

@@ -173,7 +173,8 @@ impl PyIndex {
     /// vectors) or ``"bm25"``. ``candidates`` (first-stage depth), ``rerank_k`` (how many
     /// candidates are re-scored) and ``alpha`` (first-stage weight in [0, 1]) default to the
     /// index's stored, possibly tuned, values; ``nprobe``, ``oversample``, ``rescore``,
-    /// ``prefetch``, ``prefetch_step`` and ``hybrid_candidates`` to its IVF's.
+    /// ``prefetch``, ``prefetch_step`` and ``hybrid_candidates`` to its IVF's; ``early_read``
+    /// (default true) reads BM25's candidates while the text is encoded.
     /// ``query_vectors={"tokens": [[...], ...], "pooled": [...]}`` (lists or NumPy arrays, in
     /// the model's space) replaces encoding the text; ``include_text=False`` leaves titles and
     /// texts out. A misspelt argument raises ``TypeError``. Releases the GIL.

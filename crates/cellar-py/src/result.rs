@@ -55,20 +55,13 @@ impl PySearchResult {
         to_python(py, &self.response.hits)
     }
 
-    /// Milliseconds per stage: encode, first_stage, read, maxsim, fuse, text, total.
+    /// Milliseconds per stage: queue, encode, first_stage, read, read_hidden (the part of read
+    /// spent under the encoding), maxsim, fuse, text, total.
     #[getter]
     fn timings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let t = &self.response.timings;
         let dict = PyDict::new(py);
-        for (stage, ms) in [
-            ("encode", t.encode_ms),
-            ("first_stage", t.first_stage_ms),
-            ("read", t.read_ms),
-            ("maxsim", t.maxsim_ms),
-            ("fuse", t.fuse_ms),
-            ("text", t.text_ms),
-            ("total", t.total_ms),
-        ] {
+        for (stage, ms) in t.stages() {
             dict.set_item(stage, ms)?;
         }
         Ok(dict)

@@ -20,6 +20,9 @@ pub struct SearchParams {
     /// How many of the N candidates are read and re-scored (at most N).
     pub rerank_k: usize,
     pub alpha: f32,
+    /// Rerank and hybrid text queries read BM25's best `rerank_k` records while the text is
+    /// encoded.
+    pub early_read: bool,
     /// IVF settings; `None` when the search does not probe the IVF.
     pub ivf: Option<IvfParams>,
 }
@@ -123,6 +126,7 @@ impl SearchParams {
                 "mode {mode} needs an IVF and this index has none: build one with `cellar ivf build --index DIR`"
             )));
         }
-        Ok(SearchParams { mode, k, candidates, rerank_k, alpha, ivf })
+        let early_read = options.early_read.unwrap_or(true);
+        Ok(SearchParams { mode, k, candidates, rerank_k, alpha, early_read, ivf })
     }
 }

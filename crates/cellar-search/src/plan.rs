@@ -5,12 +5,13 @@
 
 use std::time::Instant;
 
-use cellar_core::{CellarError, Result};
+use cellar_core::{CellarError, DocId, Result};
 
 use crate::index::Index;
 use crate::mode::Mode;
 use crate::params::SearchParams;
 use crate::query::{PreparedQuery, QueryVectors};
+use crate::rank::EarlyReads;
 use crate::request::{QueryVectorsIn, SearchRequest, MAX_QUERY_BYTES, MAX_QUERY_VECTORS};
 use crate::search::{ms_since, SearchResponse};
 
@@ -99,10 +100,39 @@ impl Index {
     }
 
     /// Runs a plan: prepares its query, ranks, and attaches each hit's id (and text).
+    ///
+    /// A text query that BM25 ranks first (rerank, hybrid) runs BM25 before it is encoded and
+    /// reads the records of BM25's best `rerank_k` candidates on a helper thread while the
+    /// encoder runs on this one: ESPN's early prefetch, with the encoder as the stage that hides
+    /// the read. `timings.read_hidden_ms` says how much of the read it hid.
     pub fn execute(&self, plan: Plan) -> Result<SearchResponse> {
         let (params, include_text) = (plan.params, plan.include_text);
-        let query = self.prepare(plan)?;
-        self.respond(&query, &params, include_text)
+        if !reads_before_encoding(&plan) {
+            let query = self.prepare(plan)?;
+            return self.respond(&query, &params, include_text);
+        }
+        let start = Instant::now();
+        let bm25 = self.bm25.search(&plan.text, params.candidates)?;
+        let bm25_ms = ms_since(start);
+        let ids: Vec<DocId> = bm25.iter().take(params.rerank_k).map(|s| s.id).collect();
+        let (query, read, wait_ms) = std::thread::scope(|scope| {
+            let reader =
+                std::thread::Builder::new().name("cellar-early-read".into()).spawn_scoped(scope, || {
+                    let read_start = Instant::now();
+                    self.store.read_batch(&ids).map(|batch| (batch, ms_since(read_start)))
+                });
+            let reader =
+                reader.map_err(|e| CellarError::internal(format!("starting the early read: {e}")))?;
+            let query = self.prepare(plan);
+            let wait_start = Instant::now();
+            let read = reader.join().map_err(|_| CellarError::internal("the early read thread panicked"))?;
+            Ok::<_, CellarError>((query, read, ms_since(wait_start)))
+        })?;
+        let (batch, read_ms) = read?;
+        let early = EarlyReads { bm25, bm25_ms, ids, batch, read_ms, wait_ms };
+        let mut ranking = self.rank_with(&query?, &params, Some(early))?;
+        ranking.timings.total_ms = ms_since(start);
+        self.answer(ranking, &params, include_text)
     }
 
     /// Plans and executes `request`.
@@ -118,6 +148,13 @@ impl Index {
             None => tokens,
         }
     }
+}
+
+/// Whether `execute` runs BM25 first and reads its candidates while the text is encoded: a text
+/// query (no caller vectors) of a mode that both ranks with BM25 and re-ranks with MaxSim.
+fn reads_before_encoding(plan: &Plan) -> bool {
+    let p = &plan.params;
+    p.early_read && plan.vectors.is_none() && matches!(p.mode, Mode::Rerank | Mode::Hybrid) && p.rerank_k > 0
 }
 
 /// Checks a query's text: not empty, not over-long.

@@ -2,6 +2,9 @@
 //! candidates, and the fusion of the two.
 //!
 //! - bm25, rerank, hybrid (BM25 only): BM25 top-N → read → MaxSim → fuse;
+//! - a text query of rerank or hybrid runs BM25 *before* its encoding and reads BM25's best
+//!   `rerank_k` records while the encoder runs ([`EarlyReads`], made by `Index::execute`), so
+//!   that read is off the query's path; only the candidates it did not cover are read after;
 //! - dense-exact: a scan of the pooled vectors in RAM; ivf: the IVF alone;
 //! - dense, hybrid with `hybrid_candidates` > 0: the IVF probe (joined with BM25 for hybrid),
 //!   with the prefetcher reading the likely candidates' records while the probe runs.
@@ -9,7 +12,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use cellar_core::io::ReadStats;
+use cellar_core::io::{ReadStats, RecordBatch};
 use cellar_core::{CellarError, DocId, Result};
 
 use crate::fusion::{self, Fused, Stage};
@@ -27,6 +30,19 @@ fn ms_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
 }
 
+/// BM25's list of a text query, made before the query was encoded, and the records of its best
+/// `rerank_k` candidates, read while it was.
+pub(crate) struct EarlyReads {
+    pub bm25: Vec<Scored>,
+    pub bm25_ms: f64,
+    pub ids: Vec<DocId>,
+    pub batch: RecordBatch,
+    pub read_ms: f64,
+    /// Time the query waited for these reads after its encoding: the rest of `read_ms` was
+    /// hidden under it.
+    pub wait_ms: f64,
+}
+
 /// What the probe-based path produced besides the hits.
 struct Probed {
     hits: Vec<Fused>,
@@ -40,14 +56,35 @@ struct Probed {
 impl Index {
     /// Ranks documents for a prepared query (no text is fetched).
     pub fn rank(&self, query: &PreparedQuery, params: &SearchParams) -> Result<Ranking> {
+        self.rank_with(query, params, None)
+    }
+
+    /// `rank`, given BM25's list and the records read while the query was encoded.
+    pub(crate) fn rank_with(
+        &self,
+        query: &PreparedQuery,
+        params: &SearchParams,
+        early: Option<EarlyReads>,
+    ) -> Result<Ranking> {
         let start = Instant::now();
         let mut timings = Timings { encode_ms: query.encode_ms, ..Timings::default() };
+        let (bm25, early) = match early {
+            Some(e) => {
+                timings.first_stage_ms = e.bm25_ms;
+                timings.read_hidden_ms = (e.read_ms - e.wait_ms).max(0.0);
+                let scored = self.score_batch(query, &e.ids, &e.batch, e.read_ms);
+                (Some(e.bm25), scored)
+            }
+            None => (None, ScoredRecords::default()),
+        };
         let mut ranking = match (params.mode, params.ivf) {
             (Mode::DenseExact, _) => self.rank_exact(query, params, &mut timings)?,
             (Mode::Ivf, Some(ivf)) => self.rank_ivf_only(query, params, ivf, &mut timings)?,
-            (Mode::Dense, Some(ivf)) => self.rank_probed(query, params, ivf, &mut timings)?,
+            (Mode::Dense, Some(ivf)) => {
+                self.rank_probed(query, params, ivf, None, ScoredRecords::default(), &mut timings)?
+            }
             (Mode::Hybrid, Some(ivf)) if ivf.hybrid_candidates > 0 => {
-                self.rank_probed(query, params, ivf, &mut timings)?
+                self.rank_probed(query, params, ivf, bm25, early, &mut timings)?
             }
             (Mode::Ivf | Mode::Dense, None) => {
                 return Err(CellarError::internal(format!(
@@ -55,7 +92,7 @@ impl Index {
                     params.mode
                 )));
             }
-            _ => self.rank_bm25_first(query, params, &mut timings)?,
+            _ => self.rank_bm25_first(query, params, bm25, early, &mut timings)?,
         };
         ranking.timings.total_ms = timings.encode_ms + ms_since(start);
         Ok(ranking)
@@ -95,18 +132,36 @@ impl Index {
         Ok(ranking)
     }
 
+    /// BM25 (or its list made before the encoding) → MaxSim of the best `rerank_k` (those read
+    /// early already scored) → fusion.
     fn rank_bm25_first(
         &self,
         query: &PreparedQuery,
         params: &SearchParams,
+        bm25: Option<Vec<Scored>>,
+        early: ScoredRecords,
         timings: &mut Timings,
     ) -> Result<Ranking> {
-        let start = Instant::now();
-        let depth = if params.mode == Mode::Bm25 { params.k } else { params.candidates };
-        let candidates = self.bm25.search(&query.text, depth)?;
-        timings.first_stage_ms = ms_since(start);
+        let candidates = match bm25 {
+            Some(list) => list,
+            None => {
+                let start = Instant::now();
+                let depth = if params.mode == Mode::Bm25 { params.k } else { params.candidates };
+                let list = self.bm25.search(&query.text, depth)?;
+                timings.first_stage_ms = ms_since(start);
+                list
+            }
+        };
         let rerank_k = if params.mode == Mode::Bm25 { 0 } else { params.rerank_k.min(candidates.len()) };
-        let (maxsim, io) = self.maxsim(query, &candidates[..rerank_k], timings)?;
+        let needed: Vec<DocId> = candidates[..rerank_k].iter().map(|c| c.id).collect();
+        let missing: Vec<DocId> =
+            needed.iter().filter(|id| !early.scores.contains_key(id)).copied().collect();
+        let late = self.read_scored(query, &missing)?;
+        timings.read_ms += early.read_ms + late.read_ms;
+        timings.maxsim_ms += early.score_ms + late.score_ms;
+        let maxsim: Vec<f32> = needed.iter().map(|id| score_of(id, &[&early, &late])).collect();
+        let mut io = early.io;
+        io += late.io;
         let fuse_start = Instant::now();
         let mut hits = fusion::fuse(&candidates, &maxsim, params.alpha);
         hits.truncate(params.k);
@@ -129,14 +184,17 @@ impl Index {
         query: &PreparedQuery,
         params: &SearchParams,
         ivf: IvfParams,
+        bm25: Option<Vec<Scored>>,
+        early: ScoredRecords,
         timings: &mut Timings,
     ) -> Result<Ranking> {
         let start = Instant::now();
-        let bm25 = match params.mode {
-            Mode::Hybrid => Some(self.bm25.search(&query.text, params.candidates)?),
-            _ => None,
+        let bm25 = match (params.mode, bm25) {
+            (Mode::Hybrid, None) => Some(self.bm25.search(&query.text, params.candidates)?),
+            (_, given) => given,
         };
-        let probed = self.probe_and_rerank(query, params, ivf, bm25.as_deref(), timings, start)?;
+        timings.first_stage_ms += ms_since(start);
+        let probed = self.probe_and_rerank(query, params, ivf, bm25.as_deref(), early, timings)?;
         let mut hits = probed.hits;
         hits.truncate(params.k);
         Ok(Ranking {
@@ -156,9 +214,10 @@ impl Index {
         params: &SearchParams,
         ivf: IvfParams,
         bm25: Option<&[Scored]>,
+        early: ScoredRecords,
         timings: &mut Timings,
-        start: Instant,
     ) -> Result<Probed> {
+        let start = Instant::now();
         let depth = if bm25.is_some() { ivf.hybrid_candidates } else { params.candidates };
         let mut probe = self.ivf()?.probe(&query.pooled, ivf.probe(depth));
         let rerank_k = params.rerank_k;
@@ -169,41 +228,49 @@ impl Index {
                     ((ivf.prefetch_step * probe.total() as f32).ceil() as usize).clamp(1, probe.total());
                 probe.scan(first)?;
                 let guess = first_stage(bm25, &probe.current(depth));
-                let ids: Vec<DocId> = guess.iter().take(rerank_k).map(|s| s.id).collect();
+                let ids: Vec<DocId> = guess
+                    .iter()
+                    .take(rerank_k)
+                    .map(|s| s.id)
+                    .filter(|id| !early.scores.contains_key(id))
+                    .collect();
                 let guessed: HashSet<DocId> = ids.iter().copied().collect();
                 let after = probe.probed();
                 prefetch = Some((after, guessed, scope.spawn(move || self.read_and_score(query, &ids))));
             }
             let (ivf_hits, probe_stats) = probe.finish()?;
             let candidates = first_stage(bm25, &ivf_hits);
-            timings.first_stage_ms = ms_since(start);
+            timings.first_stage_ms += ms_since(start);
             let needed: Vec<DocId> = candidates.iter().take(rerank_k).map(|s| s.id).collect();
             let wait_start = Instant::now();
             // The misses are read at once, while the prefetch may still be reading its records.
             let guessed = prefetch.as_ref().map(|(_, guessed, _)| guessed);
-            let missing: Vec<DocId> =
-                needed.iter().filter(|id| !guessed.is_some_and(|g| g.contains(id))).copied().collect();
+            let missing: Vec<DocId> = needed
+                .iter()
+                .filter(|id| !guessed.is_some_and(|g| g.contains(id)) && !early.scores.contains_key(id))
+                .copied()
+                .collect();
             let late = self.read_and_score(query, &missing)?;
-            let (early, after) = match prefetch {
+            let before = early;
+            let (prefetched, after) = match prefetch {
                 Some((after, _, handle)) => (handle.join().expect("prefetch thread panicked")?, Some(after)),
                 None => (ScoredRecords::default(), None),
             };
             let wait_ms = ms_since(wait_start);
-            timings.read_ms = early.read_ms + late.read_ms;
-            timings.maxsim_ms = early.score_ms + late.score_ms;
+            timings.read_ms = before.read_ms + prefetched.read_ms + late.read_ms;
+            timings.maxsim_ms = before.score_ms + prefetched.score_ms + late.score_ms;
             let prefetch_stats = after.map(|after_clusters| {
                 let mut stats = PrefetchStats { after_clusters, wait_ms, ..PrefetchStats::default() };
-                stats.account(&early, &needed, &late);
+                stats.account(&prefetched, &needed, &late);
                 stats
             });
-            let maxsim: Vec<f32> = needed
-                .iter()
-                .map(|id| early.scores.get(id).or(late.scores.get(id)).copied().unwrap_or(0.0))
-                .collect();
+            let maxsim: Vec<f32> =
+                needed.iter().map(|id| score_of(id, &[&before, &prefetched, &late])).collect();
             let fuse_start = Instant::now();
             let hits = fusion::fuse(&candidates, &maxsim, params.alpha);
             timings.fuse_ms = ms_since(fuse_start);
-            let mut io = early.io;
+            let mut io = before.io;
+            io += prefetched.io;
             io += late.io;
             io += ReadStats {
                 read_calls: probe_stats.read_calls,
@@ -221,26 +288,32 @@ impl Index {
         })
     }
 
-    /// Reads the records of `candidates` and scores each with MaxSim against the query.
-    pub(crate) fn maxsim(
-        &self,
-        query: &PreparedQuery,
-        candidates: &[Scored],
-        timings: &mut Timings,
-    ) -> Result<(Vec<f32>, ReadStats)> {
-        if candidates.is_empty() {
-            return Ok((Vec::new(), ReadStats::default()));
+    /// Reads the records of `ids` in one batch and scores each with MaxSim.
+    pub(crate) fn read_scored(&self, query: &PreparedQuery, ids: &[DocId]) -> Result<ScoredRecords> {
+        if ids.is_empty() {
+            return Ok(ScoredRecords::default());
         }
         let read_start = Instant::now();
-        let ids: Vec<DocId> = candidates.iter().map(|c| c.id).collect();
-        let batch = self.store.read_batch(&ids)?;
-        timings.read_ms = ms_since(read_start);
-        let score_start = Instant::now();
+        let batch = self.store.read_batch(ids)?;
+        Ok(self.score_batch(query, ids, &batch, ms_since(read_start)))
+    }
+
+    /// MaxSim of every record of `batch` (the records of `ids`, in order), read in `read_ms`.
+    pub(crate) fn score_batch(
+        &self,
+        query: &PreparedQuery,
+        ids: &[DocId],
+        batch: &RecordBatch,
+        read_ms: f64,
+    ) -> ScoredRecords {
+        let start = Instant::now();
         let codec = self.store.codec();
-        let scores =
-            (0..batch.len()).map(|i| codec.maxsim(self.isa, &query.tokens, batch.record(i).tokens)).collect();
-        timings.maxsim_ms = ms_since(score_start);
-        Ok((scores, batch.stats()))
+        let scores = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (*id, codec.maxsim(self.isa, &query.tokens, batch.record(i).tokens)));
+        let scores = scores.collect();
+        ScoredRecords { scores, io: batch.stats(), read_ms, score_ms: ms_since(start) }
     }
 
     /// The default hybrid search's first-stage candidates — the first `n` of BM25, joined by the
@@ -258,9 +331,16 @@ impl Index {
             }
             None => bm25,
         };
-        let (maxsim, _) = self.maxsim(query, &candidates, &mut Timings::default())?;
+        let ids: Vec<DocId> = candidates.iter().map(|c| c.id).collect();
+        let scored = self.read_scored(query, &ids)?;
+        let maxsim = ids.iter().map(|id| score_of(id, &[&scored])).collect();
         Ok((candidates, maxsim))
     }
+}
+
+/// The MaxSim score of `id` in the first of `sets` that holds it (every re-ranked id is in one).
+fn score_of(id: &DocId, sets: &[&ScoredRecords]) -> f32 {
+    sets.iter().find_map(|set| set.scores.get(id)).copied().unwrap_or(0.0)
 }
 
 pub(crate) fn first_stage_hit(scored: &Scored) -> Fused {

@@ -84,6 +84,10 @@ pub struct SearchRequest {
     #[schemars(range(max = MAX_K))]
     #[cfg_attr(feature = "cli", arg(long))]
     pub hybrid_candidates: Option<usize>,
+    /// Rerank and hybrid text queries: run BM25 before encoding the text and read its best
+    /// rerank_k candidates while the encoder runs: true (default) or false.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub early_read: Option<bool>,
 }
 
 /// Query vectors a caller computed itself, in the model's output space (before any PCA), used

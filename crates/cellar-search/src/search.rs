@@ -20,7 +20,11 @@ use crate::query::PreparedQuery;
 pub struct Timings {
     pub encode_ms: f64,
     pub first_stage_ms: f64,
+    /// Time the candidates' records took to read, wherever it was spent.
     pub read_ms: f64,
+    /// The part of `read_ms` spent while the query was being encoded (BM25's candidates are read
+    /// before the encoder runs), so not on the query's path.
+    pub read_hidden_ms: f64,
     pub maxsim_ms: f64,
     pub fuse_ms: f64,
     pub text_ms: f64,
@@ -28,6 +32,28 @@ pub struct Timings {
     /// Wait for a server worker before the search started (set by `cellar serve`; 0 elsewhere,
     /// and not part of `total_ms`).
     pub queue_ms: f64,
+}
+
+impl Timings {
+    /// The stages of [`Timings::stages`], in order.
+    pub const STAGES: [&'static str; 9] =
+        ["queue", "encode", "first_stage", "read", "read_hidden", "maxsim", "fuse", "text", "total"];
+
+    /// Every stage by name, as the server's metrics, the CLI and Python show them.
+    pub fn stages(&self) -> [(&'static str, f64); 9] {
+        let ms = [
+            self.queue_ms,
+            self.encode_ms,
+            self.first_stage_ms,
+            self.read_ms,
+            self.read_hidden_ms,
+            self.maxsim_ms,
+            self.fuse_ms,
+            self.text_ms,
+            self.total_ms,
+        ];
+        std::array::from_fn(|i| (Self::STAGES[i], ms[i]))
+    }
 }
 
 /// The ranked documents of one search, without their text.
@@ -109,7 +135,16 @@ impl Index {
         params: &SearchParams,
         include_text: bool,
     ) -> Result<SearchResponse> {
-        let mut ranking = self.rank(query, params)?;
+        self.answer(self.rank(query, params)?, params, include_text)
+    }
+
+    /// A ranking with each hit's id, and its title and text when `include_text`.
+    pub(crate) fn answer(
+        &self,
+        mut ranking: Ranking,
+        params: &SearchParams,
+        include_text: bool,
+    ) -> Result<SearchResponse> {
         let text_start = Instant::now();
         let hits = ranking.hits.iter().map(|f| self.hit(f, include_text)).collect::<Result<Vec<Hit>>>()?;
         ranking.timings.text_ms = ms_since(text_start);

@@ -12,10 +12,11 @@ use cellar_search::search::{IoReport, Timings};
 const BUCKETS: [f64; 16] =
     [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.2, 0.35, 0.5, 1.0, 2.5, 5.0];
 
-/// Pipeline stages with a histogram each; "queue" is the wait for a CPU worker, "request" the
-/// whole request as the server saw it (parse to reply).
-pub const STAGES: [&str; 9] =
-    ["queue", "encode", "first_stage", "read", "maxsim", "fuse", "text", "total", "request"];
+/// Stages with a histogram each: a search's (`Timings::STAGES`; "queue" is the wait for a CPU
+/// worker), then "request", the whole request as the server saw it (parse to reply).
+fn stage_names() -> impl Iterator<Item = &'static str> {
+    Timings::STAGES.into_iter().chain(["request"])
+}
 
 #[derive(Default)]
 struct Histogram {
@@ -51,7 +52,7 @@ impl Histogram {
 #[derive(Default)]
 pub struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,
-    stages: [Histogram; STAGES.len()],
+    stages: [Histogram; Timings::STAGES.len() + 1],
     read_calls: AtomicU64,
     read_pages: AtomicU64,
     read_bytes: AtomicU64,
@@ -74,7 +75,7 @@ impl Metrics {
     }
 
     fn observe(&self, stage: &str, ms: f64) {
-        let i = STAGES.iter().position(|s| *s == stage).expect("a known stage");
+        let i = stage_names().position(|s| s == stage).expect("a known stage");
         self.stages[i].observe(ms / 1e3);
     }
 
@@ -84,17 +85,7 @@ impl Metrics {
 
     /// Records one finished search: its stage timings, its wait in the queue and its reads.
     pub fn observe_search(&self, timings: &Timings, io: &IoReport) {
-        let stages = [
-            ("queue", timings.queue_ms),
-            ("encode", timings.encode_ms),
-            ("first_stage", timings.first_stage_ms),
-            ("read", timings.read_ms),
-            ("maxsim", timings.maxsim_ms),
-            ("fuse", timings.fuse_ms),
-            ("text", timings.text_ms),
-            ("total", timings.total_ms),
-        ];
-        for (stage, ms) in stages {
+        for (stage, ms) in timings.stages() {
             self.observe(stage, ms);
         }
         self.read_calls.fetch_add(io.read_calls, Ordering::Relaxed);
@@ -111,7 +102,7 @@ impl Metrics {
             let _ = writeln!(out, "cellar_requests_total{{endpoint=\"{endpoint}\",status=\"{status}\"}} {n}");
         }
         header(&mut out, "cellar_stage_seconds", "histogram", "Time per pipeline stage of a search");
-        for (stage, histogram) in STAGES.iter().zip(&self.stages) {
+        for (stage, histogram) in stage_names().zip(&self.stages) {
             histogram.render(&mut out, "cellar_stage_seconds", &format!("stage=\"{stage}\""));
         }
         let counters = [

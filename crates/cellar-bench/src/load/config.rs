@@ -47,7 +47,7 @@ pub struct ConfigSpec {
     /// Set for a server that was already running.
     pub url: Option<String>,
     /// Search parameters this configuration's requests add (`nprobe`, `prefetch`,
-    /// `prefetch_step`, `rescore`, `hybrid_candidates`), as JSON literals by name.
+    /// `prefetch_step`, `rescore`, `hybrid_candidates`, `early_read`), as JSON literals by name.
     pub request: Vec<(String, String)>,
 }
 
@@ -71,7 +71,7 @@ impl Default for ConfigSpec {
 }
 
 pub const KEYS: &str = "name, index, reader, cap, threads, ssd_latency_us, vectors, workers, queue, \
-     nprobe, prefetch, prefetch_step, rescore, hybrid_candidates";
+     nprobe, prefetch, prefetch_step, rescore, hybrid_candidates, early_read";
 
 /// Per-configuration request parameters, each checked for its JSON type here (its range is the
 /// server's to check, which answers 400 and fails the level loudly).
@@ -85,7 +85,7 @@ fn request_param(key: &str, value: &str) -> Option<std::result::Result<String, S
     };
     Some(match key {
         "nprobe" | "hybrid_candidates" => check(value.parse::<usize>().is_ok(), "an integer"),
-        "prefetch" | "rescore" => check(value == "true" || value == "false", "true or false"),
+        "prefetch" | "rescore" | "early_read" => check(value == "true" || value == "false", "true or false"),
         "prefetch_step" => check(value.parse::<f32>().is_ok_and(f32::is_finite), "a number"),
         _ => return None,
     })

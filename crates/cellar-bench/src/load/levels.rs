@@ -2,11 +2,12 @@
 //! (`sweep::run_level`), the server's read counters and RSS around it, a line on stderr, the stop
 //! at saturation or when the server dies, and, with qrels, the quality of what it answered.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::client::{self, Target};
-use super::metrics::sum_metric;
+use super::metrics::{sum_labelled, sum_metric};
 use super::quality::{self, ServedAnswers};
 use super::report::{ConfigResult, LevelRecord, Status};
 use super::server_proc::ServerProc;
@@ -103,7 +104,31 @@ impl Counters {
     fn metric(&self, name: &str) -> Option<f64> {
         sum_metric(self.metrics.as_deref()?, name)
     }
+
+    /// (sum in seconds, count) of one stage's histogram.
+    fn stage(&self, stage: &str) -> Option<(f64, f64)> {
+        let (text, label) = (self.metrics.as_deref()?, format!("stage=\"{stage}\""));
+        let sum = sum_labelled(text, "cellar_stage_seconds_sum", &label)?;
+        Some((sum, sum_labelled(text, "cellar_stage_seconds_count", &label)?))
+    }
 }
+
+/// The server's mean time per search in each stage over the level (from its histograms), in ms.
+fn stage_means(before: &Counters, after: &Counters) -> BTreeMap<String, f64> {
+    let mut means = BTreeMap::new();
+    for stage in STAGES_REPORTED {
+        if let Some(((s0, n0), (s1, n1))) = before.stage(stage).zip(after.stage(stage)) {
+            if n1 > n0 {
+                means.insert(stage.to_string(), (s1 - s0) / (n1 - n0) * 1e3);
+            }
+        }
+    }
+    means
+}
+
+/// Stages of the server's histograms the report shows, in pipeline order.
+pub const STAGES_REPORTED: [&str; 7] =
+    ["queue", "encode", "first_stage", "read", "read_hidden", "maxsim", "total"];
 
 /// A level's record: the client's figures, and the server's read bytes per 200 answer (from
 /// its counter and from /proc) and memory at the end of the level.
@@ -113,6 +138,7 @@ fn level_record(stats: LevelStats, before: &Counters, after: &Counters, server: 
     let server_bytes = before.metric(counter).zip(after.metric(counter)).and_then(|(a, b)| per_query(b - a));
     let proc_bytes = before.io.zip(after.io).and_then(|(a, b)| per_query(b.saturating_sub(a) as f64));
     LevelRecord {
+        stage_ms: stage_means(before, after),
         server_read_bytes_per_query: server_bytes,
         proc_read_bytes_per_query: proc_bytes,
         server_rss_bytes: after.metric("cellar_process_rss_bytes").map(|v| v as u64),

@@ -2,6 +2,12 @@
 
 /// Sum of every sample of metric `name` (all label sets); `None` when it has no sample.
 pub fn sum_metric(text: &str, name: &str) -> Option<f64> {
+    sum_labelled(text, name, "")
+}
+
+/// Sum of the samples of metric `name` whose labels hold `label` (e.g. `stage="read"`; empty:
+/// every sample); `None` when it has no such sample.
+pub fn sum_labelled(text: &str, name: &str, label: &str) -> Option<f64> {
     let mut total = None;
     for line in text.lines().map(str::trim) {
         if line.is_empty() || line.starts_with('#') {
@@ -12,13 +18,16 @@ pub fn sum_metric(text: &str, name: &str) -> Option<f64> {
             continue;
         }
         let rest = &line[name_end..];
-        let rest = match rest.strip_prefix('{') {
+        let (labels, rest) = match rest.strip_prefix('{') {
             Some(labels) => match labels.rfind('}') {
-                Some(end) => &labels[end + 1..],
+                Some(end) => (&labels[..end], &labels[end + 1..]),
                 None => continue,
             },
-            None => rest,
+            None => ("", rest),
         };
+        if !label.is_empty() && !labels.split(',').any(|l| l == label) {
+            continue;
+        }
         if let Some(v) = rest.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()) {
             *total.get_or_insert(0.0) += v;
         }
@@ -42,5 +51,9 @@ mod tests {
         assert_eq!(sum_metric(text, "cellar_requests_total"), Some(13.0));
         assert_eq!(sum_metric(text, "cellar_process_rss_bytes"), Some(1.5e7));
         assert_eq!(sum_metric(text, "cellar_queue_depth"), None);
+        let label = "endpoint=\"search\"";
+        assert_eq!(sum_labelled(text, "cellar_requests_total", label), Some(13.0));
+        assert_eq!(sum_labelled(text, "cellar_requests_total", "status=\"429\""), Some(3.0));
+        assert_eq!(sum_labelled(text, "cellar_requests_total", "status=\"500\""), None);
     }
 }

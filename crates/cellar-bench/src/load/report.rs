@@ -27,6 +27,9 @@ pub struct LevelRecord {
     pub proc_read_bytes_per_query: Option<f64>,
     /// `cellar_process_rss_bytes` at the end of the level.
     pub server_rss_bytes: Option<u64>,
+    /// The server's mean ms per search in each stage over the level (`cellar_stage_seconds`),
+    /// by stage name; empty when its /metrics could not be read.
+    pub stage_ms: std::collections::BTreeMap<String, f64>,
     /// The cgroup's charge (RSS + page cache) at the end of the level.
     pub cgroup_usage_bytes: Option<u64>,
     pub saturated: bool,
@@ -279,6 +282,18 @@ impl Report {
             );
         }
         let _ = writeln!(md);
+        if c.levels.iter().all(|l| l.stage_ms.is_empty()) {
+            return;
+        }
+        let stages = super::levels::STAGES_REPORTED;
+        let _ = writeln!(md, "Server mean ms per search and stage (`read_hidden`: the part of `read` done under the encoding):\n");
+        let _ = writeln!(md, "| offered QPS | {} |", stages.join(" | "));
+        let _ = writeln!(md, "|---|{}", "---|".repeat(stages.len()));
+        for l in &c.levels {
+            let cells: Vec<String> = stages.iter().map(|s| opt(l.stage_ms.get(*s).copied(), 2)).collect();
+            let _ = writeln!(md, "| {} | {} |", l.stats.offered_qps, cells.join(" | "));
+        }
+        let _ = writeln!(md);
     }
 
     /// Served quality across configurations (only with qrels).
@@ -375,6 +390,7 @@ mod tests {
             server_read_bytes_per_query: Some(8192.0),
             proc_read_bytes_per_query: None,
             server_rss_bytes: Some(64 << 20),
+            stage_ms: [("read".to_string(), 2.0), ("read_hidden".to_string(), 1.5)].into(),
             cgroup_usage_bytes: None,
             saturated: false,
         }
@@ -460,6 +476,9 @@ mod tests {
             "{md}"
         );
         assert!(!md.contains("| other | "), "{md}");
+        // The server's stage means, a row per level; a stage it did not report is "-".
+        assert!(md.contains("| offered QPS | queue | encode | first_stage | read | read_hidden |"), "{md}");
+        assert!(md.contains("| 5 | - | - | - | 2.00 | 1.50 | - | - |"), "{md}");
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["configurations"][1]["levels"][0]["latency"]["p95_ms"], 25.0);
         assert_eq!(json["configurations"][0]["status"], "completed");

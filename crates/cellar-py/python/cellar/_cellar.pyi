@@ -84,6 +84,7 @@ class Index:
         prefetch: bool | None = None,
         prefetch_step: float | None = None,
         hybrid_candidates: int | None = None,
+        early_read: bool | None = None,
     ) -> SearchResult: ...
     def evaluate(
         self,
@@ -101,6 +102,7 @@ class Index:
         prefetch: bool | None = None,
         prefetch_step: float | None = None,
         hybrid_candidates: int | None = None,
+        early_read: bool | None = None,
     ) -> dict[str, Any]: ...
     @property
     def config(self) -> dict[str, Any]: ...

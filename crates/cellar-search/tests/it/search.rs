@@ -126,3 +126,45 @@ fn a_query_of_stop_words_only_returns_no_bm25_hits() {
         5
     );
 }
+
+/// Issue 13.1: a text query of rerank or hybrid runs BM25 first and reads its candidates while
+/// the text is encoded; the ranking is the one the same query gets with its vectors given (no
+/// early read), and the response says how much read time the encoding hid.
+#[test]
+fn text_queries_read_bm25_candidates_under_the_encoding_and_rank_as_with_given_vectors() {
+    for reader in [ReaderKind::Mmap, ReaderKind::Direct] {
+        let index = open(reader);
+        let dim = index.config().encoder.model_dim;
+        for mode in [Mode::Rerank, Mode::Hybrid] {
+            let text = "magma rising through the crust";
+            let early = index.search(crate::fixture::ask(text, &options(10, mode))).unwrap();
+            let encoded = index.encoder().unwrap().encode_query(text).unwrap();
+            let mut given = crate::fixture::ask(text, &options(10, mode));
+            given.query_vectors = Some(cellar_search::QueryVectorsIn {
+                tokens: encoded.tokens.chunks(dim).map(<[f32]>::to_vec).collect(),
+                pooled: Some(encoded.pooled),
+            });
+            let late = index.search(given).unwrap();
+            let ranking = |r: &cellar_search::SearchResponse| {
+                r.hits.iter().map(|h| (h.id.clone(), h.score, h.maxsim)).collect::<Vec<_>>()
+            };
+            assert_eq!(ranking(&early), ranking(&late), "{reader:?} {mode}");
+            assert_eq!(early.reranked, late.reranked);
+            if mode == Mode::Rerank {
+                // The same records, read once either way (hybrid's IVF prefetch may read others).
+                assert_eq!(early.io.bytes_read, late.io.bytes_read);
+            }
+            assert!(early.reranked > 0 && early.io.bytes_read > 0);
+            let t = early.timings;
+            assert!(t.read_hidden_ms >= 0.0 && t.read_hidden_ms <= t.read_ms, "{t:?}");
+            assert!(t.encode_ms > 0.0 && t.total_ms >= t.encode_ms, "{t:?}");
+            assert_eq!(late.timings.read_hidden_ms, 0.0, "given vectors: nothing to hide the read under");
+            let mut off = crate::fixture::ask(text, &options(10, mode));
+            off.early_read = Some(false);
+            let off = index.search(off).unwrap();
+            assert_eq!(ranking(&off), ranking(&early));
+            assert!(!off.params.early_read && early.params.early_read);
+            assert_eq!(off.timings.read_hidden_ms, 0.0);
+        }
+    }
+}
