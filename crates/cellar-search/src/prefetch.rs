@@ -40,6 +40,9 @@ pub struct PrefetchStats {
     pub needed: usize,
     /// Needed records that had been prefetched.
     pub hits: usize,
+    /// Needed records read before the probe, while the query was encoded (BM25's best; see
+    /// `early_read`): neither prefetched nor missed.
+    pub early_read: usize,
     /// `hits / needed` (1 when nothing was needed).
     pub hit_rate: f64,
     pub bytes_prefetched: u64,
@@ -54,10 +57,17 @@ pub struct PrefetchStats {
 }
 
 impl PrefetchStats {
-    /// Fills the counters from what was prefetched, what was needed and what the misses cost.
-    pub fn account(&mut self, prefetched: &ScoredRecords, needed: &[DocId], misses: &ScoredRecords) {
+    /// Fills the counters from what was read early, prefetched, needed and missed.
+    pub fn account(
+        &mut self,
+        early: &ScoredRecords,
+        prefetched: &ScoredRecords,
+        needed: &[DocId],
+        misses: &ScoredRecords,
+    ) {
         self.prefetched = prefetched.scores.len();
         self.needed = needed.len();
+        self.early_read = needed.iter().filter(|id| early.scores.contains_key(id)).count();
         self.hits = needed.iter().filter(|id| prefetched.scores.contains_key(id)).count();
         self.hit_rate = if needed.is_empty() { 1.0 } else { self.hits as f64 / needed.len() as f64 };
         self.bytes_prefetched = prefetched.io.bytes;

@@ -261,7 +261,7 @@ impl Index {
             timings.maxsim_ms = before.score_ms + prefetched.score_ms + late.score_ms;
             let prefetch_stats = after.map(|after_clusters| {
                 let mut stats = PrefetchStats { after_clusters, wait_ms, ..PrefetchStats::default() };
-                stats.account(&prefetched, &needed, &late);
+                stats.account(&before, &prefetched, &needed, &late);
                 stats
             });
             let maxsim: Vec<f32> =
