@@ -1,5 +1,5 @@
-//! `cellar tune`: sweeps alpha and rerank_k on a development split and saves the best pair as
-//! the index's search defaults. The test split is refused.
+//! `cellar tune`: sweeps alpha and rerank_k on a development split and saves the cheapest pair
+//! within `--epsilon` of the best as the index's search defaults. The test split is refused.
 
 use std::path::PathBuf;
 
@@ -24,6 +24,10 @@ pub struct TuneArgs {
     /// Print the sweep without saving the result.
     #[arg(long)]
     pub dry_run: bool,
+    /// nDCG@10 the choice may give up against the sweep's best to read fewer records: the
+    /// smallest rerank_k within it is kept (0: the best point, whatever it costs).
+    #[arg(long, default_value_t = tune::DEFAULT_EPSILON)]
+    pub epsilon: f64,
 }
 
 pub fn run(args: TuneArgs) -> Result<()> {
@@ -43,6 +47,7 @@ pub fn run(args: TuneArgs) -> Result<()> {
         &queries,
         &qrels,
         &format!("{}/qrels/{}.tsv", args.data.display(), args.split),
+        args.epsilon,
         &bar,
     )?;
     println!("| rerank_k | best alpha | nDCG@10 on {} |\n|---|---|---|", args.split);
@@ -56,14 +61,18 @@ pub fn run(args: TuneArgs) -> Result<()> {
             println!("| {} | {:.2} | {:.4} |", p.rerank_k, p.alpha, p.metrics.ndcg_at_10);
         }
     }
-    let best = &report.best;
+    let (best, top) = (&report.best, &report.top);
     println!(
         "best on {} ({} queries): alpha {:.2}, rerank_k {} -> nDCG@10 {:.4}",
         args.split,
         queries.len(),
-        best.alpha,
-        best.rerank_k,
-        best.metrics.ndcg_at_10
+        top.alpha,
+        top.rerank_k,
+        top.metrics.ndcg_at_10
+    );
+    println!(
+        "chosen (smallest rerank_k within epsilon {} of the best): alpha {:.2}, rerank_k {} -> nDCG@10 {:.4}",
+        report.epsilon, best.alpha, best.rerank_k, best.metrics.ndcg_at_10
     );
     if !args.dry_run {
         index.save_defaults(report.defaults)?;
