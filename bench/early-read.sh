@@ -7,7 +7,8 @@
 # be below the server's model alone, issue 13.8). The report's stage table gives,
 # per level, the server's mean read time and the part of it hidden under the encoding.
 # Re-run: cargo build --release -p cellar-bench -p cellar-cli && sh bench/early-read.sh
-# (about 10 minutes; writes bench/results/early-read.{md,json,png}).
+# (about 10 minutes; writes bench/results/early-read.{md,json,png}). The rerank-mode pair:
+# bench/results/early-read-rerank.md, whose first lines give its command.
 set -eu
 C=${CELLAR:-./target/release/cellar}
 B="${CELLAR_BENCH:-./target/release/cellar-bench} load --cellar $C"
