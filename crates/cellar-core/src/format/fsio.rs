@@ -179,43 +179,120 @@ pub fn open_with_flags(path: &Path, flags: i32) -> Result<File> {
 /// The lock file of a directory held by [`DirLock`].
 pub const LOCK_FILE: &str = "LOCK";
 
-/// An exclusive advisory lock on a directory (`flock` on `dir/LOCK`), held while this value
-/// lives. The kernel drops it when the process dies, so a crash leaves nothing to clean up; a
-/// second opener, in this process or another, gets [`CellarError::Locked`] naming the holder.
+/// An advisory lock on a directory (`flock` on `dir/LOCK`), held while this value lives: one
+/// exclusive holder (a writer), or any number of shared ones (readers), never both. The kernel
+/// drops it when the process dies, so a crash leaves nothing to clean up; an opener the lock
+/// refuses, in this process or another, gets [`CellarError::Locked`] naming the directory (and,
+/// for an exclusive holder, its pid).
 #[derive(Debug)]
 pub struct DirLock {
     _file: File,
 }
 
 impl DirLock {
-    /// Takes the lock of `dir` (which must exist) for `what` ("streaming collection", "index
-    /// build"), without waiting.
+    /// Takes the exclusive lock of `dir` (which must exist) for `what` ("streaming collection",
+    /// "index"), without waiting: refused while anyone else holds it, shared or exclusive.
     pub fn exclusive(dir: &Path, what: &str) -> Result<DirLock> {
-        use std::os::fd::AsRawFd;
         let path = dir.join(LOCK_FILE);
         let mut file =
             OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).at(&path)?;
-        // SAFETY: flock on a descriptor this function owns; no memory is passed.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let error = std::io::Error::last_os_error();
-            if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                return Err(CellarError::io(&path, error));
-            }
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let holder = holder.trim();
-            let by = if holder.is_empty() { String::new() } else { format!(" (held by {holder})") };
-            return Err(CellarError::Locked {
-                path: dir.to_path_buf(),
-                detail: format!(
+        if !flock(&file, libc::LOCK_EX).at(&path)? {
+            let detail = if flock(&file, libc::LOCK_SH).at(&path)? {
+                format!("this {what} is open for reading elsewhere; close it there first")
+            } else {
+                let by = holder(&mut file);
+                format!(
                     "this {what} is open elsewhere{by}; one writer at a time: close it there, or go through the process that holds it"
-                ),
-            });
+                )
+            };
+            return Err(CellarError::Locked { path: dir.to_path_buf(), detail });
         }
         // Who holds it, for the next opener's message; best effort (a full disk refuses it, and
         // the lock is the flock, not these bytes).
         let me = format!("pid {}\n", std::process::id());
         let _ = file.set_len(0).and_then(|()| file.write_all_at(me.as_bytes(), 0));
         Ok(DirLock { _file: file })
+    }
+
+    /// Takes a shared lock of `dir` (which must exist) for `what`, without waiting: refused only
+    /// while a writer holds it exclusively. Where the lock file can be neither created nor
+    /// opened for writing (a read-only directory), an existing one is opened read-only, which
+    /// `flock` takes as well.
+    pub fn shared(dir: &Path, what: &str) -> Result<DirLock> {
+        let path = dir.join(LOCK_FILE);
+        let opened = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path);
+        let mut file = match opened {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EROFS | libc::EPERM)) => {
+                File::open(&path).at(&path)?
+            }
+            other => other.at(&path)?,
+        };
+        if !flock(&file, libc::LOCK_SH).at(&path)? {
+            let by = holder(&mut file);
+            return Err(CellarError::Locked {
+                path: dir.to_path_buf(),
+                detail: format!("this {what} is being written elsewhere{by}; open it once that has finished"),
+            });
+        }
+        Ok(DirLock { _file: file })
+    }
+}
+
+/// `flock(operation | LOCK_NB)`: `Ok(false)` when another holder refuses it.
+fn flock(file: &File, operation: i32) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor the caller owns; no memory is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), operation | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let error = std::io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Ok(false),
+        _ => Err(error),
+    }
+}
+
+/// " (held by pid N)" as the exclusive holder wrote it in the lock file, or nothing.
+fn holder(file: &mut File) -> String {
+    let mut holder = String::new();
+    let _ = file.read_to_string(&mut holder);
+    let holder = holder.trim();
+    if holder.is_empty() {
+        String::new()
+    } else {
+        format!(" (held by {holder})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(result: Result<DirLock>) -> String {
+        match result {
+            Err(CellarError::Locked { detail, .. }) => detail,
+            other => panic!("expected Locked, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn readers_share_the_lock_and_a_writer_excludes_them_both_ways() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = DirLock::shared(dir.path(), "index").unwrap();
+        let second = DirLock::shared(dir.path(), "index").unwrap();
+        let detail = refused(DirLock::exclusive(dir.path(), "index"));
+        assert!(detail.contains("index is open for reading elsewhere"), "{detail}");
+        drop((first, second));
+        let writer = DirLock::exclusive(dir.path(), "index").unwrap();
+        let detail = refused(DirLock::shared(dir.path(), "index"));
+        let pid = format!("being written elsewhere (held by pid {})", std::process::id());
+        assert!(detail.contains(&pid), "{detail}");
+        let detail = refused(DirLock::exclusive(dir.path(), "index"));
+        assert!(detail.contains("open elsewhere (held by pid"), "{detail}");
+        drop(writer);
+        // The pid a writer left behind is not blamed on the readers that came after it.
+        let _reader = DirLock::shared(dir.path(), "index").unwrap();
+        let detail = refused(DirLock::exclusive(dir.path(), "index"));
+        assert!(!detail.contains("pid"), "{detail}");
     }
 }
