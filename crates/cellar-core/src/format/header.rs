@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use super::{FileKind, FORMAT_VERSION, PAGE_BYTES, READABLE_VERSIONS};
+use super::{FileKind, PAGE_BYTES};
 use crate::error::{CellarError, Result};
 
 pub const HEADER_BYTES: usize = 64;
@@ -50,8 +50,9 @@ pub struct FileHeader {
 }
 
 impl FileHeader {
+    /// A header of the version this build writes for `kind` ([`FileKind::version`]).
     pub fn new(kind: FileKind, body_offset: u64, body_len: u64, body_crc32c: u32) -> Self {
-        FileHeader { format_version: FORMAT_VERSION, kind, body_offset, body_len, body_crc32c }
+        FileHeader { format_version: kind.version(), kind, body_offset, body_len, body_crc32c }
     }
 
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
@@ -69,8 +70,9 @@ impl FileHeader {
 
     /// Decodes and validates a header read from `path`. Checks magic, version range, header
     /// checksum and that the file is the `expected` kind; `file_len` must equal offset + body.
-    /// The version is checked before anything else it could have changed, so a file from a newer
-    /// Cellar is `Incompatible` whatever the rest of its header looks like.
+    /// The version is checked before anything else it could have changed, against the range
+    /// this build reads for the `expected` kind ([`FileKind::readable_versions`]), so a file from
+    /// a newer Cellar is `Incompatible` whatever the rest of its header looks like.
     pub fn decode(bytes: &[u8], path: &Path, expected: FileKind, file_len: u64) -> Result<Self> {
         if bytes.len() < HEADER_BYTES {
             return Err(CellarError::corrupted(
@@ -84,7 +86,7 @@ impl FileHeader {
         }
         // Before the checksum: only the magic and the version keep their place in every version.
         let format_version = u32_at(bytes, field("format_version"));
-        READABLE_VERSIONS.check(path, format_version)?;
+        expected.readable_versions().check(path, format_version)?;
         let crc_range = field("header_crc32c");
         let stored_crc = u32_at(bytes, crc_range.clone());
         if crc32c::crc32c(&bytes[..crc_range.start]) != stored_crc {

@@ -25,6 +25,11 @@ pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// The versions of the vector store (headers and `manifest.json`) this build reads.
 pub const READABLE_VERSIONS: VersionRange =
     VersionRange { oldest: OLDEST_READABLE_VERSION, newest: FORMAT_VERSION };
+/// The version `text_offsets.bin` is written in.
+pub const TEXT_OFFSETS_VERSION: u32 = 1;
+/// The versions of `text_offsets.bin` this build reads.
+pub const TEXT_OFFSETS_READABLE_VERSIONS: VersionRange =
+    VersionRange { oldest: 1, newest: TEXT_OFFSETS_VERSION };
 /// Page size of the vector store: records never straddle a page unless they are larger than one.
 pub const PAGE_BYTES: usize = 4096;
 
@@ -84,6 +89,23 @@ impl FileKind {
             FileKind::IvfCentroids => "ivf_centroids",
             FileKind::IvfPostings => "ivf_postings",
             FileKind::IvfVectors => "ivf_vectors",
+        }
+    }
+
+    /// The version this build writes in the header of a file of this kind: [`FORMAT_VERSION`],
+    /// except for the kinds whose layout changed on its own since.
+    pub fn version(self) -> u32 {
+        match self {
+            FileKind::TextOffsets => TEXT_OFFSETS_VERSION,
+            _ => FORMAT_VERSION,
+        }
+    }
+
+    /// The header versions this build reads for a file of this kind.
+    pub fn readable_versions(self) -> VersionRange {
+        match self {
+            FileKind::TextOffsets => TEXT_OFFSETS_READABLE_VERSIONS,
+            _ => READABLE_VERSIONS,
         }
     }
 
