@@ -1,18 +1,32 @@
 //! Display text of every document, with its collection id: `texts.bin` holds one JSON line per
-//! document (`{"id","title","text"}`) in internal-id order, `text_offsets.bin` the byte offset of
-//! each line (u64 little-endian, one more entry than documents: the end). Only the offsets live
-//! in RAM (8 bytes per document); a line is read with one `pread` when a hit is displayed.
+//! document (`{"id","title","text"}`) in internal-id order, `text_offsets.bin` where each line
+//! starts and the CRC-32C of its bytes (layout: `docs/format/texts.md`). Only the offsets and
+//! checksums live in RAM (12 bytes per document); a line is read with one `pread` when a hit is
+//! displayed, and checked against its checksum before it is parsed.
+//!
+//! `text_offsets.bin` of header version 2 (written since the checksums came) holds per document
+//! `offset u64 | crc32c u32 | reserved u32 (zero)`, then the end offset u64. Version 1 held the
+//! offsets alone (u64 each, one more than documents); it is still read, its records unchecked
+//! but for their JSON.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use cellar_core::format::fsio::{open_checked, read_small_file, BodyWriter};
-use cellar_core::format::{FileKind, HEADER_BYTES};
+use cellar_core::format::{FileHeader, FileKind, HEADER_BYTES};
 use cellar_core::{CellarError, DocId, IoContext, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::Document;
+
+/// Bytes of one document's entry in `text_offsets.bin` version 2.
+pub const TEXT_ENTRY_BYTES: usize = 16;
+/// (name, offset, size) of each field of a version-2 entry, in order.
+pub const TEXT_ENTRY_FIELDS: [(&str, usize, usize); 3] =
+    [("offset", 0, 8), ("crc32c", 8, 4), ("reserved", 12, 4)];
+/// Bytes of the end offset that follows the entries (and of a version-1 entry).
+pub const TEXT_END_BYTES: usize = 8;
 
 /// One line as written (borrowed, no copies).
 #[derive(Serialize)]
@@ -50,7 +64,10 @@ impl TextsWriter {
         let line = LineOut { id: &doc.id, title: &doc.title, text: &doc.text };
         let mut bytes = serde_json::to_vec(&line).map_err(|e| CellarError::InvalidInput(e.to_string()))?;
         bytes.push(b'\n');
-        self.offsets.write(&self.written.to_le_bytes())?;
+        let mut entry = [0u8; TEXT_ENTRY_BYTES];
+        entry[field("offset")].copy_from_slice(&self.written.to_le_bytes());
+        entry[field("crc32c")].copy_from_slice(&crc32c::crc32c(&bytes).to_le_bytes());
+        self.offsets.write(&entry)?;
         self.texts.write(&bytes)?;
         self.written += bytes.len() as u64;
         Ok(())
@@ -65,26 +82,51 @@ impl TextsWriter {
     }
 }
 
+fn field(name: &str) -> std::ops::Range<usize> {
+    let (_, offset, size) = TEXT_ENTRY_FIELDS.iter().find(|(n, _, _)| *n == name).expect("entry field name");
+    *offset..offset + size
+}
+
+/// What `TextsReader::verify` read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TextsVerified {
+    pub records: usize,
+    /// Records checked against their own checksum (none in a version-1 `text_offsets.bin`).
+    pub record_crcs: usize,
+    pub bytes: u64,
+}
+
 /// Reads documents' display text by internal id.
 pub struct TextsReader {
     path: PathBuf,
     file: File,
-    body_offset: u64,
+    header: FileHeader,
+    offsets_version: u32,
+    /// Start of each line in the body, then the body's end.
     offsets: Vec<u64>,
+    /// CRC-32C of each line; `None` for a version-1 `text_offsets.bin`.
+    crcs: Option<Vec<u32>>,
 }
 
 impl TextsReader {
+    /// Opens both files: headers, the offsets' body checksum, and that the offsets cover the
+    /// text body exactly, in order.
     pub fn open(dir: &Path) -> Result<TextsReader> {
         let offsets_path = dir.join(FileKind::TextOffsets.file_name());
-        let (_, body) = read_small_file(&offsets_path, FileKind::TextOffsets)?;
-        let offsets = decode_offsets(&body, &offsets_path)?;
+        let (offsets_header, body) = read_small_file(&offsets_path, FileKind::TextOffsets)?;
+        let (offsets, crcs) = decode_entries(&offsets_header, &body, &offsets_path)?;
         let path = dir.join(FileKind::Texts.file_name());
         let (file, header) = open_checked(&path, FileKind::Texts)?;
         if offsets.last() != Some(&header.body_len) {
-            let detail = "text offsets do not end at the end of texts.bin".to_string();
-            return Err(CellarError::corrupted(&offsets_path, 0, detail));
+            let detail = format!(
+                "text offsets end at {} but the body of texts.bin is {} bytes",
+                offsets.last().copied().unwrap_or(0),
+                header.body_len
+            );
+            let at = offsets_header.body_offset + offsets_header.body_len - TEXT_END_BYTES as u64;
+            return Err(CellarError::corrupted(&offsets_path, at, detail));
         }
-        Ok(TextsReader { path, file, body_offset: header.body_offset, offsets })
+        Ok(TextsReader { path, file, header, offsets_version: offsets_header.format_version, offsets, crcs })
     }
 
     pub fn len(&self) -> usize {
@@ -95,32 +137,115 @@ impl TextsReader {
         self.len() == 0
     }
 
-    /// The document stored under `id`.
+    /// The header version of `text_offsets.bin` (2: with a checksum per record).
+    pub fn offsets_version(&self) -> u32 {
+        self.offsets_version
+    }
+
+    /// The document stored under `id`, its record checked against its checksum first.
     pub fn get(&self, id: DocId) -> Result<Document> {
         let i = id.0 as usize;
         if i >= self.len() {
             return Err(CellarError::DocOutOfRange { id: id.0 as u64, count: self.len() as u64 });
         }
+        let bytes = self.record(i)?;
+        self.parse(i, &bytes)
+    }
+
+    /// Record `i`'s bytes, checked against its checksum where the offsets file has one.
+    fn record(&self, i: usize) -> Result<Vec<u8>> {
         let (start, end) = (self.offsets[i], self.offsets[i + 1]);
         let mut bytes = vec![0u8; (end - start) as usize];
-        self.file.read_exact_at(&mut bytes, self.body_offset + start).at(&self.path)?;
-        let line: LineIn = serde_json::from_slice(&bytes).map_err(|e| {
-            CellarError::corrupted(&self.path, self.body_offset + start, format!("document {i}: {e}"))
+        self.file.read_exact_at(&mut bytes, self.header.body_offset + start).at(&self.path)?;
+        if let Some(crcs) = &self.crcs {
+            let computed = crc32c::crc32c(&bytes);
+            if computed != crcs[i] {
+                return Err(CellarError::corrupted(
+                    &self.path,
+                    self.header.body_offset + start,
+                    format!(
+                        "document {i}: text record fails its checksum (stored {:08x}, computed {computed:08x})",
+                        crcs[i]
+                    ),
+                ));
+            }
+        }
+        Ok(bytes)
+    }
+
+    fn parse(&self, i: usize, bytes: &[u8]) -> Result<Document> {
+        let line: LineIn = serde_json::from_slice(bytes).map_err(|e| {
+            CellarError::corrupted(
+                &self.path,
+                self.header.body_offset + self.offsets[i],
+                format!("document {i}: {e}"),
+            )
         })?;
         Ok(Document { id: line.id, title: line.title, text: line.text })
     }
+
+    /// Reads every record: each against its checksum (version 2) and as JSON, and the whole body
+    /// against the header's checksum. The first damage found is the error.
+    pub fn verify(&self) -> Result<TextsVerified> {
+        let mut body_crc = 0u32;
+        for i in 0..self.len() {
+            let bytes = self.record(i)?;
+            self.parse(i, &bytes)?;
+            body_crc = crc32c::crc32c_append(body_crc, &bytes);
+        }
+        self.header.check_body_crc(&self.path, body_crc)?;
+        let record_crcs = if self.crcs.is_some() { self.len() } else { 0 };
+        Ok(TextsVerified { records: self.len(), record_crcs, bytes: self.header.body_len })
+    }
 }
 
-fn decode_offsets(body: &[u8], path: &Path) -> Result<Vec<u64>> {
-    if !body.len().is_multiple_of(8) || body.is_empty() {
-        let detail = format!("{} bytes is not a whole, non-empty number of u64 offsets", body.len());
-        return Err(CellarError::corrupted(path, 0, detail));
+/// The offsets (then the end) and, from version 2, the checksums of `text_offsets.bin`'s body.
+fn decode_entries(header: &FileHeader, body: &[u8], path: &Path) -> Result<(Vec<u64>, Option<Vec<u32>>)> {
+    let at = |body_pos: usize| header.body_offset + body_pos as u64;
+    let u64_at = |pos: usize| u64::from_le_bytes(body[pos..pos + 8].try_into().expect("8 bytes"));
+    let (offsets, crcs) = if header.format_version == 1 {
+        if !body.len().is_multiple_of(TEXT_END_BYTES) || body.is_empty() {
+            let detail = format!("{} bytes is not a whole, non-empty number of u64 offsets", body.len());
+            return Err(CellarError::corrupted(path, at(0), detail));
+        }
+        ((0..body.len()).step_by(TEXT_END_BYTES).map(u64_at).collect::<Vec<_>>(), None)
+    } else {
+        let entries = body.len().checked_sub(TEXT_END_BYTES).filter(|n| n % TEXT_ENTRY_BYTES == 0);
+        let Some(entries_len) = entries else {
+            let detail = format!(
+                "{} bytes is not {TEXT_ENTRY_BYTES}-byte entries followed by a {TEXT_END_BYTES}-byte end offset",
+                body.len()
+            );
+            return Err(CellarError::corrupted(path, at(0), detail));
+        };
+        let mut offsets = Vec::with_capacity(entries_len / TEXT_ENTRY_BYTES + 1);
+        let mut crcs = Vec::with_capacity(entries_len / TEXT_ENTRY_BYTES);
+        for (i, entry) in body[..entries_len].chunks_exact(TEXT_ENTRY_BYTES).enumerate() {
+            if entry[field("reserved")].iter().any(|b| *b != 0) {
+                let pos = i * TEXT_ENTRY_BYTES + field("reserved").start;
+                return Err(CellarError::corrupted(
+                    path,
+                    at(pos),
+                    format!("document {i}: reserved bytes are not zero"),
+                ));
+            }
+            offsets.push(u64::from_le_bytes(entry[field("offset")].try_into().expect("8 bytes")));
+            crcs.push(u32::from_le_bytes(entry[field("crc32c")].try_into().expect("4 bytes")));
+        }
+        offsets.push(u64_at(entries_len));
+        (offsets, Some(crcs))
+    };
+    let stride = if crcs.is_some() { TEXT_ENTRY_BYTES } else { TEXT_END_BYTES };
+    if offsets[0] != 0 {
+        return Err(CellarError::corrupted(
+            path,
+            at(0),
+            format!("the first text offset is {}, not 0", offsets[0]),
+        ));
     }
-    let offsets: Vec<u64> =
-        body.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk"))).collect();
     if let Some(i) = offsets.windows(2).position(|w| w[0] > w[1]) {
         let detail = format!("text offset {} goes backwards", i + 1);
-        return Err(CellarError::corrupted(path, (i as u64 + 1) * 8, detail));
+        return Err(CellarError::corrupted(path, at((i + 1) * stride), detail));
     }
-    Ok(offsets)
+    Ok((offsets, crcs))
 }

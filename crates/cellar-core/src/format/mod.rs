@@ -25,8 +25,9 @@ pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// The versions of the vector store (headers and `manifest.json`) this build reads.
 pub const READABLE_VERSIONS: VersionRange =
     VersionRange { oldest: OLDEST_READABLE_VERSION, newest: FORMAT_VERSION };
-/// The version `text_offsets.bin` is written in.
-pub const TEXT_OFFSETS_VERSION: u32 = 1;
+/// The version `text_offsets.bin` is written in: 2 added a CRC-32C per text record (version 1,
+/// offsets alone, is still read).
+pub const TEXT_OFFSETS_VERSION: u32 = 2;
 /// The versions of `text_offsets.bin` this build reads.
 pub const TEXT_OFFSETS_READABLE_VERSIONS: VersionRange =
     VersionRange { oldest: 1, newest: TEXT_OFFSETS_VERSION };

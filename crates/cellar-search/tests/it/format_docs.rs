@@ -1,21 +1,54 @@
-//! `docs/format/ivf.md` and README.md's rows for the search index's files must match the code:
-//! file names and kinds, the layout version, the sizes the IVF's layouts encode with, and where
-//! each file keeps its version (see cellar-core's `format_docs` for the other pages).
+//! `docs/format/ivf.md`, `texts.md` and README.md's rows for the search index's files must match
+//! the code: file names and kinds, the layout versions, the sizes the layouts encode with, and
+//! where each file keeps its version (see cellar-core's `format_docs` for the other pages).
 
 use std::collections::BTreeSet;
 
+use cellar_core::format::header::HEADER_FIELDS;
 use cellar_core::format::versioned::FORMAT_VERSION_FIELD;
-use cellar_core::format::{FileKind, PAGE_BYTES};
+use cellar_core::format::{
+    FileKind, HEADER_BYTES, PAGE_BYTES, TEXT_OFFSETS_READABLE_VERSIONS, TEXT_OFFSETS_VERSION,
+};
 use cellar_core::CellarError;
 use cellar_encode::Pca;
 use cellar_search::config::{CONFIG_FILE, INDEX_FORMAT_VERSION, INDEX_READABLE_VERSIONS};
 use cellar_search::index::PCA_FILE;
 use cellar_search::ivf::layout::{CENTROIDS_PREAMBLE_BYTES, MEMBER_FIXED_BYTES, TABLE_ENTRY_BYTES};
 use cellar_search::ivf::{IVF_CONFIG_FILE, IVF_DIR, IVF_FORMAT_VERSION, IVF_READABLE_VERSIONS};
+use cellar_search::texts::{TEXT_END_BYTES, TEXT_ENTRY_BYTES, TEXT_ENTRY_FIELDS};
 
-use crate::markdown::{file_names, page, table, version_row, version_rows};
+use crate::markdown::{bytes_of, field_rows, file_names, owned, page, table, version_row, version_rows};
 
 const IVF_KINDS: [FileKind; 3] = [FileKind::IvfCentroids, FileKind::IvfPostings, FileKind::IvfVectors];
+const TEXT_KINDS: [FileKind; 2] = [FileKind::Texts, FileKind::TextOffsets];
+
+#[test]
+fn texts_page_matches_the_code() {
+    let text = page("texts.md");
+    let files: Vec<(String, String)> =
+        table(&text, "file").into_iter().map(|r| (r[0].clone(), r[1].clone())).collect();
+    let expected: Vec<(String, String)> = TEXT_KINDS
+        .iter()
+        .map(|k| (k.file_name().to_string(), format!("{} {}", *k as u32, k.name())))
+        .collect();
+    assert_eq!(files, expected);
+    assert_eq!(field_rows(&text), owned(&TEXT_ENTRY_FIELDS));
+    let last = TEXT_ENTRY_FIELDS.last().unwrap();
+    assert_eq!(last.1 + last.2, TEXT_ENTRY_BYTES);
+    assert!(text.contains(&format!("one {TEXT_ENTRY_BYTES}-byte entry per document")));
+    assert!(text.contains(&format!("{TEXT_END_BYTES} bytes each")), "version 1's offsets and the end offset");
+    assert!(text.contains(&format!("common {HEADER_BYTES}-byte header")));
+    assert!(text.contains(&format!("## `text_offsets.bin`, version {TEXT_OFFSETS_VERSION}")));
+    for version in TEXT_OFFSETS_READABLE_VERSIONS.oldest..TEXT_OFFSETS_VERSION {
+        assert!(
+            text.contains(&format!("## `text_offsets.bin`, version {version} (still read)")),
+            "version {version}"
+        );
+    }
+    assert_eq!((FileKind::Texts.version(), FileKind::TextOffsets.version()), (1, TEXT_OFFSETS_VERSION));
+    let known: BTreeSet<String> = TEXT_KINDS.iter().map(|k| k.file_name().to_string()).collect();
+    assert_eq!(file_names(&text), known, "texts.md names exactly the text store's files");
+}
 
 #[test]
 fn ivf_page_matches_the_code() {
@@ -76,9 +109,19 @@ fn readme_names_the_search_index_files_and_their_versions() {
     let rows = version_rows("cellar-search");
     let pca_field = rows.iter().find(|r| r[0] == PCA_FILE).map(|r| r[1].clone()).expect("a pca.bin row");
     pca_version_bytes_are_where_the_table_says(&pca_field);
+    let texts_row =
+        table(&text, "file").into_iter().find(|r| r[2] == "[texts.md](texts.md)").expect("a texts row");
+    assert_eq!(texts_row[0], TEXT_KINDS.map(|k| k.file_name()).join(", "));
     let ivf_json = format!("{IVF_DIR}/{IVF_CONFIG_FILE}");
     let expected = vec![
         version_row(CONFIG_FILE, FORMAT_VERSION_FIELD, INDEX_FORMAT_VERSION, INDEX_READABLE_VERSIONS, ""),
+        version_row(
+            FileKind::TextOffsets.file_name(),
+            &bytes_of(&HEADER_FIELDS, FORMAT_VERSION_FIELD),
+            FileKind::TextOffsets.version(),
+            FileKind::TextOffsets.readable_versions(),
+            "testdata/texts-v1/, testdata/texts-v2/",
+        ),
         version_row(PCA_FILE, &pca_field, Pca::VERSION, Pca::READABLE_VERSIONS, ""),
         version_row(
             &ivf_json,

@@ -9,6 +9,8 @@ mod format_docs;
 mod golden;
 #[path = "../../../cellar-core/tests/support/golden.rs"]
 mod golden_files;
+mod golden_texts;
+mod integrity;
 mod ivf;
 #[path = "../../../cellar-core/tests/support/markdown.rs"]
 mod markdown;
