@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use cellar_core::format::FileKind;
 use cellar_core::io::{InjectedLatency, ReaderKind, ReaderOptions};
 use cellar_core::kernels::Isa;
 use cellar_core::store::VectorStore;
@@ -12,7 +13,7 @@ use cellar_encode::{Encoder, EncoderConfig, Pca};
 use crate::bm25::Bm25Index;
 use crate::config::IndexConfig;
 use crate::ivf::{Ivf, IvfConfig};
-use crate::pooled::PooledMatrix;
+use crate::pooled::{open_pooled, PooledMatrix};
 use crate::texts::TextsReader;
 
 /// Sub-directory of the token-vector store.
@@ -58,7 +59,9 @@ pub struct Index {
 }
 
 impl Index {
-    /// Opens the index in `dir`, checking that its parts agree on the number of documents.
+    /// Opens the index in `dir`, checking every part's header and that the parts agree on the number of documents and dimensions:
+    /// the store, BM25, the texts, `pooled.bin` (header and size; its rows load on first use), the
+    /// PCA and the IVF (all of its files, or none).
     pub fn open(dir: &Path, options: OpenOptions) -> Result<Index> {
         let config = IndexConfig::load(dir)?;
         if options.inject_latency.is_some() && options.reader != ReaderKind::Direct {
@@ -72,6 +75,7 @@ impl Index {
         let store = VectorStore::open(&dir.join(VECTORS_DIR), &reader_options)?;
         let bm25 = Bm25Index::open(&dir.join(BM25_DIR))?;
         let texts = TextsReader::open(dir)?;
+        open_pooled(&dir.join(FileKind::Pooled.file_name()), config.encoder.model_dim, config.build.docs)?;
         let ivf = Ivf::open(dir, config.build.docs, config.encoder.model_dim, &reader_options)?;
         let pca = match config.pca_dim {
             Some(_) => Some(Pca::load(&dir.join(PCA_FILE))?),
@@ -115,6 +119,21 @@ impl Index {
                 expected: self.config.token_dim(),
                 received: self.store.dim(),
             });
+        }
+        if let Some(pca) = &self.pca {
+            if (pca.in_dim(), Some(pca.out_dim())) != (self.config.encoder.model_dim, self.config.pca_dim) {
+                return Err(CellarError::corrupted(
+                    &self.dir.join(PCA_FILE),
+                    0,
+                    format!(
+                        "a {} → {} projection; index.json says {} → {:?}",
+                        pca.in_dim(),
+                        pca.out_dim(),
+                        self.config.encoder.model_dim,
+                        self.config.pca_dim
+                    ),
+                ));
+            }
         }
         Ok(())
     }

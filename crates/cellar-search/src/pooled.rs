@@ -2,12 +2,13 @@
 //! little-endian, `docs x dim` row-major. It serves the exact single-vector dense baseline, which
 //! scans every row, so it is loaded into RAM on first use only.
 
+use std::fs::File;
 use std::path::Path;
 
-use cellar_core::format::fsio::{read_small_file, BodyWriter};
-use cellar_core::format::{FileKind, HEADER_BYTES};
+use cellar_core::format::fsio::{open_checked, BodyWriter};
+use cellar_core::format::{FileHeader, FileKind, HEADER_BYTES};
 use cellar_core::kernels::{dot_f16, Isa};
-use cellar_core::{CellarError, DocId, Result};
+use cellar_core::{CellarError, DocId, IoContext, Result};
 use half::f16;
 
 use crate::scored::Scored;
@@ -43,6 +44,19 @@ impl PooledWriter {
     }
 }
 
+/// Opens the pooled-vectors file `path` (an index's `pooled.bin`, or a synthetic one) and checks
+/// its header and that its body is `docs` rows of `dim` f16, without reading the rows: what
+/// `Index::open` checks, so a missing or cut file is found at open, not at the first dense query.
+pub fn open_pooled(path: &Path, dim: usize, docs: u64) -> Result<(File, FileHeader)> {
+    let (file, header) = open_checked(path, FileKind::Pooled)?;
+    let expected = docs.checked_mul(2 * dim as u64);
+    if Some(header.body_len) != expected {
+        let detail = format!("{} bytes, expected {docs} rows of {dim} f16", header.body_len);
+        return Err(CellarError::corrupted(path, header.body_offset, detail));
+    }
+    Ok((file, header))
+}
+
 /// All pooled vectors, in RAM.
 pub struct PooledMatrix {
     dim: usize,
@@ -50,14 +64,14 @@ pub struct PooledMatrix {
 }
 
 impl PooledMatrix {
-    /// Loads and checks `pooled.bin` (body checksum, a whole number of rows, `docs` rows).
+    /// Loads and checks `pooled.bin` (`docs` rows of `dim` f16, body checksum).
     pub fn load(dir: &Path, dim: usize, docs: usize) -> Result<PooledMatrix> {
+        use std::os::unix::fs::FileExt;
         let path = dir.join(FileKind::Pooled.file_name());
-        let (_, bytes) = read_small_file(&path, FileKind::Pooled)?;
-        if bytes.len() != docs * dim * 2 {
-            let detail = format!("{} bytes, expected {docs} rows of {dim} f16", bytes.len());
-            return Err(CellarError::corrupted(&path, HEADER_BYTES as u64, detail));
-        }
+        let (file, header) = open_pooled(&path, dim, docs as u64)?;
+        let mut bytes = vec![0u8; header.body_len as usize];
+        file.read_exact_at(&mut bytes, header.body_offset).at(&path)?;
+        header.check_body_crc(&path, crc32c::crc32c(&bytes))?;
         Ok(PooledMatrix { dim, bytes })
     }
 

@@ -15,7 +15,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
-use cellar_core::format::fsio::{open_checked, sync_dir, write_small_file, BodyWriter};
+use cellar_core::format::fsio::{sync_dir, write_small_file, BodyWriter};
 use cellar_core::format::{FileKind, PAGE_BYTES};
 use cellar_core::{CellarError, IoContext, Result};
 use half::f16;
@@ -29,6 +29,7 @@ use super::rabitq::{encode, words_for};
 use super::rotation::Rotation;
 use super::{IvfBuildReport, IvfConfig, IvfDefaults, IVF_DIR, IVF_FORMAT_VERSION};
 use crate::config::IndexConfig;
+use crate::pooled::open_pooled;
 
 const BUILDING_DIR: &str = "ivf.cellar-building";
 const OLD_DIR: &str = "ivf.cellar-old";
@@ -91,18 +92,10 @@ struct PooledRows {
 
 impl PooledRows {
     fn open(path: &Path, dim: usize, docs: usize) -> Result<PooledRows> {
-        let path = path.to_path_buf();
-        let (file, header) = open_checked(&path, FileKind::Pooled)?;
-        if header.body_len != (docs * dim * 2) as u64 {
-            return Err(CellarError::corrupted(
-                &path,
-                header.body_offset,
-                format!("{} bytes, expected {docs} rows of {dim} f16", header.body_len),
-            ));
-        }
+        let (file, header) = open_pooled(path, dim, docs as u64)?;
         Ok(PooledRows {
             file,
-            path,
+            path: path.to_path_buf(),
             body_offset: header.body_offset,
             body_len: header.body_len,
             body_crc: header.body_crc32c,

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use cellar_core::format::fsio::write_atomic;
 use cellar_core::format::versioned::{parse_versioned_json, VersionRange, FORMAT_VERSION_FIELD};
+use cellar_core::format::FileKind;
 use cellar_core::{CellarError, IoContext, Result};
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +34,8 @@ pub const IVF_FORMAT_VERSION: u32 = 1;
 pub const IVF_READABLE_VERSIONS: VersionRange = VersionRange::only(IVF_FORMAT_VERSION);
 pub const IVF_DIR: &str = "ivf";
 pub const IVF_CONFIG_FILE: &str = "ivf.json";
+/// The IVF's binary files, which `ivf.json` commits.
+pub const IVF_KINDS: [FileKind; 3] = [FileKind::IvfCentroids, FileKind::IvfPostings, FileKind::IvfVectors];
 
 /// Query-time settings used when a request does not give them.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
@@ -105,11 +108,26 @@ impl IvfConfig {
         index_dir.join(IVF_DIR)
     }
 
-    /// `None` when the index has no IVF.
+    /// `None` when the index has no IVF: no `ivf.json` and none of the IVF's binary files. One of
+    /// them without `ivf.json` is `Corrupted` naming the missing `ivf.json`: a build swaps all of
+    /// them in at once, and reading the index as one without an IVF would silently change what
+    /// the hybrid mode answers.
     pub fn load(index_dir: &Path) -> Result<Option<IvfConfig>> {
-        let path = Self::dir(index_dir).join(IVF_CONFIG_FILE);
+        let dir = Self::dir(index_dir);
+        let path = dir.join(IVF_CONFIG_FILE);
         if !path.is_file() {
-            return Ok(None);
+            return match IVF_KINDS.iter().find(|k| dir.join(k.file_name()).exists()) {
+                None => Ok(None),
+                Some(kind) => Err(CellarError::corrupted(
+                    &path,
+                    0,
+                    format!(
+                        "missing: the IVF's {} is there but not its commit point {IVF_CONFIG_FILE}; {}",
+                        kind.file_name(),
+                        rebuild_hint(index_dir)
+                    ),
+                )),
+            };
         }
         let bytes = std::fs::read(&path).at(&path)?;
         let config: IvfConfig =
@@ -117,9 +135,30 @@ impl IvfConfig {
         Ok(Some(config))
     }
 
+    /// `Corrupted` naming the first of the IVF's binary files missing from `index_dir/ivf/`: `ivf.json`
+    /// says they are all there.
+    pub fn check_files(&self, index_dir: &Path) -> Result<()> {
+        let dir = Self::dir(index_dir);
+        match IVF_KINDS.iter().map(|k| dir.join(k.file_name())).find(|p| !p.exists()) {
+            None => Ok(()),
+            Some(path) => Err(CellarError::corrupted(
+                &path,
+                0,
+                format!(
+                    "missing: {IVF_CONFIG_FILE} commits an IVF of which this file is gone; {}",
+                    rebuild_hint(index_dir)
+                ),
+            )),
+        }
+    }
+
     pub fn save(&self, ivf_dir: &Path) -> Result<()> {
         let json = serde_json::to_vec_pretty(self)
             .map_err(|e| CellarError::internal(format!("ivf.json does not serialise: {e}")))?;
         write_atomic(&ivf_dir.join(IVF_CONFIG_FILE), &json)
     }
+}
+
+fn rebuild_hint(index_dir: &Path) -> String {
+    format!("rebuild it with `cellar ivf build --index {}`", index_dir.display())
 }

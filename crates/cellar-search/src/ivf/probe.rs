@@ -78,11 +78,12 @@ impl ProbeStats {
 
 impl Ivf {
     /// Opens `index_dir/ivf/` if it exists, checking it against the index's documents and model
-    /// dimension. Blocks and vectors are read with `reader`'s kind.
+    /// dimension (and that none of its files is missing: [`IvfConfig::load`]). Blocks and vectors are read with `reader`'s kind.
     pub fn open(index_dir: &Path, docs: u64, dim: usize, reader: &ReaderOptions) -> Result<Option<Ivf>> {
         let Some(config) = IvfConfig::load(index_dir)? else {
             return Ok(None);
         };
+        config.check_files(index_dir)?;
         let dir = IvfConfig::dir(index_dir);
         let path = dir.join(FileKind::IvfCentroids.file_name());
         let (_, body) = read_small_file(&path, FileKind::IvfCentroids)?;

@@ -14,12 +14,11 @@ use cellar_encode::Pca;
 use cellar_search::config::{CONFIG_FILE, INDEX_FORMAT_VERSION, INDEX_READABLE_VERSIONS};
 use cellar_search::index::PCA_FILE;
 use cellar_search::ivf::layout::{CENTROIDS_PREAMBLE_BYTES, MEMBER_FIXED_BYTES, TABLE_ENTRY_BYTES};
-use cellar_search::ivf::{IVF_CONFIG_FILE, IVF_DIR, IVF_FORMAT_VERSION, IVF_READABLE_VERSIONS};
+use cellar_search::ivf::{IVF_CONFIG_FILE, IVF_DIR, IVF_FORMAT_VERSION, IVF_KINDS, IVF_READABLE_VERSIONS};
 use cellar_search::texts::{TEXT_END_BYTES, TEXT_ENTRY_BYTES, TEXT_ENTRY_FIELDS};
 
 use crate::markdown::{bytes_of, field_rows, file_names, owned, page, table, version_row, version_rows};
 
-const IVF_KINDS: [FileKind; 3] = [FileKind::IvfCentroids, FileKind::IvfPostings, FileKind::IvfVectors];
 const TEXT_KINDS: [FileKind; 2] = [FileKind::Texts, FileKind::TextOffsets];
 
 #[test]

@@ -8,6 +8,8 @@ use std::path::Path;
 use cellar_core::format::FileKind;
 use cellar_core::io::ReaderKind;
 use cellar_core::{CellarError, DocId};
+use cellar_search::ivf::{IvfConfig, IVF_CONFIG_FILE};
+use cellar_search::pooled::PooledWriter;
 use cellar_search::{Index, Mode, OpenOptions, SearchRequest};
 
 use crate::fixture::copy_index;
@@ -56,4 +58,54 @@ fn a_flipped_byte_in_a_text_record_is_corrupted_naming_the_document_not_served()
     // The hit's collection id lives in the same record: refused without the text too.
     let without_text = SearchRequest { include_text: Some(false), ..request };
     corrupted(index.search(without_text).unwrap_err(), "texts.bin");
+}
+
+#[test]
+fn a_missing_or_mismatched_pooled_bin_is_refused_at_open() {
+    let (_tmp, copy) = copy_index();
+    let path = copy.join(FileKind::Pooled.file_name());
+    let original = std::fs::read(&path).unwrap();
+    let dim = open(&copy).unwrap().config().encoder.model_dim;
+    std::fs::remove_file(&path).unwrap();
+    match open(&copy).err().expect("refused") {
+        CellarError::Io { path: p, source } => {
+            assert!(p.ends_with("pooled.bin") && source.kind() == std::io::ErrorKind::NotFound)
+        }
+        other => panic!("expected Io naming pooled.bin, got {other:?}"),
+    }
+    // A well-formed pooled.bin of 29 rows: its header is sound, its size is not the index's.
+    let mut short = PooledWriter::create(&copy, dim).unwrap();
+    for _ in 0..29 {
+        short.add(&vec![0.1; dim]).unwrap();
+    }
+    short.finish().unwrap();
+    let (_, detail) = corrupted(open(&copy).err().expect("refused"), "pooled.bin");
+    assert!(detail.contains("expected 30 rows"), "{detail}");
+    std::fs::write(&path, &original[..original.len() - 2]).unwrap();
+    let (_, detail) = corrupted(open(&copy).err().expect("refused"), "pooled.bin");
+    assert!(detail.contains("truncated"), "{detail}");
+    std::fs::write(&path, &original).unwrap();
+    assert_eq!(open(&copy).unwrap().len(), 30);
+}
+
+#[test]
+fn an_ivf_without_its_ivf_json_or_a_data_file_is_refused_at_open() {
+    let (_tmp, copy) = copy_index();
+    let ivf = IvfConfig::dir(&copy);
+    let json = std::fs::read(ivf.join(IVF_CONFIG_FILE)).unwrap();
+    std::fs::remove_file(ivf.join(IVF_CONFIG_FILE)).unwrap();
+    let (_, detail) = corrupted(open(&copy).err().expect("refused"), IVF_CONFIG_FILE);
+    assert!(detail.contains("missing") && detail.contains("cellar ivf build"), "{detail}");
+    std::fs::write(ivf.join(IVF_CONFIG_FILE), json).unwrap();
+    for kind in [FileKind::IvfCentroids, FileKind::IvfPostings, FileKind::IvfVectors] {
+        let path = ivf.join(kind.file_name());
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let (_, detail) = corrupted(open(&copy).err().expect("refused"), kind.file_name());
+        assert!(detail.contains("missing"), "{detail}");
+        std::fs::write(&path, bytes).unwrap();
+    }
+    assert!(open(&copy).unwrap().ivf_config().is_some());
+    std::fs::remove_dir_all(&ivf).unwrap();
+    assert!(open(&copy).unwrap().ivf_config().is_none(), "no ivf/ at all is an index without an IVF");
 }
