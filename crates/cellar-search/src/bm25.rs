@@ -15,18 +15,43 @@ use tantivy::tokenizer::{
     Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
     TokenStream,
 };
-use tantivy::{doc, Index, IndexReader, IndexWriter, ReloadPolicy};
+use tantivy::{doc, Index, IndexReader, IndexSettings, IndexWriter, ReloadPolicy};
 
 use crate::scored::Scored;
 
 /// Name under which the analyzer is registered on every opened index.
 const ANALYZER: &str = "cellar_en";
+/// tantivy's commit point in the BM25 directory.
+pub const META_FILE: &str = "meta.json";
 /// Writer memory budget: bounds RAM while indexing corpora larger than memory.
 const WRITER_BUDGET_BYTES: usize = 64 << 20;
 
 /// Maps a tantivy error into ours, naming the BM25 directory.
 fn tantivy_error(path: &Path, error: tantivy::TantivyError) -> CellarError {
     CellarError::corrupted(path, 0, format!("bm25 index: {error}"))
+}
+
+/// Every segment holds `max_doc` documents (as `meta.json` says) in its `doc` column and its
+/// field norms: a count that does not match its files would send tantivy past their ends.
+fn check_segments(dir: &Path, searcher: &tantivy::Searcher, fields: &Fields) -> Result<()> {
+    for segment in searcher.segment_readers() {
+        let max_doc = segment.max_doc();
+        let column = segment.fast_fields().u64("doc").map_err(|e| tantivy_error(dir, e))?;
+        let norms = segment.get_fieldnorms_reader(fields.body).map_err(|e| tantivy_error(dir, e))?;
+        if column.num_docs() != max_doc || norms.num_docs() != max_doc {
+            return Err(CellarError::corrupted(
+                dir,
+                0,
+                format!(
+                    "bm25 index: {META_FILE} gives segment {} {max_doc} documents, its files hold {} ids and {} field norms",
+                    segment.segment_id().uuid_string(),
+                    column.num_docs(),
+                    norms.num_docs()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn analyzer() -> TextAnalyzer {
@@ -104,8 +129,45 @@ pub struct Bm25Index {
 }
 
 impl Bm25Index {
+    /// Opens the BM25 index in `dir`, checking first what can be checked: `meta.json` is there,
+    /// and once tantivy has parsed it, its schema and settings are the ones a Cellar build writes,
+    /// no segment has deletes (a build never deletes), and every segment's `doc` column and field
+    /// norms hold the documents `meta.json` counts. Every tantivy error is `Corrupted` naming
+    /// `dir`, and so, as a last line, is a panic inside tantivy while it opens the index.
     pub fn open(dir: &Path) -> Result<Bm25Index> {
+        let meta = dir.join(META_FILE);
+        if !meta.is_file() {
+            let detail = format!("bm25 index: missing {META_FILE}");
+            return Err(CellarError::corrupted(dir, 0, detail));
+        }
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Self::open_checked(dir)));
+        opened.unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_string());
+            Err(CellarError::corrupted(dir, 0, format!("bm25 index: tantivy failed opening it: {what}")))
+        })
+    }
+
+    fn open_checked(dir: &Path) -> Result<Bm25Index> {
         let index = Index::open_in_dir(dir).map_err(|e| tantivy_error(dir, e))?;
+        let corrupted =
+            |detail: String| CellarError::corrupted(dir, 0, format!("bm25 index: {META_FILE}: {detail}"));
+        if index.schema() != schema().0 {
+            return Err(corrupted("its schema is not the one a Cellar build writes".into()));
+        }
+        if index.settings() != &IndexSettings::default() {
+            return Err(corrupted("its settings are not the ones a Cellar build writes".into()));
+        }
+        let segments = index.searchable_segment_metas().map_err(|e| tantivy_error(dir, e))?;
+        if let Some(segment) = segments.iter().find(|s| s.delete_opstamp().is_some()) {
+            return Err(corrupted(format!(
+                "segment {} has deletes; a Cellar build deletes nothing",
+                segment.id().uuid_string()
+            )));
+        }
         index.tokenizers().register(ANALYZER, analyzer());
         let fields = fields_of(&index.schema(), dir)?;
         let reader = index
@@ -113,6 +175,7 @@ impl Bm25Index {
             .reload_policy(ReloadPolicy::Manual)
             .try_into()
             .map_err(|e| tantivy_error(dir, e))?;
+        check_segments(dir, &reader.searcher(), &fields)?;
         Ok(Bm25Index { path: dir.to_path_buf(), reader, fields, analyzer: analyzer() })
     }
 

@@ -8,6 +8,8 @@ use std::path::Path;
 use cellar_core::format::FileKind;
 use cellar_core::io::ReaderKind;
 use cellar_core::{CellarError, DocId};
+use cellar_search::bm25::{Bm25Index, META_FILE};
+use cellar_search::index::BM25_DIR;
 use cellar_search::ivf::{IvfConfig, IVF_CONFIG_FILE};
 use cellar_search::pooled::PooledWriter;
 use cellar_search::{Index, Mode, OpenOptions, SearchRequest};
@@ -108,4 +110,47 @@ fn an_ivf_without_its_ivf_json_or_a_data_file_is_refused_at_open() {
     assert!(open(&copy).unwrap().ivf_config().is_some());
     std::fs::remove_dir_all(&ivf).unwrap();
     assert!(open(&copy).unwrap().ivf_config().is_none(), "no ivf/ at all is an index without an IVF");
+}
+
+/// The hits of a few BM25 queries: what a damaged `meta.json` must either keep or refuse.
+fn bm25_answers(bm25: &Bm25Index) -> cellar_core::Result<Vec<Vec<(u32, u32)>>> {
+    ["lava and magma", "coffee beans", "string instrument bow", "bread"]
+        .iter()
+        .map(|q| Ok(bm25.search(q, 30)?.into_iter().map(|s| (s.id.0, s.score.to_bits())).collect()))
+        .collect()
+}
+
+#[test]
+fn every_bit_flip_in_bm25_meta_json_is_refused_as_corrupted_or_changes_nothing() {
+    let (_tmp, copy) = copy_index();
+    let dir = copy.join(BM25_DIR);
+    let path = dir.join(META_FILE);
+    let original = std::fs::read(&path).unwrap();
+    let expected = bm25_answers(&Bm25Index::open(&dir).unwrap()).unwrap();
+    let mut refused = 0;
+    for at in 0..original.len() {
+        for bit in [0, 3] {
+            let mut bytes = original.clone();
+            bytes[at] ^= 1 << bit;
+            std::fs::write(&path, &bytes).unwrap();
+            let outcome = Bm25Index::open(&dir).and_then(|bm25| Ok((bm25.num_docs(), bm25_answers(&bm25)?)));
+            match outcome {
+                Ok((docs, answers)) => {
+                    let change =
+                        String::from_utf8_lossy(&bytes[at.saturating_sub(20)..(at + 20).min(bytes.len())])
+                            .into_owned();
+                    assert_eq!((docs, &answers), (30, &expected), "flip of bit {bit} at {at} ({change:?})");
+                }
+                Err(CellarError::Corrupted { path, .. }) => {
+                    assert!(path.starts_with(&dir), "{path:?}");
+                    refused += 1;
+                }
+                Err(other) => panic!("flip of bit {bit} at {at}: expected Corrupted, got {other:?}"),
+            }
+        }
+    }
+    assert!(refused > original.len(), "{refused} of {} flips refused", 2 * original.len());
+    std::fs::remove_file(&path).unwrap();
+    let (_, detail) = corrupted(Bm25Index::open(&dir).err().expect("refused"), BM25_DIR);
+    assert!(detail.contains("missing meta.json"), "{detail}");
 }
