@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use cellar_core::codec::CodecKind;
 use cellar_core::Result;
+use cellar_search::ivf::IvfConfig;
 use cellar_search::{BuildOptions, Index};
 use clap::Args;
 
@@ -62,6 +63,8 @@ pub fn run(args: IndexArgs) -> Result<()> {
     options.encode_threads = args.threads.unwrap_or(options.encode_threads);
     options.max_docs = args.max_docs;
     options.progress = true;
+    // The IVF is built under the build's lock, so no reader opens the index before it is there.
+    options.ivf = (!args.no_ivf).then(|| args.ivf.options());
     let config = Index::build(&options)?;
     let b = &config.build;
     let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
@@ -84,8 +87,7 @@ pub fn run(args: IndexArgs) -> Result<()> {
         mib(b.pooled_bytes),
         mib(b.texts_bytes)
     );
-    if !args.no_ivf {
-        let ivf = cellar_search::ivf::build_ivf(&args.out, &args.ivf.options())?;
+    if let Some(ivf) = IvfConfig::load(&args.out)? {
         crate::ivf_cmd::print_report(&ivf);
     }
     Ok(())

@@ -139,8 +139,18 @@ fn serve_answers_over_loopback_and_stops_cleanly_on_sigterm() {
     assert_eq!(status, 400, "{body}");
     assert_eq!(http(port, "GET", "/healthz", "").0, 200, "still serving after a bad request");
 
+    // Issue 21: builds are refused while the index is served, and the server keeps serving.
+    let ivf_build = ["ivf", "build", "--index", index_s, "--cluster-size", "8"];
+    assert_user_error(&cellar(&ivf_build), "open for reading elsewhere");
+    assert_user_error(
+        &cellar(&["index", data.to_str().unwrap(), "--out", index_s]),
+        "open for reading elsewhere",
+    );
+    assert_eq!(http(port, "POST", "/v1/search", r#"{"query": "moon", "k": 1}"#).0, 200);
+
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert!(status.success(), "a SIGTERM'd server exits cleanly, got {status:?}");
+    assert!(cellar(&ivf_build).status.success(), "the server's lock went with it");
 }

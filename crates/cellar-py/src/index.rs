@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use cellar_core::codec::CodecKind;
 use cellar_core::io::ReaderKind;
 use cellar_search::eval::doc_ids;
-use cellar_search::ivf::{build_ivf, IvfBuildOptions};
+use cellar_search::ivf::IvfBuildOptions;
 use cellar_search::request::DEFAULT_K;
 use cellar_search::{BuildOptions, Index, OpenOptions, SearchRequest};
 use pyo3::exceptions::PyTypeError;
@@ -133,13 +133,8 @@ impl PyIndex {
             progress,
             ..IvfBuildOptions::default()
         };
-        without_gil(py, || {
-            cellar_search::Index::build(&options)?;
-            if ivf {
-                build_ivf(&out, &ivf_options)?;
-            }
-            Ok(())
-        })?;
+        options.ivf = ivf.then_some(ivf_options);
+        without_gil(py, || cellar_search::Index::build(&options))?;
         open_index(py, out, OpenOptions { reader, model_dir: model, ..Default::default() })
     }
 

@@ -3,7 +3,9 @@
 //!
 //! Nothing but one batch (and, for int8 or PCA, a fitting sample) is held in memory, so corpora
 //! larger than RAM index fine. An interrupted build leaves a `.cellar-building` marker and no
-//! `index.json`; the next build into that directory clears it and starts again.
+//! `index.json`; the next build into that directory clears it and starts again. The build holds
+//! the directory's exclusive lock (`lock`) from before it clears anything until it returns, the
+//! IVF (`BuildOptions::ivf`) included, so no reader opens the index half built.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,6 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cellar_core::codec::{CodecKind, F16Codec, Int8Codec};
+use cellar_core::format::fsio::{DirLock, LOCK_FILE};
+use cellar_core::format::FileKind;
 use cellar_core::store::StoreWriter;
 use cellar_core::{CellarError, IoContext, Result};
 use cellar_encode::{Encoded, Encoder, EncoderConfig, Pca};
@@ -21,11 +25,10 @@ use crate::config::{BuildReport, EncoderSettings, IndexConfig, SearchDefaults, I
 use crate::corpus::{Collection, CorpusReader, Document};
 use crate::disk::dir_bytes;
 use crate::index::{Index, BM25_DIR, PCA_FILE, VECTORS_DIR};
+use crate::ivf::{build_ivf_over, IvfBuildOptions};
+use crate::lock::{self, BUILDING_MARKER};
 use crate::pooled::PooledWriter;
 use crate::texts::TextsWriter;
-
-/// Marker of a build in progress; its presence without `index.json` means an interrupted build.
-const BUILDING_MARKER: &str = ".cellar-building";
 
 /// Everything `Index::build` needs.
 #[derive(Clone, Debug)]
@@ -49,6 +52,8 @@ pub struct BuildOptions {
     pub sample_tokens: usize,
     pub max_docs: Option<usize>,
     pub progress: bool,
+    /// Also build the IVF (the dense first stage), under the same lock as the rest.
+    pub ivf: Option<IvfBuildOptions>,
 }
 
 impl BuildOptions {
@@ -68,6 +73,7 @@ impl BuildOptions {
             sample_tokens: 100_000,
             max_docs: None,
             progress: false,
+            ivf: None,
         }
     }
 
@@ -82,12 +88,13 @@ pub fn project_tokens(pca: &Pca, tokens: &[f32], n: usize) -> Vec<f32> {
 }
 
 impl Index {
-    /// Builds an index from `options.collection` into `options.out`.
+    /// Builds an index from `options.collection` into `options.out`, and its IVF when
+    /// `options.ivf` asks for one (its report: `ivf::IvfConfig::load`).
     pub fn build(options: &BuildOptions) -> Result<IndexConfig> {
         let started = Instant::now();
         check_options(options)?;
         let collection = Collection::locate(&options.collection)?;
-        prepare_out_dir(&options.out)?;
+        let _lock = prepare_out_dir(&options.out)?;
         let encoder = load_encoder(options)?;
         let mut run = BuildRun::new(options, &encoder, &collection.corpus)?;
         run.stream(CorpusReader::open(&collection.corpus)?)?;
@@ -104,6 +111,10 @@ impl Index {
         };
         config.save(&options.out)?;
         let _ = std::fs::remove_file(options.out.join(BUILDING_MARKER));
+        if let Some(ivf) = &options.ivf {
+            let pooled = options.out.join(FileKind::Pooled.file_name());
+            build_ivf_over(&options.out, &pooled, config.encoder.model_dim, config.build.docs as usize, ivf)?;
+        }
         Ok(config)
     }
 }
@@ -122,24 +133,48 @@ fn check_options(options: &BuildOptions) -> Result<()> {
     Ok(())
 }
 
-/// The output directory must be new, empty, or an interrupted build (which is cleared).
-fn prepare_out_dir(out: &Path) -> Result<()> {
-    if out.exists() {
-        let interrupted = out.join(BUILDING_MARKER).exists() && !IndexConfig::path(out).exists();
-        let empty = out.read_dir().at(out)?.next().is_none();
-        if interrupted {
-            log::warn!("{}: clearing an interrupted build", out.display());
-            std::fs::remove_dir_all(out).at(out)?;
-        } else if !empty {
-            return Err(CellarError::InvalidInput(format!(
-                "{}: already exists and is not empty; choose a new directory or remove it",
-                out.display()
-            )));
-        }
+/// The output directory must be new, empty, or an interrupted build (which is cleared). Its
+/// exclusive lock is taken before anything in it is touched, so a build into an index that is
+/// open (or being built) elsewhere is `Locked`; a foreign directory is refused before a lock file
+/// is put in it.
+fn prepare_out_dir(out: &Path) -> Result<DirLock> {
+    if out.exists() && !lock::is_index_dir(out) && out.read_dir().at(out)?.next().is_some() {
+        return Err(not_empty(out));
     }
     std::fs::create_dir_all(out).at(out)?;
+    let lock = lock::exclusive_new(out)?;
+    if IndexConfig::path(out).exists() {
+        return Err(not_empty(out));
+    }
+    let interrupted = out.join(BUILDING_MARKER).exists();
+    let mut cleared = false;
+    for entry in out.read_dir().at(out)? {
+        let path = entry.at(out)?.path();
+        if path.file_name().is_some_and(|n| n == LOCK_FILE) {
+            continue;
+        }
+        if !interrupted {
+            return Err(not_empty(out));
+        }
+        if !cleared {
+            log::warn!("{}: clearing an interrupted build", out.display());
+            cleared = true;
+        }
+        // The lock file stays: removing it would let a second builder lock a new one.
+        let removed =
+            if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+        removed.at(&path)?;
+    }
     let marker = out.join(BUILDING_MARKER);
-    std::fs::write(&marker, b"").at(&marker)
+    std::fs::write(&marker, b"").at(&marker)?;
+    Ok(lock)
+}
+
+fn not_empty(out: &Path) -> CellarError {
+    CellarError::InvalidInput(format!(
+        "{}: already exists and is not empty; choose a new directory or remove it",
+        out.display()
+    ))
 }
 
 fn load_encoder(options: &BuildOptions) -> Result<Encoder> {

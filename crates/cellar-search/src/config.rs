@@ -88,15 +88,21 @@ impl IndexConfig {
         dir.join(CONFIG_FILE)
     }
 
+    /// What opening `dir` without an `index.json` is: `InvalidInput` saying whether the directory
+    /// is there at all.
+    pub fn not_an_index(dir: &Path) -> CellarError {
+        let detail = if dir.is_dir() {
+            "no index.json: not a Cellar index, or its build was interrupted"
+        } else {
+            "no such index directory"
+        };
+        CellarError::InvalidInput(format!("{}: {detail}", dir.display()))
+    }
+
     pub fn load(dir: &Path) -> Result<IndexConfig> {
         let path = Self::path(dir);
         if !path.is_file() {
-            let detail = if dir.is_dir() {
-                "no index.json: not a Cellar index, or its build was interrupted"
-            } else {
-                "no such index directory"
-            };
-            return Err(CellarError::InvalidInput(format!("{}: {detail}", dir.display())));
+            return Err(Self::not_an_index(dir));
         }
         let bytes = std::fs::read(&path).at(&path)?;
         let config: IndexConfig =

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use cellar_core::format::fsio::DirLock;
 use cellar_core::format::FileKind;
 use cellar_core::io::{InjectedLatency, ReaderKind, ReaderOptions};
 use cellar_core::kernels::Isa;
@@ -56,13 +57,17 @@ pub struct Index {
     options: OpenOptions,
     encoder: Mutex<Option<Arc<Encoder>>>,
     pooled: Mutex<Option<Arc<PooledMatrix>>>,
+    /// The directory's shared lock, held while the index is open (`lock`).
+    _lock: DirLock,
 }
 
 impl Index {
-    /// Opens the index in `dir`, checking every part's header and that the parts agree on the number of documents and dimensions:
+    /// Opens the index in `dir` under its shared lock (`Locked` while a build holds it), checking
+    /// every part's header and that the parts agree on the number of documents and dimensions:
     /// the store, BM25, the texts, `pooled.bin` (header and size; its rows load on first use), the
     /// PCA and the IVF (all of its files, or none).
     pub fn open(dir: &Path, options: OpenOptions) -> Result<Index> {
+        let lock = crate::lock::shared(dir)?;
         let config = IndexConfig::load(dir)?;
         if options.inject_latency.is_some() && options.reader != ReaderKind::Direct {
             return Err(CellarError::InvalidInput(format!(
@@ -93,6 +98,7 @@ impl Index {
             options,
             encoder: Mutex::new(None),
             pooled: Mutex::new(None),
+            _lock: lock,
         };
         index.check_parts()?;
         Ok(index)

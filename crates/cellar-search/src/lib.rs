@@ -1,7 +1,8 @@
 //! Cellar's retrieval pipeline over one index directory:
 //!
 //! - `build`: corpus → encoder → vector store + pooled vectors + text store + BM25 (`Index::build`)
-//! - `index`: an open index (`Index::open`), its parts checked against each other
+//! - `index`: an open index (`Index::open`), its parts checked against each other; `lock`: the
+//!   directory's lock (builds exclusive, open indexes shared)
 //! - `request`: `SearchRequest`, one search as every front end states it; `plan`: every check
 //!   (`Index::plan` → `Plan`), then `Index::execute`; `params`: the settings resolved
 //! - `search`: answers with ids and text; `rank`: the first stages (BM25,
@@ -19,6 +20,7 @@ pub mod eval;
 pub mod fusion;
 pub mod index;
 pub mod ivf;
+pub mod lock;
 pub mod metrics;
 pub mod mode;
 pub mod params;

@@ -58,9 +58,9 @@ class IncompatibleError(CellarError):
 
 
 class LockedError(CellarError):
-    """Another process (or another open handle) holds the streaming collection or the index
-    being built: two writers would lose each other's writes. Close the other one, or go through
-    the server that holds it."""
+    """Another process (or another open handle) holds the streaming collection, or the index:
+    an index being built cannot be opened, and an index open anywhere (a server, another
+    ``Index``) cannot be built. Close the other one, or go through the server that holds it."""
 
     code = "locked"
 

@@ -123,15 +123,18 @@ fn decode_f16(raw: &[u8], out: &mut [f32]) {
     }
 }
 
-/// Builds (or rebuilds) the IVF of the index in `index_dir`.
+/// Builds (or rebuilds) the IVF of the index in `index_dir`, holding the index's exclusive lock
+/// (`Locked` while the index is open elsewhere).
 pub fn build_ivf(index_dir: &Path, options: &IvfBuildOptions) -> Result<IvfConfig> {
+    let _lock = crate::lock::exclusive(index_dir)?;
     let index = IndexConfig::load(index_dir)?;
     let (dim, docs) = (index.encoder.model_dim, index.build.docs as usize);
     build_ivf_over(index_dir, &index_dir.join(FileKind::Pooled.file_name()), dim, docs, options)
 }
 
 /// Builds `dir/ivf/` over the `docs` rows of `dim` f16 values in the pooled-vectors file `pooled`
-/// (a `pooled.bin`, header included): the index's own, or a synthetic one for benchmarks.
+/// (a `pooled.bin`, header included): the index's own, or a synthetic one for benchmarks. It
+/// takes no lock: an index's IVF is built through [`build_ivf`] or `Index::build`, which hold it.
 pub fn build_ivf_over(
     dir: &Path,
     pooled: &Path,

@@ -5,16 +5,17 @@
 
 use std::path::Path;
 
+use cellar_core::format::fsio::DirLock;
 use cellar_core::format::FileKind;
 use cellar_core::io::ReaderKind;
 use cellar_core::{CellarError, DocId};
 use cellar_search::bm25::{Bm25Index, META_FILE};
 use cellar_search::index::BM25_DIR;
-use cellar_search::ivf::{IvfConfig, IVF_CONFIG_FILE};
+use cellar_search::ivf::{build_ivf, IvfConfig, IVF_CONFIG_FILE};
 use cellar_search::pooled::PooledWriter;
 use cellar_search::{Index, Mode, OpenOptions, SearchRequest};
 
-use crate::fixture::copy_index;
+use crate::fixture::{copy_index, ivf_options, options as build_options, write_collection};
 
 fn open(dir: &Path) -> cellar_core::Result<Index> {
     Index::open(dir, OpenOptions { reader: ReaderKind::Mmap, ..Default::default() })
@@ -153,4 +154,43 @@ fn every_bit_flip_in_bm25_meta_json_is_refused_as_corrupted_or_changes_nothing()
     std::fs::remove_file(&path).unwrap();
     let (_, detail) = corrupted(Bm25Index::open(&dir).err().expect("refused"), BM25_DIR);
     assert!(detail.contains("missing meta.json"), "{detail}");
+}
+
+fn locked(result: cellar_core::Result<impl Sized>, needle: &str) {
+    match result {
+        Err(CellarError::Locked { detail, .. }) => assert!(detail.contains(needle), "{detail}"),
+        Err(other) => panic!("expected Locked ({needle}), got {other:?}"),
+        Ok(_) => panic!("expected Locked ({needle}), got through"),
+    }
+}
+
+#[test]
+fn builds_and_readers_exclude_each_other_through_the_index_lock() {
+    let (tmp, copy) = copy_index();
+    let reader = open(&copy).unwrap();
+    let second = open(&copy).expect("readers share the lock");
+    locked(build_ivf(&copy, &ivf_options()), "open for reading elsewhere");
+    let data = tmp.path().join("data");
+    write_collection(&data);
+    locked(Index::build(&build_options(&data, &copy)), "open for reading elsewhere");
+    assert_eq!(reader.len(), 30, "the refused builds touched nothing");
+    drop((reader, second));
+    build_ivf(&copy, &ivf_options()).expect("nobody reads it any more");
+    // What a build holds while it runs.
+    let building = DirLock::exclusive(&copy, "index").unwrap();
+    locked(open(&copy), &format!("being written elsewhere (held by pid {})", std::process::id()));
+    locked(build_ivf(&copy, &ivf_options()), "open elsewhere");
+    drop(building);
+    assert_eq!(open(&copy).unwrap().len(), 30);
+}
+
+#[test]
+fn a_wrong_directory_gets_no_lock_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("notes.txt"), "mine").unwrap();
+    let error = open(tmp.path()).err().expect("refused");
+    assert!(matches!(&error, CellarError::InvalidInput(m) if m.contains("not a Cellar index")), "{error:?}");
+    assert!(matches!(build_ivf(tmp.path(), &ivf_options()), Err(CellarError::InvalidInput(_))));
+    let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["notes.txt"]);
 }

@@ -226,8 +226,8 @@ fn a_rebuild_replaces_the_ivf_and_clears_an_interrupted_one() {
     let leftover = copy.join("ivf.cellar-building");
     std::fs::create_dir_all(&leftover).unwrap();
     std::fs::write(leftover.join("ivf_postings.bin"), b"half written").unwrap();
-    let before = Index::open(&copy, OpenOptions::default()).unwrap();
-    let n = clusters(&before);
+    // The index is closed before its IVF is rebuilt: a build is refused while it is open.
+    let n = clusters(&Index::open(&copy, OpenOptions::default()).unwrap());
     let mut options_big = ivf_options();
     options_big.cluster_size = 16;
     let config = build_ivf(&copy, &options_big).unwrap();
