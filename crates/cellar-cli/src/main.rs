@@ -42,7 +42,8 @@ enum Command {
     Feed(feed_cmd::FeedArgs),
     /// Exact search inside one group of a streaming collection.
     StreamSearch(stream_search_cmd::StreamSearchArgs),
-    /// Print an index's manifest and file headers without loading its vectors.
+    /// Print an index's (or a vector store's) manifest and file headers; --verify reads every file
+    /// against its checksums.
     Inspect(inspect::InspectArgs),
 }
 

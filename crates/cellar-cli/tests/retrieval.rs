@@ -154,3 +154,78 @@ fn serve_answers_over_loopback_and_stops_cleanly_on_sigterm() {
     assert!(status.success(), "a SIGTERM'd server exits cleanly, got {status:?}");
     assert!(cellar(&ivf_build).status.success(), "the server's lock went with it");
 }
+
+/// Flips one bit of `path` at `offset` (from the end when negative), returning the old bytes.
+fn flip(path: &Path, offset: i64) -> Vec<u8> {
+    let original = std::fs::read(path).unwrap();
+    let mut bytes = original.clone();
+    let at = if offset < 0 { bytes.len() - offset.unsigned_abs() as usize } else { offset as usize };
+    bytes[at] ^= 0x04;
+    std::fs::write(path, bytes).unwrap();
+    original
+}
+
+/// Issue 21: `inspect --verify` on an index root checks every file and names the damaged one.
+#[test]
+fn inspect_verify_reads_every_file_of_an_index_and_names_the_first_damage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    write_collection(&data);
+    let index = tmp.path().join("index");
+    let index_s = index.to_str().unwrap();
+    assert!(cellar(&["index", data.to_str().unwrap(), "--out", index_s]).status.success());
+    let out = cellar(&["inspect", index_s, "--verify"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let files = [
+        "index.json",
+        "vectors/manifest.json",
+        "vectors/offsets.bin",
+        "vectors/codec.bin",
+        "vectors/vectors.bin",
+        "text_offsets.bin",
+        "texts.bin",
+        "pooled.bin",
+        "ivf/ivf.json",
+        "ivf/ivf_centroids.bin",
+        "ivf/ivf_postings.bin",
+        "ivf/ivf_vectors.bin",
+        "bm25",
+    ];
+    for file in files {
+        assert!(stdout.contains(&format!("verify     {file} ")), "no line for {file} in:\n{stdout}");
+    }
+    let store = index.join("vectors");
+    let out = cellar(&["inspect", store.to_str().unwrap(), "--verify"]);
+    assert!(out.status.success() && text(&out.stdout).contains("checksum ok"), "{}", text(&out.stderr));
+
+    let texts = std::fs::read(index.join("texts.bin")).unwrap();
+    let moon = texts.windows(4).position(|w| w == b"moon").unwrap() as i64;
+    let segment = std::fs::read_dir(index.join("bm25"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "idx"))
+        .expect("a postings file");
+    let damages: [(std::path::PathBuf, i64, &str); 7] = [
+        (index.join("texts.bin"), moon, "text record fails its checksum"),
+        (index.join("text_offsets.bin"), -3, "body checksum mismatch"),
+        (index.join("pooled.bin"), 70, "body checksum mismatch"),
+        (index.join("vectors/vectors.bin"), 4096 + 20, "fails its checksum"),
+        (index.join("ivf/ivf_postings.bin"), 4096 + 3, "posting block of cluster 0"),
+        (index.join("ivf/ivf_vectors.bin"), 4096 + 3, "the vector of document"),
+        (segment.clone(), 20, "footer checksum"),
+    ];
+    for (path, offset, needle) in damages {
+        let original = flip(&path, offset);
+        let out = cellar(&["inspect", index_s, "--verify"]);
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert_user_error(&out, needle);
+        assert!(
+            text(&out.stderr).contains(&format!("{name}: corrupted at byte offset")),
+            "{}",
+            text(&out.stderr)
+        );
+        std::fs::write(&path, original).unwrap();
+    }
+    assert!(cellar(&["inspect", index_s, "--verify"]).status.success());
+}

@@ -179,6 +179,22 @@ impl Bm25Index {
         Ok(Bm25Index { path: dir.to_path_buf(), reader, fields, analyzer: analyzer() })
     }
 
+    /// Opens the index in `dir` as [`Bm25Index::open`] does, then reads each of its files through
+    /// its footer checksum (`cellar inspect --verify`); returns the number of documents.
+    pub fn verify(dir: &Path) -> Result<u64> {
+        let docs = Self::open(dir)?.num_docs();
+        let index = Index::open_in_dir(dir).map_err(|e| tantivy_error(dir, e))?;
+        let damaged = index.validate_checksum().map_err(|e| tantivy_error(dir, e))?;
+        match damaged.into_iter().min() {
+            None => Ok(docs),
+            Some(file) => Err(CellarError::corrupted(
+                &dir.join(file),
+                0,
+                "bm25 index: the file fails its footer checksum",
+            )),
+        }
+    }
+
     pub fn num_docs(&self) -> u64 {
         self.reader.searcher().num_docs()
     }

@@ -9,6 +9,7 @@
 //!   the IVF of `ivf`, or both) → read records (`prefetch` overlaps the reads with the probe)
 //!   → MaxSim → fusion (`fusion`) → top-k, with timings
 //! - `eval`, `metrics`, `tune`: quality against qrels, and the alpha / rerank_k sweep
+//! - `verify`: every byte of an index against its checksums (`Index::verify`)
 //! - `corpus`: BEIR-layout readers; `config`: `index.json`; `progress`: the front ends' progress bar
 
 pub mod bm25;
@@ -36,6 +37,7 @@ pub mod search;
 pub mod texts;
 pub mod topk;
 pub mod tune;
+pub mod verify;
 
 pub use build::BuildOptions;
 pub use config::IndexConfig;

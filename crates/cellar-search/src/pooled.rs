@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::path::Path;
 
-use cellar_core::format::fsio::{open_checked, BodyWriter};
+use cellar_core::format::fsio::{open_checked, verify_body, BodyWriter};
 use cellar_core::format::{FileHeader, FileKind, HEADER_BYTES};
 use cellar_core::kernels::{dot_f16, Isa};
 use cellar_core::{CellarError, DocId, IoContext, Result};
@@ -73,6 +73,15 @@ impl PooledMatrix {
         file.read_exact_at(&mut bytes, header.body_offset).at(&path)?;
         header.check_body_crc(&path, crc32c::crc32c(&bytes))?;
         Ok(PooledMatrix { dim, bytes })
+    }
+
+    /// Streams `pooled.bin` through its body checksum (`cellar inspect --verify`) after the checks
+    /// of [`open_pooled`]; returns its body length.
+    pub fn verify(dir: &Path, dim: usize, docs: usize) -> Result<u64> {
+        let path = dir.join(FileKind::Pooled.file_name());
+        let (file, header) = open_pooled(&path, dim, docs as u64)?;
+        verify_body(&file, &path, &header)?;
+        Ok(header.body_len)
     }
 
     /// Exact top-`k` documents by dot product with `query` (L2-normalised, so cosine).

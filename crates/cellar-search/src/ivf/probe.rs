@@ -12,7 +12,7 @@ use std::collections::BinaryHeap;
 use std::path::Path;
 use std::time::Instant;
 
-use cellar_core::format::fsio::{open_checked, read_small_file};
+use cellar_core::format::fsio::{open_checked, read_small_file, verify_body};
 use cellar_core::format::FileKind;
 use cellar_core::io::{Extent, ExtentReader, ReadStats, ReaderOptions};
 use cellar_core::kernels::{dot_f16, Isa};
@@ -125,6 +125,63 @@ impl Ivf {
 
     pub fn clusters(&self) -> usize {
         self.table.len()
+    }
+
+    /// `Corrupted` unless `bytes`, cluster `cluster`'s posting block, match the table's checksum.
+    fn check_block(&self, cluster: usize, bytes: &[u8]) -> Result<()> {
+        let entry = &self.table[cluster];
+        if crc32c::crc32c(bytes) != entry.block_crc {
+            return Err(CellarError::corrupted(
+                self.postings.path(),
+                entry.postings_offset,
+                format!("posting block of cluster {cluster} fails its checksum"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `Corrupted` unless `bytes`, document `id`'s vector read at `offset`, match `crc`.
+    fn check_vector(&self, id: u32, crc: u32, offset: u64, bytes: &[u8]) -> Result<()> {
+        if crc32c::crc32c(bytes) != crc {
+            return Err(CellarError::corrupted(
+                self.vectors.path(),
+                offset,
+                format!("the vector of document {id} fails its checksum"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads every posting block against the table's checksum and every vector against its
+    /// block's, then both files' bodies against their headers (`cellar inspect --verify`; the
+    /// centroids were checked at open). Returns the clusters and the vectors checked.
+    pub fn verify(&self) -> Result<(usize, usize)> {
+        let row = 2 * self.config.dim;
+        let mut vectors = 0;
+        for (cluster, entry) in self.table.iter().enumerate() {
+            let extent = Extent { offset: entry.postings_offset, len: entry.block_len(self.words) };
+            let blocks = self.postings.read(&[extent])?;
+            let block = PostingView { bytes: blocks.get(0), n: entry.count as usize, words: self.words };
+            self.check_block(cluster, block.bytes)?;
+            if block.n == 0 {
+                continue;
+            }
+            let extents: Vec<Extent> = (0..block.n)
+                .map(|slot| Extent { offset: entry.vectors_offset + (slot * row) as u64, len: row })
+                .collect();
+            let rows = self.vectors.read(&extents)?;
+            for (slot, extent) in extents.iter().enumerate() {
+                self.check_vector(block.id(slot), block.vector_crc(slot), extent.offset, rows.get(slot))?;
+            }
+            vectors += block.n;
+        }
+        for (kind, path) in
+            [(FileKind::IvfPostings, self.postings.path()), (FileKind::IvfVectors, self.vectors.path())]
+        {
+            let (file, header) = open_checked(path, kind)?;
+            verify_body(&file, path, &header)?;
+        }
+        Ok((self.table.len(), vectors))
     }
 
     /// Bytes the IVF holds in RAM (centroids twice, rotation, table).
@@ -263,13 +320,7 @@ impl Probe<'_> {
 
     fn score_block(&mut self, cluster: usize, q_dot_c: f32, bytes: &[u8]) -> Result<()> {
         let entry = self.ivf.table[cluster];
-        if crc32c::crc32c(bytes) != entry.block_crc {
-            return Err(CellarError::corrupted(
-                self.ivf.postings.path(),
-                entry.postings_offset,
-                format!("posting block of cluster {cluster} fails its checksum"),
-            ));
-        }
+        self.ivf.check_block(cluster, bytes)?;
         let dim = self.ivf.config.dim;
         let words = self.ivf.words;
         let block = PostingView { bytes, n: entry.count as usize, words };
@@ -358,13 +409,7 @@ impl Probe<'_> {
         let mut hits = Vec::with_capacity(chosen.len());
         for (i, c) in chosen.iter().enumerate() {
             let bytes = batch.get(i);
-            if crc32c::crc32c(bytes) != c.vector_crc {
-                return Err(CellarError::corrupted(
-                    self.ivf.vectors.path(),
-                    extents[i].offset,
-                    format!("the vector of document {} fails its checksum", c.id),
-                ));
-            }
+            self.ivf.check_vector(c.id, c.vector_crc, extents[i].offset, bytes)?;
             hits.push(Scored { id: DocId(c.id), score: dot_f16(self.ivf.isa, &self.query, bytes) });
         }
         hits.sort_by(crate::topk::better);
