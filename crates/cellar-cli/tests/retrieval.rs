@@ -4,7 +4,7 @@
 mod common;
 use common::{assert_user_error, cellar, http, text};
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn write_collection(dir: &Path) {
@@ -27,6 +27,17 @@ fn write_collection(dir: &Path) {
     let qrels = "query-id\tcorpus-id\tscore\nq\ttea0\t1\nq\ttea1\t2\n";
     std::fs::write(dir.join("qrels/test.tsv"), qrels).unwrap();
     std::fs::write(dir.join("qrels/train.tsv"), qrels).unwrap();
+}
+
+/// A collection and the index `cellar index` builds of it, in a temporary directory.
+fn indexed() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    write_collection(&data);
+    let index = tmp.path().join("index");
+    let out = cellar(&["index", data.to_str().unwrap(), "--out", index.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    (tmp, data, index)
 }
 
 #[test]
@@ -93,17 +104,25 @@ fn index_search_tune_eval() {
     );
     assert_user_error(&cellar(&["index", data_s, "--out", index_s]), "not empty");
     assert_user_error(&cellar(&["search", "--index", data_s, "tea"]), "not a Cellar index");
+
+    // Issue 21: one changed byte in bm25/meta.json (a segment's document count) made tantivy
+    // panic, exit code 101, where a damaged index is exit code 2 naming the directory.
+    let meta = index.join("bm25/meta.json");
+    let json = std::fs::read_to_string(&meta).unwrap();
+    let count = json.find("\"max_doc\"").unwrap();
+    let digit = count + json[count..].find(|c: char| c.is_ascii_digit()).unwrap();
+    let mut bytes = json.into_bytes();
+    bytes[digit] = b'3';
+    std::fs::write(&meta, bytes).unwrap();
+    let out = cellar(&["search", "--index", index_s, "green tea", "--mode", "bm25"]);
+    assert_user_error(&out, "bm25: corrupted");
 }
 
 #[test]
 fn serve_answers_over_loopback_and_stops_cleanly_on_sigterm() {
     use std::io::{BufRead, BufReader};
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    write_collection(&data);
-    let index = tmp.path().join("index");
+    let (_tmp, data, index) = indexed();
     let index_s = index.to_str().unwrap();
-    assert!(cellar(&["index", data.to_str().unwrap(), "--out", index_s]).status.success());
     assert_user_error(
         &cellar(&["serve", "--index", index_s, "--reader", "mmap", "--inject-latency-us", "80"]),
         "direct reader only",
@@ -168,12 +187,8 @@ fn flip(path: &Path, offset: i64) -> Vec<u8> {
 /// Issue 21: `inspect --verify` on an index root checks every file and names the damaged one.
 #[test]
 fn inspect_verify_reads_every_file_of_an_index_and_names_the_first_damage() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    write_collection(&data);
-    let index = tmp.path().join("index");
+    let (_tmp, _data, index) = indexed();
     let index_s = index.to_str().unwrap();
-    assert!(cellar(&["index", data.to_str().unwrap(), "--out", index_s]).status.success());
     let out = cellar(&["inspect", index_s, "--verify"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
@@ -206,7 +221,7 @@ fn inspect_verify_reads_every_file_of_an_index_and_names_the_first_damage() {
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|e| e == "idx"))
         .expect("a postings file");
-    let damages: [(std::path::PathBuf, i64, &str); 7] = [
+    let damages: [(PathBuf, i64, &str); 7] = [
         (index.join("texts.bin"), moon, "text record fails its checksum"),
         (index.join("text_offsets.bin"), -3, "body checksum mismatch"),
         (index.join("pooled.bin"), 70, "body checksum mismatch"),
