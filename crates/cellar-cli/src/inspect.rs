@@ -65,8 +65,10 @@ fn inspect_index(dir: &Path, verify: bool) -> Result<()> {
     }
     println!();
     let footprint = print_store(&dir.join(VECTORS_DIR))?;
-    let mut own: Vec<(PathBuf, FileKind)> =
-        [FileKind::Pooled, FileKind::Texts, FileKind::TextOffsets].map(|k| (k.file_name().into(), k)).into();
+    let mut own: Vec<(PathBuf, FileKind)> = [FileKind::Pooled, FileKind::Texts, FileKind::TextOffsets]
+        .into_iter()
+        .map(|k| (PathBuf::from(k.file_name()), k))
+        .collect();
     if index.ivf_config().is_some() {
         own.extend(IVF_KINDS.map(|k| (Path::new(IVF_DIR).join(k.file_name()), k)));
     }
