@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use cellar_core::format::fsio::DirLock;
 use cellar_core::{CellarError, IoContext, Result};
 
-use crate::compactor;
+use crate::compactor::{self, Compact};
 use crate::doc::{self, EntryView, StreamDoc};
 use crate::manifest::{segment_file, Manifest, SegmentRef, Settings, MANIFEST_VERSION, WAL_FILE};
 use crate::memtable::Memtable;
@@ -506,7 +506,7 @@ impl Inner {
         self.flushes.fetch_add(1, Ordering::Relaxed);
         let wanted = self.options.background_compaction && n_segments > self.options.compact_after;
         if wanted && !self.queued.swap(true, Ordering::AcqRel) {
-            compactor::request(self.me.clone());
+            compactor::request(self.me.clone() as Weak<dyn Compact>);
         }
         Ok(())
     }
@@ -514,19 +514,6 @@ impl Inner {
     fn compact(&self) -> Result<bool> {
         let _one_at_a_time = lock(&self.compacting);
         self.compact_locked()
-    }
-
-    /// A compaction the compaction thread runs for this collection, unless its handle was
-    /// dropped meanwhile (another process may hold the directory by now).
-    pub(crate) fn compact_queued(&self) {
-        let _one_at_a_time = lock(&self.compacting);
-        self.queued.store(false, Ordering::Release);
-        if self.closed.load(Ordering::Acquire) {
-            return;
-        }
-        if let Err(e) = self.compact_locked() {
-            log::error!("{}: background compaction failed: {e}", self.dir.display());
-        }
     }
 
     /// Merges every segment into one; the caller holds `compacting`.
@@ -585,6 +572,21 @@ impl Inner {
     pub(crate) fn writer_state(&self) -> (u64, u64, u64) {
         let writer = lock(&self.writer);
         (writer.next_seq - 1, writer.manifest.flushed_seq, writer.wal.len())
+    }
+}
+
+impl Compact for Inner {
+    /// A compaction the compaction thread runs for this collection, unless its handle was
+    /// dropped meanwhile (another process may hold the directory by now).
+    fn compact_queued(&self) {
+        let _one_at_a_time = lock(&self.compacting);
+        self.queued.store(false, Ordering::Release);
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = self.compact_locked() {
+            log::error!("{}: background compaction failed: {e}", self.dir.display());
+        }
     }
 }
 

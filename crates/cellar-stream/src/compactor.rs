@@ -9,10 +9,14 @@
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, OnceLock, Weak};
 
-use crate::collection::Inner;
+/// What the thread runs for a queued collection (`collection::Inner`; a trait, so this module
+/// needs nothing of the collection's).
+pub(crate) trait Compact: Send + Sync {
+    fn compact_queued(&self);
+}
 
 struct Queue {
-    waiting: Mutex<VecDeque<Weak<Inner>>>,
+    waiting: Mutex<VecDeque<Weak<dyn Compact>>>,
     wake: Condvar,
 }
 
@@ -34,7 +38,7 @@ fn queue() -> &'static Queue {
 }
 
 /// Queues `inner` for a background compaction.
-pub(crate) fn request(inner: Weak<Inner>) {
+pub(crate) fn request(inner: Weak<dyn Compact>) {
     let queue = queue();
     queue.waiting.lock().unwrap_or_else(|p| p.into_inner()).push_back(inner);
     queue.wake.notify_one();

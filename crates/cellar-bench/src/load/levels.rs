@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::client::{self, Target};
 use super::metrics::{sum_labelled, sum_metric};
 use super::quality::{self, ServedAnswers};
-use super::report::{ConfigResult, LevelRecord, Status};
+use super::report::{ConfigResult, LevelRecord, Status, STAGES_REPORTED};
 use super::server_proc::ServerProc;
 use super::sweep::{self, LevelPlan, LevelStats, RequestCycle};
 use super::Bench;
@@ -125,10 +125,6 @@ fn stage_means(before: &Counters, after: &Counters) -> BTreeMap<String, f64> {
     }
     means
 }
-
-/// Stages of the server's histograms the report shows, in pipeline order.
-pub const STAGES_REPORTED: [&str; 7] =
-    ["queue", "encode", "first_stage", "read", "read_hidden", "maxsim", "total"];
 
 /// A level's record: the client's figures, and the server's read bytes per 200 answer (from
 /// its counter and from /proc) and memory at the end of the level.

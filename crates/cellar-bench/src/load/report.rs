@@ -35,6 +35,10 @@ pub struct LevelRecord {
     pub saturated: bool,
 }
 
+/// Stages of the server's histograms the report shows, in pipeline order.
+pub const STAGES_REPORTED: [&str; 7] =
+    ["queue", "encode", "first_stage", "read", "read_hidden", "maxsim", "total"];
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
@@ -285,7 +289,7 @@ impl Report {
         if c.levels.iter().all(|l| l.stage_ms.is_empty()) {
             return;
         }
-        let stages = super::levels::STAGES_REPORTED;
+        let stages = STAGES_REPORTED;
         let _ = writeln!(md, "Server mean ms per search and stage (`read_hidden`: the part of `read` done under the encoding):\n");
         let _ = writeln!(md, "| offered QPS | {} |", stages.join(" | "));
         let _ = writeln!(md, "|---|{}", "---|".repeat(stages.len()));
