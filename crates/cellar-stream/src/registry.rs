@@ -111,10 +111,6 @@ impl Streams {
         self
     }
 
-    pub fn max_open(&self) -> usize {
-        self.max_open
-    }
-
     pub fn root(&self) -> &Path {
         &self.root
     }
