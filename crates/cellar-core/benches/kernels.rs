@@ -1,5 +1,5 @@
 //! MaxSim kernel timings: every instruction-set level this CPU runs against the scalar reference,
-//! per codec (f16, int8) and dimension, on synthetic documents (`cellar_core::synth`) and a
+//! per codec (f16, int8, residual 1/2/4-bit: decoded, then scored as f32) and dimension, on synthetic documents (`cellar_core::synth`) and a
 //! 32-token query. Each level's scores must agree with scalar first (relative difference at most
 //! `TOLERANCE`, else exit 1); then it is timed, best of `ROUNDS`, and printed as a markdown table
 //! with the CPU model and the speed-up over scalar. A level the CPU lacks is named as skipped.
@@ -89,7 +89,7 @@ fn main() -> ExitCode {
     let available = Isa::available();
     let skipped: Vec<&str> = Isa::ALL.iter().filter(|i| !available.contains(i)).map(|i| i.name()).collect();
     let (docs, mean_tokens, dims): (u64, usize, &[usize]) =
-        if timing { (256, 128, &[64, 128, 384]) } else { (16, 12, &[7, 64, 129]) };
+        if timing { (256, 128, &[64, 128, 384]) } else { (16, 12, &[7, 64, 129, 136]) };
     println!("# MaxSim kernels\n");
     println!(
         "CPU: {} ({} cores). Levels run: {}{}.\n",
@@ -116,8 +116,11 @@ fn main() -> ExitCode {
         println!("|---|---|---|---|---|---|---|");
     }
     let mut failed = false;
-    for kind in [CodecKind::F16, CodecKind::Int8] {
+    for kind in CodecKind::ALL {
         for &dim in dims {
+            if kind.residual_bits().is_some() && !dim.is_multiple_of(8) {
+                continue; // residual codecs take dimensions in groups of 8
+            }
             let w = Workload::new(kind, dim, docs, mean_tokens);
             let scalar = if timing { w.pairs_per_second(Isa::Scalar) } else { f64::NAN };
             for &isa in &available {

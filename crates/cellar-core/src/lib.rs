@@ -3,6 +3,7 @@
 //! → `store` (records in pages) → `io` (readers) → `kernels` (scoring); `synth` makes
 //! clustered synthetic stores for scale tests without a model.
 
+pub mod cluster;
 pub mod codec;
 pub mod error;
 pub mod format;

@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, LogNormal, StandardNormal};
 
-use crate::codec::{Codec, CodecKind, F16Codec, Int8Codec};
+use crate::codec::{fit_codec, Codec, CodecKind};
 use crate::error::{CellarError, Result};
 use crate::format::Manifest;
 use crate::store::StoreWriter;
@@ -34,7 +34,7 @@ pub struct SynthCorpus {
 }
 
 const NOISE: f32 = 0.35;
-const INT8_FIT_DOCS: u64 = 512;
+const FIT_DOCS: u64 = 512;
 
 fn normalize(v: &mut [f32]) {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
@@ -112,20 +112,18 @@ impl SynthCorpus {
         out
     }
 
-    /// The codec for this corpus: f16, or int8 fitted on the first documents' tokens.
+    /// The codec for this corpus, fitted (where it learns anything) on the first documents'
+    /// tokens.
     pub fn codec(&self, kind: CodecKind) -> Result<Arc<dyn Codec>> {
-        Ok(match kind {
-            CodecKind::F16 => Arc::new(F16Codec::new(self.config.dim)?),
-            CodecKind::Int8 => {
-                let (mut tokens, mut pooled, mut sample) = (Vec::new(), Vec::new(), Vec::new());
-                for i in 0..self.config.docs.min(INT8_FIT_DOCS) {
-                    self.doc(i, &mut tokens, &mut pooled);
-                    sample.extend_from_slice(&tokens);
-                    sample.extend_from_slice(&pooled);
-                }
-                Arc::new(Int8Codec::fit(self.config.dim, sample.chunks_exact(self.config.dim))?)
+        let (mut tokens, mut pooled, mut sample) = (Vec::new(), Vec::new(), Vec::new());
+        if kind.needs_sample() {
+            for i in 0..self.config.docs.min(FIT_DOCS) {
+                self.doc(i, &mut tokens, &mut pooled);
+                sample.extend_from_slice(&tokens);
+                sample.extend_from_slice(&pooled);
             }
-        })
+        }
+        fit_codec(kind, self.config.dim, &sample)
     }
 
     /// Streams the whole corpus into a new store at `dir`; `progress` is called with docs done.

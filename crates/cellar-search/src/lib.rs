@@ -9,6 +9,7 @@
 //!   the IVF of `ivf`, or both) → read records (`prefetch` overlaps the reads with the probe)
 //!   → MaxSim → fusion (`fusion`) → top-k, with timings
 //! - `eval`, `metrics`, `tune`: quality against qrels, and the alpha / rerank_k sweep
+//! - `recode`: a new index from an f16 one with another codec / PCA, without the model
 //! - `verify`: every byte of an index against its checksums (`Index::verify`)
 //! - `corpus`: BEIR-layout readers; `config`: `index.json`; `progress`: the front ends' progress bar
 
@@ -31,6 +32,7 @@ pub mod prefetch;
 pub mod progress;
 pub mod query;
 pub mod rank;
+pub mod recode;
 pub mod request;
 pub mod scored;
 pub mod search;

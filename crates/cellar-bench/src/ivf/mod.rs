@@ -10,7 +10,7 @@
 //!
 //! Every study writes `PREFIX.json` and `PREFIX.md`; `bench/ivf_plots.py` draws the plots.
 
-mod common;
+pub(crate) mod common;
 mod prefetch;
 mod ram;
 mod recall;

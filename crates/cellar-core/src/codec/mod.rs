@@ -4,6 +4,7 @@
 
 mod f16;
 mod int8;
+mod residual;
 
 use std::fmt::Debug;
 use std::path::Path;
@@ -13,8 +14,9 @@ use serde::{Deserialize, Serialize};
 
 pub use self::f16::F16Codec;
 pub use self::int8::Int8Codec;
+pub use self::residual::{centroid_count, ResidualCodec, MAX_CENTROIDS, MAX_FIT_TOKENS};
 use crate::error::{CellarError, Result};
-use crate::kernels::Isa;
+use crate::kernels::{self, Isa};
 
 /// The codecs a store can be written with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,23 +26,52 @@ pub enum CodecKind {
     F16,
     /// Signed 8-bit with one f32 scale per dimension, 1 byte per value.
     Int8,
+    /// A 16-bit centroid id and a 1-bit residual per value (see [`ResidualCodec`]).
+    Residual1,
+    /// A 16-bit centroid id and a 2-bit residual per value.
+    Residual2,
+    /// A 16-bit centroid id and a 4-bit residual per value.
+    Residual4,
 }
 
 impl CodecKind {
-    pub const ALL: [CodecKind; 2] = [CodecKind::F16, CodecKind::Int8];
+    pub const ALL: [CodecKind; 5] =
+        [CodecKind::F16, CodecKind::Int8, CodecKind::Residual1, CodecKind::Residual2, CodecKind::Residual4];
 
     pub fn name(self) -> &'static str {
         match self {
             CodecKind::F16 => "f16",
             CodecKind::Int8 => "int8",
+            CodecKind::Residual1 => "residual1",
+            CodecKind::Residual2 => "residual2",
+            CodecKind::Residual4 => "residual4",
         }
     }
 
-    /// Bytes one encoded vector of `dim` values takes.
+    /// Bits per value of a residual codec; `None` for the others.
+    pub fn residual_bits(self) -> Option<usize> {
+        match self {
+            CodecKind::F16 | CodecKind::Int8 => None,
+            CodecKind::Residual1 => Some(1),
+            CodecKind::Residual2 => Some(2),
+            CodecKind::Residual4 => Some(4),
+        }
+    }
+
+    /// Whether [`fit_codec`] learns parameters from sample vectors.
+    pub fn needs_sample(self) -> bool {
+        self != CodecKind::F16
+    }
+
+    /// Bytes one encoded vector of `dim` values takes (residual codecs need `dim` a multiple
+    /// of 8).
     pub fn bytes_per_vector(self, dim: usize) -> usize {
         match self {
             CodecKind::F16 => 2 * dim,
             CodecKind::Int8 => dim,
+            CodecKind::Residual1 | CodecKind::Residual2 | CodecKind::Residual4 => {
+                kernels::residual::CENTROID_ID_BYTES + dim * self.residual_bits().unwrap_or(8) / 8
+            }
         }
     }
 }
@@ -48,11 +79,10 @@ impl CodecKind {
 impl std::str::FromStr for CodecKind {
     type Err = CellarError;
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "f16" => Ok(CodecKind::F16),
-            "int8" => Ok(CodecKind::Int8),
-            other => Err(CellarError::invalid(format!("unknown codec {other:?}: expected one of f16, int8"))),
-        }
+        CodecKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = CodecKind::ALL.iter().map(|k| k.name()).collect();
+            CellarError::invalid(format!("unknown codec {s:?}: expected one of {}", names.join(", ")))
+        })
     }
 }
 
@@ -72,6 +102,11 @@ pub trait Codec: Send + Sync + Debug {
     fn maxsim(&self, isa: Isa, prepared: &[f32], doc: &[u8]) -> f32;
     /// Parameters persisted in `codec.bin` (may be empty).
     fn params(&self) -> Vec<u8>;
+    /// Whether encoding a token costs enough (a centroid search) that the store writer spreads
+    /// a document's tokens over the cores.
+    fn costly_encode(&self) -> bool {
+        false
+    }
 }
 
 /// Rebuilds a codec from its persisted parameters; `path` names `codec.bin` in errors.
@@ -79,6 +114,20 @@ pub fn codec_from_params(kind: CodecKind, dim: usize, params: &[u8], path: &Path
     Ok(match kind {
         CodecKind::F16 => Arc::new(F16Codec::new(dim)?),
         CodecKind::Int8 => Arc::new(Int8Codec::from_params(dim, params, path)?),
+        CodecKind::Residual1 | CodecKind::Residual2 | CodecKind::Residual4 => {
+            Arc::new(ResidualCodec::from_params(kind, dim, params, path)?)
+        }
+    })
+}
+
+/// Fits a codec of `kind` on `sample` (`n * dim` values; f16 ignores it).
+pub fn fit_codec(kind: CodecKind, dim: usize, sample: &[f32]) -> Result<Arc<dyn Codec>> {
+    Ok(match kind {
+        CodecKind::F16 => Arc::new(F16Codec::new(dim)?),
+        CodecKind::Int8 => Arc::new(Int8Codec::fit(dim, sample.chunks_exact(dim.max(1)))?),
+        CodecKind::Residual1 | CodecKind::Residual2 | CodecKind::Residual4 => {
+            Arc::new(ResidualCodec::fit(kind, dim, sample)?)
+        }
     })
 }
 

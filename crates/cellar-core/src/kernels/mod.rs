@@ -6,13 +6,16 @@
 //!   (any alignment: records are packed in pages, so kernels use unaligned loads);
 //! - an int8 document is `nd * dim` i8 values; the per-dimension scales of the int8 codec are
 //!   folded into the query beforehand (see `codec::Int8Codec::prepare_query`), so the kernel
-//!   computes a plain `sum_k q[k] * d[k]`.
+//!   computes a plain `sum_k q[k] * d[k]`;
+//! - an f32 document is `nd * dim` f32 values (residual-coded documents are decoded into one,
+//!   see [`residual`]).
 //!
 //! `maxsim = sum over query tokens of max over doc tokens of dot(q_i, d_j)`; over a document
 //! with no tokens it is defined as 0.0.
 //!
 //! `scalar` is the reference every SIMD variant is checked against (see the property tests).
 
+pub mod residual;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -106,6 +109,33 @@ pub fn maxsim_i8(isa: Isa, query: &[f32], dim: usize, doc: &[i8]) -> f32 {
         Isa::Avx2 | Isa::Avx512 => x86::maxsim_i8(isa, query, dim, doc),
         #[cfg(not(target_arch = "x86_64"))]
         _ => scalar::maxsim_i8(query, dim, doc),
+    }
+}
+
+/// Decodes every residual-coded token of `doc` into `out` (`nd * dim` values; layout in
+/// [`residual`]).
+pub fn decode_residual(isa: Isa, tables: &residual::ResidualTables, doc: &[u8], out: &mut [f32]) {
+    let nd = tables.check(doc, out);
+    match isa {
+        Isa::Scalar => residual::decode_scalar(tables, doc, nd, out),
+        #[cfg(target_arch = "x86_64")]
+        // AVX-512 CPUs run the AVX2 decoder: decoding is `dim` operations per token against
+        // `nq * dim` for its scoring, which runs at the full level.
+        Isa::Avx2 | Isa::Avx512 => x86::decode_residual(tables, doc, nd, out),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => residual::decode_scalar(tables, doc, nd, out),
+    }
+}
+
+/// MaxSim of an f32 query against an f32 document (`nd * dim` values).
+pub fn maxsim_f32(isa: Isa, query: &[f32], dim: usize, doc: &[f32]) -> f32 {
+    check_shapes(query, dim, doc.len());
+    match isa {
+        Isa::Scalar => scalar::maxsim_f32(query, dim, doc),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 => x86::maxsim_f32(isa, query, dim, doc),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => scalar::maxsim_f32(query, dim, doc),
     }
 }
 

@@ -27,3 +27,7 @@ pub fn maxsim_f16(query: &[f32], dim: usize, doc: &[u8]) -> f32 {
 pub fn maxsim_i8(query: &[f32], dim: usize, doc: &[i8]) -> f32 {
     maxsim_with(query, dim, doc.len() / dim, |i| doc[i] as f32)
 }
+
+pub fn maxsim_f32(query: &[f32], dim: usize, doc: &[f32]) -> f32 {
+    maxsim_with(query, dim, doc.len() / dim, |i| doc[i])
+}

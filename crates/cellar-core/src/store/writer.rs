@@ -17,6 +17,9 @@ use crate::ids::DocId;
 /// Largest number of tokens one document may have.
 pub const MAX_TOKENS_PER_DOC: usize = 1 << 20;
 
+/// Tokens per core below which a costly encoding stays on one thread.
+const PARALLEL_MIN_TOKENS: usize = 32;
+
 pub struct StoreWriter {
     dir: PathBuf,
     codec: Arc<dyn Codec>,
@@ -74,9 +77,7 @@ impl StoreWriter {
         if let Some(p) = pooled {
             self.codec.encode(p, &mut self.record);
         }
-        for t in tokens.chunks_exact(dim) {
-            self.codec.encode(t, &mut self.record);
-        }
+        self.encode_tokens(tokens, n_tokens);
         let offset = record::place(self.vectors.position(), self.record.len() as u64);
         let padding = (offset - self.vectors.position()) as usize;
         self.vectors.write(&[0u8; PAGE_BYTES][..padding])?;
@@ -88,6 +89,35 @@ impl StoreWriter {
         self.docs += 1;
         self.tokens += n_tokens as u64;
         Ok(id)
+    }
+
+    /// Appends the encoding of every token to the record: spread over the cores (in token
+    /// order) when the codec's encoding is costly and the document long enough to pay for it.
+    fn encode_tokens(&mut self, tokens: &[f32], n_tokens: usize) {
+        let dim = self.codec.dim();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let parts = if self.codec.costly_encode() { cores.min(n_tokens / PARALLEL_MIN_TOKENS) } else { 1 };
+        if parts <= 1 {
+            for t in tokens.chunks_exact(dim) {
+                self.codec.encode(t, &mut self.record);
+            }
+            return;
+        }
+        let codec = &self.codec;
+        let encoded: Vec<Vec<u8>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = tokens
+                .chunks(n_tokens.div_ceil(parts) * dim)
+                .map(|part| {
+                    scope.spawn(move || {
+                        let mut bytes = Vec::with_capacity(part.len() / dim * codec.bytes_per_vector());
+                        part.chunks_exact(dim).for_each(|t| codec.encode(t, &mut bytes));
+                        bytes
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("an encoding thread panicked")).collect()
+        });
+        encoded.iter().for_each(|bytes| self.record.extend_from_slice(bytes));
     }
 
     fn validate(&self, tokens: &[f32], pooled: Option<&[f32]>) -> Result<()> {

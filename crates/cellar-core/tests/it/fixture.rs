@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cellar_core::codec::{Codec, CodecKind, F16Codec, Int8Codec};
+use cellar_core::codec::{fit_codec, Codec, CodecKind};
 use cellar_core::io::{InjectedLatency, IoEngine, ReaderKind, ReaderOptions};
 use cellar_core::store::StoreWriter;
 use rand::rngs::StdRng;
@@ -32,12 +32,8 @@ pub fn docs(n: usize, seed: u64) -> Vec<Doc> {
 }
 
 pub fn codec(kind: CodecKind, docs: &[Doc]) -> Arc<dyn Codec> {
-    match kind {
-        CodecKind::F16 => Arc::new(F16Codec::new(DIM).unwrap()),
-        CodecKind::Int8 => {
-            Arc::new(Int8Codec::fit(DIM, docs.iter().flat_map(|d| d.tokens.chunks_exact(DIM))).unwrap())
-        }
-    }
+    let sample: Vec<f32> = docs.iter().flat_map(|d| d.tokens.iter().copied()).collect();
+    fit_codec(kind, DIM, &sample).unwrap()
 }
 
 pub fn write(dir: &Path, kind: CodecKind, docs: &[Doc]) {

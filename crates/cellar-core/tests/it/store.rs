@@ -9,10 +9,12 @@ use cellar_core::{CellarError, DocId};
 
 use super::fixture::{self, DIM};
 
+/// Worst error per value of the exact-ish codecs (residual codecs are checked on their own).
 fn tolerance(kind: CodecKind) -> f32 {
     match kind {
         CodecKind::F16 => 1e-3,
         CodecKind::Int8 => 1.0 / 127.0,
+        other => panic!("{other:?} has no per-value bound"),
     }
 }
 
@@ -71,6 +73,49 @@ fn readers_agree_on_maxsim_scores() {
     assert_eq!(scores[0], scores[2]);
     let best = scores[0].iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
     assert_eq!(best, 7, "the document the query was cut from scores highest");
+}
+
+#[test]
+fn residual_stores_open_read_and_score_alike_through_every_reader_and_level() {
+    let docs = fixture::docs(40, 4);
+    let query: Vec<f32> = docs[7].tokens[..3 * DIM].to_vec();
+    let ids: Vec<DocId> = (0..40).map(DocId).collect();
+    let mut errors = Vec::new();
+    for kind in [CodecKind::Residual1, CodecKind::Residual2, CodecKind::Residual4] {
+        let dir = tempfile::tempdir().unwrap();
+        fixture::write(dir.path(), kind, &docs);
+        let mut reference: Option<Vec<f32>> = None;
+        for options in fixture::all_reader_options() {
+            let store = VectorStore::open(dir.path(), &options).unwrap();
+            assert_eq!(store.codec().kind(), kind);
+            let prepared = store.codec().prepare_query(&query);
+            let batch = store.read_batch(&ids).unwrap();
+            for isa in Isa::available() {
+                let scores: Vec<f32> =
+                    (0..batch.len()).map(|i| store.codec().maxsim(isa, &prepared, batch.record(i).tokens)).collect();
+                match &reference {
+                    None => reference = Some(scores),
+                    Some(want) => {
+                        for (got, want) in scores.iter().zip(want) {
+                            assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{kind:?} {options:?} {isa:?}");
+                        }
+                    }
+                }
+            }
+        }
+        let store = VectorStore::open(dir.path(), &ReaderOptions::new(ReaderKind::Ram)).unwrap();
+        let batch = store.read_batch(&ids).unwrap();
+        let (mut sum, mut n) = (0f64, 0usize);
+        for (i, doc) in docs.iter().enumerate() {
+            let mut decoded = Vec::new();
+            store.codec().decode(batch.record(i).tokens, &mut decoded);
+            assert_eq!(decoded.len(), doc.tokens.len());
+            sum += decoded.iter().zip(&doc.tokens).map(|(a, b)| f64::from((a - b) * (a - b))).sum::<f64>();
+            n += decoded.len();
+        }
+        errors.push(sum / n as f64);
+    }
+    assert!(errors[0] > errors[1] && errors[1] > errors[2], "mean squared errors by bits: {errors:?}");
 }
 
 #[test]

@@ -26,7 +26,7 @@ also a :class:`ValueError`.
 
 from __future__ import annotations
 
-from ._cellar import MAX_K, MAX_QUERY_BYTES, SEARCH_REQUEST_SCHEMA, Index, SearchResult, Stream, __version__
+from ._cellar import CODECS, MAX_K, MAX_QUERY_BYTES, SEARCH_REQUEST_SCHEMA, Index, SearchResult, Stream, __version__
 from . import _errors
 from ._errors import (
     CellarError,
@@ -48,8 +48,7 @@ MODES = ("hybrid", "rerank", "bm25", "dense", "ivf", "dense-exact")
 SEARCH_PARAMETERS = tuple(p for p in SEARCH_REQUEST_SCHEMA["properties"] if p != "query")
 #: Readers accepted by :meth:`Index.open`.
 READERS = ("mmap", "direct", "ram")
-#: Vector codecs accepted by :meth:`Index.build`.
-CODECS = ("f16", "int8")
+#: Vector codecs accepted by :meth:`Index.build` (``CODECS``, declared once, in Rust's ``CodecKind``).
 
 __all__ = [
     "Index",

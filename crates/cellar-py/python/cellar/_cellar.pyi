@@ -8,10 +8,11 @@ from typing import Any, Literal
 _Path = str | PathLike[str]
 _Mode = Literal["hybrid", "rerank", "bm25", "dense", "ivf", "dense-exact"]
 _Reader = Literal["mmap", "direct", "ram"]
-_Codec = Literal["f16", "int8"]
+_Codec = Literal["f16", "int8", "residual1", "residual2", "residual4"]
 _Id = str | int
 
 __version__: str
+CODECS: tuple[str, ...]
 MAX_K: int
 MAX_QUERY_BYTES: int
 #: The JSON schema of a search request: the fields `Index.search` takes as keyword arguments.

@@ -23,7 +23,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use super::kmeans::{half_norms, hierarchical, nearest, Points};
+use cellar_core::cluster::{half_norms, hierarchical, nearest, Points};
 use super::layout::{CentroidsFile, ClusterEntry, PostingBlock};
 use super::rabitq::{encode, words_for};
 use super::rotation::Rotation;

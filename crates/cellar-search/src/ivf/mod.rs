@@ -1,6 +1,6 @@
 //! The dense first stage on disk: an IVF over one pooled vector per document (DiskBBQ-style).
 //!
-//! - `kmeans`: balanced hierarchical k-means on a sample → leaf centroids (kept in RAM);
+//! - `cellar_core::cluster::hierarchical`: balanced k-means on a sample → leaf centroids (in RAM);
 //! - `rabitq` + `rotation`: 1-bit codes of each member's residual with an error-bounded
 //!   inner-product estimator;
 //! - `layout`: the three files under `ivf/` (centroids + table in RAM; posting blocks and the
@@ -11,7 +11,6 @@
 //!   rescored with the full vectors.
 
 pub mod build;
-pub mod kmeans;
 pub mod layout;
 pub mod probe;
 pub mod rabitq;

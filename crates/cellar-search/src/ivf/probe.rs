@@ -104,7 +104,7 @@ impl Ivf {
         for (c, out) in file.centroids.chunks_exact(dim).zip(rotated_centroids.chunks_exact_mut(dim)) {
             rotation.rotate(c, out);
         }
-        let half_norms = super::kmeans::half_norms(&file.centroids, dim);
+        let half_norms = cellar_core::cluster::half_norms(&file.centroids, dim);
         Ok(Some(Ivf {
             postings: open_body(&dir, FileKind::IvfPostings, reader)?,
             vectors: open_body(&dir, FileKind::IvfVectors, reader)?,

@@ -5,6 +5,8 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 
+pub use cellar_core::cluster::dot;
+
 /// A `dim x dim` orthogonal matrix, row-major: `rotate(v)[i] = <row_i, v>`.
 pub struct Rotation {
     dim: usize,
@@ -52,19 +54,6 @@ impl Rotation {
             *o = dot(row, v);
         }
     }
-}
-
-/// Dot product written so the compiler vectorises it (eight independent sums).
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut sums = [0f32; 8];
-    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = a8.remainder().iter().zip(b8.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in a8.zip(b8) {
-        for i in 0..8 {
-            sums[i] += x[i] * y[i];
-        }
-    }
-    sums.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]

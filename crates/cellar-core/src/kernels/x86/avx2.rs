@@ -1,6 +1,6 @@
 //! AVX2 + FMA + F16C kernels: 8 f32 lanes; tails go through small zero-padded stack buffers.
 
-use super::{add_all, pad_block, Workspace};
+use super::{add_all, pad_block, Elem, Workspace};
 use core::arch::x86_64::*;
 
 /// f32 lanes per vector.
@@ -17,14 +17,22 @@ const PANEL_MIN_NQ: usize = 7;
 const RB: usize = 4;
 
 /// Loads `n` (1..=8) doc elements starting at element `idx`, converted to f32 (lanes `n..`
-/// zero). Elements are i8 when `I8`, little-endian f16 otherwise; any alignment.
+/// zero). `E` is the element kind ([`Elem`]); any alignment.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load<const I8: bool>(doc: *const u8, idx: usize, n: usize) -> __m256 {
-    let size = if I8 { 1 } else { 2 };
+unsafe fn load<const E: u8>(doc: *const u8, idx: usize, n: usize) -> __m256 {
+    let size = Elem::bytes(E);
     let p = doc.add(size * idx);
+    if E == Elem::F32 {
+        if n == W {
+            return _mm256_loadu_ps(p.cast());
+        }
+        let mut tmp = [0f32; W];
+        core::ptr::copy_nonoverlapping(p.cast::<f32>(), tmp.as_mut_ptr(), n);
+        return _mm256_loadu_ps(tmp.as_ptr());
+    }
     let v = if n == W {
-        if I8 {
+        if E == Elem::I8 {
             _mm_loadl_epi64(p.cast())
         } else {
             _mm_loadu_si128(p.cast())
@@ -34,7 +42,7 @@ unsafe fn load<const I8: bool>(doc: *const u8, idx: usize, n: usize) -> __m256 {
         core::ptr::copy_nonoverlapping(p, tmp.as_mut_ptr(), size * n);
         _mm_loadu_si128(tmp.as_ptr().cast())
     };
-    if I8 {
+    if E == Elem::I8 {
         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
     } else {
         _mm256_cvtph_ps(v)
@@ -52,22 +60,22 @@ unsafe fn load_query_tail(q: *const f32, n: usize) -> __m256 {
 
 /// Entry point; see `x86::dispatch`. `nq >= 1`, `nd >= 1`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn maxsim<const I8: bool>(query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
+pub(super) unsafe fn maxsim<const E: u8>(query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
     let nq = query.len() / dim;
     if nq < PANEL_MIN_NQ {
-        return rows::<I8>(query, dim, doc, nd);
+        return rows::<E>(query, dim, doc, nd);
     }
     let nqp = nq.div_ceil(W) * W;
     if nqp == W {
-        panels::<I8, J_LONE>(query, dim, doc, nd, nqp)
+        panels::<E, J_LONE>(query, dim, doc, nd, nqp)
     } else {
-        panels::<I8, J>(query, dim, doc, nd, nqp)
+        panels::<E, J>(query, dim, doc, nd, nqp)
     }
 }
 
 /// Panel strategy with blocks of `JB` doc tokens; `nqp` is `nq` rounded up to `W`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panels<const I8: bool, const JB: usize>(
+unsafe fn panels<const E: u8, const JB: usize>(
     query: &[f32],
     dim: usize,
     doc: *const u8,
@@ -84,7 +92,7 @@ unsafe fn panels<const I8: bool, const JB: usize>(
     let (qt, maxima_ptr) = (qt.as_ptr(), maxima.as_mut_ptr());
     for j0 in (0..nd).step_by(JB) {
         let real = JB.min(nd - j0);
-        convert::<I8>(doc, j0 * dim, real * dim, block.as_mut_ptr());
+        convert::<E>(doc, j0 * dim, real * dim, block.as_mut_ptr());
         pad_block(block, dim, real);
         let mut p = 0;
         while p + RV * W <= nqp {
@@ -102,15 +110,15 @@ unsafe fn panels<const I8: bool, const JB: usize>(
 /// Converts `count` doc elements starting at element `start` to f32 at `dst`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn convert<const I8: bool>(doc: *const u8, start: usize, count: usize, dst: *mut f32) {
+unsafe fn convert<const E: u8>(doc: *const u8, start: usize, count: usize, dst: *mut f32) {
     let mut i = 0;
     while i + W <= count {
-        _mm256_storeu_ps(dst.add(i), load::<I8>(doc, start + i, W));
+        _mm256_storeu_ps(dst.add(i), load::<E>(doc, start + i, W));
         i += W;
     }
     if i < count {
         let mut tmp = [0f32; W];
-        _mm256_storeu_ps(tmp.as_mut_ptr(), load::<I8>(doc, start + i, count - i));
+        _mm256_storeu_ps(tmp.as_mut_ptr(), load::<E>(doc, start + i, count - i));
         core::ptr::copy_nonoverlapping(tmp.as_ptr(), dst.add(i), count - i);
     }
 }
@@ -151,15 +159,15 @@ unsafe fn panel<const G: usize, const JB: usize>(
 
 /// Rows strategy: blocks of up to `RB` query rows, lanes over dimensions.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows<const I8: bool>(query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
+unsafe fn rows<const E: u8>(query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
     let mut total = 0.0f32;
     for block in query.chunks(RB * dim) {
         let q = block.as_ptr();
         total = match block.len() / dim {
-            4 => add_all(total, &rows_block::<I8, 4>(q, dim, doc, nd)),
-            3 => add_all(total, &rows_block::<I8, 3>(q, dim, doc, nd)),
-            2 => add_all(total, &rows_block::<I8, 2>(q, dim, doc, nd)),
-            _ => add_all(total, &rows_block::<I8, 1>(q, dim, doc, nd)),
+            4 => add_all(total, &rows_block::<E, 4>(q, dim, doc, nd)),
+            3 => add_all(total, &rows_block::<E, 3>(q, dim, doc, nd)),
+            2 => add_all(total, &rows_block::<E, 2>(q, dim, doc, nd)),
+            _ => add_all(total, &rows_block::<E, 1>(q, dim, doc, nd)),
         };
     }
     total
@@ -178,7 +186,7 @@ unsafe fn hsum(v: __m256) -> f32 {
 /// Max over the `nd` doc tokens of the dot product with each of `R` query rows at `q`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows_block<const I8: bool, const R: usize>(
+unsafe fn rows_block<const E: u8, const R: usize>(
     q: *const f32,
     dim: usize,
     doc: *const u8,
@@ -197,14 +205,14 @@ unsafe fn rows_block<const I8: bool, const R: usize>(
         let mut acc = [_mm256_setzero_ps(); R];
         let mut k = 0;
         while k < full {
-            let d = load::<I8>(doc, base + k, W);
+            let d = load::<E>(doc, base + k, W);
             for (r, a) in acc.iter_mut().enumerate() {
                 *a = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(r * dim + k)), d, *a);
             }
             k += W;
         }
         if full < dim {
-            let d = load::<I8>(doc, base + full, dim - full);
+            let d = load::<E>(doc, base + full, dim - full);
             for (a, &t) in acc.iter_mut().zip(&qtail) {
                 *a = _mm256_fmadd_ps(t, d, *a);
             }

@@ -1,7 +1,7 @@
 //! AVX-512 F/BW kernels: 16 f32 lanes, masked loads for every tail.
 
 use super::avx2::transpose_query;
-use super::{add_all, pad_block, Workspace};
+use super::{add_all, pad_block, Elem, Workspace};
 use core::arch::x86_64::*;
 
 /// f32 lanes per vector.
@@ -18,12 +18,18 @@ const PANEL_MIN_NQ: usize = 9;
 const RB: usize = 4;
 
 /// Loads `n` (1..=16) doc elements starting at element `idx`, converted to f32 (lanes `n..`
-/// zero). Elements are i8 when `I8`, little-endian f16 otherwise; any alignment.
+/// zero). `E` is the element kind ([`Elem`]); any alignment.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,f16c,avx2,fma")]
-unsafe fn load<const I8: bool>(doc: *const u8, idx: usize, n: usize) -> __m512 {
-    if I8 {
-        let p = doc.add(idx);
+unsafe fn load<const E: u8>(doc: *const u8, idx: usize, n: usize) -> __m512 {
+    let p = doc.add(Elem::bytes(E) * idx);
+    if E == Elem::F32 {
+        if n == W {
+            _mm512_loadu_ps(p.cast())
+        } else {
+            _mm512_maskz_loadu_ps((1u16 << n) - 1, p.cast())
+        }
+    } else if E == Elem::I8 {
         let v = if n == W {
             _mm_loadu_si128(p.cast())
         } else {
@@ -31,7 +37,6 @@ unsafe fn load<const I8: bool>(doc: *const u8, idx: usize, n: usize) -> __m512 {
         };
         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v))
     } else {
-        let p = doc.add(2 * idx);
         let v = if n == W {
             _mm256_loadu_si256(p.cast())
         } else {
@@ -43,22 +48,22 @@ unsafe fn load<const I8: bool>(doc: *const u8, idx: usize, n: usize) -> __m512 {
 
 /// Entry point; see `x86::dispatch`. `nq >= 1`, `nd >= 1`.
 #[target_feature(enable = "avx512f,avx512bw,f16c,avx2,fma")]
-pub(super) unsafe fn maxsim<const I8: bool>(query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
+pub(super) unsafe fn maxsim<const E: u8>(query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
     let nq = query.len() / dim;
     if nq < PANEL_MIN_NQ {
-        return rows::<I8>(query, dim, doc, nd);
+        return rows::<E>(query, dim, doc, nd);
     }
     let nqp = nq.div_ceil(W) * W;
     if nqp == W {
-        panels::<I8, J_LONE>(query, dim, doc, nd, nqp)
+        panels::<E, J_LONE>(query, dim, doc, nd, nqp)
     } else {
-        panels::<I8, J>(query, dim, doc, nd, nqp)
+        panels::<E, J>(query, dim, doc, nd, nqp)
     }
 }
 
 /// Panel strategy with blocks of `JB` doc tokens; `nqp` is `nq` rounded up to `W`.
 #[target_feature(enable = "avx512f,avx512bw,f16c,avx2,fma")]
-unsafe fn panels<const I8: bool, const JB: usize>(
+unsafe fn panels<const E: u8, const JB: usize>(
     query: &[f32],
     dim: usize,
     doc: *const u8,
@@ -75,7 +80,7 @@ unsafe fn panels<const I8: bool, const JB: usize>(
     let (qt, maxima_ptr) = (qt.as_ptr(), maxima.as_mut_ptr());
     for j0 in (0..nd).step_by(JB) {
         let real = JB.min(nd - j0);
-        convert::<I8>(doc, j0 * dim, real * dim, block.as_mut_ptr());
+        convert::<E>(doc, j0 * dim, real * dim, block.as_mut_ptr());
         pad_block(block, dim, real);
         let mut p = 0;
         while p + RV * W <= nqp {
@@ -93,15 +98,15 @@ unsafe fn panels<const I8: bool, const JB: usize>(
 /// Converts `count` doc elements starting at element `start` to f32 at `dst`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,f16c,avx2,fma")]
-unsafe fn convert<const I8: bool>(doc: *const u8, start: usize, count: usize, dst: *mut f32) {
+unsafe fn convert<const E: u8>(doc: *const u8, start: usize, count: usize, dst: *mut f32) {
     let mut i = 0;
     while i + W <= count {
-        _mm512_storeu_ps(dst.add(i), load::<I8>(doc, start + i, W));
+        _mm512_storeu_ps(dst.add(i), load::<E>(doc, start + i, W));
         i += W;
     }
     if i < count {
         let n = count - i;
-        _mm512_mask_storeu_ps(dst.add(i), (1u16 << n) - 1, load::<I8>(doc, start + i, n));
+        _mm512_mask_storeu_ps(dst.add(i), (1u16 << n) - 1, load::<E>(doc, start + i, n));
     }
 }
 
@@ -141,15 +146,15 @@ unsafe fn panel<const G: usize, const JB: usize>(
 
 /// Rows strategy: blocks of up to `RB` query rows, lanes over dimensions.
 #[target_feature(enable = "avx512f,avx512bw,f16c,avx2,fma")]
-unsafe fn rows<const I8: bool>(query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
+unsafe fn rows<const E: u8>(query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
     let mut total = 0.0f32;
     for block in query.chunks(RB * dim) {
         let q = block.as_ptr();
         total = match block.len() / dim {
-            4 => add_all(total, &rows_block::<I8, 4>(q, dim, doc, nd)),
-            3 => add_all(total, &rows_block::<I8, 3>(q, dim, doc, nd)),
-            2 => add_all(total, &rows_block::<I8, 2>(q, dim, doc, nd)),
-            _ => add_all(total, &rows_block::<I8, 1>(q, dim, doc, nd)),
+            4 => add_all(total, &rows_block::<E, 4>(q, dim, doc, nd)),
+            3 => add_all(total, &rows_block::<E, 3>(q, dim, doc, nd)),
+            2 => add_all(total, &rows_block::<E, 2>(q, dim, doc, nd)),
+            _ => add_all(total, &rows_block::<E, 1>(q, dim, doc, nd)),
         };
     }
     total
@@ -158,7 +163,7 @@ unsafe fn rows<const I8: bool>(query: &[f32], dim: usize, doc: *const u8, nd: us
 /// Max over the `nd` doc tokens of the dot product with each of `R` query rows at `q`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,f16c,avx2,fma")]
-unsafe fn rows_block<const I8: bool, const R: usize>(
+unsafe fn rows_block<const E: u8, const R: usize>(
     q: *const f32,
     dim: usize,
     doc: *const u8,
@@ -172,14 +177,14 @@ unsafe fn rows_block<const I8: bool, const R: usize>(
         let mut acc = [_mm512_setzero_ps(); R];
         let mut k = 0;
         while k < full {
-            let d = load::<I8>(doc, base + k, W);
+            let d = load::<E>(doc, base + k, W);
             for (r, a) in acc.iter_mut().enumerate() {
                 *a = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(r * dim + k)), d, *a);
             }
             k += W;
         }
         if full < dim {
-            let d = load::<I8>(doc, base + full, dim - full);
+            let d = load::<E>(doc, base + full, dim - full);
             for (r, a) in acc.iter_mut().enumerate() {
                 let qv = _mm512_maskz_loadu_ps(tail, q.add(r * dim + full));
                 *a = _mm512_fmadd_ps(qv, d, *a);

@@ -14,6 +14,7 @@
 
 mod avx2;
 mod avx512;
+mod residual;
 
 use super::Isa;
 use std::cell::Cell;
@@ -28,16 +29,44 @@ pub fn has_avx512() -> bool {
     has_avx2() && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
 }
 
+/// Document element kinds, as the const-generic tags of the kernels.
+struct Elem;
+
+impl Elem {
+    /// Little-endian IEEE half.
+    const F16: u8 = 0;
+    const I8: u8 = 1;
+    const F32: u8 = 2;
+
+    const fn bytes(e: u8) -> usize {
+        match e {
+            Elem::I8 => 1,
+            Elem::F16 => 2,
+            _ => 4,
+        }
+    }
+}
+
 pub fn maxsim_f16(isa: Isa, query: &[f32], dim: usize, doc: &[u8]) -> f32 {
-    dispatch::<false>(isa, query, dim, doc.as_ptr(), doc.len() / 2 / dim)
+    dispatch::<{ Elem::F16 }>(isa, query, dim, doc.as_ptr(), doc.len() / 2 / dim)
 }
 
 pub fn maxsim_i8(isa: Isa, query: &[f32], dim: usize, doc: &[i8]) -> f32 {
-    dispatch::<true>(isa, query, dim, doc.as_ptr().cast(), doc.len() / dim)
+    dispatch::<{ Elem::I8 }>(isa, query, dim, doc.as_ptr().cast(), doc.len() / dim)
 }
 
-/// `doc` holds `nd * dim` elements: i8 when `I8`, little-endian f16 otherwise.
-fn dispatch<const I8: bool>(isa: Isa, query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
+pub fn maxsim_f32(isa: Isa, query: &[f32], dim: usize, doc: &[f32]) -> f32 {
+    dispatch::<{ Elem::F32 }>(isa, query, dim, doc.as_ptr().cast(), doc.len() / dim)
+}
+
+/// Decodes residual-coded tokens (see `kernels::residual`); panics without AVX2.
+pub fn decode_residual(tables: &super::residual::ResidualTables, doc: &[u8], nd: usize, out: &mut [f32]) {
+    assert!(has_avx2(), "kernel level avx2 is not supported by this CPU");
+    residual::decode(tables, doc, nd, out);
+}
+
+/// `doc` holds `nd * dim` elements of kind `E` ([`Elem`]).
+fn dispatch<const E: u8>(isa: Isa, query: &[f32], dim: usize, doc: *const u8, nd: usize) -> f32 {
     let nq = query.len() / dim;
     if nq == 0 || nd == 0 {
         return 0.0;
@@ -45,8 +74,8 @@ fn dispatch<const I8: bool>(isa: Isa, query: &[f32], dim: usize, doc: *const u8,
     match isa {
         // SAFETY: the required CPU features were just checked; the caller (`kernels`) checked
         // that `query` holds `nq * dim` values and `doc` holds `nd * dim` elements.
-        Isa::Avx512 if has_avx512() => unsafe { avx512::maxsim::<I8>(query, dim, doc, nd) },
-        Isa::Avx2 if has_avx2() => unsafe { avx2::maxsim::<I8>(query, dim, doc, nd) },
+        Isa::Avx512 if has_avx512() => unsafe { avx512::maxsim::<E>(query, dim, doc, nd) },
+        Isa::Avx2 if has_avx2() => unsafe { avx2::maxsim::<E>(query, dim, doc, nd) },
         _ => panic!("kernel level {} is not supported by this CPU", isa.name()),
     }
 }

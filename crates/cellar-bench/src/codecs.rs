@@ -1,0 +1,182 @@
+//! `cellar-bench codecs`: bytes per token against quality for every codec, with and without
+//! PCA, on one collection. Each variant is recoded from one f16 index (`cellar_search::recode`:
+//! same BM25, texts, IVF and tuned defaults; only the token vectors differ), then its judged
+//! queries are encoded and searched in rerank and hybrid modes.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use cellar_core::codec::CodecKind;
+use cellar_core::{CellarError, IoContext, Result};
+use cellar_search::eval::{evaluate_row, RowSpec, EVAL_DEPTH};
+use cellar_search::lock::is_index_dir;
+use cellar_search::recode::{recode, RecodeOptions};
+use cellar_search::{IndexConfig, Mode, SearchRequest};
+use clap::Args;
+use serde::Serialize;
+
+use crate::ivf::common::{write_outputs, QueryArgs};
+
+#[derive(Args)]
+pub struct CodecsArgs {
+    /// The f16 index (and its collection's judged queries) every variant is recoded from.
+    #[command(flatten)]
+    pub queries: QueryArgs,
+    /// Folder for the recoded indexes (one per variant, replaced on every run).
+    #[arg(long)]
+    pub work: PathBuf,
+    /// Variants: a codec name, optionally after `pcaN-` (e.g. `pca128-residual2`).
+    #[arg(long, default_value = "f16,int8,residual1,residual2,residual4,pca128-f16,pca128-int8,pca128-residual1,pca128-residual2,pca128-residual4")]
+    pub variants: String,
+    /// Token vectors the PCA and the codecs are fitted on.
+    #[arg(long, default_value_t = 100_000)]
+    pub sample_tokens: usize,
+}
+
+#[derive(Serialize)]
+struct Row {
+    variant: String,
+    codec: String,
+    dim: usize,
+    bytes_per_token: usize,
+    vectors_mib: f64,
+    /// Seconds to fit and write the variant's vectors from the f16 ones (0 for the source).
+    recode_secs: f64,
+    ndcg_rerank: f64,
+    ndcg_hybrid: f64,
+    kib_read_rerank: f64,
+    search_ms_rerank: f64,
+}
+
+/// `pcaN-codec` → (codec, N).
+fn parse_variant(v: &str) -> Result<(CodecKind, Option<usize>)> {
+    match v.strip_prefix("pca").and_then(|rest| rest.split_once('-')) {
+        Some((dim, codec)) => {
+            let dim = dim.parse().map_err(|_| CellarError::invalid(format!("variant {v:?}: bad PCA dimension")))?;
+            Ok((codec.parse()?, Some(dim)))
+        }
+        None => Ok((v.parse()?, None)),
+    }
+}
+
+pub fn run(args: CodecsArgs) -> Result<()> {
+    let variants: Vec<(String, CodecKind, Option<usize>)> = args
+        .variants
+        .split(',')
+        .map(|v| parse_variant(v.trim()).map(|(c, p)| (v.trim().to_string(), c, p)))
+        .collect::<Result<_>>()?;
+    let source = IndexConfig::load(&args.queries.index)?;
+    std::fs::create_dir_all(&args.work).at(&args.work)?;
+    let mut rows = Vec::new();
+    for (name, codec, pca_dim) in variants {
+        let is_source = codec == CodecKind::F16 && pca_dim.is_none();
+        let (index_dir, recode_secs) = if is_source {
+            (args.queries.index.clone(), 0.0)
+        } else {
+            let out = args.work.join(&name);
+            if out.exists() {
+                if !is_index_dir(&out) {
+                    return Err(CellarError::invalid(format!("{}: exists and is not an index", out.display())));
+                }
+                std::fs::remove_dir_all(&out).at(&out)?;
+            }
+            eprintln!("recoding {name} into {}", out.display());
+            let started = Instant::now();
+            let options = RecodeOptions {
+                from: args.queries.index.clone(),
+                out: out.clone(),
+                codec,
+                pca_dim,
+                sample_tokens: args.sample_tokens,
+            };
+            recode(&options)?;
+            (out, started.elapsed().as_secs_f64())
+        };
+        let queries = QueryArgs { index: index_dir.clone(), ..args.queries.clone() };
+        let w = queries.load()?;
+        let mut ndcg = [0.0; 2];
+        let (mut kib, mut ms) = (0.0, 0.0);
+        for (slot, mode) in [Mode::Rerank, Mode::Hybrid].into_iter().enumerate() {
+            let request = SearchRequest { k: Some(EVAL_DEPTH), mode: Some(mode), ..SearchRequest::default() };
+            let spec = RowSpec { label: format!("{name} {mode}"), request };
+            let r = evaluate_row(&w.index, &w.queries, &w.prepared, &w.qrels, &w.ids, &spec)?;
+            ndcg[slot] = r.metrics.ndcg_at_10;
+            if mode == Mode::Rerank {
+                (kib, ms) = (r.mean_bytes_read / 1024.0, r.mean_search_ms);
+            }
+        }
+        let config = IndexConfig::load(&index_dir)?;
+        let dim = config.token_dim();
+        rows.push(Row {
+            variant: name,
+            codec: codec.name().to_string(),
+            dim,
+            bytes_per_token: codec.bytes_per_vector(dim),
+            vectors_mib: config.build.vectors_bytes as f64 / (1 << 20) as f64,
+            recode_secs,
+            ndcg_rerank: ndcg[0],
+            ndcg_hybrid: ndcg[1],
+            kib_read_rerank: kib,
+            search_ms_rerank: ms,
+        });
+    }
+    let b = &source.build;
+    let setup = format!(
+        "Source: `{}` ({} docs, {} tokens; its build without encoding: {:.1} s of writing + {:.1} s of BM25). Every variant uses the source's search defaults (mode settings, rerank_k {}, alpha {}); nDCG@10 over {} split `{}`, reader {}. Recode time = fitting the PCA and codec on {} sample tokens plus re-encoding every token from f16.",
+        args.queries.index.display(),
+        b.docs,
+        b.tokens,
+        b.write_secs,
+        b.bm25_secs,
+        source.search.rerank_k,
+        source.search.alpha,
+        args.queries.data.display(),
+        args.queries.split,
+        args.queries.reader.name(),
+        args.sample_tokens,
+    );
+    write_outputs(&args.queries.out, &setup, &rows, &table(&rows))
+}
+
+fn table(rows: &[Row]) -> String {
+    let base = rows.iter().find(|r| r.variant == "f16");
+    let int8 = rows.iter().find(|r| r.variant == "int8");
+    let mut md = String::from(
+        "| variant | dim | bytes/token | vs int8-full | vectors MiB | recode s | nDCG@10 rerank | Δ vs f16 | nDCG@10 hybrid | Δ vs f16 | KiB read/query (rerank) | search ms (rerank) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let delta = |v: f64, b: Option<f64>| b.map_or("–".to_string(), |b| format!("{:+.4}", v - b));
+    for r in rows {
+        let ratio = int8.map_or("–".to_string(), |i| format!("{:.1}x fewer", i.bytes_per_token as f64 / r.bytes_per_token as f64));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {:.1} | {:.1} | {:.4} | {} | {:.4} | {} | {:.0} | {:.2} |",
+            r.variant,
+            r.dim,
+            r.bytes_per_token,
+            ratio,
+            r.vectors_mib,
+            r.recode_secs,
+            r.ndcg_rerank,
+            delta(r.ndcg_rerank, base.map(|b| b.ndcg_rerank)),
+            r.ndcg_hybrid,
+            delta(r.ndcg_hybrid, base.map(|b| b.ndcg_hybrid)),
+            r.kib_read_rerank,
+            r.search_ms_rerank,
+        );
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_name_a_codec_and_an_optional_pca() {
+        assert_eq!(parse_variant("int8").unwrap(), (CodecKind::Int8, None));
+        assert_eq!(parse_variant("pca128-residual2").unwrap(), (CodecKind::Residual2, Some(128)));
+        assert!(parse_variant("pcaX-int8").is_err());
+        assert!(parse_variant("residual3").is_err());
+    }
+}

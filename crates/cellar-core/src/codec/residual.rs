@@ -1,0 +1,413 @@
+//! Residual codec in the manner of PLAID / ColBERTv2: each token is stored as the id of its
+//! nearest centroid plus a `bits`-bit code per dimension of what the centroid leaves over.
+//!
+//! Fitting is bounded: at most [`MAX_FIT_TOKENS`] sample tokens, a two-level k-means tree of at
+//! most [`MAX_CENTROIDS`] leaves (a token is assigned by descending the tree: about
+//! `2 * sqrt(k)` dot products instead of `k`), then per-dimension residual scales (their RMS)
+//! and `2^bits` buckets of the scaled residuals: cutoffs at equal quantiles, each bucket's value
+//! the mean of its members. A dimension decodes to `centroid + scale * bucket value`
+//! (`kernels::residual`), and MaxSim runs on the decoded f32 tokens.
+
+use std::cell::Cell;
+use std::path::Path;
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use super::{check_dim, Codec, CodecKind};
+use crate::cluster::{dot, half_norms, kmeans, mean, Points};
+use crate::error::{CellarError, Result};
+use crate::kernels::residual::ResidualTables;
+use crate::kernels::{self, Isa};
+
+/// Most sample tokens the centroids and buckets are fitted on (a larger sample is strided).
+pub const MAX_FIT_TOKENS: usize = 65_536;
+/// Most centroids (ids are 16-bit; the bound keeps fitting and encoding fast).
+pub const MAX_CENTROIDS: usize = 4_096;
+/// Scaled residual values kept to place the bucket cutoffs.
+const MAX_BUCKET_VALUES: usize = 1 << 20;
+const MIN_SCALE: f32 = 1e-12;
+const SEED: u64 = 0x5e51_d0a1;
+
+#[derive(Debug, Clone)]
+pub struct ResidualCodec {
+    kind: CodecKind,
+    dim: usize,
+    bits: usize,
+    /// The tree's first level: `k1 * dim`.
+    top: Vec<f32>,
+    top_halves: Vec<f32>,
+    /// Leaves of top centroid `t` are `ranges[t]..ranges[t + 1]`.
+    ranges: Vec<u32>,
+    /// The leaves: `k * dim`.
+    centroids: Vec<f32>,
+    halves: Vec<f32>,
+    scales: Vec<f32>,
+    /// `2^bits - 1` ascending cutoffs between buckets, in units of the scale.
+    cutoffs: Vec<f32>,
+    /// `2^bits` bucket values, in units of the scale.
+    weights: Vec<f32>,
+}
+
+/// The number of centroids for `n` sample tokens: PLAID's `2^floor(log2(16 sqrt(n)))`, at most
+/// [`MAX_CENTROIDS`] and `n`.
+pub fn centroid_count(n: usize) -> usize {
+    let target = 16.0 * (n as f64).sqrt();
+    let pow = 1usize << (target.log2().floor().max(0.0) as u32);
+    pow.min(MAX_CENTROIDS).min(n).max(1)
+}
+
+fn check_layout(kind: CodecKind, dim: usize) -> Result<usize> {
+    check_dim(dim)?;
+    let bits = kind.residual_bits().ok_or_else(|| CellarError::internal(format!("{} is not a residual codec", kind.name())))?;
+    if !dim.is_multiple_of(8) {
+        return Err(CellarError::invalid(format!(
+            "the {} codec needs a dimension that is a multiple of 8, got {dim} (choose --pca-dim accordingly)",
+            kind.name()
+        )));
+    }
+    Ok(bits)
+}
+
+impl ResidualCodec {
+    /// Fits centroids, scales and buckets on `sample` (`n * dim` values).
+    pub fn fit(kind: CodecKind, dim: usize, sample: &[f32]) -> Result<Self> {
+        let bits = check_layout(kind, dim)?;
+        let n = sample.len() / dim;
+        if n == 0 || sample.len() % dim != 0 {
+            return Err(CellarError::invalid(format!(
+                "the {} codec needs whole sample vectors of {dim} values (got {} values)",
+                kind.name(),
+                sample.len()
+            )));
+        }
+        let stride = n.div_ceil(MAX_FIT_TOKENS);
+        let mut data = Vec::with_capacity(n.div_ceil(stride) * dim);
+        for (i, v) in sample.chunks_exact(dim).step_by(stride).enumerate() {
+            super::validate_vector(v, dim, || format!("{} fit sample vector {}", kind.name(), i * stride))?;
+            data.extend_from_slice(v);
+        }
+        let points = Points { data: &data, dim };
+        let (top, ranges, centroids) = two_level(&points, centroid_count(points.len()));
+        let mut codec = ResidualCodec {
+            kind,
+            dim,
+            bits,
+            top_halves: half_norms(&top, dim),
+            top,
+            ranges,
+            halves: half_norms(&centroids, dim),
+            centroids,
+            scales: vec![1.0; dim],
+            cutoffs: Vec::new(),
+            weights: Vec::new(),
+        };
+        codec.fit_buckets(&points);
+        Ok(codec)
+    }
+
+    /// Per-dimension RMS of the residuals, then equal-quantile buckets of the scaled residuals.
+    fn fit_buckets(&mut self, points: &Points) {
+        let dim = self.dim;
+        let residuals: Vec<f32> = (0..points.len() as u32)
+            .flat_map(|i| {
+                let v = points.row(i);
+                let c = self.centroid(self.assign(v));
+                v.iter().zip(c).map(|(x, c)| x - c).collect::<Vec<f32>>()
+            })
+            .collect();
+        let mut squares = vec![0f64; dim];
+        for row in residuals.chunks_exact(dim) {
+            squares.iter_mut().zip(row).for_each(|(s, r)| *s += f64::from(r * r));
+        }
+        let n = points.len() as f64;
+        self.scales = squares.iter().map(|s| ((s / n).sqrt() as f32).max(MIN_SCALE)).collect();
+        let step = residuals.len().div_ceil(MAX_BUCKET_VALUES);
+        let mut values: Vec<f32> = (0..residuals.len())
+            .step_by(step)
+            .map(|i| residuals[i] / self.scales[i % dim])
+            .collect();
+        values.sort_by(f32::total_cmp);
+        let buckets = 1usize << self.bits;
+        let bounds: Vec<usize> = (0..=buckets).map(|b| b * values.len() / buckets).collect();
+        self.cutoffs = bounds[1..buckets].iter().map(|&i| values[i]).collect();
+        self.weights = bounds
+            .windows(2)
+            .map(|w| {
+                // A bucket left empty by a tiny sample takes the value at its start.
+                let members = &values[w[0]..w[1].max(w[0] + 1)];
+                (members.iter().map(|v| f64::from(*v)).sum::<f64>() / members.len() as f64) as f32
+            })
+            .collect();
+    }
+
+    pub fn from_params(kind: CodecKind, dim: usize, params: &[u8], path: &Path) -> Result<Self> {
+        let bits = check_layout(kind, dim)?;
+        let mut reader = Params { bytes: params, at: 0, path };
+        let stored_bits = reader.u32()? as usize;
+        if stored_bits != bits {
+            return Err(reader.corrupted(format!("holds {stored_bits}-bit codes, but the manifest says {}", kind.name())));
+        }
+        let k1 = reader.u32()? as usize;
+        let k = reader.u32()? as usize;
+        if k1 == 0 || k == 0 || k > usize::from(u16::MAX) + 1 || k1 > k {
+            return Err(reader.corrupted(format!("{k1} top centroids over {k} centroids")));
+        }
+        let ranges: Vec<u32> = (0..=k1).map(|_| reader.u32()).collect::<Result<_>>()?;
+        if ranges[0] != 0 || ranges[k1] as usize != k || ranges.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(reader.corrupted("centroid ranges are not increasing from 0 to the centroid count"));
+        }
+        let scales = reader.floats(dim)?;
+        if scales.iter().any(|s| *s <= 0.0) {
+            return Err(reader.corrupted("a residual scale is not positive"));
+        }
+        let cutoffs = reader.floats((1 << bits) - 1)?;
+        let weights = reader.floats(1 << bits)?;
+        let top = reader.floats(k1 * dim)?;
+        let centroids = reader.floats(k * dim)?;
+        if reader.at != params.len() {
+            return Err(reader.corrupted(format!("{} bytes follow the parameters", params.len() - reader.at)));
+        }
+        Ok(ResidualCodec {
+            kind,
+            dim,
+            bits,
+            top_halves: half_norms(&top, dim),
+            top,
+            ranges,
+            halves: half_norms(&centroids, dim),
+            centroids,
+            scales,
+            cutoffs,
+            weights,
+        })
+    }
+
+    pub fn centroid_count(&self) -> usize {
+        self.centroids.len() / self.dim
+    }
+
+    fn centroid(&self, id: usize) -> &[f32] {
+        &self.centroids[id * self.dim..(id + 1) * self.dim]
+    }
+
+    /// The leaf nearest to `v` under its nearest top centroid.
+    fn assign(&self, v: &[f32]) -> usize {
+        let top = nearest_in(v, &self.top, &self.top_halves, 0..self.top_halves.len());
+        let range = self.ranges[top] as usize..self.ranges[top + 1] as usize;
+        nearest_in(v, &self.centroids, &self.halves, range)
+    }
+
+    fn tables(&self) -> ResidualTables<'_> {
+        ResidualTables {
+            dim: self.dim,
+            bits: self.bits,
+            centroids: &self.centroids,
+            scales: &self.scales,
+            weights: &self.weights,
+        }
+    }
+}
+
+/// A two-level tree over `points`: `ceil(sqrt(k))` top clusters, each split into leaves in
+/// proportion to its size. Returns the top centroids, each one's range of leaves, the leaves.
+fn two_level(points: &Points, k: usize) -> (Vec<f32>, Vec<u32>, Vec<f32>) {
+    let mut rng = StdRng::seed_from_u64(SEED);
+    let all: Vec<u32> = (0..points.len() as u32).collect();
+    let k1 = ((k as f64).sqrt().ceil() as usize).clamp(1, points.len());
+    let groups = kmeans(points, &all, k1, &mut rng);
+    let (mut top, mut ranges, mut leaves) = (Vec::new(), vec![0u32], Vec::new());
+    for group in &groups {
+        top.extend(mean(points, group));
+        let share = (k * group.len()).div_ceil(points.len()).clamp(1, group.len());
+        let children = if share == 1 { vec![group.clone()] } else { kmeans(points, group, share, &mut rng) };
+        for child in &children {
+            leaves.extend(mean(points, child));
+        }
+        ranges.push(ranges.last().copied().unwrap_or(0) + children.len() as u32);
+    }
+    (top, ranges, leaves)
+}
+
+fn nearest_in(v: &[f32], centroids: &[f32], halves: &[f32], range: std::ops::Range<usize>) -> usize {
+    let dim = v.len();
+    let mut best = (range.start, f32::NEG_INFINITY);
+    for j in range {
+        let score = dot(v, &centroids[j * dim..(j + 1) * dim]) - halves[j];
+        if score > best.1 {
+            best = (j, score);
+        }
+    }
+    best.0
+}
+
+/// Little-endian reader of `codec.bin`'s body.
+struct Params<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    path: &'a Path,
+}
+
+impl Params<'_> {
+    fn corrupted(&self, detail: impl Into<String>) -> CellarError {
+        CellarError::corrupted(self.path, self.at as u64, format!("residual codec parameters: {}", detail.into()))
+    }
+
+    fn take(&mut self, n: usize) -> Result<&[u8]> {
+        let end = self.at.checked_add(n).filter(|end| *end <= self.bytes.len());
+        let Some(end) = end else {
+            return Err(self.corrupted(format!("end of data where {n} more bytes were expected")));
+        };
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn floats(&mut self, n: usize) -> Result<Vec<f32>> {
+        let len = n.checked_mul(4).ok_or_else(|| self.corrupted("size overflows"))?;
+        let values: Vec<f32> =
+            self.take(len)?.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        if values.iter().any(|v| !v.is_finite()) {
+            return Err(self.corrupted("a value is not finite"));
+        }
+        Ok(values)
+    }
+}
+
+thread_local! {
+    /// Decoded tokens of the document being scored, reused across calls.
+    static DECODED: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
+}
+
+impl Codec for ResidualCodec {
+    fn kind(&self) -> CodecKind {
+        self.kind
+    }
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    fn bytes_per_vector(&self) -> usize {
+        self.kind.bytes_per_vector(self.dim)
+    }
+    fn encode(&self, v: &[f32], out: &mut Vec<u8>) {
+        debug_assert_eq!(v.len(), self.dim);
+        let id = self.assign(v);
+        let centroid = self.centroid(id);
+        out.extend_from_slice(&(id as u16).to_le_bytes());
+        for g in 0..self.dim / 8 {
+            let mut word = 0u32;
+            for t in 0..8 {
+                let k = 8 * g + t;
+                let z = (v[k] - centroid[k]) / self.scales[k];
+                // The bucket: how many cutoffs lie at or below z (branch-free over at most 15).
+                let code = self.cutoffs.iter().map(|cut| u32::from(z >= *cut)).sum::<u32>();
+                word |= code << (t * self.bits);
+            }
+            out.extend_from_slice(&word.to_le_bytes()[..self.bits]);
+        }
+    }
+    fn decode(&self, bytes: &[u8], out: &mut Vec<f32>) {
+        let start = out.len();
+        out.resize(start + bytes.len() / self.bytes_per_vector() * self.dim, 0.0);
+        kernels::decode_residual(Isa::Scalar, &self.tables(), bytes, &mut out[start..]);
+    }
+    fn prepare_query(&self, query: &[f32]) -> Vec<f32> {
+        query.to_vec()
+    }
+    fn maxsim(&self, isa: Isa, prepared: &[f32], doc: &[u8]) -> f32 {
+        let nd = doc.len() / self.bytes_per_vector();
+        let mut decoded = DECODED.try_with(Cell::take).unwrap_or_default();
+        decoded.resize(nd * self.dim, 0.0);
+        kernels::decode_residual(isa, &self.tables(), doc, &mut decoded);
+        let score = kernels::maxsim_f32(isa, prepared, self.dim, &decoded);
+        let _ = DECODED.try_with(|d| d.set(decoded));
+        score
+    }
+    fn costly_encode(&self) -> bool {
+        true
+    }
+    fn params(&self) -> Vec<u8> {
+        let k1 = self.top_halves.len() as u32;
+        let mut out = Vec::new();
+        for v in [self.bits as u32, k1, self.centroid_count() as u32] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for r in &self.ranges {
+            out.extend_from_slice(&r.to_le_bytes());
+        }
+        for values in [&self.scales, &self.cutoffs, &self.weights, &self.top, &self.centroids] {
+            out.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::Rng;
+
+    fn sample(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let centers: Vec<f32> = (0..16 * dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        (0..n)
+            .flat_map(|_| {
+                let c = rng.gen_range(0..16);
+                let base = centers[c * dim..(c + 1) * dim].to_vec();
+                base.into_iter().map(|x| x + rng.gen_range(-0.2..0.2)).collect::<Vec<f32>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn centroid_count_follows_plaid_within_its_bounds() {
+        assert_eq!(centroid_count(1), 1);
+        assert_eq!(centroid_count(100), 100usize.min(128));
+        assert_eq!(centroid_count(10_000), 1024);
+        assert_eq!(centroid_count(10_000_000), MAX_CENTROIDS);
+    }
+
+    #[test]
+    fn more_bits_reconstruct_closer_and_params_round_trip() {
+        let dim = 32;
+        let data = sample(3000, dim, 1);
+        let mut errors = Vec::new();
+        for kind in [CodecKind::Residual1, CodecKind::Residual2, CodecKind::Residual4] {
+            let codec = ResidualCodec::fit(kind, dim, &data).unwrap();
+            let again = ResidualCodec::from_params(kind, dim, &codec.params(), Path::new("codec.bin")).unwrap();
+            let mut bytes = Vec::new();
+            for v in data.chunks_exact(dim).take(200) {
+                codec.encode(v, &mut bytes);
+            }
+            assert_eq!(bytes.len(), 200 * kind.bytes_per_vector(dim));
+            let (mut out, mut out_again) = (Vec::new(), Vec::new());
+            codec.decode(&bytes, &mut out);
+            again.decode(&bytes, &mut out_again);
+            assert_eq!(out, out_again, "{kind:?}: decoding differs after the params round trip");
+            let err: f32 = out.iter().zip(&data).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() / out.len() as f32;
+            errors.push(err);
+        }
+        assert!(errors[0] > errors[1] && errors[1] > errors[2], "mean squared errors {errors:?}");
+        assert!(errors[2] < 0.01, "4-bit error {errors:?} against a residual spread of 0.2");
+    }
+
+    #[test]
+    fn a_dimension_not_a_multiple_of_8_and_damaged_params_are_refused() {
+        let err = ResidualCodec::fit(CodecKind::Residual2, 12, &vec![0.5; 120]).unwrap_err();
+        assert!(err.to_string().contains("multiple of 8"), "{err}");
+        let codec = ResidualCodec::fit(CodecKind::Residual2, 8, &sample(500, 8, 2)).unwrap();
+        let params = codec.params();
+        let path = Path::new("codec.bin");
+        for bad in [&params[..params.len() - 1], &params[..8]] {
+            let err = ResidualCodec::from_params(CodecKind::Residual2, 8, bad, path).unwrap_err();
+            assert!(matches!(err, CellarError::Corrupted { .. }), "{err}");
+        }
+        let err = ResidualCodec::from_params(CodecKind::Residual4, 8, &params, path).unwrap_err();
+        assert!(err.to_string().contains("2-bit"), "{err}");
+    }
+}
