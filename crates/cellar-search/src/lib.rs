@@ -6,8 +6,9 @@
 //! - `request`: `SearchRequest`, one search as every front end states it; `plan`: every check
 //!   (`Index::plan` → `Plan`), then `Index::execute`; `params`: the settings resolved
 //! - `search`: answers with ids and text; `rank`: the first stages (BM25,
-//!   the IVF of `ivf`, or both) → read records (`prefetch` overlaps the reads with the probe)
-//!   → MaxSim → fusion (`fusion`) → top-k, with timings
+//!   the IVF of `ivf`, or both) → read records (`reads`: chunks on an I/O thread, each scored as
+//!   it arrives; `prefetch` overlaps the reads with the probe) → MaxSim → fusion (`fusion`)
+//!   → top-k, with timings
 //! - `eval`, `metrics`, `tune`: quality against qrels, and the alpha / rerank_k sweep
 //! - `recode`: a new index from an f16 one with another codec / PCA, without the model
 //! - `verify`: every byte of an index against its checksums (`Index::verify`)
@@ -32,6 +33,7 @@ pub mod prefetch;
 pub mod progress;
 pub mod query;
 pub mod rank;
+pub mod reads;
 pub mod recode;
 pub mod request;
 pub mod scored;

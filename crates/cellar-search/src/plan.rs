@@ -115,22 +115,12 @@ impl Index {
         let bm25 = self.bm25.search(&plan.text, params.candidates)?;
         let bm25_ms = ms_since(start);
         let ids: Vec<DocId> = bm25.iter().take(params.rerank_k).map(|s| s.id).collect();
-        let (query, read, wait_ms) = std::thread::scope(|scope| {
-            let reader =
-                std::thread::Builder::new().name("cellar-early-read".into()).spawn_scoped(scope, || {
-                    let read_start = Instant::now();
-                    self.store.read_batch(&ids).map(|batch| (batch, ms_since(read_start)))
-                });
-            let reader =
-                reader.map_err(|e| CellarError::internal(format!("starting the early read: {e}")))?;
-            let query = self.prepare(plan);
-            let wait_start = Instant::now();
-            let read = reader.join().map_err(|_| CellarError::internal("the early read thread panicked"))?;
-            Ok::<_, CellarError>((query, read, ms_since(wait_start)))
+        let mut ranking = std::thread::scope(|scope| {
+            // Every chunk may wait: nothing can be scored before the query is encoded.
+            let reads = self.start_reads(scope, ids, usize::MAX)?;
+            let query = self.prepare(plan)?;
+            self.rank_with(&query, &params, Some(EarlyReads { bm25, bm25_ms, reads }))
         })?;
-        let (batch, read_ms) = read?;
-        let early = EarlyReads { bm25, bm25_ms, ids, batch, read_ms, wait_ms };
-        let mut ranking = self.rank_with(&query?, &params, Some(early))?;
         ranking.timings.total_ms = ms_since(start);
         self.answer(ranking, &params, include_text)
     }

@@ -1,32 +1,35 @@
-//! Reading and scoring candidates' token records, in chunks, and the prefetcher's accounting.
+//! What reading and scoring candidates' token records produced (`ScoredRecords`, made by the
+//! pipeline in `reads`), and the prefetcher's accounting.
 //!
 //! ESPN's idea: while the IVF probe is still running, the likely winners are already known well
 //! enough to start reading their token records; scoring each chunk as it arrives (early
 //! re-ranking) leaves only the misses for after the probe.
 
 use std::collections::HashMap;
-use std::time::Instant;
 
 use cellar_core::io::ReadStats;
-use cellar_core::{DocId, Result};
+use cellar_core::DocId;
 use schemars::JsonSchema;
 use serde::Serialize;
-
-use crate::index::Index;
-use crate::query::PreparedQuery;
-
-/// Records read per batch when reading and scoring in chunks: large enough that one batch keeps
-/// the device's queue full (chunks of 16 cost a third more time per query than one batch of 64 in
-/// the prefetch study), small enough that scoring starts before a large re-rank is all read.
-pub const CHUNK_RECORDS: usize = 64;
 
 /// MaxSim scores of a set of documents and what reading them cost.
 #[derive(Debug, Default)]
 pub struct ScoredRecords {
     pub scores: HashMap<DocId, f32>,
     pub io: ReadStats,
+    /// Time spent reading the chunks (on the I/O thread).
     pub read_ms: f64,
     pub score_ms: f64,
+    /// Time the scoring thread waited for chunks: the part of `read_ms` not hidden under other
+    /// work (scoring earlier chunks, the query's encoding, the probe).
+    pub wait_ms: f64,
+}
+
+impl ScoredRecords {
+    /// Read time that overlapped other work.
+    pub fn hidden_ms(&self) -> f64 {
+        (self.read_ms - self.wait_ms).max(0.0)
+    }
 }
 
 /// What the prefetcher did for one query.
@@ -77,26 +80,5 @@ impl PrefetchStats {
         }
         self.misses_read = misses.scores.len();
         self.bytes_missed = misses.io.bytes;
-    }
-}
-
-impl Index {
-    /// Reads the records of `ids` in chunks of [`CHUNK_RECORDS`] and scores each chunk with
-    /// MaxSim as soon as it is read.
-    pub fn read_and_score(&self, query: &PreparedQuery, ids: &[DocId]) -> Result<ScoredRecords> {
-        let mut out = ScoredRecords { scores: HashMap::with_capacity(ids.len()), ..ScoredRecords::default() };
-        let codec = self.store.codec();
-        for chunk in ids.chunks(CHUNK_RECORDS) {
-            let read_start = Instant::now();
-            let batch = self.store.read_batch(chunk)?;
-            out.read_ms += read_start.elapsed().as_secs_f64() * 1e3;
-            out.io += batch.stats();
-            let score_start = Instant::now();
-            for (i, id) in chunk.iter().enumerate() {
-                out.scores.insert(*id, codec.maxsim(self.isa, &query.tokens, batch.record(i).tokens));
-            }
-            out.score_ms += score_start.elapsed().as_secs_f64() * 1e3;
-        }
-        Ok(out)
     }
 }

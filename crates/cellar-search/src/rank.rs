@@ -5,6 +5,8 @@
 //! - a text query of rerank or hybrid runs BM25 *before* its encoding and reads BM25's best
 //!   `rerank_k` records while the encoder runs ([`EarlyReads`], made by `Index::execute`), so
 //!   that read is off the query's path; only the candidates it did not cover are read after;
+//! - every read goes through the pipeline of `reads` (chunks read on an I/O thread, each scored
+//!   as it arrives); `timings.read_hidden_ms` adds up the read time it overlapped with other work;
 //! - dense-exact: a scan of the pooled vectors in RAM; ivf: the IVF alone;
 //! - dense, hybrid with `hybrid_candidates` > 0: the IVF probe (joined with BM25 for hybrid),
 //!   with the prefetcher reading the likely candidates' records while the probe runs.
@@ -12,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use cellar_core::io::{ReadStats, RecordBatch};
+use cellar_core::io::ReadStats;
 use cellar_core::{CellarError, DocId, Result};
 
 use crate::fusion::{self, Fused, Stage};
@@ -22,6 +24,7 @@ use crate::mode::Mode;
 use crate::params::{IvfParams, SearchParams};
 use crate::prefetch::{PrefetchStats, ScoredRecords};
 use crate::query::PreparedQuery;
+use crate::reads::Reads;
 use crate::scored::better;
 use crate::scored::Scored;
 use crate::search::{Ranking, Timings};
@@ -30,17 +33,12 @@ fn ms_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
 }
 
-/// BM25's list of a text query, made before the query was encoded, and the records of its best
-/// `rerank_k` candidates, read while it was.
+/// BM25's list of a text query, made before the query was encoded, and the reads of its best
+/// `rerank_k` candidates, started before it was.
 pub(crate) struct EarlyReads {
     pub bm25: Vec<Scored>,
     pub bm25_ms: f64,
-    pub ids: Vec<DocId>,
-    pub batch: RecordBatch,
-    pub read_ms: f64,
-    /// Time the query waited for these reads after its encoding: the rest of `read_ms` was
-    /// hidden under it.
-    pub wait_ms: f64,
+    pub reads: Reads,
 }
 
 /// What the probe-based path produced besides the hits.
@@ -71,9 +69,7 @@ impl Index {
         let (bm25, early) = match early {
             Some(e) => {
                 timings.first_stage_ms = e.bm25_ms;
-                timings.read_hidden_ms = (e.read_ms - e.wait_ms).max(0.0);
-                let scored = self.score_batch(query, &e.ids, &e.batch, e.read_ms);
-                (Some(e.bm25), scored)
+                (Some(e.bm25), self.score_reads(query, e.reads)?)
             }
             None => (None, ScoredRecords::default()),
         };
@@ -156,8 +152,9 @@ impl Index {
         let needed: Vec<DocId> = candidates[..rerank_k].iter().map(|c| c.id).collect();
         let missing: Vec<DocId> =
             needed.iter().filter(|id| !early.scores.contains_key(id)).copied().collect();
-        let late = self.read_scored(query, &missing)?;
+        let late = self.read_and_score(query, &missing)?;
         timings.read_ms += early.read_ms + late.read_ms;
+        timings.read_hidden_ms += early.hidden_ms() + late.hidden_ms();
         timings.maxsim_ms += early.score_ms + late.score_ms;
         let maxsim: Vec<f32> = needed.iter().map(|id| score_of(id, &[&early, &late])).collect();
         let mut io = early.io;
@@ -258,6 +255,7 @@ impl Index {
             };
             let wait_ms = ms_since(wait_start);
             timings.read_ms = before.read_ms + prefetched.read_ms + late.read_ms;
+            timings.read_hidden_ms = before.hidden_ms() + prefetched.hidden_ms() + late.hidden_ms();
             timings.maxsim_ms = before.score_ms + prefetched.score_ms + late.score_ms;
             let prefetch_stats = after.map(|after_clusters| {
                 let mut stats = PrefetchStats { after_clusters, wait_ms, ..PrefetchStats::default() };
@@ -288,34 +286,6 @@ impl Index {
         })
     }
 
-    /// Reads the records of `ids` in one batch and scores each with MaxSim.
-    pub(crate) fn read_scored(&self, query: &PreparedQuery, ids: &[DocId]) -> Result<ScoredRecords> {
-        if ids.is_empty() {
-            return Ok(ScoredRecords::default());
-        }
-        let read_start = Instant::now();
-        let batch = self.store.read_batch(ids)?;
-        Ok(self.score_batch(query, ids, &batch, ms_since(read_start)))
-    }
-
-    /// MaxSim of every record of `batch` (the records of `ids`, in order), read in `read_ms`.
-    pub(crate) fn score_batch(
-        &self,
-        query: &PreparedQuery,
-        ids: &[DocId],
-        batch: &RecordBatch,
-        read_ms: f64,
-    ) -> ScoredRecords {
-        let start = Instant::now();
-        let codec = self.store.codec();
-        let scores = ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (*id, codec.maxsim(self.isa, &query.tokens, batch.record(i).tokens)));
-        let scores = scores.collect();
-        ScoredRecords { scores, io: batch.stats(), read_ms, score_ms: ms_since(start) }
-    }
-
     /// The default hybrid search's first-stage candidates — the first `n` of BM25, joined by the
     /// IVF's when its `hybrid_candidates` default is above 0 — and the MaxSim score of every one
     /// (for tuning, which then fuses them many ways with [`fusion::fuse`], exactly as
@@ -332,7 +302,7 @@ impl Index {
             None => bm25,
         };
         let ids: Vec<DocId> = candidates.iter().map(|c| c.id).collect();
-        let scored = self.read_scored(query, &ids)?;
+        let scored = self.read_and_score(query, &ids)?;
         let maxsim = ids.iter().map(|id| score_of(id, &[&scored])).collect();
         Ok((candidates, maxsim))
     }

@@ -22,8 +22,10 @@ pub struct Timings {
     pub first_stage_ms: f64,
     /// Time the candidates' records took to read, wherever it was spent.
     pub read_ms: f64,
-    /// The part of `read_ms` spent while the query was being encoded (BM25's candidates are read
-    /// before the encoder runs), so not on the query's path.
+    /// The part of `read_ms` that overlapped other work, so not on the query's path: the query's
+    /// encoding (BM25's candidates are read before the encoder runs) and the scoring of earlier
+    /// chunks (the pipeline of `reads`; the IVF prefetch counts only this part, not its overlap
+    /// with the probe).
     pub read_hidden_ms: f64,
     pub maxsim_ms: f64,
     pub fuse_ms: f64,

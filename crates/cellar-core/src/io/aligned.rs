@@ -89,3 +89,77 @@ impl Drop for AlignedBuf {
         }
     }
 }
+
+/// Page-aligned buffers of one size, reused across batches: a direct read into a pooled buffer
+/// maps nothing, unmaps nothing and faults no page in (its pages were touched by an earlier
+/// batch), where a fresh buffer per batch cost a mapping, a page fault per 4 KiB and an unmap.
+/// At most `max_free` idle buffers are kept; a batch larger than one buffer gets a buffer of
+/// its own, returned to the OS when it is dropped.
+pub struct BufferPool {
+    buf_bytes: usize,
+    max_free: usize,
+    free: std::sync::Mutex<Vec<AlignedBuf>>,
+}
+
+impl BufferPool {
+    pub fn new(buf_bytes: usize, max_free: usize) -> std::sync::Arc<BufferPool> {
+        std::sync::Arc::new(BufferPool { buf_bytes, max_free, free: std::sync::Mutex::new(Vec::new()) })
+    }
+
+    /// Bytes of each pooled buffer.
+    pub fn buf_bytes(&self) -> usize {
+        self.buf_bytes
+    }
+
+    /// Idle buffers held now.
+    pub fn idle(&self) -> usize {
+        self.free.lock().expect("buffer pool lock").len()
+    }
+
+    /// A buffer of at least `len` bytes (its first `len` are what the batch uses; their content
+    /// is whatever an earlier batch left: every byte of it is read over before it is used).
+    pub fn take(self: &std::sync::Arc<Self>, len: usize) -> PooledBuf {
+        if len > self.buf_bytes {
+            return PooledBuf { buf: AlignedBuf::zeroed(len), len, pool: None };
+        }
+        let reused = self.free.lock().expect("buffer pool lock").pop();
+        let buf = reused.unwrap_or_else(|| AlignedBuf::zeroed(self.buf_bytes));
+        PooledBuf { buf, len, pool: Some(self.clone()) }
+    }
+
+    fn give(&self, buf: AlignedBuf) {
+        if buf.len != self.buf_bytes {
+            return; // abandoned after a failed read (replaced by an empty buffer), or oversized
+        }
+        let mut free = self.free.lock().expect("buffer pool lock");
+        if free.len() < self.max_free {
+            free.push(buf);
+        }
+    }
+}
+
+/// A batch's buffer, back to its pool when dropped.
+pub struct PooledBuf {
+    buf: AlignedBuf,
+    len: usize,
+    pool: Option<std::sync::Arc<BufferPool>>,
+}
+
+impl PooledBuf {
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf.as_slice()[..self.len]
+    }
+
+    /// The whole underlying buffer (at least `len` bytes), for the reads to fill.
+    pub fn inner_mut(&mut self) -> &mut AlignedBuf {
+        &mut self.buf
+    }
+}
+
+impl Drop for PooledBuf {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            pool.give(std::mem::replace(&mut self.buf, AlignedBuf::zeroed(0)));
+        }
+    }
+}

@@ -4,9 +4,9 @@
 //! warning is printed once per process.
 
 use std::fs::File;
-use std::sync::Once;
+use std::sync::{Arc, Once};
 
-use super::aligned::AlignedBuf;
+use super::aligned::{AlignedBuf, BufferPool};
 use super::latency::EmulatedDevice;
 use super::plan::Run;
 use super::pread_pool::PreadPool;
@@ -83,10 +83,17 @@ pub struct DirectReader {
     file: File,
     engine: Engine,
     emulated: Option<EmulatedDevice>,
+    buffers: Arc<BufferPool>,
 }
 
 /// Threads of the fallback pool: enough to keep a few reads in flight per core.
 const PREAD_THREADS: usize = 16;
+/// Bytes of each pooled batch buffer: the reads of one chunk of a query's candidates
+/// (`cellar-search` chunks them to this size), or of a whole small batch.
+pub const POOLED_BUFFER_BYTES: usize = 2 << 20;
+/// Idle pooled buffers kept: a few per concurrent query (one being scored, one being read,
+/// one waiting), for a handful of workers.
+const POOLED_BUFFERS: usize = 8;
 
 static FALLBACK_WARNING: Once = Once::new();
 
@@ -95,7 +102,8 @@ impl DirectReader {
         let file = open_with_flags(&source.path, libc::O_DIRECT)?;
         let engine = Engine::open(options)?;
         let emulated = options.inject_latency.map(EmulatedDevice::new);
-        Ok(DirectReader { source, file, engine, emulated })
+        let buffers = BufferPool::new(POOLED_BUFFER_BYTES, POOLED_BUFFERS);
+        Ok(DirectReader { source, file, engine, emulated, buffers })
     }
 }
 
@@ -110,15 +118,15 @@ impl RecordReader for DirectReader {
 
     fn read_batch(&self, ids: &[crate::DocId]) -> Result<RecordBatch> {
         let plan = ReadPlan::new(&self.source.offsets, ids)?;
-        let mut buf = AlignedBuf::zeroed(plan.buf_len);
+        let mut buf = self.buffers.take(plan.buf_len);
         let path = &self.source.path;
-        self.engine.read_runs(&self.file, path, &plan.runs, &mut buf)?;
+        self.engine.read_runs(&self.file, path, &plan.runs, buf.inner_mut())?;
         if let Some(device) = &self.emulated {
             device.charge(plan.runs.len());
         }
         let stats =
             ReadStats { read_calls: plan.runs.len() as u64, pages: plan.pages(), bytes: plan.buf_len as u64 };
         let context = self.source.context(ids, true);
-        RecordBatch::verified(BatchBytes::Owned(buf), plan.spans, &context, &plan.entries, stats)
+        RecordBatch::verified(BatchBytes::Pooled(buf), plan.spans, &context, &plan.entries, stats)
     }
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use memmap2::{Advice, Mmap};
 
-use super::aligned::AlignedBuf;
-use super::direct::Engine;
+use super::aligned::BufferPool;
+use super::direct::{Engine, POOLED_BUFFER_BYTES};
 use super::latency::EmulatedDevice;
 use super::plan::{merge_ranges, Run};
 use super::{BatchBytes, ReadStats, ReaderKind, ReaderOptions};
@@ -30,8 +30,11 @@ pub struct Extent {
 enum Source {
     Ram(Arc<Vec<u8>>),
     Mmap { map: Arc<Mmap>, willneed: bool },
-    Direct { file: File, engine: Engine, emulated: Option<EmulatedDevice> },
+    Direct { file: File, engine: Engine, emulated: Option<EmulatedDevice>, buffers: Arc<BufferPool> },
 }
+
+/// Idle pooled buffers kept per file read with O_DIRECT (the IVF's postings and vectors).
+const POOLED_EXTENT_BUFFERS: usize = 4;
 
 /// One open file and the reader kind its extents are read with.
 pub struct ExtentReader {
@@ -92,6 +95,7 @@ impl ExtentReader {
                 file: open_with_flags(path, libc::O_DIRECT)?,
                 engine: Engine::open(options)?,
                 emulated: options.inject_latency.map(EmulatedDevice::new),
+                buffers: BufferPool::new(POOLED_BUFFER_BYTES, POOLED_EXTENT_BUFFERS),
             },
         };
         Ok(ExtentReader { path: path.to_path_buf(), file_len, source })
@@ -136,9 +140,9 @@ impl ExtentReader {
                     ReadStats { read_calls, pages: plan.pages, bytes: plan.pages * PAGE_BYTES as u64 };
                 Ok(ExtentBatch { bytes: BatchBytes::Shared(map.clone()), spans: file_spans(extents), stats })
             }
-            Source::Direct { file, engine, emulated } => {
-                let mut buf = AlignedBuf::zeroed(plan.buf_len);
-                engine.read_runs(file, &self.path, &plan.runs, &mut buf)?;
+            Source::Direct { file, engine, emulated, buffers } => {
+                let mut buf = buffers.take(plan.buf_len);
+                engine.read_runs(file, &self.path, &plan.runs, buf.inner_mut())?;
                 if let Some(device) = emulated {
                     device.charge(plan.runs.len());
                 }
@@ -147,7 +151,7 @@ impl ExtentReader {
                     pages: plan.pages,
                     bytes: plan.buf_len as u64,
                 };
-                Ok(ExtentBatch { bytes: BatchBytes::Owned(buf), spans: plan.spans, stats })
+                Ok(ExtentBatch { bytes: BatchBytes::Pooled(buf), spans: plan.spans, stats })
             }
         }
     }

@@ -24,8 +24,8 @@ mod uring;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use aligned::AlignedBuf;
-pub use direct::IoEngine;
+pub use aligned::{AlignedBuf, BufferPool, PooledBuf};
+pub use direct::{IoEngine, POOLED_BUFFER_BYTES};
 pub use extents::{Extent, ExtentBatch, ExtentReader};
 pub use latency::InjectedLatency;
 pub use plan::ReadPlan;
@@ -114,14 +114,14 @@ impl std::ops::AddAssign for ReadStats {
 /// Bytes a batch's records live in.
 enum BatchBytes {
     Shared(Arc<dyn AsRef<[u8]> + Send + Sync>),
-    Owned(AlignedBuf),
+    Pooled(PooledBuf),
 }
 
 impl BatchBytes {
     fn as_slice(&self) -> &[u8] {
         match self {
             BatchBytes::Shared(bytes) => (**bytes).as_ref(),
-            BatchBytes::Owned(buf) => buf.as_slice(),
+            BatchBytes::Pooled(buf) => buf.as_slice(),
         }
     }
 }

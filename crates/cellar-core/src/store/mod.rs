@@ -77,6 +77,29 @@ impl VectorStore {
         self.reader.read_batch(ids)
     }
 
+    /// Splits `ids` into consecutive ranges whose records span at most `budget` bytes of pages
+    /// each (a record larger than that is a range alone): the chunks a query's candidates are
+    /// read and scored in.
+    pub fn chunks(&self, ids: &[DocId], budget: usize) -> Result<Vec<std::ops::Range<usize>>> {
+        let page = crate::format::PAGE_BYTES as u64;
+        let mut chunks = Vec::new();
+        let (mut start, mut bytes) = (0usize, 0u64);
+        for (i, id) in ids.iter().enumerate() {
+            let entry = self.offsets.get(*id)?;
+            let (first, last) = crate::format::record::pages_of(entry.offset, entry.len);
+            let record_bytes = (last - first + 1) * page;
+            if i > start && bytes + record_bytes > budget as u64 {
+                chunks.push(start..i);
+                (start, bytes) = (i, 0);
+            }
+            bytes += record_bytes;
+        }
+        if start < ids.len() {
+            chunks.push(start..ids.len());
+        }
+        Ok(chunks)
+    }
+
     /// Reads every record through the store's reader, which checks each against the checksum
     /// of its offsets entry (the first damaged record is the error, at its offset), then streams
     /// the whole vectors body through the header's checksum, padding included (`cellar inspect

@@ -1,7 +1,7 @@
 //! The query pipeline on the fixture index: modes, fusion, partial re-ranking, bad input.
 
 use cellar_core::io::ReaderKind;
-use cellar_core::CellarError;
+use cellar_core::{CellarError, DocId};
 use cellar_search::fusion::Stage;
 use cellar_search::{Mode, SearchRequest};
 
@@ -52,6 +52,25 @@ fn rerank_orders_by_maxsim_and_reports_io_and_timings() {
     assert!(response.io.bytes_read > 0 && response.io.read_calls > 0);
     assert!(response.timings.read_ms > 0.0 && response.timings.maxsim_ms > 0.0);
     assert_eq!(response.params.alpha, 0.0);
+}
+
+#[test]
+fn the_chunked_read_pipeline_scores_every_record_as_one_batch_does() {
+    let ram = open(ReaderKind::Ram);
+    let query = cellar_search::eval::prepare(&ram, "magma rising through the crust", Mode::Rerank).unwrap();
+    // Out of order, with a duplicate: chunks of one page hold one record each.
+    let ids: Vec<DocId> = [7u32, 0, 29, 3, 3, 12, 21, 5].into_iter().map(DocId).collect();
+    let want = ram.read_and_score(&query, &ids).unwrap();
+    for reader in [ReaderKind::Mmap, ReaderKind::Direct] {
+        let index = open(reader);
+        for chunk_bytes in [1, 4096, 1 << 30] {
+            let got = index.read_and_score_in(&query, &ids, chunk_bytes).unwrap();
+            assert_eq!(got.scores, want.scores, "{reader:?}, chunks of {chunk_bytes} bytes");
+            assert!(got.io.pages >= 1 && got.read_ms > 0.0, "{reader:?}: {got:?}");
+        }
+        let err = index.read_and_score_in(&query, &[DocId(0), DocId(9_999)], 1).unwrap_err();
+        assert!(err.to_string().contains("9999"), "{reader:?}: {err}");
+    }
 }
 
 #[test]

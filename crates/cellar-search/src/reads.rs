@@ -1,0 +1,140 @@
+//! The one read-and-score pipeline every mode re-ranks through.
+//!
+//! A query's candidate records are split into chunks of at most [`CHUNK_BYTES`] of pages
+//! (`VectorStore::chunks`) and read chunk after chunk on an I/O thread (`cellar-read`), each
+//! handed over the moment it is read; the query's own thread scores a chunk with MaxSim while
+//! the next ones are in flight. Direct reads land in the reader's pooled buffers (no mapping,
+//! page fault or unmapping per query), and at most `ahead` read chunks wait to be scored, so a
+//! query holds a bounded number of buffers — except for the early reads made while its text is
+//! encoded (nothing can be scored yet: every chunk may wait).
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::thread::Scope;
+use std::time::Instant;
+
+use cellar_core::io::{ReaderKind, RecordBatch, POOLED_BUFFER_BYTES};
+use cellar_core::{CellarError, DocId, Result};
+
+use crate::index::Index;
+use crate::prefetch::ScoredRecords;
+use crate::query::PreparedQuery;
+
+/// Page bytes per chunk: one pooled buffer of the direct reader.
+pub const CHUNK_BYTES: usize = POOLED_BUFFER_BYTES;
+/// Read chunks that may wait to be scored, besides the one being scored and the one being read.
+pub const AHEAD: usize = 1;
+
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+/// One chunk, read.
+struct Chunk {
+    range: Range<usize>,
+    batch: RecordBatch,
+    read_ms: f64,
+}
+
+/// Reads under way on an I/O thread, to be scored with [`Index::score_reads`].
+pub(crate) struct Reads {
+    ids: Vec<DocId>,
+    chunks: Receiver<Result<Chunk>>,
+}
+
+impl Index {
+    /// Starts reading the records of `ids` on an I/O thread of `scope`, chunk by chunk, with at
+    /// most `ahead` read chunks waiting to be scored.
+    pub(crate) fn start_reads<'scope>(
+        &'scope self,
+        scope: &'scope Scope<'scope, '_>,
+        ids: Vec<DocId>,
+        ahead: usize,
+    ) -> Result<Reads> {
+        self.start_reads_in(scope, ids, ahead, CHUNK_BYTES)
+    }
+
+    fn start_reads_in<'scope>(
+        &'scope self,
+        scope: &'scope Scope<'scope, '_>,
+        ids: Vec<DocId>,
+        ahead: usize,
+        chunk_bytes: usize,
+    ) -> Result<Reads> {
+        let chunks = self.store.chunks(&ids, chunk_bytes)?;
+        let (tx, rx) = sync_channel(ahead.min(chunks.len()));
+        let reading = ids.clone();
+        let io = std::thread::Builder::new().name("cellar-read".into()).spawn_scoped(scope, move || {
+            for range in chunks {
+                let start = Instant::now();
+                let read = self.store.read_batch(&reading[range.clone()]);
+                let failed = read.is_err();
+                let sent = tx.send(read.map(|batch| Chunk { range, batch, read_ms: ms_since(start) }));
+                // A failed read ends the reads; so does a scorer that stopped listening.
+                if failed || sent.is_err() {
+                    return;
+                }
+            }
+        });
+        io.map_err(|e| CellarError::internal(format!("starting an I/O thread: {e}")))?;
+        Ok(Reads { ids, chunks: rx })
+    }
+
+    /// Scores every chunk of `reads` as it arrives. `wait_ms` is the time this thread waited for
+    /// chunks: the rest of `read_ms` overlapped with other work.
+    pub(crate) fn score_reads(&self, query: &PreparedQuery, reads: Reads) -> Result<ScoredRecords> {
+        let mut out =
+            ScoredRecords { scores: HashMap::with_capacity(reads.ids.len()), ..ScoredRecords::default() };
+        loop {
+            let wait_start = Instant::now();
+            let Ok(chunk) = reads.chunks.recv() else { break };
+            out.wait_ms += ms_since(wait_start);
+            self.score_chunk(query, &reads.ids, chunk?, &mut out);
+        }
+        Ok(out)
+    }
+
+    fn score_chunk(&self, query: &PreparedQuery, ids: &[DocId], chunk: Chunk, out: &mut ScoredRecords) {
+        let start = Instant::now();
+        let codec = self.store.codec();
+        for (i, id) in ids[chunk.range].iter().enumerate() {
+            out.scores.insert(*id, codec.maxsim(self.isa, &query.tokens, chunk.batch.record(i).tokens));
+        }
+        out.read_ms += chunk.read_ms;
+        out.io += chunk.batch.stats();
+        out.score_ms += ms_since(start);
+    }
+
+    /// Reads the records of `ids` and scores each with MaxSim: through the pipeline when there
+    /// is more than one chunk to read from disk, inline otherwise (the ram reader has nothing
+    /// to overlap).
+    pub fn read_and_score(&self, query: &PreparedQuery, ids: &[DocId]) -> Result<ScoredRecords> {
+        self.read_and_score_in(query, ids, CHUNK_BYTES)
+    }
+
+    /// [`Index::read_and_score`] with chunks of `chunk_bytes` (tests drive the pipeline with
+    /// small chunks through it).
+    #[doc(hidden)]
+    pub fn read_and_score_in(&self, query: &PreparedQuery, ids: &[DocId], chunk_bytes: usize) -> Result<ScoredRecords> {
+        if ids.is_empty() {
+            return Ok(ScoredRecords::default());
+        }
+        let chunks = self.store.chunks(ids, chunk_bytes)?;
+        if chunks.len() > 1 && self.store.reader_kind() != ReaderKind::Ram {
+            return std::thread::scope(|scope| {
+                let reads = self.start_reads_in(scope, ids.to_vec(), AHEAD, chunk_bytes)?;
+                self.score_reads(query, reads)
+            });
+        }
+        let mut out = ScoredRecords { scores: HashMap::with_capacity(ids.len()), ..ScoredRecords::default() };
+        for range in chunks {
+            let start = Instant::now();
+            let batch = self.store.read_batch(&ids[range.clone()])?;
+            let read_ms = ms_since(start);
+            out.wait_ms += read_ms;
+            self.score_chunk(query, ids, Chunk { range, batch, read_ms }, &mut out);
+        }
+        Ok(out)
+    }
+}
