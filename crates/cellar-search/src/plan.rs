@@ -116,8 +116,8 @@ impl Index {
         let bm25_ms = ms_since(start);
         let ids: Vec<DocId> = bm25.iter().take(params.rerank_k).map(|s| s.id).collect();
         let mut ranking = std::thread::scope(|scope| {
-            // Every chunk may wait: nothing can be scored before the query is encoded.
-            let reads = self.start_reads(scope, ids, usize::MAX)?;
+            // Nothing can be scored before the query is encoded: several chunks may wait.
+            let reads = self.start_reads(scope, ids, crate::reads::EARLY_AHEAD)?;
             let query = self.prepare(plan)?;
             self.rank_with(&query, &params, Some(EarlyReads { bm25, bm25_ms, reads }))
         })?;

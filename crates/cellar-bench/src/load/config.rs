@@ -37,6 +37,9 @@ pub struct ConfigSpec {
     pub reader: Option<String>,
     /// Memory cap as a percentage of the index's size on disk; `None`: uncapped.
     pub cap_pct: Option<f64>,
+    /// The cap is the server's fixed footprint (measured first) plus `cap_pct` of the index
+    /// (`cap=footprint+5`), not `cap_pct` of the index alone.
+    pub cap_over_footprint: bool,
     pub threads: usize,
     pub ssd_latency_us: Option<u64>,
     /// Server's CPU pool threads (`--workers`); `None`: its default, one per core.
@@ -59,6 +62,7 @@ impl Default for ConfigSpec {
             index: None,
             reader: None,
             cap_pct: None,
+            cap_over_footprint: false,
             threads: 1,
             ssd_latency_us: None,
             workers: None,
@@ -91,7 +95,7 @@ fn request_param(key: &str, value: &str) -> Option<std::result::Result<String, S
     })
 }
 
-/// Parses `name=ram-f16,index=DIR,reader=ram[,cap=25][,threads=2][,ssd_latency_us=100]
+/// Parses `name=ram-f16,index=DIR,reader=ram[,cap=25|cap=footprint+5][,threads=2][,ssd_latency_us=100]
 /// [,vectors=client][,workers=2][,queue=128]`.
 pub fn parse(spec: &str) -> Result<ConfigSpec> {
     let bad = |why: String| CellarError::InvalidInput(format!("--config {spec:?}: {why}"));
@@ -115,6 +119,11 @@ pub fn parse(spec: &str) -> Result<ConfigSpec> {
                 c.reader = Some(value.to_string());
             }
             "cap" => {
+                let (over_footprint, value) = match value.strip_prefix("footprint+") {
+                    Some(rest) => (true, rest),
+                    None => (false, value),
+                };
+                c.cap_over_footprint = over_footprint;
                 let pct: f64 = value
                     .trim_end_matches('%')
                     .parse()
@@ -197,7 +206,10 @@ mod tests {
         let c = parse(&format!("name=p,index={d},nprobe=8,prefetch=false,prefetch_step=0.1")).unwrap();
         let pairs = [("nprobe", "8"), ("prefetch", "false"), ("prefetch_step", "0.1")];
         assert_eq!(c.request, pairs.map(|(k, v)| (k.to_string(), v.to_string())));
+        let c = parse(&format!("name=f,index={d},reader=direct,cap=footprint+5")).unwrap();
+        assert_eq!((c.cap_pct, c.cap_over_footprint), (Some(5.0), true));
         let c = parse(&format!("name=m,index={d}")).unwrap();
+        assert!(!c.cap_over_footprint);
         assert_eq!(
             (c.reader.as_deref(), c.cap_pct, c.threads, c.vectors),
             (Some("mmap"), None, 1, Vectors::Server)
@@ -213,6 +225,8 @@ mod tests {
             (format!("name=a,index={d},cap=0"), "positive"),
             (format!("name=a,index={d},cap=-5"), "positive"),
             (format!("name=a,index={d},cap=lots"), "not a number"),
+            (format!("name=a,index={d},cap=footprint+0"), "positive"),
+            (format!("name=a,index={d},cap=footprint"), "not a number"),
             (format!("name=a,index={d},reader=floppy"), "reader"),
             (format!("name=a,index={d},threads=0"), "threads"),
             (format!("name=a,index={d},vectors=both"), "vectors"),

@@ -60,6 +60,9 @@ pub struct ConfigResult {
     /// Sum of the file sizes under the index directory.
     pub index_bytes: Option<u64>,
     pub cap_bytes: Option<u64>,
+    /// The server's fixed footprint (`cap=footprint+X`): the peak charge of an uncapped server
+    /// over its start and warm-up queries.
+    pub footprint_bytes: Option<u64>,
     /// Whether the cap was in force (false when cgroups were unavailable).
     pub capped: bool,
     pub server_args: Vec<String>,
@@ -84,6 +87,7 @@ impl ConfigResult {
             notes: Vec::new(),
             index_bytes: None,
             cap_bytes: None,
+            footprint_bytes: None,
             capped: false,
             server_args: Vec::new(),
             healthz: None,
@@ -208,6 +212,11 @@ impl Report {
             facts.push(format!("index {} ({} MiB on disk)", i.display(), mib(c.index_bytes)));
         }
         match (sp.cap_pct, c.capped) {
+            (Some(p), true) if c.footprint_bytes.is_some() => facts.push(format!(
+                "memory cap = the server's fixed footprint {} MiB (the peak charge of an uncapped server over its start and 16 warm-up queries) + {p}% of the index = {} MiB (cgroup v1, page cache counted)",
+                mib(c.footprint_bytes),
+                mib(c.cap_bytes)
+            )),
             (Some(p), true) => facts
                 .push(format!("memory cap {p}% = {} MiB (cgroup v1, page cache counted)", mib(c.cap_bytes))),
             (Some(p), false) => facts.push(format!("memory cap {p}% NOT applied")),
@@ -406,6 +415,7 @@ mod tests {
             index: Some("idx".into()),
             reader: Some("mmap".into()),
             cap_pct: Some(25.0),
+            cap_over_footprint: false,
             threads: 1,
             ssd_latency_us: None,
             workers: None,

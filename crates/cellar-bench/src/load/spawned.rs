@@ -9,6 +9,7 @@ use cellar_core::io::cache;
 use cellar_core::{CellarError, Result};
 use cellar_search::Mode;
 
+use super::client::send;
 use super::config::{ConfigSpec, Vectors};
 use super::levels::{run_sweep, Server};
 use super::queries::http_requests;
@@ -25,6 +26,12 @@ pub fn run(bench: &Bench, spec: ConfigSpec, bodies: &[Vec<u8>], n: usize) -> Con
     let index = spec.index.clone().expect("a spawned configuration has an index");
     let reader = spec.reader.clone().unwrap_or_else(|| "mmap".into());
     result.index_bytes = Some(cellar_search::disk::dir_bytes(&index));
+    if spec.cap_over_footprint {
+        match fixed_footprint(bench, &spec, &index, &reader, bodies, n) {
+            Ok(bytes) => result.footprint_bytes = Some(bytes),
+            Err(e) => return skipped(result, format!("could not measure the server's fixed footprint: {e}")),
+        }
+    }
     let cgroup = match memory_cap(&spec, &reader, n, &mut result) {
         Ok(cgroup) => cgroup,
         Err(why) => return skipped(result, why),
@@ -55,7 +62,8 @@ fn memory_cap(
     result: &mut ConfigResult,
 ) -> std::result::Result<Option<MemoryCgroup>, String> {
     let (Some(pct), Some(index_bytes)) = (spec.cap_pct, result.index_bytes) else { return Ok(None) };
-    let cap = ((index_bytes as f64 * pct / 100.0) as u64).max(1 << 20);
+    let share = (index_bytes as f64 * pct / 100.0) as u64;
+    let cap = (result.footprint_bytes.unwrap_or(0) + share).max(1 << 20);
     result.cap_bytes = Some(cap);
     match MemoryCgroup::create(&format!("cellar-bench-load-{}-{n}", std::process::id()), cap) {
         Ok(cg) => {
@@ -76,6 +84,52 @@ fn memory_cap(
              without one only the direct reader can run a capped configuration"
         )),
     }
+}
+
+/// Warm-up queries sent before the fixed footprint is read.
+const FOOTPRINT_QUERIES: usize = 16;
+
+/// The server's fixed footprint: the peak memory charge (RSS + page cache: the model's file
+/// and weights, its runtime, the small structures, the pooled buffers) of an uncapped server of
+/// the same settings over its start and [`FOOTPRINT_QUERIES`] queries sent one at a time, read
+/// from a cgroup without a limit; where cgroups are missing, its anonymous resident memory
+/// (`RssAnon`) after those queries (which misses the start's transient peak).
+fn fixed_footprint(
+    bench: &Bench,
+    spec: &ConfigSpec,
+    index: &Path,
+    reader: &str,
+    bodies: &[Vec<u8>],
+    n: usize,
+) -> Result<u64> {
+    let log = std::env::temp_dir().join(format!("cellar-bench-{}-{n}.footprint.log", std::process::id()));
+    let server_spec = server_spec(bench, spec, index, reader, log.clone());
+    let unlimited =
+        MemoryCgroup::create(&format!("cellar-bench-footprint-{}-{n}", std::process::id()), 1 << 40).ok();
+    let mut server = ServerProc::start(&server_spec, unlimited)?;
+    let measured = (|| {
+        server.wait_healthy(bench.rt, Duration::from_secs(bench.args.health_timeout))?;
+        for request in http_requests(bodies, &server.target).iter().take(FOOTPRINT_QUERIES) {
+            let response = bench
+                .rt
+                .block_on(send(server.target.addr, request))
+                .map_err(|e| CellarError::internal(format!("a warm-up query failed: {e}")))?;
+            if response.status != 200 {
+                return Err(CellarError::internal(format!("a warm-up query answered {}", response.status)));
+            }
+        }
+        rss_anon_bytes(server.pid()).ok_or_else(|| CellarError::internal("no RssAnon in /proc/PID/status"))
+    })();
+    let stopped = server.stop();
+    let _ = std::fs::remove_file(&log);
+    let anon = measured?;
+    Ok(stopped.cgroup.map_or(anon, |usage| usage.peak_bytes.max(anon)))
+}
+
+fn rss_anon_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
 
 fn skipped(mut result: ConfigResult, why: String) -> ConfigResult {

@@ -1,0 +1,31 @@
+#!/bin/sh
+# Issue 13's benchmark, with caps that mean something for a server that holds a model (13.8):
+# SciFact text queries sent to `cellar serve`, which encodes them (what users do), the ram
+# reader uncapped (the control) against the direct reader under caps of the server's fixed
+# footprint (measured first: the peak charge of an uncapped server over its start and 16
+# warm-up queries) + 10% and + 5% of the index (cgroup v1, page cache counted), on the emulated
+# 80 us SSD; then the same with client-side query vectors. INDEX (default: the index `make run` builds) and CODEC_INDEX
+# (a second index, e.g. a residual one, run under the same caps when given).
+# Re-run: cargo build --release -p cellar-bench -p cellar-cli && sh bench/footprint-caps.sh
+# (about 15 minutes; writes bench/results/footprint-caps-{text,client}.{md,json,png}).
+set -eu
+C=${CELLAR:-./target/release/cellar}
+B="${CELLAR_BENCH:-./target/release/cellar-bench} load --cellar $C"
+D=${DATA:-../shared/data}/scifact
+R=${RESULTS:-bench/results}
+I=${INDEX:-bench/work/scifact}
+Q="--queries $D/queries.jsonl --qrels $D/qrels/test.tsv --mode hybrid --duration 10 --warmup 2 --baseline ram"
+[ -f $I/index.json ] || $C index $D --out $I
+for vectors in server client; do
+  EXTRA=""
+  if [ -n "${CODEC_INDEX:-}" ]; then
+    EXTRA="--config name=direct-codec-footprint+5,index=$CODEC_INDEX,reader=direct,cap=footprint+5,ssd_latency_us=80,vectors=$vectors"
+  fi
+  name=text; LEVELS=${TEXT_LEVELS:-4,8,12,16,20}
+  [ $vectors = client ] && name=client && LEVELS=${CLIENT_LEVELS:-20,40,80,160,240}
+  $B $Q --qps $LEVELS --out $R/footprint-caps-$name \
+    --config name=ram,index=$I,reader=ram,vectors=$vectors \
+    --config name=direct-footprint+10,index=$I,reader=direct,cap=footprint+10,ssd_latency_us=80,vectors=$vectors \
+    --config name=direct-footprint+5,index=$I,reader=direct,cap=footprint+5,ssd_latency_us=80,vectors=$vectors \
+    $EXTRA
+done
