@@ -27,7 +27,10 @@ pub struct CodecsArgs {
     #[arg(long)]
     pub work: PathBuf,
     /// Variants: a codec name, optionally after `pcaN-` (e.g. `pca128-residual2`).
-    #[arg(long, default_value = "f16,int8,residual1,residual2,residual4,pca128-f16,pca128-int8,pca128-residual1,pca128-residual2,pca128-residual4")]
+    #[arg(
+        long,
+        default_value = "f16,int8,residual1,residual2,residual4,pca128-f16,pca128-int8,pca128-residual1,pca128-residual2,pca128-residual4"
+    )]
     pub variants: String,
     /// Token vectors the PCA and the codecs are fitted on.
     #[arg(long, default_value_t = 100_000)]
@@ -53,7 +56,8 @@ struct Row {
 fn parse_variant(v: &str) -> Result<(CodecKind, Option<usize>)> {
     match v.strip_prefix("pca").and_then(|rest| rest.split_once('-')) {
         Some((dim, codec)) => {
-            let dim = dim.parse().map_err(|_| CellarError::invalid(format!("variant {v:?}: bad PCA dimension")))?;
+            let dim =
+                dim.parse().map_err(|_| CellarError::invalid(format!("variant {v:?}: bad PCA dimension")))?;
             Ok((codec.parse()?, Some(dim)))
         }
         None => Ok((v.parse()?, None)),
@@ -77,7 +81,10 @@ pub fn run(args: CodecsArgs) -> Result<()> {
             let out = args.work.join(&name);
             if out.exists() {
                 if !is_index_dir(&out) {
-                    return Err(CellarError::invalid(format!("{}: exists and is not an index", out.display())));
+                    return Err(CellarError::invalid(format!(
+                        "{}: exists and is not an index",
+                        out.display()
+                    )));
                 }
                 std::fs::remove_dir_all(&out).at(&out)?;
             }
@@ -147,7 +154,9 @@ fn table(rows: &[Row]) -> String {
     );
     let delta = |v: f64, b: Option<f64>| b.map_or("–".to_string(), |b| format!("{:+.4}", v - b));
     for r in rows {
-        let ratio = int8.map_or("–".to_string(), |i| format!("{:.1}x fewer", i.bytes_per_token as f64 / r.bytes_per_token as f64));
+        let ratio = int8.map_or("–".to_string(), |i| {
+            format!("{:.1}x fewer", i.bytes_per_token as f64 / r.bytes_per_token as f64)
+        });
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {:.1} | {:.1} | {:.4} | {} | {:.4} | {} | {:.0} | {:.2} |",

@@ -124,7 +124,13 @@ fn maxsim_f32_matches_scalar() {
         let tol = tolerance(&query, &doc, dim);
         for isa in simd_levels() {
             let got = maxsim_f32(isa, &query, dim, &doc);
-            assert_close(&format!("maxsim_f32 case {case} (dim {dim}, nq {nq}, nd {nd})"), isa, got, want, tol);
+            assert_close(
+                &format!("maxsim_f32 case {case} (dim {dim}, nq {nq}, nd {nd})"),
+                isa,
+                got,
+                want,
+                tol,
+            );
         }
     }
 }
@@ -184,7 +190,11 @@ fn residual_decoding_matches_scalar_bit_for_bit() {
         for isa in simd_levels() {
             let got = c.decode(isa);
             let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "residual decode case {case} (dim {dim}, bits {bits}, nd {nd}) differs on {}", isa.name());
+            assert!(
+                same,
+                "residual decode case {case} (dim {dim}, bits {bits}, nd {nd}) differs on {}",
+                isa.name()
+            );
         }
     }
 }

@@ -85,9 +85,11 @@ pub fn recode(options: &RecodeOptions) -> Result<IndexConfig> {
     writer.finish()?;
     config.codec = options.codec.name().to_string();
     config.pca_dim = options.pca_dim;
-    config.created_by = format!("cellar {} (recoded from {})", env!("CARGO_PKG_VERSION"), options.from.display());
+    config.created_by =
+        format!("cellar {} (recoded from {})", env!("CARGO_PKG_VERSION"), options.from.display());
     config.build.write_secs = started.elapsed().as_secs_f64();
-    config.build.vectors_bytes = dir_bytes(&options.out.join(VECTORS_DIR)) + dir_bytes(&options.out.join(PCA_FILE));
+    config.build.vectors_bytes =
+        dir_bytes(&options.out.join(VECTORS_DIR)) + dir_bytes(&options.out.join(PCA_FILE));
     config.save(&options.out)?;
     let marker = options.out.join(BUILDING_MARKER);
     std::fs::remove_file(&marker).at(&marker)?;

@@ -59,7 +59,9 @@ pub fn centroid_count(n: usize) -> usize {
 
 fn check_layout(kind: CodecKind, dim: usize) -> Result<usize> {
     check_dim(dim)?;
-    let bits = kind.residual_bits().ok_or_else(|| CellarError::internal(format!("{} is not a residual codec", kind.name())))?;
+    let bits = kind
+        .residual_bits()
+        .ok_or_else(|| CellarError::internal(format!("{} is not a residual codec", kind.name())))?;
     if !dim.is_multiple_of(8) {
         return Err(CellarError::invalid(format!(
             "the {} codec needs a dimension that is a multiple of 8, got {dim} (choose --pca-dim accordingly)",
@@ -74,7 +76,7 @@ impl ResidualCodec {
     pub fn fit(kind: CodecKind, dim: usize, sample: &[f32]) -> Result<Self> {
         let bits = check_layout(kind, dim)?;
         let n = sample.len() / dim;
-        if n == 0 || sample.len() % dim != 0 {
+        if n == 0 || !sample.len().is_multiple_of(dim) {
             return Err(CellarError::invalid(format!(
                 "the {} codec needs whole sample vectors of {dim} values (got {} values)",
                 kind.name(),
@@ -88,22 +90,36 @@ impl ResidualCodec {
             data.extend_from_slice(v);
         }
         let points = Points { data: &data, dim };
-        let (top, ranges, centroids) = two_level(&points, centroid_count(points.len()));
-        let mut codec = ResidualCodec {
+        let tree = two_level(&points, centroid_count(points.len()));
+        let mut codec =
+            ResidualCodec::assemble(kind, dim, bits, tree, vec![1.0; dim], Vec::new(), Vec::new());
+        codec.fit_buckets(&points);
+        Ok(codec)
+    }
+
+    /// A codec from its parts (the centroids' half norms are derived).
+    fn assemble(
+        kind: CodecKind,
+        dim: usize,
+        bits: usize,
+        tree: Tree,
+        scales: Vec<f32>,
+        cutoffs: Vec<f32>,
+        weights: Vec<f32>,
+    ) -> Self {
+        ResidualCodec {
             kind,
             dim,
             bits,
-            top_halves: half_norms(&top, dim),
-            top,
-            ranges,
-            halves: half_norms(&centroids, dim),
-            centroids,
-            scales: vec![1.0; dim],
-            cutoffs: Vec::new(),
-            weights: Vec::new(),
-        };
-        codec.fit_buckets(&points);
-        Ok(codec)
+            top_halves: half_norms(&tree.top, dim),
+            top: tree.top,
+            ranges: tree.ranges,
+            halves: half_norms(&tree.leaves, dim),
+            centroids: tree.leaves,
+            scales,
+            cutoffs,
+            weights,
+        }
     }
 
     /// Per-dimension RMS of the residuals, then equal-quantile buckets of the scaled residuals.
@@ -123,10 +139,8 @@ impl ResidualCodec {
         let n = points.len() as f64;
         self.scales = squares.iter().map(|s| ((s / n).sqrt() as f32).max(MIN_SCALE)).collect();
         let step = residuals.len().div_ceil(MAX_BUCKET_VALUES);
-        let mut values: Vec<f32> = (0..residuals.len())
-            .step_by(step)
-            .map(|i| residuals[i] / self.scales[i % dim])
-            .collect();
+        let mut values: Vec<f32> =
+            (0..residuals.len()).step_by(step).map(|i| residuals[i] / self.scales[i % dim]).collect();
         values.sort_by(f32::total_cmp);
         let buckets = 1usize << self.bits;
         let bounds: Vec<usize> = (0..=buckets).map(|b| b * values.len() / buckets).collect();
@@ -146,7 +160,8 @@ impl ResidualCodec {
         let mut reader = Params { bytes: params, at: 0, path };
         let stored_bits = reader.u32()? as usize;
         if stored_bits != bits {
-            return Err(reader.corrupted(format!("holds {stored_bits}-bit codes, but the manifest says {}", kind.name())));
+            return Err(reader
+                .corrupted(format!("holds {stored_bits}-bit codes, but the manifest says {}", kind.name())));
         }
         let k1 = reader.u32()? as usize;
         let k = reader.u32()? as usize;
@@ -164,23 +179,12 @@ impl ResidualCodec {
         let cutoffs = reader.floats((1 << bits) - 1)?;
         let weights = reader.floats(1 << bits)?;
         let top = reader.floats(k1 * dim)?;
-        let centroids = reader.floats(k * dim)?;
+        let leaves = reader.floats(k * dim)?;
         if reader.at != params.len() {
             return Err(reader.corrupted(format!("{} bytes follow the parameters", params.len() - reader.at)));
         }
-        Ok(ResidualCodec {
-            kind,
-            dim,
-            bits,
-            top_halves: half_norms(&top, dim),
-            top,
-            ranges,
-            halves: half_norms(&centroids, dim),
-            centroids,
-            scales,
-            cutoffs,
-            weights,
-        })
+        let tree = Tree { top, ranges, leaves };
+        Ok(ResidualCodec::assemble(kind, dim, bits, tree, scales, cutoffs, weights))
     }
 
     pub fn centroid_count(&self) -> usize {
@@ -209,9 +213,16 @@ impl ResidualCodec {
     }
 }
 
+/// The centroid tree: top centroids, each one's range of leaves, the leaves.
+struct Tree {
+    top: Vec<f32>,
+    ranges: Vec<u32>,
+    leaves: Vec<f32>,
+}
+
 /// A two-level tree over `points`: `ceil(sqrt(k))` top clusters, each split into leaves in
-/// proportion to its size. Returns the top centroids, each one's range of leaves, the leaves.
-fn two_level(points: &Points, k: usize) -> (Vec<f32>, Vec<u32>, Vec<f32>) {
+/// proportion to its size.
+fn two_level(points: &Points, k: usize) -> Tree {
     let mut rng = StdRng::seed_from_u64(SEED);
     let all: Vec<u32> = (0..points.len() as u32).collect();
     let k1 = ((k as f64).sqrt().ceil() as usize).clamp(1, points.len());
@@ -226,7 +237,7 @@ fn two_level(points: &Points, k: usize) -> (Vec<f32>, Vec<u32>, Vec<f32>) {
         }
         ranges.push(ranges.last().copied().unwrap_or(0) + children.len() as u32);
     }
-    (top, ranges, leaves)
+    Tree { top, ranges, leaves }
 }
 
 fn nearest_in(v: &[f32], centroids: &[f32], halves: &[f32], range: std::ops::Range<usize>) -> usize {
@@ -250,7 +261,11 @@ struct Params<'a> {
 
 impl Params<'_> {
     fn corrupted(&self, detail: impl Into<String>) -> CellarError {
-        CellarError::corrupted(self.path, self.at as u64, format!("residual codec parameters: {}", detail.into()))
+        CellarError::corrupted(
+            self.path,
+            self.at as u64,
+            format!("residual codec parameters: {}", detail.into()),
+        )
     }
 
     fn take(&mut self, n: usize) -> Result<&[u8]> {
@@ -367,7 +382,11 @@ mod tests {
     #[test]
     fn centroid_count_follows_plaid_within_its_bounds() {
         assert_eq!(centroid_count(1), 1);
-        assert_eq!(centroid_count(100), 100usize.min(128));
+        assert_eq!(
+            centroid_count(100),
+            100,
+            "16 sqrt(100) = 160: 128 centroids, but no more than the tokens"
+        );
         assert_eq!(centroid_count(10_000), 1024);
         assert_eq!(centroid_count(10_000_000), MAX_CENTROIDS);
     }
@@ -379,7 +398,8 @@ mod tests {
         let mut errors = Vec::new();
         for kind in [CodecKind::Residual1, CodecKind::Residual2, CodecKind::Residual4] {
             let codec = ResidualCodec::fit(kind, dim, &data).unwrap();
-            let again = ResidualCodec::from_params(kind, dim, &codec.params(), Path::new("codec.bin")).unwrap();
+            let again =
+                ResidualCodec::from_params(kind, dim, &codec.params(), Path::new("codec.bin")).unwrap();
             let mut bytes = Vec::new();
             for v in data.chunks_exact(dim).take(200) {
                 codec.encode(v, &mut bytes);
@@ -389,7 +409,8 @@ mod tests {
             codec.decode(&bytes, &mut out);
             again.decode(&bytes, &mut out_again);
             assert_eq!(out, out_again, "{kind:?}: decoding differs after the params round trip");
-            let err: f32 = out.iter().zip(&data).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() / out.len() as f32;
+            let err: f32 =
+                out.iter().zip(&data).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() / out.len() as f32;
             errors.push(err);
         }
         assert!(errors[0] > errors[1] && errors[1] > errors[2], "mean squared errors {errors:?}");

@@ -32,7 +32,11 @@ impl ResidualTables<'_> {
 
     pub(super) fn check(&self, doc: &[u8], out: &[f32]) -> usize {
         assert!(matches!(self.bits, 1 | 2 | 4), "residual bits {} is not 1, 2 or 4", self.bits);
-        assert!(self.dim > 0 && self.dim.is_multiple_of(8), "residual dim {} is not a multiple of 8", self.dim);
+        assert!(
+            self.dim > 0 && self.dim.is_multiple_of(8),
+            "residual dim {} is not a multiple of 8",
+            self.dim
+        );
         assert_eq!(self.scales.len(), self.dim);
         assert_eq!(self.weights.len(), 1 << self.bits);
         assert!(!self.centroids.is_empty() && self.centroids.len().is_multiple_of(self.dim));

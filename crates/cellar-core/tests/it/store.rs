@@ -91,13 +91,17 @@ fn residual_stores_open_read_and_score_alike_through_every_reader_and_level() {
             let prepared = store.codec().prepare_query(&query);
             let batch = store.read_batch(&ids).unwrap();
             for isa in Isa::available() {
-                let scores: Vec<f32> =
-                    (0..batch.len()).map(|i| store.codec().maxsim(isa, &prepared, batch.record(i).tokens)).collect();
+                let scores: Vec<f32> = (0..batch.len())
+                    .map(|i| store.codec().maxsim(isa, &prepared, batch.record(i).tokens))
+                    .collect();
                 match &reference {
                     None => reference = Some(scores),
                     Some(want) => {
                         for (got, want) in scores.iter().zip(want) {
-                            assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{kind:?} {options:?} {isa:?}");
+                            assert!(
+                                (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                                "{kind:?} {options:?} {isa:?}"
+                            );
                         }
                     }
                 }

@@ -23,13 +23,13 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use cellar_core::cluster::{half_norms, hierarchical, nearest, Points};
 use super::layout::{CentroidsFile, ClusterEntry, PostingBlock};
 use super::rabitq::{encode, words_for};
 use super::rotation::Rotation;
 use super::{IvfBuildReport, IvfConfig, IvfDefaults, IVF_DIR, IVF_FORMAT_VERSION};
 use crate::config::IndexConfig;
 use crate::pooled::open_pooled;
+use cellar_core::cluster::{half_norms, hierarchical, nearest, Points};
 
 const BUILDING_DIR: &str = "ivf.cellar-building";
 const OLD_DIR: &str = "ivf.cellar-old";

@@ -48,7 +48,8 @@ unsafe fn decode_bits<const B: usize>(tables: &ResidualTables, doc: &[u8], nd: u
         let codes = token.as_ptr().add(CENTROID_ID_BYTES);
         let row = out.as_mut_ptr().add(j * dim);
         for g in 0..dim / 8 {
-            let idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word::<B>(codes, g)), shifts), mask);
+            let idx =
+                _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word::<B>(codes, g)), shifts), mask);
             let mut w = _mm256_permutevar8x32_ps(low, idx);
             if B == 4 {
                 // Bit 3 of the index, moved to the sign bit, picks the upper eight buckets.
