@@ -88,8 +88,18 @@ fn main() -> ExitCode {
     let timing = std::env::args().any(|a| a == "--bench");
     let available = Isa::available();
     let skipped: Vec<&str> = Isa::ALL.iter().filter(|i| !available.contains(i)).map(|i| i.name()).collect();
-    let (docs, mean_tokens, dims): (u64, usize, &[usize]) =
-        if timing { (256, 128, &[64, 128, 384]) } else { (16, 12, &[7, 64, 129, 136]) };
+    let (docs, mean_tokens, dims): (u64, usize, Vec<usize>) =
+        if timing { (256, 128, vec![64, 128, 384]) } else { (16, 12, vec![7, 64, 129, 136]) };
+    // The shapes of another study (bench/kernels_vs_peers.py): KERNELS_DOCS, KERNELS_TOKENS
+    // (mean tokens per document) and KERNELS_DIMS (comma-separated) replace the defaults.
+    let env_num = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok());
+    let docs = env_num("KERNELS_DOCS").map_or(docs, |d| d as u64);
+    let mean_tokens = env_num("KERNELS_TOKENS").unwrap_or(mean_tokens);
+    let dims: Vec<usize> = std::env::var("KERNELS_DIMS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|d| d.trim().parse().ok()).collect())
+        .filter(|d: &Vec<usize>| !d.is_empty())
+        .unwrap_or(dims);
     println!("# MaxSim kernels\n");
     println!(
         "CPU: {} ({} cores). Levels run: {}{}.\n",
@@ -117,7 +127,7 @@ fn main() -> ExitCode {
     }
     let mut failed = false;
     for kind in CodecKind::ALL {
-        for &dim in dims {
+        for &dim in &dims {
             if kind.residual_bits().is_some() && !dim.is_multiple_of(8) {
                 continue; // residual codecs take dimensions in groups of 8
             }
