@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
 use std::thread::Scope;
 use std::time::Instant;
 
@@ -44,7 +45,8 @@ struct Chunk {
 
 /// Reads under way on an I/O thread, to be scored with [`Index::score_reads`].
 pub(crate) struct Reads {
-    ids: Vec<DocId>,
+    /// Shared with the I/O thread, which reads them chunk by chunk.
+    ids: Arc<[DocId]>,
     chunks: Receiver<Result<Chunk>>,
 }
 
@@ -57,19 +59,20 @@ impl Index {
         ids: Vec<DocId>,
         ahead: usize,
     ) -> Result<Reads> {
-        self.start_reads_in(scope, ids, ahead, CHUNK_BYTES)
+        let chunks = self.store.chunks(&ids, CHUNK_BYTES)?;
+        self.spawn_reads(scope, ids.into(), chunks, ahead)
     }
 
-    fn start_reads_in<'scope>(
+    /// Reads `chunks` (ranges of `ids`) on an I/O thread of `scope`, one after the other.
+    fn spawn_reads<'scope>(
         &'scope self,
         scope: &'scope Scope<'scope, '_>,
-        ids: Vec<DocId>,
+        ids: Arc<[DocId]>,
+        chunks: Vec<Range<usize>>,
         ahead: usize,
-        chunk_bytes: usize,
     ) -> Result<Reads> {
-        let chunks = self.store.chunks(&ids, chunk_bytes)?;
         let (tx, rx) = sync_channel(ahead.min(chunks.len()));
-        let reading = ids.clone();
+        let reading = Arc::clone(&ids);
         let io = std::thread::Builder::new().name("cellar-read".into()).spawn_scoped(scope, move || {
             for range in chunks {
                 let start = Instant::now();
@@ -133,7 +136,7 @@ impl Index {
         let chunks = self.store.chunks(ids, chunk_bytes)?;
         if chunks.len() > 1 && self.store.reader_kind() != ReaderKind::Ram {
             return std::thread::scope(|scope| {
-                let reads = self.start_reads_in(scope, ids.to_vec(), AHEAD, chunk_bytes)?;
+                let reads = self.spawn_reads(scope, ids.into(), chunks, AHEAD)?;
                 self.score_reads(query, reads)
             });
         }

@@ -125,13 +125,12 @@ impl ResidualCodec {
     /// Per-dimension RMS of the residuals, then equal-quantile buckets of the scaled residuals.
     fn fit_buckets(&mut self, points: &Points) {
         let dim = self.dim;
-        let residuals: Vec<f32> = (0..points.len() as u32)
-            .flat_map(|i| {
-                let v = points.row(i);
-                let c = self.centroid(self.assign(v));
-                v.iter().zip(c).map(|(x, c)| x - c).collect::<Vec<f32>>()
-            })
-            .collect();
+        let mut residuals = Vec::with_capacity(points.len() * dim);
+        for i in 0..points.len() as u32 {
+            let v = points.row(i);
+            let c = self.centroid(self.assign(v));
+            residuals.extend(v.iter().zip(c).map(|(x, c)| x - c));
+        }
         let mut squares = vec![0f64; dim];
         for row in residuals.chunks_exact(dim) {
             squares.iter_mut().zip(row).for_each(|(s, r)| *s += f64::from(r * r));
@@ -337,9 +336,13 @@ impl Codec for ResidualCodec {
     fn maxsim(&self, isa: Isa, prepared: &[f32], doc: &[u8]) -> f32 {
         let nd = doc.len() / self.bytes_per_vector();
         let mut decoded = DECODED.try_with(Cell::take).unwrap_or_default();
-        decoded.resize(nd * self.dim, 0.0);
-        kernels::decode_residual(isa, &self.tables(), doc, &mut decoded);
-        let score = kernels::maxsim_f32(isa, prepared, self.dim, &decoded);
+        let len = nd * self.dim;
+        if decoded.len() < len {
+            // Grown once to the longest document seen; every value is decoded over before use.
+            decoded.resize(len, 0.0);
+        }
+        kernels::decode_residual(isa, &self.tables(), doc, &mut decoded[..len]);
+        let score = kernels::maxsim_f32(isa, prepared, self.dim, &decoded[..len]);
         let _ = DECODED.try_with(|d| d.set(decoded));
         score
     }

@@ -106,16 +106,6 @@ impl BufferPool {
         std::sync::Arc::new(BufferPool { buf_bytes, max_free, free: std::sync::Mutex::new(Vec::new()) })
     }
 
-    /// Bytes of each pooled buffer.
-    pub fn buf_bytes(&self) -> usize {
-        self.buf_bytes
-    }
-
-    /// Idle buffers held now.
-    pub fn idle(&self) -> usize {
-        self.free.lock().expect("buffer pool lock").len()
-    }
-
     /// A buffer of at least `len` bytes (its first `len` are what the batch uses; their content
     /// is whatever an earlier batch left: every byte of it is read over before it is used).
     pub fn take(self: &std::sync::Arc<Self>, len: usize) -> PooledBuf {

@@ -24,7 +24,8 @@ mod uring;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use aligned::{AlignedBuf, BufferPool, PooledBuf};
+pub use aligned::AlignedBuf;
+use aligned::PooledBuf;
 pub use direct::{IoEngine, POOLED_BUFFER_BYTES};
 pub use extents::{Extent, ExtentBatch, ExtentReader};
 pub use latency::InjectedLatency;

@@ -29,6 +29,9 @@ pub struct StoreWriter {
     record: Vec<u8>,
     docs: u64,
     tokens: u64,
+    /// Threads a document's tokens are encoded on: the cores for a costly codec, else 1
+    /// (decided once: asking the OS for the cores is not free).
+    encode_threads: usize,
 }
 
 impl StoreWriter {
@@ -53,7 +56,13 @@ impl StoreWriter {
             FileKind::Offsets,
             crate::format::HEADER_BYTES as u64,
         )?;
+        let encode_threads = if codec.costly_encode() {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            1
+        };
         Ok(StoreWriter {
+            encode_threads,
             dir: dir.to_path_buf(),
             codec,
             has_pooled,
@@ -95,8 +104,7 @@ impl StoreWriter {
     /// order) when the codec's encoding is costly and the document long enough to pay for it.
     fn encode_tokens(&mut self, tokens: &[f32], n_tokens: usize) {
         let dim = self.codec.dim();
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let parts = if self.codec.costly_encode() { cores.min(n_tokens / PARALLEL_MIN_TOKENS) } else { 1 };
+        let parts = self.encode_threads.min(n_tokens / PARALLEL_MIN_TOKENS);
         if parts <= 1 {
             for t in tokens.chunks_exact(dim) {
                 self.codec.encode(t, &mut self.record);
