@@ -24,16 +24,21 @@ pub struct ServeArgs {
     /// Address to listen on. Loopback by default; anything else should come with an API key.
     #[arg(long, default_value = "127.0.0.1:7700")]
     pub bind: SocketAddr,
-    /// Searches run in parallel (CPU pool threads); default: one per core.
+    /// Searches that compute in parallel (CPU slots of the pool); default: one per core.
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Further searches that may sleep on their disk reads while --workers others compute
+    /// (extra pool threads; 0: a search waiting on a read keeps its core idle); default: one
+    /// per worker.
+    #[arg(long)]
+    pub io_waiters: Option<usize>,
     /// Searches that may wait for a worker before new requests get 429; default: 16 per worker,
     /// at least 64 (the largest batch, which is queued whole).
     #[arg(long)]
     pub queue: Option<usize>,
     /// Requests admitted at once (queued or running; a body is read, bounded by
     /// --read-timeout-ms and --max-body-bytes, before admission) before new ones get 429;
-    /// default: the queue plus one per worker.
+    /// default: the queue plus one per pool thread (workers and io waiters).
     #[arg(long)]
     pub max_in_flight: Option<usize>,
     /// Most time one request may take, queue included, before it is answered with 504.
@@ -135,9 +140,11 @@ fn positive(value: usize, name: &str) -> Result<usize> {
 fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
     let mut config = ServerConfig::new(args.bind);
     config.workers = positive(args.workers.unwrap_or(config.workers), "workers")?;
+    config.io_waiters = args.io_waiters.unwrap_or(config.workers * cellar_server::IO_WAITERS_PER_WORKER);
     config.queue_capacity =
         positive(args.queue.unwrap_or(cellar_server::default_queue(config.workers)), "queue")?;
-    let in_flight = args.max_in_flight.unwrap_or(config.queue_capacity + config.workers);
+    let threads = config.workers + config.io_waiters;
+    let in_flight = args.max_in_flight.unwrap_or(config.queue_capacity + threads);
     config.max_in_flight = positive(in_flight, "max-in-flight")?;
     config.deadline = Duration::from_millis(positive(args.deadline_ms as usize, "deadline-ms")? as u64);
     config.max_body_bytes = positive(args.max_body_bytes, "max-body-bytes")?;

@@ -250,7 +250,10 @@ impl Index {
             let late = self.read_and_score(query, &missing)?;
             let before = early;
             let (prefetched, after) = match prefetch {
-                Some((after, _, handle)) => (handle.join().expect("prefetch thread panicked")?, Some(after)),
+                Some((after, _, handle)) => {
+                    let joined = cellar_core::io::wait::waiting_on_io(|| handle.join());
+                    (joined.expect("prefetch thread panicked")?, Some(after))
+                }
                 None => (ScoredRecords::default(), None),
             };
             let wait_ms = ms_since(wait_start);

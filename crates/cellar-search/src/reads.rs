@@ -6,7 +6,9 @@
 //! the next ones are in flight. Direct reads land in the reader's pooled buffers (no mapping,
 //! page fault or unmapping per query), and at most `ahead` read chunks wait to be scored, so a
 //! query holds a bounded number of buffers: [`AHEAD`], or [`EARLY_AHEAD`] for the early reads
-//! made while its text is encoded (nothing can be scored yet).
+//! made while its text is encoded (nothing can be scored yet). While the query's thread waits
+//! for a chunk it gives its CPU slot back (`cellar_core::io::wait`): in the server another
+//! search computes on that core meanwhile.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -15,6 +17,7 @@ use std::sync::Arc;
 use std::thread::Scope;
 use std::time::Instant;
 
+use cellar_core::io::wait::waiting_on_io;
 use cellar_core::io::{ReaderKind, RecordBatch, POOLED_BUFFER_BYTES};
 use cellar_core::{CellarError, DocId, Result};
 
@@ -96,7 +99,7 @@ impl Index {
             ScoredRecords { scores: HashMap::with_capacity(reads.ids.len()), ..ScoredRecords::default() };
         loop {
             let wait_start = Instant::now();
-            let Ok(chunk) = reads.chunks.recv() else { break };
+            let Ok(chunk) = waiting_on_io(|| reads.chunks.recv()) else { break };
             out.wait_ms += ms_since(wait_start);
             self.score_chunk(query, &reads.ids, chunk?, &mut out);
         }

@@ -48,7 +48,7 @@ impl AppState {
         streams: Option<StreamsState>,
         config: ServerConfig,
     ) -> Arc<AppState> {
-        let pool = CpuPool::new(config.workers, config.queue_capacity);
+        let pool = CpuPool::new(config.workers, config.io_waiters, config.queue_capacity);
         Arc::new(AppState {
             index,
             streams,

@@ -36,6 +36,10 @@ pub use routes::router;
 /// (a server under a memory cap was OOM-killed at 64 per worker under overload).
 pub const QUEUE_PER_WORKER: usize = 16;
 
+/// Searches per worker that may sleep on reads while others compute, by default (see
+/// `bench/results/io-waiters.md`).
+pub const IO_WAITERS_PER_WORKER: usize = 1;
+
 /// The default queue for `workers` threads: 16 per worker, and never less than the largest
 /// batch, which is queued whole (a 64-query batch on 2 cores was otherwise always 429).
 pub fn default_queue(workers: usize) -> usize {
@@ -46,8 +50,11 @@ pub fn default_queue(workers: usize) -> usize {
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub bind: SocketAddr,
-    /// Threads of the CPU pool (searches in parallel).
+    /// CPU slots of the pool: searches that compute at once.
     pub workers: usize,
+    /// Threads of the pool beyond `workers`: searches that may sleep on their reads while
+    /// `workers` others compute (see `pool`).
+    pub io_waiters: usize,
     /// Searches that may wait for a worker before requests are refused with 429.
     pub queue_capacity: usize,
     /// Requests admitted at once (queued or running); beyond it, 429. A body is read first,
@@ -69,8 +76,9 @@ impl ServerConfig {
         ServerConfig {
             bind,
             workers: cores,
+            io_waiters: cores * IO_WAITERS_PER_WORKER,
             queue_capacity: default_queue(cores),
-            max_in_flight: default_queue(cores) + cores,
+            max_in_flight: default_queue(cores) + cores * (1 + IO_WAITERS_PER_WORKER),
             deadline: Duration::from_secs(10),
             max_body_bytes: 2 << 20,
             read_timeout: Duration::from_secs(10),

@@ -64,6 +64,7 @@ pub struct Gauges {
     pub queue_depth: usize,
     pub queue_capacity: usize,
     pub busy_workers: usize,
+    pub waiting_io: usize,
     pub workers: usize,
     pub docs: usize,
 }
@@ -119,8 +120,13 @@ impl Metrics {
         let gauges = [
             ("cellar_queue_depth", "Searches waiting for a CPU worker", gauges.queue_depth as u64),
             ("cellar_queue_capacity", "Most searches that may wait", gauges.queue_capacity as u64),
-            ("cellar_busy_workers", "CPU workers running a search", gauges.busy_workers as u64),
-            ("cellar_workers", "CPU workers", gauges.workers as u64),
+            ("cellar_busy_workers", "CPU workers computing a search", gauges.busy_workers as u64),
+            (
+                "cellar_searches_waiting_io",
+                "Searches sleeping on their reads, CPU given back",
+                gauges.waiting_io as u64,
+            ),
+            ("cellar_workers", "CPU workers (searches that compute at once)", gauges.workers as u64),
             ("cellar_index_docs", "Documents in the index", gauges.docs as u64),
             ("cellar_process_rss_bytes", "Resident set size of the server process", rss),
         ];

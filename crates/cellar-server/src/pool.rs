@@ -1,11 +1,17 @@
-//! The fixed CPU pool: `threads` OS threads run the searches (encoding, scoring, reads), fed by
-//! one bounded FIFO queue. Admission is all-or-nothing, so a batch request either gets every one
-//! of its queries queued or is refused whole; a full queue is the caller's cue to answer 429.
+//! The CPU pool: `workers` CPU slots shared by `workers + io_waiters` OS threads that run the
+//! searches (encoding, scoring, reads), fed by one bounded FIFO queue. A thread holds a slot
+//! while it computes and gives it back while it sleeps on the disk (`cellar_core::io::wait`), so
+//! at most `workers` searches compute at once, yet a search waiting for its reads does not keep
+//! a core idle: another thread starts or resumes a search on it. A thread back from I/O takes the
+//! next free slot before any new search starts, so searches under way finish first. Admission is
+//! all-or-nothing, so a batch request either gets every one of its queries queued or is refused
+//! whole; a full queue is the caller's cue to answer 429.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+
+use cellar_core::io::wait::{run_with_slot, CpuSlot};
 
 /// A unit of work.
 pub type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -15,67 +21,136 @@ pub type Job = Box<dyn FnOnce() + Send + 'static>;
 pub struct QueueFull;
 
 struct Shared {
-    queue: Mutex<Queue>,
+    state: Mutex<State>,
+    /// Idle threads wait here for a job and a free slot.
     ready: Condvar,
+    /// Threads back from I/O wait here for a slot.
+    resume: Condvar,
     capacity: usize,
-    busy: AtomicUsize,
+    slots: usize,
 }
 
-struct Queue {
+struct State {
     jobs: VecDeque<Job>,
     closed: bool,
+    /// Slots no thread holds.
+    free: usize,
+    /// Threads back from I/O waiting for a slot: they go before new jobs.
+    resuming: usize,
+    /// Threads inside a job that sleep on I/O (slot given back).
+    waiting_io: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot was freed (held by `state`'s lock): a resuming thread gets it first, else an idle
+    /// thread with a queued job.
+    fn hand_on(&self, state: &State) {
+        if state.resuming > 0 {
+            self.resume.notify_one();
+        } else if !state.jobs.is_empty() {
+            self.ready.notify_one();
+        }
+    }
+}
+
+impl CpuSlot for Shared {
+    fn release(&self) {
+        let mut state = self.lock();
+        state.free += 1;
+        state.waiting_io += 1;
+        self.hand_on(&state);
+    }
+
+    fn acquire(&self) {
+        let mut state = self.lock();
+        state.waiting_io -= 1;
+        state.resuming += 1;
+        while state.free == 0 {
+            state = self.resume.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        state.free -= 1;
+        state.resuming -= 1;
+        if state.free > 0 {
+            self.hand_on(&state);
+        }
+    }
 }
 
 pub struct CpuPool {
     shared: Arc<Shared>,
-    workers: Vec<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl CpuPool {
-    /// Starts `threads` workers (at least one) over a queue holding at most `capacity` jobs.
-    pub fn new(threads: usize, capacity: usize) -> Self {
+    /// Starts `workers` slots (at least one) on `workers + io_waiters` threads, over a queue
+    /// holding at most `capacity` jobs. With `io_waiters` 0 a thread waiting on I/O keeps its
+    /// core idle (the pool of one thread per core).
+    pub fn new(workers: usize, io_waiters: usize, capacity: usize) -> Self {
+        let slots = workers.max(1);
         let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue { jobs: VecDeque::new(), closed: false }),
+            state: Mutex::new(State {
+                jobs: VecDeque::new(),
+                closed: false,
+                free: slots,
+                resuming: 0,
+                waiting_io: 0,
+            }),
             ready: Condvar::new(),
+            resume: Condvar::new(),
             capacity,
-            busy: AtomicUsize::new(0),
+            slots,
         });
-        let workers = (0..threads.max(1))
+        let threads = (0..slots + io_waiters)
             .map(|i| {
                 let shared = shared.clone();
                 std::thread::Builder::new()
                     .name(format!("cellar-cpu-{i}"))
-                    .spawn(move || work(&shared))
+                    .spawn(move || work(shared))
                     .expect("spawning a CPU pool thread")
             })
             .collect();
-        CpuPool { shared, workers }
+        CpuPool { shared, threads }
     }
 
     /// Queues every job of `jobs`, or none of them when they do not all fit.
     pub fn try_submit_all(&self, jobs: Vec<Job>) -> Result<(), QueueFull> {
-        let mut queue = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-        if queue.closed || queue.jobs.len() + jobs.len() > self.shared.capacity {
+        let mut state = self.shared.lock();
+        if state.closed || state.jobs.len() + jobs.len() > self.shared.capacity {
             return Err(QueueFull);
         }
-        queue.jobs.extend(jobs);
-        drop(queue);
+        state.jobs.extend(jobs);
+        drop(state);
         self.shared.ready.notify_all();
         Ok(())
     }
 
-    /// Jobs waiting for a worker.
+    /// Jobs waiting for a thread.
     pub fn queue_depth(&self) -> usize {
-        self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.len()
+        self.shared.lock().jobs.len()
     }
 
-    /// Workers running a job right now.
+    /// Slots held right now: searches computing.
     pub fn busy(&self) -> usize {
-        self.shared.busy.load(Ordering::Relaxed)
+        self.shared.slots - self.shared.lock().free
     }
 
+    /// Searches under way that sleep on I/O right now, their slot given back.
+    pub fn waiting_io(&self) -> usize {
+        self.shared.lock().waiting_io
+    }
+
+    /// CPU slots: searches that may compute at once.
+    pub fn workers(&self) -> usize {
+        self.shared.slots
+    }
+
+    /// Threads: searches that may be under way at once.
     pub fn threads(&self) -> usize {
-        self.workers.len()
+        self.threads.len()
     }
 
     pub fn capacity(&self) -> usize {
@@ -83,34 +158,44 @@ impl CpuPool {
     }
 }
 
-fn work(shared: &Shared) {
+fn work(shared: Arc<Shared>) {
+    let slot: Arc<dyn CpuSlot> = shared.clone();
     loop {
         let job = {
-            let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = shared.lock();
             loop {
-                if let Some(job) = queue.jobs.pop_front() {
-                    break job;
+                if state.free > 0 && state.resuming == 0 {
+                    if let Some(job) = state.jobs.pop_front() {
+                        state.free -= 1;
+                        break job;
+                    }
                 }
-                if queue.closed {
+                if state.closed && state.jobs.is_empty() {
+                    // The others may be waiting for a job that will never come: let them see it.
+                    shared.ready.notify_all();
                     return;
                 }
-                queue = shared.ready.wait(queue).unwrap_or_else(|p| p.into_inner());
+                state = shared.ready.wait(state).unwrap_or_else(|p| p.into_inner());
             }
         };
-        shared.busy.fetch_add(1, Ordering::Relaxed);
-        // A panicking search must not take a worker down with it; its caller sees a dropped reply.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-        shared.busy.fetch_sub(1, Ordering::Relaxed);
+        // A panicking search must not take a thread down with it; its caller sees a dropped reply.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_with_slot(slot.clone(), job)));
+        let mut state = shared.lock();
+        state.free += 1;
+        // This thread looks at the queue itself next; only a resuming thread needs waking.
+        if state.resuming > 0 {
+            shared.resume.notify_one();
+        }
     }
 }
 
 impl Drop for CpuPool {
-    /// Lets the workers finish what is queued, then joins them.
+    /// Lets the threads finish what is queued, then joins them.
     fn drop(&mut self) {
-        self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+        self.shared.lock().closed = true;
         self.shared.ready.notify_all();
-        for worker in self.workers.drain(..) {
-            let _ = worker.join();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
         }
     }
 }
@@ -133,7 +218,7 @@ mod tests {
 
     #[test]
     fn admission_is_all_or_nothing_and_bounded() {
-        let pool = CpuPool::new(1, 2);
+        let pool = CpuPool::new(1, 0, 2);
         let (job, started, release) = gate();
         pool.try_submit_all(vec![job]).unwrap();
         started.recv().unwrap();
@@ -146,11 +231,71 @@ mod tests {
         release.send(()).unwrap();
     }
 
+    /// What `rx` gets within 10 s (a broken pool fails the test instead of hanging it).
+    fn soon<T>(rx: &mpsc::Receiver<T>) -> T {
+        rx.recv_timeout(std::time::Duration::from_secs(10)).expect("nothing arrived within 10 s")
+    }
+
+    /// Job A sleeps on "I/O" (through `waiting_on_io`) and job B takes its core meanwhile; A, back
+    /// from I/O, waits for B's slot and gets it before a queued job C. One slot is never held twice.
+    #[test]
+    fn a_search_waiting_on_io_lends_its_core_and_resumes_before_new_work() {
+        use cellar_core::io::wait::waiting_on_io;
+        let pool = CpuPool::new(1, 1, 10);
+        let (events_tx, events) = mpsc::channel::<&'static str>();
+        let (io_done, io_wait) = mpsc::channel::<()>();
+        let a_events = events_tx.clone();
+        let a: Job = Box::new(move || {
+            a_events.send("A waits on io").unwrap();
+            waiting_on_io(|| io_wait.recv().unwrap());
+            a_events.send("A resumed").unwrap();
+        });
+        pool.try_submit_all(vec![a]).unwrap();
+        assert_eq!(soon(&events), "A waits on io");
+        let (b, b_started, b_release) = gate();
+        pool.try_submit_all(vec![b]).unwrap();
+        soon(&b_started);
+        assert_eq!((pool.busy(), pool.waiting_io()), (1, 1), "B computes on A's core while A waits");
+        io_done.send(()).unwrap();
+        let c_events = events_tx.clone();
+        pool.try_submit_all(vec![Box::new(move || c_events.send("C started").unwrap())]).unwrap();
+        assert!(
+            events.recv_timeout(std::time::Duration::from_millis(100)).is_err(),
+            "nothing runs while B holds the only slot"
+        );
+        b_release.send(()).unwrap();
+        assert_eq!(soon(&events), "A resumed", "a search under way goes before a queued one");
+        assert_eq!(soon(&events), "C started");
+    }
+
+    /// Without io waiters a job sleeping on I/O keeps its thread, and the next job waits.
+    #[test]
+    fn without_io_waiters_a_waiting_search_holds_its_thread() {
+        use cellar_core::io::wait::waiting_on_io;
+        let pool = CpuPool::new(1, 0, 10);
+        let (io_done, io_wait) = mpsc::channel::<()>();
+        let (started_tx, started) = mpsc::channel::<&'static str>();
+        let a_started = started_tx.clone();
+        let a: Job = Box::new(move || {
+            a_started.send("A").unwrap();
+            waiting_on_io(|| io_wait.recv().unwrap());
+        });
+        pool.try_submit_all(vec![a, Box::new(move || started_tx.send("B").unwrap())]).unwrap();
+        assert_eq!(soon(&started), "A");
+        assert!(
+            started.recv_timeout(std::time::Duration::from_millis(100)).is_err(),
+            "B waits for the thread"
+        );
+        assert_eq!(pool.waiting_io(), 1);
+        io_done.send(()).unwrap();
+        assert_eq!(soon(&started), "B");
+    }
+
     #[test]
     fn every_queued_job_runs_and_a_panic_does_not_kill_a_worker() {
         let (done_tx, done_rx) = mpsc::channel();
         {
-            let pool = CpuPool::new(2, 100);
+            let pool = CpuPool::new(2, 1, 100);
             pool.try_submit_all(vec![Box::new(|| panic!("a search panicked"))]).unwrap();
             let jobs: Vec<Job> = (0..50)
                 .map(|i| {

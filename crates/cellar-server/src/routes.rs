@@ -157,7 +157,8 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Json<Value> {
         "model_dim": config.map(|c| c.encoder.model_dim),
         "streams": state.streams.is_some(),
         "open_streams": state.streams.as_ref().map(|s| s.streams.open_count()),
-        "workers": state.pool.threads(),
+        "workers": state.pool.workers(),
+        "io_waiters": state.pool.threads() - state.pool.workers(),
         "queue_depth": state.pool.queue_depth(),
         "queue_capacity": state.pool.capacity(),
         "version": env!("CARGO_PKG_VERSION"),
@@ -169,7 +170,8 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         queue_depth: state.pool.queue_depth(),
         queue_capacity: state.pool.capacity(),
         busy_workers: state.pool.busy(),
-        workers: state.pool.threads(),
+        waiting_io: state.pool.waiting_io(),
+        workers: state.pool.workers(),
         docs: state.index.as_ref().map_or(0, |i| i.len()),
     };
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(&gauges))

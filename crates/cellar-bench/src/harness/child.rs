@@ -74,6 +74,18 @@ pub fn vm_hwm_bytes(pid: u32) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// CPU time a process has used (user + system), in seconds, from /proc/PID/stat.
+pub fn proc_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count the fields after its closing ')'.
+    let mut fields = stat.get(stat.rfind(')')? + 2..)?.split_whitespace();
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf reads a configuration value.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (ticks > 0).then(|| (utime + stime) as f64 / ticks as f64)
+}
+
 /// `read_bytes` of /proc/PID/io: bytes this process caused to be read from storage (page-cache
 /// hits are not counted, O_DIRECT reads are).
 pub fn proc_read_bytes(pid: u32) -> Option<u64> {
@@ -90,6 +102,12 @@ mod tests {
         let me = std::process::id();
         assert!(vm_hwm_bytes(me).unwrap() > 0);
         assert!(proc_read_bytes(me).is_some());
+        let spent = proc_cpu_seconds(me).unwrap();
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(300) {
+            std::hint::black_box((0..1000u64).sum::<u64>());
+        }
+        assert!(proc_cpu_seconds(me).unwrap() > spent, "a busy loop shows as CPU time");
         assert!(vm_hwm_bytes(u32::MAX).is_none());
     }
 

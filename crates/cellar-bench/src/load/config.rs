@@ -46,6 +46,9 @@ pub struct ConfigSpec {
     pub workers: Option<usize>,
     /// Server's queue capacity (`--queue`); `None`: its default.
     pub queue: Option<usize>,
+    /// Server's searches that may sleep on reads while others compute (`--io-waiters`, 0
+    /// allowed); `None`: its default.
+    pub io_waiters: Option<usize>,
     pub vectors: Vectors,
     /// Set for a server that was already running.
     pub url: Option<String>,
@@ -67,6 +70,7 @@ impl Default for ConfigSpec {
             ssd_latency_us: None,
             workers: None,
             queue: None,
+            io_waiters: None,
             vectors: Vectors::Server,
             url: None,
             request: Vec::new(),
@@ -75,7 +79,7 @@ impl Default for ConfigSpec {
 }
 
 pub const KEYS: &str = "name, index, reader, cap, threads, ssd_latency_us, vectors, workers, queue, \
-     nprobe, prefetch, prefetch_step, rescore, hybrid_candidates, early_read";
+     io_waiters, nprobe, prefetch, prefetch_step, rescore, hybrid_candidates, early_read";
 
 /// Per-configuration request parameters, each checked for its JSON type here (its range is the
 /// server's to check, which answers 400 and fails the level loudly).
@@ -96,7 +100,7 @@ fn request_param(key: &str, value: &str) -> Option<std::result::Result<String, S
 }
 
 /// Parses `name=ram-f16,index=DIR,reader=ram[,cap=25|cap=footprint+5][,threads=2][,ssd_latency_us=100]
-/// [,vectors=client][,workers=2][,queue=128]`.
+/// [,vectors=client][,workers=2][,queue=128][,io_waiters=0]`.
 pub fn parse(spec: &str) -> Result<ConfigSpec> {
     let bad = |why: String| CellarError::InvalidInput(format!("--config {spec:?}: {why}"));
     let mut c = ConfigSpec::default();
@@ -155,6 +159,11 @@ pub fn parse(spec: &str) -> Result<ConfigSpec> {
                     .ok_or_else(|| bad(format!("{key}={value:?}: expected an integer >= 1")))?;
                 *(if key == "workers" { &mut c.workers } else { &mut c.queue }) = Some(n);
             }
+            "io_waiters" => {
+                let n =
+                    value.parse().map_err(|_| bad(format!("io_waiters={value:?}: expected an integer")))?;
+                c.io_waiters = Some(n);
+            }
             "vectors" => c.vectors = value.parse().map_err(|e: CellarError| bad(e.to_string()))?,
             other => match request_param(other, value) {
                 Some(checked) => c.request.push((other.to_string(), checked.map_err(bad)?)),
@@ -194,7 +203,7 @@ mod tests {
         let dir = index_dir();
         let d = dir.path().display();
         let c = parse(&format!(
-            "name=direct-5,index={d},reader=direct,cap=5,threads=2,ssd_latency_us=100,vectors=client,workers=2,queue=9"
+            "name=direct-5,index={d},reader=direct,cap=5,threads=2,ssd_latency_us=100,vectors=client,workers=2,queue=9,io_waiters=0"
         ))
         .unwrap();
         assert_eq!(c.name, "direct-5");
@@ -203,6 +212,7 @@ mod tests {
             (c.cap_pct, c.threads, c.ssd_latency_us, c.vectors),
             (Some(5.0), 2, Some(100), Vectors::Client)
         );
+        assert_eq!((c.workers, c.queue, c.io_waiters), (Some(2), Some(9), Some(0)));
         let c = parse(&format!("name=p,index={d},nprobe=8,prefetch=false,prefetch_step=0.1")).unwrap();
         let pairs = [("nprobe", "8"), ("prefetch", "false"), ("prefetch_step", "0.1")];
         assert_eq!(c.request, pairs.map(|(k, v)| (k.to_string(), v.to_string())));

@@ -13,7 +13,7 @@ use super::report::{ConfigResult, LevelRecord, Status, STAGES_REPORTED};
 use super::server_proc::ServerProc;
 use super::sweep::{self, LevelPlan, LevelStats, RequestCycle};
 use super::Bench;
-use crate::harness::child::proc_read_bytes;
+use crate::harness::child::{proc_cpu_seconds, proc_read_bytes};
 
 /// The server's side of one configuration: where it listens, its pid when known, and the
 /// process when this command started it.
@@ -88,17 +88,21 @@ fn stop_after_level(bench: &Bench, server: &mut Server, result: &mut ConfigResul
     false
 }
 
-/// The server's counters at one moment: its /metrics page and `/proc/PID/io` read bytes.
+/// The server's counters at one moment: its /metrics page, `/proc/PID/io` read bytes and
+/// `/proc/PID/stat` CPU seconds.
 struct Counters {
     metrics: Option<String>,
     io: Option<u64>,
+    cpu_s: Option<f64>,
+    at: std::time::Instant,
 }
 
 impl Counters {
     fn read(bench: &Bench, server: &Server) -> Self {
         let page = bench.rt.block_on(client::get(server.target, "/metrics", Duration::from_secs(5)));
         let metrics = page.ok().filter(|r| r.status == 200).map(|r| r.text());
-        Counters { metrics, io: server.pid.and_then(proc_read_bytes) }
+        let (io, cpu_s) = (server.pid.and_then(proc_read_bytes), server.pid.and_then(proc_cpu_seconds));
+        Counters { metrics, io, cpu_s, at: std::time::Instant::now() }
     }
 
     fn metric(&self, name: &str) -> Option<f64> {
@@ -133,7 +137,10 @@ fn level_record(stats: LevelStats, before: &Counters, after: &Counters, server: 
     let counter = "cellar_read_bytes_total";
     let server_bytes = before.metric(counter).zip(after.metric(counter)).and_then(|(a, b)| per_query(b - a));
     let proc_bytes = before.io.zip(after.io).and_then(|(a, b)| per_query(b.saturating_sub(a) as f64));
+    let wall_s = after.at.duration_since(before.at).as_secs_f64();
+    let cpu_cores = before.cpu_s.zip(after.cpu_s).map(|(a, b)| (b - a) / wall_s.max(1e-9));
     LevelRecord {
+        server_cpu_cores: cpu_cores,
         stage_ms: stage_means(before, after),
         server_read_bytes_per_query: server_bytes,
         proc_read_bytes_per_query: proc_bytes,

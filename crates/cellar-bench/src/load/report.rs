@@ -25,6 +25,9 @@ pub struct LevelRecord {
     pub server_read_bytes_per_query: Option<f64>,
     /// `/proc/PID/io` `read_bytes` difference over the level / 200 responses of the level.
     pub proc_read_bytes_per_query: Option<f64>,
+    /// The server's CPU time over the level (user + system, /proc/PID/stat) per second of it:
+    /// cores kept busy.
+    pub server_cpu_cores: Option<f64>,
     /// `cellar_process_rss_bytes` at the end of the level.
     pub server_rss_bytes: Option<u64>,
     /// The server's mean ms per search in each stage over the level (`cellar_stage_seconds`),
@@ -229,6 +232,9 @@ impl Report {
         if let Some(q) = sp.queue {
             facts.push(format!("server queue {q}"));
         }
+        if let Some(n) = sp.io_waiters {
+            facts.push(format!("{n} io waiters"));
+        }
         if let Some(us) = sp.ssd_latency_us {
             facts.push(format!("injected read latency {us} µs"));
         }
@@ -264,16 +270,16 @@ impl Report {
         }
         let _ = writeln!(
             md,
-            "| offered QPS | achieved QPS | P50 ms | P95 ms | P99 ms | max ms | sent | ok | 429 | errors | timeouts | dropped | client lag P99 ms | KiB read/query (server) | KiB read/query (/proc io) | server RSS MiB | cgroup MiB |"
+            "| offered QPS | achieved QPS | P50 ms | P95 ms | P99 ms | max ms | sent | ok | 429 | errors | timeouts | dropped | client lag P99 ms | KiB read/query (server) | KiB read/query (/proc io) | server CPU cores | server RSS MiB | cgroup MiB |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for l in &c.levels {
             let st = &l.stats;
             let lat = st.latency.as_ref();
             let errors: u64 = st.errors.values().sum();
             let _ = writeln!(
                 md,
-                "| {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} |",
+                "| {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} |",
                 st.offered_qps,
                 if l.saturated { " (saturated)" } else { "" },
                 st.achieved_qps,
@@ -290,6 +296,7 @@ impl Report {
                 st.client_send_lag_p99_ms,
                 opt(l.server_read_bytes_per_query.map(|b| b / 1024.0), 0),
                 opt(l.proc_read_bytes_per_query.map(|b| b / 1024.0), 0),
+                opt(l.server_cpu_cores, 2),
                 mib(l.server_rss_bytes),
                 mib(l.cgroup_usage_bytes),
             );
@@ -402,6 +409,7 @@ mod tests {
             stats,
             server_read_bytes_per_query: Some(8192.0),
             proc_read_bytes_per_query: None,
+            server_cpu_cores: Some(1.5),
             server_rss_bytes: Some(64 << 20),
             stage_ms: [("read".to_string(), 2.0), ("read_hidden".to_string(), 1.5)].into(),
             cgroup_usage_bytes: None,
@@ -420,6 +428,7 @@ mod tests {
             ssd_latency_us: None,
             workers: None,
             queue: None,
+            io_waiters: None,
             vectors: Vectors::Client,
             url: None,
             request: Vec::new(),
@@ -479,8 +488,8 @@ mod tests {
         assert!(md.contains("## P95 relative to base"), "{md}");
         assert!(md.contains("| 5 | 10.0 | 2.50x |"), "{md}");
         assert!(md.contains("| 10 | 20.0 | - |"), "{md}");
-        // KiB read per query from the server's counter.
-        assert!(md.contains("| 0.5 | 8 | - | 64 | - |"), "{md}");
+        // KiB read per query from the server's counter, then its CPU cores.
+        assert!(md.contains("| 0.5 | 8 | - | 1.50 | 64 | - |"), "{md}");
         assert!(
             md.contains("Served quality: nDCG@10 0.720, Recall@10 0.800 over 299/300 judged queries."),
             "{md}"

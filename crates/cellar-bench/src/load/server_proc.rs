@@ -26,6 +26,7 @@ pub struct ServerSpec<'a> {
     pub inject_latency_us: Option<u64>,
     pub workers: Option<usize>,
     pub queue: Option<usize>,
+    pub io_waiters: Option<usize>,
     /// The bench sends query vectors: the server never needs the model (`--lazy-encoder`).
     pub lazy_encoder: bool,
     /// Where the server's stdout and stderr go.
@@ -93,6 +94,9 @@ impl ServerProc {
         }
         if let Some(n) = spec.queue {
             args.extend(["--queue".into(), n.to_string()]);
+        }
+        if let Some(n) = spec.io_waiters {
+            args.extend(["--io-waiters".into(), n.to_string()]);
         }
         if spec.lazy_encoder {
             args.push("--lazy-encoder".into());

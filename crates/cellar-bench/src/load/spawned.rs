@@ -169,6 +169,7 @@ fn server_spec<'a>(
         inject_latency_us: spec.ssd_latency_us,
         workers: spec.workers,
         queue: spec.queue,
+        io_waiters: spec.io_waiters,
         lazy_encoder: spec.vectors == Vectors::Client || bench.args.mode == Mode::Bm25.name(),
         log,
     }

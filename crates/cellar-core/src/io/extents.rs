@@ -142,10 +142,14 @@ impl ExtentReader {
             }
             Source::Direct { file, engine, emulated, buffers } => {
                 let mut buf = buffers.take(plan.buf_len);
-                engine.read_runs(file, &self.path, &plan.runs, buf.inner_mut())?;
-                if let Some(device) = emulated {
-                    device.charge(plan.runs.len());
-                }
+                // The thread sleeps on the disk here: its CPU slot, if it has one, goes to another.
+                super::wait::waiting_on_io(|| -> Result<()> {
+                    engine.read_runs(file, &self.path, &plan.runs, buf.inner_mut())?;
+                    if let Some(device) = emulated {
+                        device.charge(plan.runs.len());
+                    }
+                    Ok(())
+                })?;
                 let stats = ReadStats {
                     read_calls: plan.runs.len() as u64,
                     pages: plan.pages,

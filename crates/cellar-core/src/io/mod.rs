@@ -20,6 +20,7 @@ mod plan;
 mod pread_pool;
 mod ram;
 mod uring;
+pub mod wait;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -74,7 +74,13 @@ impl VectorStore {
 
     /// Reads the records of `ids`, in order, through the store's reader.
     pub fn read_batch(&self, ids: &[DocId]) -> Result<RecordBatch> {
-        self.reader.read_batch(ids)
+        match self.reader.kind() {
+            ReaderKind::Ram => self.reader.read_batch(ids),
+            // The thread sleeps on the disk here: its CPU slot, if it has one, goes to another.
+            ReaderKind::Mmap | ReaderKind::Direct => {
+                crate::io::wait::waiting_on_io(|| self.reader.read_batch(ids))
+            }
+        }
     }
 
     /// Splits `ids` into consecutive ranges whose records span at most `budget` bytes of pages
