@@ -70,13 +70,14 @@ pub fn run(args: IndexArgs) -> Result<()> {
     let b = &config.build;
     let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
     println!(
-        "indexed {} docs ({} token vectors) into {} in {:.1} s: encode {:.1} s ({:.1} docs/s), bm25 {:.1} s, write {:.1} s",
+        "indexed {} docs ({} token vectors) into {} in {:.1} s: encode {:.1} s ({:.1} docs/s), fit {:.1} s, bm25 {:.1} s, write {:.1} s",
         b.docs,
         b.tokens,
         args.out.display(),
         b.total_secs,
         b.encode_secs,
         b.docs as f64 / b.encode_secs.max(1e-9),
+        b.fit_secs,
         b.bm25_secs,
         b.write_secs
     );

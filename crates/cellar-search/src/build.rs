@@ -307,6 +307,7 @@ impl<'a> BuildRun<'a> {
     }
 
     fn open_sinks(&mut self) -> Result<()> {
+        let fit_start = Instant::now();
         let model_dim = self.encoder.dim();
         let tokens: Vec<f32> = self.sample.iter().flat_map(|(_, e)| e.tokens.iter().copied()).collect();
         let pca = match self.options.pca_dim {
@@ -319,6 +320,7 @@ impl<'a> BuildRun<'a> {
             None => tokens,
         };
         let codec = fit_codec(self.options.codec, dim, &fitted)?;
+        self.report.fit_secs = fit_start.elapsed().as_secs_f64();
         let out = &self.options.out;
         if let Some(pca) = &pca {
             pca.save(&out.join(PCA_FILE))?;

@@ -61,6 +61,10 @@ pub struct BuildReport {
     pub docs: u64,
     pub tokens: u64,
     pub encode_secs: f64,
+    /// Fitting the PCA and the codec on the sample (absent from indexes built before it was
+    /// reported).
+    #[serde(default)]
+    pub fit_secs: f64,
     pub bm25_secs: f64,
     pub write_secs: f64,
     pub total_secs: f64,

@@ -192,7 +192,7 @@ pub fn evaluate_row(
 /// token and pooled vectors, so the dense and MaxSim rows both carry its full time.
 pub fn row_cost(config: &IndexConfig, ivf: Option<&IvfConfig>, params: &SearchParams) -> (u64, f64) {
     let b = &config.build;
-    let encode = b.encode_secs + b.write_secs;
+    let encode = b.encode_secs + b.fit_secs + b.write_secs;
     let (ivf_bytes, ivf_secs) = ivf.map_or((0, 0.0), |i| {
         let r = &i.build;
         (r.centroids_bytes + r.postings_bytes + r.vectors_bytes, r.total_secs)

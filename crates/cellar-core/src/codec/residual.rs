@@ -10,12 +10,13 @@
 
 use std::cell::Cell;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 use super::{check_dim, Codec, CodecKind};
-use crate::cluster::{dot, half_norms, kmeans, mean, Points};
+use crate::cluster::{half_norms, kmeans, mean, nearest_in, Points};
 use crate::error::{CellarError, Result};
 use crate::kernels::residual::ResidualTables;
 use crate::kernels::{self, Isa};
@@ -226,29 +227,46 @@ fn two_level(points: &Points, k: usize) -> Tree {
     let all: Vec<u32> = (0..points.len() as u32).collect();
     let k1 = ((k as f64).sqrt().ceil() as usize).clamp(1, points.len());
     let groups = kmeans(points, &all, k1, &mut rng);
-    let (mut top, mut ranges, mut leaves) = (Vec::new(), vec![0u32], Vec::new());
-    for group in &groups {
-        top.extend(mean(points, group));
+    // Each top cluster is split on its own (seeded by its position), on as many threads as
+    // there are cores: the same tree whichever thread splits which cluster.
+    let split = |g: usize| -> Vec<Vec<u32>> {
+        let group = &groups[g];
         let share = (k * group.len()).div_ceil(points.len()).clamp(1, group.len());
-        let children = if share == 1 { vec![group.clone()] } else { kmeans(points, group, share, &mut rng) };
-        for child in &children {
+        if share == 1 {
+            return vec![group.clone()];
+        }
+        let mut rng = StdRng::seed_from_u64(SEED ^ (g as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        kmeans(points, group, share, &mut rng)
+    };
+    let next = AtomicUsize::new(0);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()).min(groups.len());
+    let mut children: Vec<(usize, Vec<Vec<u32>>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..cores)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let g = next.fetch_add(1, Ordering::Relaxed);
+                        if g >= groups.len() {
+                            return done;
+                        }
+                        done.push((g, split(g)));
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("a k-means thread panicked")).collect()
+    });
+    children.sort_by_key(|(g, _)| *g);
+    let (mut top, mut ranges, mut leaves) = (Vec::new(), vec![0u32], Vec::new());
+    for (group, (_, children)) in groups.iter().zip(&children) {
+        top.extend(mean(points, group));
+        for child in children {
             leaves.extend(mean(points, child));
         }
         ranges.push(ranges.last().copied().unwrap_or(0) + children.len() as u32);
     }
     Tree { top, ranges, leaves }
-}
-
-fn nearest_in(v: &[f32], centroids: &[f32], halves: &[f32], range: std::ops::Range<usize>) -> usize {
-    let dim = v.len();
-    let mut best = (range.start, f32::NEG_INFINITY);
-    for j in range {
-        let score = dot(v, &centroids[j * dim..(j + 1) * dim]) - halves[j];
-        if score > best.1 {
-            best = (j, score);
-        }
-    }
-    best.0
 }
 
 /// Little-endian reader of `codec.bin`'s body.
