@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// Most time one request may take, queue included, before it is answered with 504.
     #[arg(long, default_value_t = 10_000)]
     pub deadline_ms: u64,
+    /// MiB of read buffers the searches may hold at once; a read past it waits for one to be
+    /// freed. Default: half of the memory cgroup's headroom once the index is open, 4 to 64.
+    #[arg(long)]
+    pub read_buffer_mib: Option<usize>,
     /// Intra-op threads of one query's encoding.
     #[arg(long, default_value_t = 1)]
     pub intra_op_threads: usize,
@@ -110,7 +114,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     let (workers, queue) = (config.workers, config.queue_capacity);
     cellar_server::serve_with(index, streams, config, |address| {
-        eprintln!("cellar serve: listening on http://{address} ({served}, {workers} workers, queue {queue})");
+        let buffers = cellar_core::io::read_buffer_budget() >> 20;
+        eprintln!(
+            "cellar serve: listening on http://{address} ({served}, {workers} workers, queue {queue}, read buffers {buffers} MiB)"
+        );
     })
 }
 
@@ -140,6 +147,8 @@ fn positive(value: usize, name: &str) -> Result<usize> {
 fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
     let mut config = ServerConfig::new(args.bind);
     config.workers = positive(args.workers.unwrap_or(config.workers), "workers")?;
+    config.read_buffer_bytes =
+        args.read_buffer_mib.map(|m| positive(m, "read-buffer-mib")).transpose()?.map(|m| m << 20);
     config.io_waiters = args.io_waiters.unwrap_or(config.workers * cellar_server::IO_WAITERS_PER_WORKER);
     config.queue_capacity =
         positive(args.queue.unwrap_or(cellar_server::default_queue(config.workers)), "queue")?;

@@ -8,9 +8,11 @@
 //! - `pool`: the fixed CPU pool with its bounded queue (searches never run on the async runtime)
 //! - `openapi`: `Api` (routes registered with their operations) and the generated document
 //! - `metrics`: Prometheus counters and histograms
+//! - `cap`: the memory cap the process runs under (its cgroup's), for the read-buffer budget
 //! - `error`: `{code, message, details}` with a status, mapped exhaustively from `CellarError`
 
 pub mod app;
+pub mod cap;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
@@ -68,6 +70,25 @@ pub struct ServerConfig {
     pub read_timeout: Duration,
     /// When set, `/v1/*` requires it.
     pub api_key: Option<String>,
+    /// Bytes of read buffers the searches may hold at once (`cellar_core::io`'s budget; a read
+    /// past it waits); `None`: [`default_read_buffer_bytes`] when serving starts.
+    pub read_buffer_bytes: Option<usize>,
+}
+
+/// Most read-buffer bytes by default: 32 pooled buffers, enough for about ten searches reading
+/// at once.
+pub const MAX_READ_BUFFER_BYTES: usize = 64 << 20;
+
+/// The read-buffer budget when none is given: half of what the process's memory cgroup may still
+/// be charged once the index is open (so concurrent searches cannot push a capped server past
+/// its cap), at least two pooled buffers, at most [`MAX_READ_BUFFER_BYTES`] (also without a cap).
+pub fn default_read_buffer_bytes() -> usize {
+    let least = 2 * cellar_core::io::POOLED_BUFFER_BYTES;
+    cap::memory_headroom()
+        .map_or(MAX_READ_BUFFER_BYTES, |h| {
+            usize::try_from(h / 2).unwrap_or(usize::MAX).min(MAX_READ_BUFFER_BYTES)
+        })
+        .max(least)
 }
 
 impl ServerConfig {
@@ -83,6 +104,7 @@ impl ServerConfig {
             max_body_bytes: 2 << 20,
             read_timeout: Duration::from_secs(10),
             api_key: None,
+            read_buffer_bytes: None,
         }
     }
 }
@@ -102,6 +124,9 @@ pub fn serve_with(
     if index.is_none() && streams.is_none() {
         return Err(CellarError::InvalidInput("serve an index, streams, or both".into()));
     }
+    cellar_core::io::set_read_buffer_budget(
+        config.read_buffer_bytes.unwrap_or_else(default_read_buffer_bytes),
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("cellar-net")

@@ -129,6 +129,16 @@ impl Metrics {
             ("cellar_workers", "CPU workers (searches that compute at once)", gauges.workers as u64),
             ("cellar_index_docs", "Documents in the index", gauges.docs as u64),
             ("cellar_process_rss_bytes", "Resident set size of the server process", rss),
+            (
+                "cellar_read_buffer_bytes",
+                "Read buffers held by searches",
+                cellar_core::io::read_buffers_in_use() as u64,
+            ),
+            (
+                "cellar_read_buffer_budget_bytes",
+                "Most read buffers searches may hold (0: unbounded)",
+                cellar_core::io::read_buffer_budget() as u64,
+            ),
         ];
         for (name, help, value) in gauges {
             header(&mut out, name, "gauge", help);

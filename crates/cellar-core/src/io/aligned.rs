@@ -7,6 +7,7 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
+use super::budget::Grant;
 use crate::format::PAGE_BYTES;
 
 /// Smallest buffer given a mapping of its own.
@@ -108,13 +109,16 @@ impl BufferPool {
 
     /// A buffer of at least `len` bytes (its first `len` are what the batch uses; their content
     /// is whatever an earlier batch left: every byte of it is read over before it is used).
+    /// Waits while the process's read-buffer budget (`budget`) has no room for it.
     pub fn take(self: &std::sync::Arc<Self>, len: usize) -> PooledBuf {
         if len > self.buf_bytes {
-            return PooledBuf { buf: AlignedBuf::zeroed(len), len, pool: None };
+            let grant = Grant::take(len);
+            return PooledBuf { buf: AlignedBuf::zeroed(len), len, pool: None, _grant: grant };
         }
+        let grant = Grant::take(self.buf_bytes);
         let reused = self.free.lock().expect("buffer pool lock").pop();
         let buf = reused.unwrap_or_else(|| AlignedBuf::zeroed(self.buf_bytes));
-        PooledBuf { buf, len, pool: Some(self.clone()) }
+        PooledBuf { buf, len, pool: Some(self.clone()), _grant: grant }
     }
 
     fn give(&self, buf: AlignedBuf) {
@@ -133,6 +137,8 @@ pub struct PooledBuf {
     buf: AlignedBuf,
     len: usize,
     pool: Option<std::sync::Arc<BufferPool>>,
+    /// Its share of the read-buffer budget, given back when dropped.
+    _grant: Grant,
 }
 
 impl PooledBuf {

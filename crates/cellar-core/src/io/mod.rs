@@ -11,6 +11,7 @@
 //! whole body once when it loads it, so its batches skip the per-record CRC.
 
 mod aligned;
+mod budget;
 pub mod cache;
 mod direct;
 mod extents;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 
 pub use aligned::AlignedBuf;
 use aligned::PooledBuf;
+pub use budget::{read_buffer_budget, read_buffers_in_use, set_read_buffer_budget};
 pub use direct::{IoEngine, POOLED_BUFFER_BYTES};
 pub use extents::{Extent, ExtentBatch, ExtentReader};
 pub use latency::InjectedLatency;
