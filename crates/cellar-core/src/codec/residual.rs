@@ -202,6 +202,39 @@ impl ResidualCodec {
         nearest_in(v, &self.centroids, &self.halves, range)
     }
 
+    /// Appends the residual codes of `v - centroid`, eight values (`bits` bytes) per group: each
+    /// value's bucket is how many cutoffs lie at or below its scaled residual. Eight lanes at a
+    /// time, so it vectorises (the same arithmetic per value as one at a time).
+    fn quantize(&self, v: &[f32], centroid: &[f32], out: &mut Vec<u8>) {
+        #[cfg(target_arch = "x86_64")]
+        if Isa::detected() >= Isa::Avx2 {
+            // SAFETY: AVX2 was detected on this CPU.
+            return unsafe { self.quantize_avx2(v, centroid, out) };
+        }
+        self.quantize_lanes(v, centroid, out)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn quantize_avx2(&self, v: &[f32], centroid: &[f32], out: &mut Vec<u8>) {
+        self.quantize_lanes(v, centroid, out)
+    }
+
+    #[inline(always)]
+    fn quantize_lanes(&self, v: &[f32], centroid: &[f32], out: &mut Vec<u8>) {
+        let lanes = v.chunks_exact(8).zip(centroid.chunks_exact(8)).zip(self.scales.chunks_exact(8));
+        for ((v, c), s) in lanes {
+            let mut codes = [0u32; 8];
+            for cut in &self.cutoffs {
+                for t in 0..8 {
+                    codes[t] += u32::from((v[t] - c[t]) / s[t] >= *cut);
+                }
+            }
+            let word = (0..8).fold(0u32, |word, t| word | codes[t] << (t * self.bits));
+            out.extend_from_slice(&word.to_le_bytes()[..self.bits]);
+        }
+    }
+
     fn tables(&self) -> ResidualTables<'_> {
         ResidualTables {
             dim: self.dim,
@@ -269,52 +302,6 @@ fn two_level(points: &Points, k: usize) -> Tree {
     Tree { top, ranges, leaves }
 }
 
-/// Appends the residual codes of `v - centroid`, eight values (`bits` bytes) per group: each
-/// value's bucket is how many `cutoffs` lie at or below its scaled residual. Eight lanes at a
-/// time, so it vectorises (the same arithmetic per value as one at a time).
-fn quantize(v: &[f32], centroid: &[f32], scales: &[f32], cutoffs: &[f32], bits: usize, out: &mut Vec<u8>) {
-    #[cfg(target_arch = "x86_64")]
-    if Isa::detected() >= Isa::Avx2 {
-        // SAFETY: AVX2 was detected on this CPU.
-        return unsafe { quantize_avx2(v, centroid, scales, cutoffs, bits, out) };
-    }
-    quantize_lanes(v, centroid, scales, cutoffs, bits, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn quantize_avx2(
-    v: &[f32],
-    centroid: &[f32],
-    scales: &[f32],
-    cutoffs: &[f32],
-    bits: usize,
-    out: &mut Vec<u8>,
-) {
-    quantize_lanes(v, centroid, scales, cutoffs, bits, out)
-}
-
-#[inline(always)]
-fn quantize_lanes(
-    v: &[f32],
-    centroid: &[f32],
-    scales: &[f32],
-    cutoffs: &[f32],
-    bits: usize,
-    out: &mut Vec<u8>,
-) {
-    for ((v, c), s) in v.chunks_exact(8).zip(centroid.chunks_exact(8)).zip(scales.chunks_exact(8)) {
-        let mut codes = [0u32; 8];
-        for cut in cutoffs {
-            for t in 0..8 {
-                codes[t] += u32::from((v[t] - c[t]) / s[t] >= *cut);
-            }
-        }
-        let word = (0..8).fold(0u32, |word, t| word | codes[t] << (t * bits));
-        out.extend_from_slice(&word.to_le_bytes()[..bits]);
-    }
-}
-
 /// Little-endian reader of `codec.bin`'s body.
 struct Params<'a> {
     bytes: &'a [u8],
@@ -377,7 +364,7 @@ impl Codec for ResidualCodec {
         let id = self.assign(v);
         let centroid = self.centroid(id);
         out.extend_from_slice(&(id as u16).to_le_bytes());
-        quantize(v, centroid, &self.scales, &self.cutoffs, self.bits, out);
+        self.quantize(v, centroid, out);
     }
     fn decode(&self, bytes: &[u8], out: &mut Vec<f32>) {
         let start = out.len();
@@ -451,16 +438,17 @@ mod tests {
     #[test]
     fn the_dispatched_quantizer_writes_the_portable_ones_bytes() {
         let dim = 384;
-        let (v, c) = (sample(1, dim, 21), sample(1, dim, 22));
-        let scales: Vec<f32> = sample(1, dim, 23).iter().map(|x| x.abs() + 0.01).collect();
-        for (bits, cutoffs) in
-            [(1, vec![0.0]), (2, vec![-0.7, 0.0, 0.7]), (4, (0..15).map(|i| i as f32 / 5.0 - 1.4).collect())]
-        {
-            let (mut dispatched, mut portable) = (Vec::new(), Vec::new());
-            quantize(&v, &c, &scales, &cutoffs, bits, &mut dispatched);
-            quantize_lanes(&v, &c, &scales, &cutoffs, bits, &mut portable);
-            assert_eq!(dispatched, portable, "{bits} bits");
-            assert_eq!(portable.len(), dim / 8 * bits);
+        let data = sample(600, dim, 21);
+        for kind in [CodecKind::Residual1, CodecKind::Residual2, CodecKind::Residual4] {
+            let codec = ResidualCodec::fit(kind, dim, &data).unwrap();
+            let centroid = codec.centroid(codec.assign(&data[..dim])).to_vec();
+            for v in data.chunks_exact(dim).take(20) {
+                let (mut dispatched, mut portable) = (Vec::new(), Vec::new());
+                codec.quantize(v, &centroid, &mut dispatched);
+                codec.quantize_lanes(v, &centroid, &mut portable);
+                assert_eq!(dispatched, portable, "{}", kind.name());
+                assert_eq!(portable.len(), dim / 8 * codec.bits);
+            }
         }
     }
 
