@@ -10,11 +10,7 @@
 # (about 10 minutes; writes bench/results/early-read.{md,json,png}). The rerank-mode pair:
 # bench/results/early-read-rerank.md, whose first lines give its command.
 set -eu
-C=${CELLAR:-./target/release/cellar}
-B="${CELLAR_BENCH:-./target/release/cellar-bench} load --cellar $C"
-D=${DATA:-../shared/data}/scifact
-R=${RESULTS:-bench/results}
-I=${INDEX:-bench/work/scifact}
+. bench/scifact-load.env
 [ -f $I/index.json ] || $C index $D --out $I
 $B --queries $D/queries.jsonl --qrels $D/qrels/test.tsv --mode hybrid --duration 10 --warmup 2 \
   --qps ${LEVELS:-5,10,20,40} --baseline ram --out $R/early-read \

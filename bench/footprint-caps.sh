@@ -9,11 +9,7 @@
 # Re-run: cargo build --release -p cellar-bench -p cellar-cli && sh bench/footprint-caps.sh
 # (about 15 minutes; writes bench/results/footprint-caps-{text,client}.{md,json,png}).
 set -eu
-C=${CELLAR:-./target/release/cellar}
-B="${CELLAR_BENCH:-./target/release/cellar-bench} load --cellar $C"
-D=${DATA:-../shared/data}/scifact
-R=${RESULTS:-bench/results}
-I=${INDEX:-bench/work/scifact}
+. bench/scifact-load.env
 Q="--queries $D/queries.jsonl --qrels $D/qrels/test.tsv --mode hybrid --duration 10 --warmup 2 --baseline ram"
 [ -f $I/index.json ] || $C index $D --out $I
 for vectors in server client; do

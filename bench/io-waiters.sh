@@ -12,11 +12,7 @@
 # Re-run: cargo build --release -p cellar-bench -p cellar-cli && sh bench/io-waiters.sh
 # (about 16 minutes; writes bench/results/io-waiters{,-uncapped}.{md,json,png}).
 set -eu
-C=${CELLAR:-./target/release/cellar}
-B="${CELLAR_BENCH:-./target/release/cellar-bench} load --cellar $C"
-D=${DATA:-../shared/data}/scifact
-R=${RESULTS:-bench/results}
-I=${INDEX:-bench/work/scifact}
+. bench/scifact-load.env
 X=${CODEC_INDEX:?a residual2 index of SciFact}
 S="reader=direct,cap=footprint+10,ssd_latency_us=80,vectors=client,workers=2"
 $B --queries $D/queries.jsonl --qrels $D/qrels/test.tsv --mode hybrid --duration 10 --warmup 2 \

@@ -8,10 +8,7 @@
 # minutes; writes bench/results/serve-load-*; then python3 bench/serve_summary.py
 # bench/results/serve-load-*.json)
 set -eu
-C=${CELLAR:-./target/release/cellar}
-B="${CELLAR_BENCH:-./target/release/cellar-bench} load --cellar $C"
-D=${DATA:-../shared/data}/scifact
-R=${RESULTS:-bench/results}
+. bench/scifact-load.env
 Q="--queries $D/queries.jsonl --qrels $D/qrels/test.tsv --mode hybrid --rerank-k 64 --duration 10 --warmup 2"
 LEVELS=10,20,40,80,120,160,240,320
 [ -f bench/work/scifact/index.json ] || $C index $D --out bench/work/scifact
