@@ -145,15 +145,15 @@ fn positive(value: usize, name: &str) -> Result<usize> {
 }
 
 fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
-    let mut config = ServerConfig::new(args.bind);
-    config.workers = positive(args.workers.unwrap_or(config.workers), "workers")?;
+    let mut config = match args.workers {
+        Some(workers) => ServerConfig::with_workers(args.bind, positive(workers, "workers")?),
+        None => ServerConfig::new(args.bind),
+    };
     config.read_buffer_bytes =
         args.read_buffer_mib.map(|m| positive(m, "read-buffer-mib")).transpose()?.map(|m| m << 20);
-    config.io_waiters = args.io_waiters.unwrap_or(config.workers * cellar_server::IO_WAITERS_PER_WORKER);
-    config.queue_capacity =
-        positive(args.queue.unwrap_or(cellar_server::default_queue(config.workers)), "queue")?;
-    let threads = config.workers + config.io_waiters;
-    let in_flight = args.max_in_flight.unwrap_or(config.queue_capacity + threads);
+    config.io_waiters = args.io_waiters.unwrap_or(config.io_waiters);
+    config.queue_capacity = positive(args.queue.unwrap_or(config.queue_capacity), "queue")?;
+    let in_flight = args.max_in_flight.unwrap_or(config.queue_capacity + config.threads());
     config.max_in_flight = positive(in_flight, "max-in-flight")?;
     config.deadline = Duration::from_millis(positive(args.deadline_ms as usize, "deadline-ms")? as u64);
     config.max_body_bytes = positive(args.max_body_bytes, "max-body-bytes")?;

@@ -92,20 +92,32 @@ pub fn default_read_buffer_bytes() -> usize {
 }
 
 impl ServerConfig {
+    /// One worker per core, everything else its default.
     pub fn new(bind: SocketAddr) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        ServerConfig::with_workers(bind, std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// `workers` CPU slots and the defaults that follow from them: an io waiter per worker, a
+    /// queue of [`default_queue`], admission of the queue plus one request per pool thread.
+    pub fn with_workers(bind: SocketAddr, workers: usize) -> Self {
+        let io_waiters = workers * IO_WAITERS_PER_WORKER;
         ServerConfig {
             bind,
-            workers: cores,
-            io_waiters: cores * IO_WAITERS_PER_WORKER,
-            queue_capacity: default_queue(cores),
-            max_in_flight: default_queue(cores) + cores * (1 + IO_WAITERS_PER_WORKER),
+            workers,
+            io_waiters,
+            queue_capacity: default_queue(workers),
+            max_in_flight: default_queue(workers) + workers + io_waiters,
             deadline: Duration::from_secs(10),
             max_body_bytes: 2 << 20,
             read_timeout: Duration::from_secs(10),
             api_key: None,
             read_buffer_bytes: None,
         }
+    }
+
+    /// Threads of the CPU pool: searches that may be under way at once.
+    pub fn threads(&self) -> usize {
+        self.workers + self.io_waiters
     }
 }
 
