@@ -99,6 +99,11 @@ pub trait Codec: Send + Sync + Debug {
     fn bytes_per_vector(&self) -> usize;
     /// Appends the encoding of `v` (exactly `dim` finite values) to `out`.
     fn encode(&self, v: &[f32], out: &mut Vec<u8>);
+    /// Appends the encodings of `vs` (whole vectors of `dim` values), vector after vector: the
+    /// bytes [`Codec::encode`] writes for each, which a codec may compute several at a time.
+    fn encode_many(&self, vs: &[f32], out: &mut Vec<u8>) {
+        vs.chunks_exact(self.dim()).for_each(|v| self.encode(v, out));
+    }
     /// Appends the `dim` decoded values of one encoded vector to `out`.
     fn decode(&self, bytes: &[u8], out: &mut Vec<f32>);
     /// Turns query vectors (`nq * dim` f32) into the form the kernel expects.

@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 use super::{check_dim, Codec, CodecKind};
-use crate::cluster::{half_norms, kmeans, mean, nearest_in, Points};
+use crate::cluster::{half_norms, kmeans, mean, nearest_each, nearest_in, Points};
 use crate::error::{CellarError, Result};
 use crate::kernels::residual::ResidualTables;
 use crate::kernels::{self, Isa};
@@ -127,10 +127,8 @@ impl ResidualCodec {
     fn fit_buckets(&mut self, points: &Points) {
         let dim = self.dim;
         let mut residuals = Vec::with_capacity(points.len() * dim);
-        for i in 0..points.len() as u32 {
-            let v = points.row(i);
-            let c = self.centroid(self.assign(v));
-            residuals.extend(v.iter().zip(c).map(|(x, c)| x - c));
+        for (v, id) in points.data.chunks_exact(dim).zip(self.assign_each(points.data)) {
+            residuals.extend(v.iter().zip(self.centroid(id)).map(|(x, c)| x - c));
         }
         let mut squares = vec![0f64; dim];
         for row in residuals.chunks_exact(dim) {
@@ -200,6 +198,28 @@ impl ResidualCodec {
         let top = nearest_in(v, &self.top, &self.top_halves, 0..self.top_halves.len());
         let range = self.ranges[top] as usize..self.ranges[top + 1] as usize;
         nearest_in(v, &self.centroids, &self.halves, range)
+    }
+
+    /// [`Self::assign`] for every vector of `vs`: the top level for all of them together, then
+    /// each top cluster's leaves for the vectors under it ([`nearest_each`]: the same answers,
+    /// several vectors per pass over the centroids).
+    fn assign_each(&self, vs: &[f32]) -> Vec<usize> {
+        let dim = self.dim;
+        let n = vs.len() / dim;
+        let row = |i: usize| &vs[i * dim..(i + 1) * dim];
+        let mut top = vec![0usize; n];
+        nearest_each(row, n, &self.top, &self.top_halves, 0..self.top_halves.len(), &mut top);
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| top[i]);
+        let (mut leaves, mut found) = (vec![0usize; n], Vec::new());
+        for group in order.chunk_by(|a, b| top[*a] == top[*b]) {
+            let t = top[group[0]];
+            let range = self.ranges[t] as usize..self.ranges[t + 1] as usize;
+            found.resize(group.len(), 0);
+            nearest_each(|g| row(group[g]), group.len(), &self.centroids, &self.halves, range, &mut found);
+            group.iter().zip(&found).for_each(|(&i, &leaf)| leaves[i] = leaf);
+        }
+        leaves
     }
 
     /// Appends the residual codes of `v - centroid`, eight values (`bits` bytes) per group: each
@@ -365,6 +385,12 @@ impl Codec for ResidualCodec {
         let centroid = self.centroid(id);
         out.extend_from_slice(&(id as u16).to_le_bytes());
         self.quantize(v, centroid, out);
+    }
+    fn encode_many(&self, vs: &[f32], out: &mut Vec<u8>) {
+        for (v, id) in vs.chunks_exact(self.dim).zip(self.assign_each(vs)) {
+            out.extend_from_slice(&(id as u16).to_le_bytes());
+            self.quantize(v, self.centroid(id), out);
+        }
     }
     fn decode(&self, bytes: &[u8], out: &mut Vec<f32>) {
         let start = out.len();

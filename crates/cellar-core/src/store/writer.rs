@@ -106,9 +106,7 @@ impl StoreWriter {
         let dim = self.codec.dim();
         let parts = self.encode_threads.min(n_tokens / PARALLEL_MIN_TOKENS);
         if parts <= 1 {
-            for t in tokens.chunks_exact(dim) {
-                self.codec.encode(t, &mut self.record);
-            }
+            self.codec.encode_many(tokens, &mut self.record);
             return;
         }
         let codec = &self.codec;
@@ -118,7 +116,7 @@ impl StoreWriter {
                 .map(|part| {
                     scope.spawn(move || {
                         let mut bytes = Vec::with_capacity(part.len() / dim * codec.bytes_per_vector());
-                        part.chunks_exact(dim).for_each(|t| codec.encode(t, &mut bytes));
+                        codec.encode_many(part, &mut bytes);
                         bytes
                     })
                 })
