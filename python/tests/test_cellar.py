@@ -464,6 +464,7 @@ def test_search_keywords_are_the_request_fields_and_the_stubs_list_them() -> Non
     assert {"k", "mode", "alpha", "nprobe", "query_vectors"} <= fields
     assert set(cellar.SEARCH_PARAMETERS) == fields - {"query"}
     assert _stub_keywords("search") == fields - {"query"}
+    assert _stub_keywords("search_batch") == fields - {"query"}
     assert _stub_keywords("evaluate") == fields - {"query", "query_vectors", "include_text"}
 
 

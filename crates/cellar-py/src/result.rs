@@ -25,6 +25,14 @@ impl PySearchResult {
 
 #[pymethods]
 impl PySearchResult {
+    /// A result from the JSON body of ``POST /v1/search`` (what :class:`Client` returns).
+    #[staticmethod]
+    fn _from_json(py: Python<'_>, body: &str) -> PyResult<PySearchResult> {
+        let response = serde_json::from_str(body)
+            .map_err(|e| crate::errors::invalid(py, format!("not a search answer: {e}")))?;
+        Ok(PySearchResult { response })
+    }
+
     /// Collection ids of the hits (``_id`` in ``corpus.jsonl``).
     #[getter]
     fn ids(&self) -> Vec<String> {

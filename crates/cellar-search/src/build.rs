@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use cellar_core::codec::{fit_codec, CodecKind};
+use cellar_core::codec::{fit_codec, validate_vector, CodecKind};
 use cellar_core::format::fsio::{DirLock, LOCK_FILE};
 use cellar_core::format::FileKind;
 use cellar_core::store::StoreWriter;
@@ -95,27 +95,187 @@ impl Index {
         let collection = Collection::locate(&options.collection)?;
         let _lock = prepare_out_dir(&options.out)?;
         let encoder = load_encoder(options)?;
-        let mut run = BuildRun::new(options, &encoder, &collection.corpus)?;
-        run.stream(CorpusReader::open(&collection.corpus)?)?;
-        let mut report = run.finish()?;
-        report.total_secs = started.elapsed().as_secs_f64();
-        let config = IndexConfig {
-            format_version: INDEX_FORMAT_VERSION,
-            created_by: format!("cellar {}", env!("CARGO_PKG_VERSION")),
-            encoder: encoder_settings(options, &encoder),
-            pca_dim: options.pca_dim,
-            codec: options.codec.name().to_string(),
-            search: SearchDefaults::default(),
-            build: report,
-        };
-        config.save(&options.out)?;
-        let _ = std::fs::remove_file(options.out.join(BUILDING_MARKER));
-        if let Some(ivf) = &options.ivf {
-            let pooled = options.out.join(FileKind::Pooled.file_name());
-            build_ivf_over(&options.out, &pooled, config.encoder.model_dim, config.build.docs as usize, ivf)?;
-        }
-        Ok(config)
+        check_pca_dim(options, encoder.dim())?;
+        let total = count_lines(&collection.corpus)?;
+        let mut run = BuildRun::new(options, encoder.dim(), &collection.corpus, total, "encoding");
+        run.stream(CorpusReader::open(&collection.corpus)?, &encoder)?;
+        let report = run.finish()?;
+        commit(options, encoder_settings(options, &encoder), report, started)
     }
+
+    /// Builds an index from the caller's token vectors (`docs`, each `n * dim` values, with its
+    /// id and optional text) instead of encoding a corpus: the same files as [`Index::build`],
+    /// BM25 over the texts given. `total` (when known) sizes the progress bar. No model is
+    /// loaded unless `options.model_dir` names one for text queries (its dimension must be
+    /// `dim`). Every document is checked before it is written (shape, finite values, a unique
+    /// non-empty id); on any error the partial build is removed and nothing is left behind.
+    pub fn build_from_embeddings(
+        options: &BuildOptions,
+        dim: usize,
+        total: Option<u64>,
+        docs: impl IntoIterator<Item = Result<EmbeddedDoc>>,
+    ) -> Result<IndexConfig> {
+        let started = Instant::now();
+        check_options(options)?;
+        if dim == 0 {
+            return Err(CellarError::invalid("embeddings need a dimension of at least 1"));
+        }
+        check_pca_dim(options, dim)?;
+        let model = match &options.model_dir {
+            Some(_) => Some(load_encoder(options)?),
+            None => None,
+        };
+        if let Some(encoder) = &model {
+            if encoder.dim() != dim {
+                return Err(CellarError::invalid(format!(
+                    "the model for text queries gives {}-d vectors but the embeddings have {dim}",
+                    encoder.dim()
+                )));
+            }
+        }
+        let lock = prepare_out_dir(&options.out)?;
+        let built = (|| {
+            let source = PathBuf::from("embeddings");
+            let mut run = BuildRun::new(options, dim, &source, total.unwrap_or(0), "writing");
+            let limit = options.max_docs.unwrap_or(usize::MAX);
+            for (i, doc) in docs.into_iter().take(limit).enumerate() {
+                let (doc, encoded) = doc.and_then(|doc| doc.checked(i, dim))?;
+                run.check_unique(&doc.id, &format!("document {i}"))?;
+                run.bar.inc(1);
+                run.accept(doc, encoded)?;
+            }
+            let report = run.finish()?;
+            let settings = match &model {
+                Some(encoder) => encoder_settings(options, encoder),
+                None => EncoderSettings {
+                    model: String::new(),
+                    model_dir: PathBuf::new(),
+                    model_dim: dim,
+                    query_max_tokens: options.query_max_tokens,
+                    doc_max_tokens: options.doc_max_tokens,
+                    skip_special: options.skip_special,
+                    skip_punctuation: options.skip_punctuation,
+                    external: true,
+                },
+            };
+            commit(options, EncoderSettings { external: true, ..settings }, report, started)
+        })();
+        if built.is_err() {
+            remove_partial_build(&options.out, lock);
+        }
+        built
+    }
+}
+
+/// One document of [`Index::build_from_embeddings`].
+#[derive(Clone, Debug, Default)]
+pub struct EmbeddedDoc {
+    /// The collection's id (unique, not empty).
+    pub id: String,
+    /// Title and text, shown with hits and indexed by BM25 ("" when the caller has none).
+    pub title: String,
+    pub text: String,
+    /// `n * dim` values (n >= 1), token after token.
+    pub tokens: Vec<f32>,
+    /// The document's single vector (IVF, dense modes); when absent, the L2-normalised mean of
+    /// its token vectors.
+    pub pooled: Option<Vec<f32>>,
+}
+
+impl EmbeddedDoc {
+    /// The document as the build's writers take it, after every check of its vectors; `i` is
+    /// its position, which errors name with its id.
+    fn checked(self, i: usize, dim: usize) -> Result<(Document, Encoded)> {
+        let what = || format!("document {i} ({:?})", self.id);
+        if self.id.is_empty() {
+            return Err(CellarError::invalid(format!("document {i}: its id is empty")));
+        }
+        if self.tokens.is_empty() || !self.tokens.len().is_multiple_of(dim) {
+            return Err(CellarError::invalid(format!(
+                "{}: {} values are not whole {dim}-d token vectors (at least one)",
+                what(),
+                self.tokens.len()
+            )));
+        }
+        for (t, row) in self.tokens.chunks_exact(dim).enumerate() {
+            validate_vector(row, dim, || format!("{} token {t}", what()))?;
+        }
+        let n_tokens = self.tokens.len() / dim;
+        let pooled = match self.pooled {
+            Some(pooled) => {
+                if pooled.len() != dim {
+                    return Err(CellarError::invalid(format!(
+                        "{} pooled vector: {} values, expected {dim}",
+                        what(),
+                        pooled.len()
+                    )));
+                }
+                validate_vector(&pooled, dim, || format!("{} pooled vector", what()))?;
+                pooled
+            }
+            None => mean_normalized(&self.tokens, dim).ok_or_else(|| {
+                CellarError::invalid(format!(
+                    "{}: its token vectors average to zero; give its pooled vector",
+                    what()
+                ))
+            })?,
+        };
+        let doc = Document { id: self.id, title: self.title, text: self.text };
+        Ok((doc, Encoded { tokens: self.tokens, n_tokens, pooled }))
+    }
+}
+
+/// The L2-normalised mean of `tokens` (`None` when it is zero).
+fn mean_normalized(tokens: &[f32], dim: usize) -> Option<Vec<f32>> {
+    let mut mean = vec![0f64; dim];
+    for row in tokens.chunks_exact(dim) {
+        mean.iter_mut().zip(row).for_each(|(m, v)| *m += f64::from(*v));
+    }
+    let norm = mean.iter().map(|m| m * m).sum::<f64>().sqrt();
+    (norm > 0.0 && norm.is_finite()).then(|| mean.iter().map(|m| (m / norm) as f32).collect())
+}
+
+/// Writes `index.json` (the commit point), clears the interrupted-build marker, then builds the
+/// IVF when asked.
+fn commit(
+    options: &BuildOptions,
+    encoder: EncoderSettings,
+    mut report: BuildReport,
+    started: Instant,
+) -> Result<IndexConfig> {
+    report.total_secs = started.elapsed().as_secs_f64();
+    let config = IndexConfig {
+        format_version: INDEX_FORMAT_VERSION,
+        created_by: format!("cellar {}", env!("CARGO_PKG_VERSION")),
+        encoder,
+        pca_dim: options.pca_dim,
+        codec: options.codec.name().to_string(),
+        search: SearchDefaults::default(),
+        build: report,
+    };
+    config.save(&options.out)?;
+    let _ = std::fs::remove_file(options.out.join(BUILDING_MARKER));
+    if let Some(ivf) = &options.ivf {
+        let pooled = options.out.join(FileKind::Pooled.file_name());
+        build_ivf_over(&options.out, &pooled, config.encoder.model_dim, config.build.docs as usize, ivf)?;
+    }
+    Ok(config)
+}
+
+/// Removes what a failed build wrote (all but the lock file, then the lock and the directory
+/// once empty): a build from embeddings that is refused leaves nothing behind.
+fn remove_partial_build(out: &Path, lock: DirLock) {
+    if let Ok(entries) = out.read_dir() {
+        for path in entries.flatten().map(|e| e.path()) {
+            if path.file_name().is_some_and(|n| n == LOCK_FILE) {
+                continue;
+            }
+            let _ = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+        }
+    }
+    let _ = std::fs::remove_file(out.join(LOCK_FILE));
+    drop(lock);
+    let _ = std::fs::remove_dir(out);
 }
 
 fn check_options(options: &BuildOptions) -> Result<()> {
@@ -176,6 +336,15 @@ fn not_empty(out: &Path) -> CellarError {
     ))
 }
 
+fn check_pca_dim(options: &BuildOptions, dim: usize) -> Result<()> {
+    match options.pca_dim {
+        Some(pca_dim) if pca_dim > dim => Err(CellarError::InvalidInput(format!(
+            "pca_dim {pca_dim} is larger than the vectors' dimension {dim}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn load_encoder(options: &BuildOptions) -> Result<Encoder> {
     let model_dir = match &options.model_dir {
         Some(dir) => dir.clone(),
@@ -188,16 +357,7 @@ fn load_encoder(options: &BuildOptions) -> Result<Encoder> {
     config.skip_punctuation = options.skip_punctuation;
     config.threads = options.encode_threads.max(1);
     config.batch_size = options.batch_docs;
-    let encoder = Encoder::load(config)?;
-    if let Some(pca_dim) = options.pca_dim {
-        if pca_dim > encoder.dim() {
-            return Err(CellarError::InvalidInput(format!(
-                "pca_dim {pca_dim} is larger than the model's dimension {}",
-                encoder.dim()
-            )));
-        }
-    }
-    Ok(encoder)
+    Encoder::load(config)
 }
 
 fn encoder_settings(options: &BuildOptions, encoder: &Encoder) -> EncoderSettings {
@@ -210,6 +370,7 @@ fn encoder_settings(options: &BuildOptions, encoder: &Encoder) -> EncoderSetting
         doc_max_tokens: options.doc_max_tokens,
         skip_special: options.skip_special,
         skip_punctuation: options.skip_punctuation,
+        external: false,
     }
 }
 
@@ -222,12 +383,13 @@ struct Sinks {
     pca: Option<Pca>,
 }
 
-/// State of one build while the corpus streams through.
+/// State of one build while the documents stream through.
 struct BuildRun<'a> {
     options: &'a BuildOptions,
-    encoder: &'a Encoder,
+    /// Dimension of the token and pooled vectors (before any PCA).
+    model_dim: usize,
     corpus: PathBuf,
-    seen: HashMap<String, usize>,
+    seen: HashMap<String, String>,
     sample: Vec<(Document, Encoded)>,
     sample_tokens: usize,
     sinks: Option<Sinks>,
@@ -236,23 +398,28 @@ struct BuildRun<'a> {
 }
 
 impl<'a> BuildRun<'a> {
-    fn new(options: &'a BuildOptions, encoder: &'a Encoder, corpus: &Path) -> Result<BuildRun<'a>> {
-        let total = count_lines(corpus)?;
+    fn new(
+        options: &'a BuildOptions,
+        model_dim: usize,
+        corpus: &Path,
+        total: u64,
+        stage: &'static str,
+    ) -> Self {
         let total = options.max_docs.map_or(total, |m| total.min(m as u64));
-        Ok(BuildRun {
+        BuildRun {
             options,
-            encoder,
+            model_dim,
             corpus: corpus.to_path_buf(),
             seen: HashMap::new(),
             sample: Vec::new(),
             sample_tokens: 0,
             sinks: None,
             report: BuildReport::default(),
-            bar: progress_bar(total, options.progress),
-        })
+            bar: progress_bar(total, options.progress, stage),
+        }
     }
 
-    fn stream(&mut self, mut reader: CorpusReader) -> Result<()> {
+    fn stream(&mut self, mut reader: CorpusReader, encoder: &Encoder) -> Result<()> {
         let limit = self.options.max_docs.unwrap_or(usize::MAX);
         let mut taken = 0usize;
         loop {
@@ -260,32 +427,33 @@ impl<'a> BuildRun<'a> {
             while batch.len() < self.options.batch_docs && taken < limit {
                 let Some(doc) = reader.next() else { break };
                 let doc = doc?;
-                self.check_unique(&doc.id, reader.line_no())?;
+                self.check_unique(&doc.id, &format!("line {}", reader.line_no()))?;
                 batch.push(doc);
                 taken += 1;
             }
             if batch.is_empty() {
                 return Ok(());
             }
-            self.encode_batch(batch)?;
+            self.encode_batch(batch, encoder)?;
         }
     }
 
-    fn check_unique(&mut self, id: &str, line_no: usize) -> Result<()> {
-        if let Some(first) = self.seen.insert(id.to_string(), line_no) {
+    /// `at` is where the id was read ("line 7", "document 6"), which the error names.
+    fn check_unique(&mut self, id: &str, at: &str) -> Result<()> {
+        if let Some(first) = self.seen.insert(id.to_string(), at.to_string()) {
             return Err(CellarError::InvalidInput(format!(
-                "{} line {line_no}: duplicate id {id:?} (first seen on line {first})",
+                "{} {at}: duplicate id {id:?} (first seen at {first})",
                 self.corpus.display()
             )));
         }
         Ok(())
     }
 
-    fn encode_batch(&mut self, batch: Vec<Document>) -> Result<()> {
+    fn encode_batch(&mut self, batch: Vec<Document>, encoder: &Encoder) -> Result<()> {
         let start = Instant::now();
         let contents: Vec<String> = batch.iter().map(Document::content).collect();
         let refs: Vec<&str> = contents.iter().map(String::as_str).collect();
-        let encoded = self.encoder.encode_docs(&refs)?;
+        let encoded = encoder.encode_docs(&refs)?;
         self.report.encode_secs += start.elapsed().as_secs_f64();
         self.bar.inc(batch.len() as u64);
         for (doc, enc) in batch.into_iter().zip(encoded) {
@@ -308,7 +476,7 @@ impl<'a> BuildRun<'a> {
 
     fn open_sinks(&mut self) -> Result<()> {
         let fit_start = Instant::now();
-        let model_dim = self.encoder.dim();
+        let model_dim = self.model_dim;
         let tokens: Vec<f32> = self.sample.iter().flat_map(|(_, e)| e.tokens.iter().copied()).collect();
         let pca = match self.options.pca_dim {
             Some(out_dim) => Some(Pca::fit(&tokens, model_dim, out_dim)?),
@@ -398,13 +566,15 @@ fn count_lines(path: &Path) -> Result<u64> {
     }
 }
 
-fn progress_bar(total: u64, visible: bool) -> ProgressBar {
+/// The build's progress bar; `total` 0 is unknown (a count without a bar's end).
+fn progress_bar(total: u64, visible: bool, stage: &'static str) -> ProgressBar {
+    let total = (total > 0).then_some(total);
     if !visible {
-        return ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
+        return ProgressBar::with_draw_target(total, ProgressDrawTarget::hidden());
     }
-    let bar = ProgressBar::new(total);
+    let bar = total.map_or_else(ProgressBar::no_length, ProgressBar::new);
     let template = "{msg:>9} [{bar:40}] {pos}/{len} docs ({per_sec}, eta {eta})";
     bar.set_style(ProgressStyle::with_template(template).expect("valid template").progress_chars("=> "));
-    bar.set_message("encoding");
+    bar.set_message(stage);
     bar
 }

@@ -28,6 +28,11 @@ pub struct EncoderSettings {
     pub doc_max_tokens: usize,
     pub skip_special: bool,
     pub skip_punctuation: bool,
+    /// The token vectors were the caller's (`Index::build_from_embeddings`): no model encoded
+    /// them, and text queries need the one named at build or open time (`model_dir`), never
+    /// the default model.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub external: bool,
 }
 
 /// What a tuning run chose, and on what it measured.

@@ -7,7 +7,7 @@ use cellar_core::DocId;
 use crate::scored::Scored;
 
 /// Where a ranked document's final position came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     /// Re-scored with MaxSim (and fused); `score` is the fused score.

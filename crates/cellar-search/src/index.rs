@@ -184,6 +184,15 @@ impl Index {
         self.store.reader_kind()
     }
 
+    /// False for an index of the caller's embeddings opened without a model: it answers
+    /// query vectors and BM25, and refuses text that needs encoding (see `load_encoder`).
+    pub fn encodes_text(&self) -> bool {
+        let settings = &self.config.encoder;
+        !settings.external
+            || self.options.model_dir.is_some()
+            || settings.model_dir.join("config.json").is_file()
+    }
+
     /// The query encoder, loaded on first use (BM25-only searches never load it).
     pub fn encoder(&self) -> Result<Arc<Encoder>> {
         let mut slot = self.encoder.lock().unwrap_or_else(|p| p.into_inner());
@@ -200,6 +209,15 @@ impl Index {
         let model_dir = match &self.options.model_dir {
             Some(dir) => dir.clone(),
             None if settings.model_dir.join("config.json").is_file() => settings.model_dir.clone(),
+            None if settings.external => {
+                return Err(CellarError::invalid(format!(
+                    "{}: this index holds the caller's embeddings and no model for text queries: \
+                     search it with query_vectors, or open it with a model (model_dir) that gives \
+                     {}-d vectors",
+                    self.dir.display(),
+                    settings.model_dim
+                )))
+            }
             None => cellar_encode::default_model_dir()?,
         };
         let mut config = EncoderConfig::new(&model_dir);

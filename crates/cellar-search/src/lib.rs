@@ -1,6 +1,8 @@
 //! Cellar's retrieval pipeline over one index directory:
 //!
-//! - `build`: corpus → encoder → vector store + pooled vectors + text store + BM25 (`Index::build`)
+//! - `build`: corpus → encoder → vector store + pooled vectors + text store + BM25 (`Index::build`),
+//!   or the caller's vectors → the same files (`Index::build_from_embeddings`; `embeddings`: the
+//!   folder layout `cellar index --vectors` reads)
 //! - `index`: an open index (`Index::open`), its parts checked against each other; `lock`: the
 //!   directory's lock (builds exclusive, open indexes shared)
 //! - `request`: `SearchRequest`, one search as every front end states it; `plan`: every check
@@ -19,6 +21,7 @@ pub mod build;
 pub mod config;
 pub mod corpus;
 pub mod disk;
+pub mod embeddings;
 pub mod eval;
 pub mod fusion;
 pub mod index;
@@ -43,7 +46,7 @@ pub mod topk;
 pub mod tune;
 pub mod verify;
 
-pub use build::BuildOptions;
+pub use build::{BuildOptions, EmbeddedDoc};
 pub use config::IndexConfig;
 pub use index::{Index, OpenOptions};
 pub use mode::Mode;

@@ -3,7 +3,7 @@
 
 use cellar_core::{CellarError, Result};
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::SearchDefaults;
 use crate::ivf::{IvfConfig, IvfDefaults, ProbeParams};
@@ -11,7 +11,7 @@ use crate::mode::Mode;
 use crate::request::{SearchRequest, DEFAULT_K, MAX_CANDIDATES, MAX_K};
 
 /// Fully resolved, validated parameters of one search.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SearchParams {
     pub mode: Mode,
     pub k: usize,
@@ -28,7 +28,7 @@ pub struct SearchParams {
 }
 
 /// The IVF part of a search's parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct IvfParams {
     pub nprobe: usize,
     pub oversample: f32,

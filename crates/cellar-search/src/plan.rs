@@ -12,7 +12,7 @@ use crate::mode::Mode;
 use crate::params::SearchParams;
 use crate::query::{PreparedQuery, QueryVectors};
 use crate::rank::EarlyReads;
-use crate::request::{QueryVectorsIn, SearchRequest, MAX_QUERY_BYTES, MAX_QUERY_VECTORS};
+use crate::request::{QueryVectorsIn, SearchRequest, VectorDtype, MAX_QUERY_BYTES, MAX_QUERY_VECTORS};
 use crate::search::{ms_since, SearchResponse};
 
 /// A search checked against one index, ready to run.
@@ -164,20 +164,93 @@ fn check_query(text: &str) -> Result<()> {
 /// Rows into one flat buffer, after checking their count and that each has the model's
 /// dimension.
 fn flatten(vectors: QueryVectorsIn, dim: usize) -> Result<QueryVectors> {
-    let n_tokens = vectors.tokens.len();
+    let dtype = vectors.dtype.unwrap_or_default();
+    let (tokens, n_tokens) = match vectors.tokens_b64 {
+        Some(_) if !vectors.tokens.is_empty() => {
+            return Err(CellarError::invalid("query_vectors: give tokens or tokens_b64, not both"))
+        }
+        Some(text) => {
+            let values = decode_b64_values(&text, dtype, "query_vectors.tokens_b64")?;
+            if !values.len().is_multiple_of(dim) {
+                return Err(CellarError::invalid(format!(
+                    "query_vectors.tokens_b64 holds {} values, not whole rows of the model's dimension {dim}",
+                    values.len()
+                )));
+            }
+            let n = values.len() / dim;
+            (values, n)
+        }
+        None => {
+            if let Some(row) = vectors.tokens.iter().find(|row| row.len() != dim) {
+                return Err(CellarError::WrongDimension { expected: dim, received: row.len() });
+            }
+            let n = vectors.tokens.len();
+            (vectors.tokens.into_iter().flatten().collect(), n)
+        }
+    };
     if n_tokens > MAX_QUERY_VECTORS {
         return Err(CellarError::InvalidInput(format!(
             "query_vectors.tokens must hold at most {MAX_QUERY_VECTORS} vectors, got {n_tokens}"
         )));
     }
-    if let Some(row) = vectors.tokens.iter().find(|row| row.len() != dim) {
-        return Err(CellarError::WrongDimension { expected: dim, received: row.len() });
-    }
-    if let Some(pooled) = vectors.pooled.as_ref().filter(|p| p.len() != dim) {
+    let pooled = match (vectors.pooled, vectors.pooled_b64) {
+        (Some(_), Some(_)) => {
+            return Err(CellarError::invalid("query_vectors: give pooled or pooled_b64, not both"))
+        }
+        (_, Some(text)) => Some(decode_b64_values(&text, dtype, "query_vectors.pooled_b64")?),
+        (pooled, None) => pooled,
+    };
+    if let Some(pooled) = pooled.as_ref().filter(|p| p.len() != dim) {
         return Err(CellarError::WrongDimension { expected: dim, received: pooled.len() });
     }
-    let tokens = vectors.tokens.into_iter().flatten().collect();
-    Ok(QueryVectors { tokens, n_tokens, pooled: vectors.pooled })
+    Ok(QueryVectors { tokens, n_tokens, pooled })
+}
+
+/// The values of a base64 field of `dtype` (`field` names it in errors).
+fn decode_b64_values(text: &str, dtype: VectorDtype, field: &str) -> Result<Vec<f32>> {
+    let bytes = base64_decode(text).map_err(|detail| CellarError::invalid(format!("{field}: {detail}")))?;
+    if !bytes.len().is_multiple_of(dtype.bytes()) {
+        return Err(CellarError::invalid(format!(
+            "{field}: {} bytes are not whole {}-byte values",
+            bytes.len(),
+            dtype.bytes()
+        )));
+    }
+    Ok(dtype.values(&bytes))
+}
+
+/// Standard base64 (RFC 4648 alphabet, `=` padding required to a multiple of 4 characters).
+pub fn base64_decode(text: &str) -> std::result::Result<Vec<u8>, String> {
+    let text = text.as_bytes();
+    if !text.len().is_multiple_of(4) {
+        return Err(format!("{} characters: base64 comes in groups of 4 (pad with '=')", text.len()));
+    }
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(text.len() / 4 * 3);
+    for (g, group) in text.chunks_exact(4).enumerate() {
+        let last = g + 1 == text.len() / 4;
+        let pad = group.iter().rev().take_while(|c| **c == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return Err(format!("misplaced '=' padding in group {g}"));
+        }
+        let mut word = 0u32;
+        for (i, &c) in group[..4 - pad].iter().enumerate() {
+            let v = value(c)
+                .ok_or_else(|| format!("{:?} at character {} is not base64", c as char, 4 * g + i))?;
+            word |= v << (18 - 6 * i);
+        }
+        out.extend_from_slice(&word.to_be_bytes()[1..4 - pad]);
+    }
+    Ok(out)
 }
 
 /// Checks flattened caller vectors against what the resolved search needs: token vectors for

@@ -84,6 +84,12 @@ impl PooledMatrix {
         Ok(header.body_len)
     }
 
+    /// Document `i`'s pooled vector as f32.
+    pub fn row(&self, i: usize) -> Vec<f32> {
+        let bytes = &self.bytes[i * self.dim * 2..(i + 1) * self.dim * 2];
+        bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
+    }
+
     /// Exact top-`k` documents by dot product with `query` (L2-normalised, so cosine).
     pub fn search(&self, query: &[f32], k: usize) -> Vec<Scored> {
         let isa = Isa::detected();

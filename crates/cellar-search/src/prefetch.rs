@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use cellar_core::io::ReadStats;
 use cellar_core::DocId;
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// MaxSim scores of a set of documents and what reading them cost.
 #[derive(Debug, Default)]
@@ -33,7 +33,7 @@ impl ScoredRecords {
 }
 
 /// What the prefetcher did for one query.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PrefetchStats {
     /// Clusters probed when the prefetch started.
     pub after_clusters: usize,

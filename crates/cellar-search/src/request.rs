@@ -104,6 +104,56 @@ pub struct QueryVectorsIn {
     /// The query's pooled vector: needed by dense-exact, ivf, dense, and hybrid when it joins IVF
     /// candidates.
     pub pooled: Option<Vec<f32>>,
+    /// `tokens` in compact form, instead of them: base64 (standard alphabet, padded) of the rows'
+    /// values back to back, little-endian `dtype`. A 32 x 384 query is 66 KB as f32 and 33 KB as
+    /// f16 against about 115 KB of JSON numbers, and decodes without parsing one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_b64: Option<String>,
+    /// `pooled` in the same compact form, instead of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooled_b64: Option<String>,
+    /// Element type of `tokens_b64` and `pooled_b64` (default f32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<VectorDtype>,
+}
+
+/// Element type of base64 query vectors: little-endian IEEE 754 single or half precision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum VectorDtype {
+    #[default]
+    F32,
+    F16,
+}
+
+impl VectorDtype {
+    /// Bytes per value.
+    pub fn bytes(self) -> usize {
+        match self {
+            VectorDtype::F32 => 4,
+            VectorDtype::F16 => 2,
+        }
+    }
+
+    /// The values of `bytes` (whole values only: the caller checks the length).
+    pub fn values(self, bytes: &[u8]) -> Vec<f32> {
+        match self {
+            VectorDtype::F32 => {
+                bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+            }
+            VectorDtype::F16 => {
+                bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
+            }
+        }
+    }
+
+    /// `values` as little-endian bytes of this type (what a client sends).
+    pub fn bytes_of(self, values: &[f32]) -> Vec<u8> {
+        match self {
+            VectorDtype::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            VectorDtype::F16 => values.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect(),
+        }
+    }
 }
 
 /// `POST /v1/search/batch`: each query succeeds or fails on its own.

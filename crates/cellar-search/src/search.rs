@@ -6,7 +6,7 @@ use std::time::Instant;
 use cellar_core::io::ReadStats;
 use cellar_core::Result;
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::fusion::{Fused, Stage};
 use crate::index::Index;
@@ -16,7 +16,7 @@ use crate::prefetch::PrefetchStats;
 use crate::query::PreparedQuery;
 
 /// Milliseconds spent in each stage of one search.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Timings {
     pub encode_ms: f64,
     pub first_stage_ms: f64,
@@ -89,7 +89,7 @@ impl Ranking {
 }
 
 /// One result, as shown to a user.
-#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct Hit {
     pub id: String,
     pub internal_id: u32,
@@ -102,7 +102,7 @@ pub struct Hit {
 }
 
 /// Reads and bytes of a search, in a serialisable form.
-#[derive(Clone, Copy, Debug, Default, Serialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
 pub struct IoReport {
     pub read_calls: u64,
     pub pages: u64,
@@ -110,7 +110,7 @@ pub struct IoReport {
 }
 
 /// A full answer: hits with text, parameters used, timings and bytes read.
-#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct SearchResponse {
     pub hits: Vec<Hit>,
     pub params: SearchParams,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from ._cellar import CODECS, MAX_K, MAX_QUERY_BYTES, SEARCH_REQUEST_SCHEMA, Index, SearchResult, Stream, __version__
 from . import _errors
+from ._client import Client
 from ._errors import (
     CellarError,
     CellarIOError,
@@ -52,6 +53,7 @@ READERS = ("mmap", "direct", "ram")
 
 __all__ = [
     "Index",
+    "Client",
     "SearchResult",
     "Stream",
     *_errors.__all__,

@@ -43,6 +43,8 @@ class SearchResult:
     def reranked(self) -> int: ...
     def to_dict(self) -> dict[str, Any]: ...
     def __len__(self) -> int: ...
+    @staticmethod
+    def _from_json(body: str) -> SearchResult: ...
 
 class Index:
     @staticmethod
@@ -59,6 +61,22 @@ class Index:
         keep_punctuation: bool = False,
         max_docs: int | None = None,
         threads: int | None = None,
+        reader: _Reader = "mmap",
+        progress: bool = False,
+        ivf: bool = True,
+        ivf_cluster_size: int = 256,
+    ) -> Index: ...
+    @staticmethod
+    def from_embeddings(
+        out: _Path,
+        ids: Iterable[str],
+        doc_vectors: Iterable[Any],
+        texts: Iterable[str] | None = None,
+        pooled: Iterable[Any] | None = None,
+        *,
+        model: _Path | None = None,
+        codec: _Codec | None = None,
+        pca_dim: int | None = None,
         reader: _Reader = "mmap",
         progress: bool = False,
         ivf: bool = True,
@@ -87,6 +105,25 @@ class Index:
         hybrid_candidates: int | None = None,
         early_read: bool | None = None,
     ) -> SearchResult: ...
+    def search_batch(
+        self,
+        queries: Iterable[str | Mapping[str, Any]],
+        *,
+        k: int = 10,
+        mode: _Mode | None = "hybrid",
+        alpha: float | None = None,
+        rerank_k: int | None = None,
+        candidates: int | None = None,
+        include_text: bool | None = None,
+        query_vectors: Mapping[str, Any] | None = None,
+        nprobe: int | None = None,
+        oversample: float | None = None,
+        rescore: bool | None = None,
+        prefetch: bool | None = None,
+        prefetch_step: float | None = None,
+        hybrid_candidates: int | None = None,
+        early_read: bool | None = None,
+    ) -> list[SearchResult]: ...
     def evaluate(
         self,
         queries: Mapping[_Id, str] | Iterable[tuple[_Id, str]],

@@ -57,7 +57,7 @@ pub struct ProbeParams {
 }
 
 /// What one probe cost.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, schemars::JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ProbeStats {
     pub clusters: usize,
     pub codes: usize,

@@ -245,7 +245,7 @@ fn hybrid_with_ivf_candidates_and_token_vectors_only_is_refused_at_plan() {
     let dim = index.config().encoder.model_dim;
     let vectors = cellar_search::QueryVectorsIn {
         tokens: encoded.tokens.chunks(dim).map(<[f32]>::to_vec).collect(),
-        pooled: None,
+        ..Default::default()
     };
     let mut request = options(5, Mode::Hybrid);
     request.query = "bread".into();

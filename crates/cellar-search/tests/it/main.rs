@@ -4,6 +4,7 @@
 
 mod build;
 mod cranfield;
+mod embeddings;
 mod fixture;
 mod format_docs;
 mod golden;

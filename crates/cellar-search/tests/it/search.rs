@@ -162,6 +162,7 @@ fn text_queries_read_bm25_candidates_under_the_encoding_and_rank_as_with_given_v
             given.query_vectors = Some(cellar_search::QueryVectorsIn {
                 tokens: encoded.tokens.chunks(dim).map(<[f32]>::to_vec).collect(),
                 pooled: Some(encoded.pooled),
+                ..Default::default()
             });
             let late = index.search(given).unwrap();
             let ranking = |r: &cellar_search::SearchResponse| {

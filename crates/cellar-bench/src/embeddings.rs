@@ -1,0 +1,97 @@
+//! `cellar-bench embeddings`: folders of embeddings in the layout of `cellar index --vectors`
+//! (docs/embeddings.md) for the build-from-embeddings benchmark (`bench/embeddings.sh`): a
+//! synthetic one of any size, or an existing index's own vectors exported.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use cellar_core::synth::{SynthConfig, SynthCorpus};
+use cellar_core::IoContext;
+use cellar_core::Result;
+use cellar_search::embeddings::{export, write_npy, NpyDtype, CORPUS_FILE};
+
+#[derive(clap::Args)]
+pub struct EmbeddingsArgs {
+    #[command(subcommand)]
+    pub action: Action,
+}
+
+#[derive(clap::Subcommand)]
+pub enum Action {
+    /// Clustered synthetic token vectors (float16), a pooled vector and a short text per document.
+    Synth {
+        #[arg(long)]
+        docs: u64,
+        /// Mean tokens per document (log-normal spread).
+        #[arg(long, default_value_t = 100)]
+        tokens: usize,
+        #[arg(long, default_value_t = 128)]
+        dim: usize,
+        /// Documents per shard.
+        #[arg(long, default_value_t = 10_000)]
+        shard_docs: u64,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// An index's token and pooled vectors, ids and texts (float16, as its f16 store holds them).
+    Export {
+        #[arg(long)]
+        index: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 2_000)]
+        shard_docs: usize,
+    },
+}
+
+pub fn run(args: EmbeddingsArgs) -> Result<()> {
+    let started = Instant::now();
+    match args.action {
+        Action::Synth { docs, tokens, dim, shard_docs, out, seed } => {
+            let corpus =
+                SynthCorpus::new(SynthConfig { docs, mean_tokens: tokens, dim, clusters: 1024, seed })?;
+            std::fs::create_dir_all(&out).at(&out)?;
+            let mut lines = String::new();
+            let (mut all_tokens, mut bytes) = (0u64, 0u64);
+            for (shard, first) in (0..docs).step_by(shard_docs as usize).enumerate() {
+                let (mut shard_tokens, mut shard_pooled, mut lens) = (Vec::new(), Vec::new(), Vec::new());
+                let (mut t, mut p) = (Vec::new(), Vec::new());
+                for i in first..(first + shard_docs).min(docs) {
+                    corpus.doc(i, &mut t, &mut p);
+                    lens.push(t.len() / dim);
+                    shard_tokens.extend_from_slice(&t);
+                    shard_pooled.extend_from_slice(&p);
+                    let line = serde_json::json!({"_id": format!("s{i}"), "text": format!("synthetic document {i} of topic {}", i % 1024)});
+                    lines.push_str(&line.to_string());
+                    lines.push('\n');
+                }
+                all_tokens += (shard_tokens.len() / dim) as u64;
+                bytes += (shard_tokens.len() * 2) as u64;
+                write_npy(&out.join(format!("embeddings.{shard}.npy")), NpyDtype::F16, &shard_tokens, dim)?;
+                write_npy(&out.join(format!("pooled.{shard}.npy")), NpyDtype::F16, &shard_pooled, dim)?;
+                let path = out.join(format!("doclens.{shard}.json"));
+                std::fs::write(&path, serde_json::to_vec(&lens).expect("counts")).at(&path)?;
+            }
+            let path = out.join(CORPUS_FILE);
+            std::fs::write(&path, lines).at(&path)?;
+            println!(
+                "wrote {docs} docs, {all_tokens} tokens of {dim} dims ({:.1} MiB of float16 token vectors) to {} in {:.1} s",
+                bytes as f64 / (1 << 20) as f64,
+                out.display(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        Action::Export { index, out, shard_docs } => {
+            let n = export(&index, &out, NpyDtype::F16, shard_docs)?;
+            println!(
+                "exported {n} docs of {} to {} in {:.1} s",
+                index.display(),
+                out.display(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    Ok(())
+}
