@@ -64,6 +64,27 @@ fn request_from_kwargs(
     })
 }
 
+/// The arguments `Index.build` and `Index.from_embeddings` share: how the vectors are stored
+/// and whether the IVF is built.
+fn store_options(
+    py: Python<'_>,
+    options: &mut BuildOptions,
+    codec: Option<&str>,
+    pca_dim: Option<i64>,
+    progress: bool,
+    ivf: bool,
+    ivf_cluster_size: i64,
+) -> PyResult<()> {
+    if let Some(codec) = codec {
+        options.codec = parse_choice::<CodecKind>(py, codec)?;
+    }
+    options.pca_dim = positive_opt(py, "pca_dim", pca_dim)?;
+    options.progress = progress;
+    let cluster_size = positive(py, "ivf_cluster_size", ivf_cluster_size)?;
+    options.ivf = ivf.then(|| IvfBuildOptions { cluster_size, progress, ..IvfBuildOptions::default() });
+    Ok(())
+}
+
 /// `error` of query `i` of a batch: a caller's mistake names the query.
 fn at_query(error: cellar_core::CellarError, i: usize) -> cellar_core::CellarError {
     match error {
@@ -127,10 +148,7 @@ impl PyIndex {
     ) -> PyResult<PyIndex> {
         let mut options = BuildOptions::new(source, &out);
         options.model_dir = model.clone().or_else(|| default_model(py));
-        if let Some(codec) = codec {
-            options.codec = parse_choice::<CodecKind>(py, codec)?;
-        }
-        options.pca_dim = positive_opt(py, "pca_dim", pca_dim)?;
+        store_options(py, &mut options, codec, pca_dim, progress, ivf, ivf_cluster_size)?;
         options.doc_max_tokens = positive(py, "doc_max_tokens", doc_max_tokens)?;
         options.query_max_tokens = positive(py, "query_max_tokens", query_max_tokens)?;
         options.skip_special = !keep_special;
@@ -139,14 +157,7 @@ impl PyIndex {
         if let Some(threads) = positive_opt(py, "threads", threads)? {
             options.encode_threads = threads;
         }
-        options.progress = progress;
         let reader = parse_choice::<ReaderKind>(py, reader)?;
-        let ivf_options = IvfBuildOptions {
-            cluster_size: positive(py, "ivf_cluster_size", ivf_cluster_size)?,
-            progress,
-            ..IvfBuildOptions::default()
-        };
-        options.ivf = ivf.then_some(ivf_options);
         without_gil(py, || cellar_search::Index::build(&options))?;
         open_index(py, out, OpenOptions { reader, model_dir: model, ..Default::default() })
     }
@@ -187,18 +198,8 @@ impl PyIndex {
     ) -> PyResult<PyIndex> {
         let mut options = BuildOptions::new(PathBuf::new(), &out);
         options.model_dir = model.clone();
-        if let Some(codec) = codec {
-            options.codec = parse_choice::<CodecKind>(py, codec)?;
-        }
-        options.pca_dim = positive_opt(py, "pca_dim", pca_dim)?;
-        options.progress = progress;
+        store_options(py, &mut options, codec, pca_dim, progress, ivf, ivf_cluster_size)?;
         let reader = parse_choice::<ReaderKind>(py, reader)?;
-        let ivf_options = IvfBuildOptions {
-            cluster_size: positive(py, "ivf_cluster_size", ivf_cluster_size)?,
-            progress,
-            ..IvfBuildOptions::default()
-        };
-        options.ivf = ivf.then_some(ivf_options);
         let total = ids.len().ok().map(|n| n as u64);
         let mut sources = Sources::new(py, ids, doc_vectors, texts, pooled)?;
         let dim = sources.dim();

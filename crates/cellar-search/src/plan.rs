@@ -12,7 +12,9 @@ use crate::mode::Mode;
 use crate::params::SearchParams;
 use crate::query::{PreparedQuery, QueryVectors};
 use crate::rank::EarlyReads;
-use crate::request::{QueryVectorsIn, SearchRequest, VectorDtype, MAX_QUERY_BYTES, MAX_QUERY_VECTORS};
+use crate::request::{
+    base64_decode, QueryVectorsIn, SearchRequest, VectorDtype, MAX_QUERY_BYTES, MAX_QUERY_VECTORS,
+};
 use crate::search::{ms_since, SearchResponse};
 
 /// A search checked against one index, ready to run.
@@ -217,40 +219,6 @@ fn decode_b64_values(text: &str, dtype: VectorDtype, field: &str) -> Result<Vec<
         )));
     }
     Ok(dtype.values(&bytes))
-}
-
-/// Standard base64 (RFC 4648 alphabet, `=` padding required to a multiple of 4 characters).
-pub fn base64_decode(text: &str) -> std::result::Result<Vec<u8>, String> {
-    let text = text.as_bytes();
-    if !text.len().is_multiple_of(4) {
-        return Err(format!("{} characters: base64 comes in groups of 4 (pad with '=')", text.len()));
-    }
-    let value = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let mut out = Vec::with_capacity(text.len() / 4 * 3);
-    for (g, group) in text.chunks_exact(4).enumerate() {
-        let last = g + 1 == text.len() / 4;
-        let pad = group.iter().rev().take_while(|c| **c == b'=').count();
-        if pad > 2 || (pad > 0 && !last) {
-            return Err(format!("misplaced '=' padding in group {g}"));
-        }
-        let mut word = 0u32;
-        for (i, &c) in group[..4 - pad].iter().enumerate() {
-            let v = value(c)
-                .ok_or_else(|| format!("{:?} at character {} is not base64", c as char, 4 * g + i))?;
-            word |= v << (18 - 6 * i);
-        }
-        out.extend_from_slice(&word.to_be_bytes()[1..4 - pad]);
-    }
-    Ok(out)
 }
 
 /// Checks flattened caller vectors against what the resolved search needs: token vectors for

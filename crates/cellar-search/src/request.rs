@@ -156,6 +156,59 @@ impl VectorDtype {
     }
 }
 
+impl QueryVectorsIn {
+    /// The compact form of `n * dim` token values and a pooled vector, as `dtype` base64.
+    pub fn compact(tokens: &[f32], pooled: Option<&[f32]>, dtype: VectorDtype) -> QueryVectorsIn {
+        QueryVectorsIn {
+            tokens_b64: Some(base64_encode(&dtype.bytes_of(tokens))),
+            pooled_b64: pooled.map(|p| base64_encode(&dtype.bytes_of(p))),
+            dtype: Some(dtype),
+            ..QueryVectorsIn::default()
+        }
+    }
+}
+
+const BASE64_ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard padded base64 of `bytes` (RFC 4648).
+pub fn base64_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let word = chunk.iter().enumerate().fold(0u32, |w, (i, b)| w | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            let c =
+                if i <= chunk.len() { BASE64_ALPHABET[(word >> (18 - 6 * i) & 63) as usize] } else { b'=' };
+            out.push(c as char);
+        }
+    }
+    out
+}
+
+/// Standard base64 (RFC 4648 alphabet, `=` padding required to a multiple of 4 characters).
+pub fn base64_decode(text: &str) -> std::result::Result<Vec<u8>, String> {
+    let text = text.as_bytes();
+    if !text.len().is_multiple_of(4) {
+        return Err(format!("{} characters: base64 comes in groups of 4 (pad with '=')", text.len()));
+    }
+    let value = |c: u8| BASE64_ALPHABET.iter().position(|a| *a == c).map(|v| v as u32);
+    let mut out = Vec::with_capacity(text.len() / 4 * 3);
+    for (g, group) in text.chunks_exact(4).enumerate() {
+        let last = g + 1 == text.len() / 4;
+        let pad = group.iter().rev().take_while(|c| **c == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return Err(format!("misplaced '=' padding in group {g}"));
+        }
+        let mut word = 0u32;
+        for (i, &c) in group[..4 - pad].iter().enumerate() {
+            let v = value(c)
+                .ok_or_else(|| format!("{:?} at character {} is not base64", c as char, 4 * g + i))?;
+            word |= v << (18 - 6 * i);
+        }
+        out.extend_from_slice(&word.to_be_bytes()[1..4 - pad]);
+    }
+    Ok(out)
+}
+
 /// `POST /v1/search/batch`: each query succeeds or fails on its own.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -218,5 +271,23 @@ impl std::fmt::Display for FieldError {
         } else {
             write!(f, "{}: {}", self.path, self.error)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_round_trips_every_length_and_refuses_bad_text() {
+        for n in 0..10u8 {
+            let bytes: Vec<u8> = (0..n).map(|i| i.wrapping_mul(97).wrapping_add(200)).collect();
+            assert_eq!(base64_decode(&base64_encode(&bytes)).unwrap(), bytes, "{n} bytes");
+        }
+        assert_eq!(base64_encode(b"Man"), "TWFu");
+        assert_eq!(base64_encode(b"Ma"), "TWE=");
+        assert!(base64_decode("TQ==TWFu").unwrap_err().contains("padding"));
+        assert!(base64_decode("TW=u").unwrap_err().contains("not base64"));
+        assert!(base64_decode("TWF").unwrap_err().contains("groups of 4"));
     }
 }

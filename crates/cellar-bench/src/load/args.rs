@@ -118,7 +118,7 @@ pub fn configurations(args: &LoadArgs) -> Result<Vec<ConfigSpec>> {
 fn attached_config(args: &LoadArgs, url: &str) -> Result<ConfigSpec> {
     client::parse_loopback_url(url)?;
     let vectors: Vectors = args.vectors.as_deref().unwrap_or("server").parse()?;
-    if vectors == Vectors::Client {
+    if vectors.by_client() {
         let index = args.index.as_ref().ok_or_else(|| invalid("--vectors client needs --index DIR"))?;
         if !index.join("index.json").is_file() {
             return Err(invalid(format!("--index {}: not an index (no index.json)", index.display())));

@@ -15,6 +15,16 @@ pub enum Vectors {
     /// The bench encodes each query once before the run and sends `query_vectors`: the server
     /// never loads the encoder, so a memory cap measures the index, not the model.
     Client,
+    /// As `Client`, the vectors in their compact form (`tokens_b64`, little-endian f32 base64)
+    /// instead of JSON numbers.
+    Compact,
+}
+
+impl Vectors {
+    /// True when the bench sends the query's vectors (the server never encodes).
+    pub fn by_client(self) -> bool {
+        self != Vectors::Server
+    }
 }
 
 impl std::str::FromStr for Vectors {
@@ -23,7 +33,10 @@ impl std::str::FromStr for Vectors {
         match s {
             "server" => Ok(Vectors::Server),
             "client" => Ok(Vectors::Client),
-            other => Err(CellarError::InvalidInput(format!("vectors={other:?}: expected server or client"))),
+            "compact" => Ok(Vectors::Compact),
+            other => Err(CellarError::InvalidInput(format!(
+                "vectors={other:?}: expected server, client or compact"
+            ))),
         }
     }
 }
@@ -218,8 +231,14 @@ mod tests {
         assert_eq!(c.request, pairs.map(|(k, v)| (k.to_string(), v.to_string())));
         let c = parse(&format!("name=f,index={d},reader=direct,cap=footprint+5")).unwrap();
         assert_eq!((c.cap_pct, c.cap_over_footprint), (Some(5.0), true));
+        let c = parse(&format!("name=b,index={d},vectors=compact")).unwrap();
+        assert!(c.vectors == Vectors::Compact && c.vectors.by_client());
+        assert!(parse(&format!("name=x,index={d},vectors=binary"))
+            .unwrap_err()
+            .to_string()
+            .contains("compact"));
         let c = parse(&format!("name=m,index={d}")).unwrap();
-        assert!(!c.cap_over_footprint);
+        assert!(!c.cap_over_footprint && !c.vectors.by_client());
         assert_eq!(
             (c.reader.as_deref(), c.cap_pct, c.threads, c.vectors),
             (Some("mmap"), None, 1, Vectors::Server)

@@ -42,8 +42,9 @@ pub struct LoadArgs {
     /// A server to start and load, as comma-separated key=value: name=NAME, index=DIR,
     /// reader=ram|mmap|direct (default mmap), cap=PCT (memory cap, % of the index size on disk;
     /// omitted: uncapped), threads=N (intra-op threads, default 1), ssd_latency_us=US (direct
-    /// reader only), vectors=server|client (client: the bench encodes the queries and sends
-    /// query_vectors; the server starts with --lazy-encoder and never loads the model),
+    /// reader only), vectors=server|client|compact (client: the bench encodes the queries and
+    /// sends query_vectors as JSON numbers, compact: as base64 f32; either way the server starts
+    /// with --lazy-encoder and never loads the model),
     /// workers=N and queue=N (the server's --workers and --queue). Repeat for several
     /// configurations.
     #[arg(long = "config", value_name = "SPEC")]

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use cellar_core::Result;
 use cellar_search::corpus::{read_qrels, read_queries, Qrels, Query};
-use cellar_search::{Index, Mode, OpenOptions};
+use cellar_search::request::VectorDtype;
+use cellar_search::{Index, Mode, OpenOptions, QueryVectorsIn};
 
 use super::args::invalid;
 use super::client::{self, Target};
@@ -62,6 +63,7 @@ fn search_body(
     args: &LoadArgs,
     text: &str,
     vectors: Option<&QueryVectors>,
+    form: Vectors,
     extra: &[(String, String)],
 ) -> Vec<u8> {
     let mut body = serde_json::json!({
@@ -81,7 +83,12 @@ fn search_body(
             serde_json::from_str(literal).expect("checked when the configuration was parsed");
     }
     if let Some((tokens, pooled)) = vectors {
-        body["query_vectors"] = serde_json::json!({ "tokens": tokens, "pooled": pooled });
+        body["query_vectors"] = if form == Vectors::Compact {
+            let compact = QueryVectorsIn::compact(&tokens.concat(), Some(pooled), VectorDtype::F32);
+            serde_json::to_value(compact).expect("vectors serialise")
+        } else {
+            serde_json::json!({ "tokens": tokens, "pooled": pooled })
+        };
     }
     serde_json::to_vec(&body).expect("a JSON value serialises")
 }
@@ -110,7 +117,7 @@ impl RequestBodies {
             let list = queries
                 .iter()
                 .enumerate()
-                .map(|(i, q)| search_body(args, &q.text, encoded.as_ref().map(|e| &e[i]), &key.2))
+                .map(|(i, q)| search_body(args, &q.text, encoded.as_ref().map(|e| &e[i]), key.1, &key.2))
                 .collect();
             bodies.by_key.insert(key, list);
         }
@@ -119,7 +126,7 @@ impl RequestBodies {
 
     fn key(&self, spec: &ConfigSpec) -> BodyKey {
         let vectors = if self.needs_vectors { spec.vectors } else { Vectors::Server };
-        (if vectors == Vectors::Client { spec.index.clone() } else { None }, vectors, spec.request.clone())
+        (if vectors.by_client() { spec.index.clone() } else { None }, vectors, spec.request.clone())
     }
 
     /// The bodies of a configuration given to `build`.

@@ -243,7 +243,11 @@ impl Report {
         }
         facts.push(format!(
             "query vectors encoded by the {}",
-            if sp.vectors == super::config::Vectors::Client { "bench (client)" } else { "server" }
+            match sp.vectors {
+                super::config::Vectors::Client => "bench (client)",
+                super::config::Vectors::Compact => "bench (client, base64)",
+                super::config::Vectors::Server => "server",
+            }
         ));
         let _ = writeln!(md, "{}.\n", facts.join(", "));
         let status = match c.status {

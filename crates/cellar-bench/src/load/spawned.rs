@@ -10,7 +10,7 @@ use cellar_core::{CellarError, Result};
 use cellar_search::Mode;
 
 use super::client::send;
-use super::config::{ConfigSpec, Vectors};
+use super::config::ConfigSpec;
 use super::levels::{run_sweep, Server};
 use super::queries::http_requests;
 use super::report::{ConfigResult, Status};
@@ -170,7 +170,7 @@ fn server_spec<'a>(
         workers: spec.workers,
         queue: spec.queue,
         io_waiters: spec.io_waiters,
-        lazy_encoder: spec.vectors == Vectors::Client || bench.args.mode == Mode::Bm25.name(),
+        lazy_encoder: spec.vectors.by_client() || bench.args.mode == Mode::Bm25.name(),
         log,
     }
 }
