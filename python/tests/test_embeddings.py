@@ -99,3 +99,36 @@ def test_bad_embeddings_raise_typed_errors_and_leave_nothing(tmp_path: Path) -> 
         assert not out.exists(), f"case {n} left {out}"
     with pytest.raises(cellar.InvalidInputError, match="pooled has"):
         cellar.Index.from_embeddings(tmp_path / "p", ids, vectors, pooled=np.ones((4, DIM), np.float32))
+
+
+def test_pylate_vectors_index_and_rank_as_pylate_ranks_them(tmp_path: Path) -> None:
+    """The recipe of docs/embeddings.md, run by PyLate into testdata/colbert-v1/bert-corpus
+    (`make_fixtures.py`): its folder built into an index, its queries' PyLate vectors searched
+    with exact MaxSim over every document (dense mode, the IVF's one cluster, every candidate
+    re-scored), against PyLate's own `rank.rerank` of the same vectors."""
+    import json
+
+    folder = Path(__file__).resolve().parents[2] / "testdata/colbert-v1/bert-corpus"
+    tokens = np.load(folder / "embeddings.0.npy")
+    lens = json.loads((folder / "doclens.0.json").read_text())
+    lines = [json.loads(line) for line in (folder / "corpus.jsonl").read_text().splitlines()]
+    ids = [d["_id"] for d in lines]
+    vectors = np.split(tokens, np.cumsum(lens)[:-1])
+    index = cellar.Index.from_embeddings(tmp_path / "pylate", ids, vectors, texts=[d["text"] for d in lines], codec="f16")
+    n = len(ids)
+    for case in json.loads((folder / "queries.json").read_text()):
+        q = np.asarray(case["vectors"], dtype=np.float32)
+        pooled = q.mean(axis=0) / np.linalg.norm(q.mean(axis=0))
+        got = index.search(
+            "", mode="dense", k=n, rerank_k=n, candidates=n, query_vectors={"tokens": q, "pooled": pooled}
+        )
+        ours = {h["id"]: h["maxsim"] for h in got.hits}
+        theirs = {r["id"]: r["score"] for r in case["ranking"]}
+        assert set(ours) == set(theirs) == set(ids), case["text"]
+        # f16 storage: each of the 12 query tokens' best dot product moves by ~1e-3 at most.
+        worst = max(abs(ours[i] - theirs[i]) for i in ids)
+        assert worst <= 0.01, f"{case['text']!r}: MaxSim differs from PyLate's by {worst}"
+        ranking = [r["id"] for r in case["ranking"]]
+        for above, below in zip(ranking, ranking[1:]):
+            if theirs[above] - theirs[below] > 0.02:
+                assert got.ids.index(above) < got.ids.index(below), (case["text"], above, below)

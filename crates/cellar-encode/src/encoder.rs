@@ -6,6 +6,7 @@ use candle_core::Tensor;
 use cellar_core::Result;
 
 use crate::bert::Bert;
+use crate::colbert::Colbert;
 use crate::config::{BertConfig, EncoderConfig};
 use crate::errors::{invalid, model_err, tensor_err};
 use crate::projection::Projection;
@@ -37,6 +38,8 @@ pub struct Encoder {
     projection: Option<Projection>,
     /// Query- and document-truncating tokenizers.
     tokenizers: Tokenizers,
+    /// A ColBERT checkpoint's prefixes, expansion and skiplist (PyLate's layout), if it is one.
+    colbert: Option<Colbert>,
     /// Per-call thread pools.
     pools: Pools,
     /// Human-readable checkpoint name.
@@ -54,7 +57,10 @@ impl Encoder {
             return Err(model_err(&dir, "model directory not found"));
         }
         let cfg = BertConfig::load(&dir)?;
-        check_options(&config, &cfg)?;
+        if config.threads == 0 || config.batch_size == 0 {
+            return Err(invalid("threads and batch_size must be at least 1"));
+        }
+        let max_positions = cfg.max_position_embeddings;
         let weights = Weights::load_bert(&dir.join("model.safetensors"))?;
         let hidden = cfg.hidden_size;
         let (vocab, name) = (cfg.vocab_size, model_name(&dir));
@@ -66,7 +72,26 @@ impl Encoder {
         let bert = Bert::load(cfg, &weights)?;
         let projection = Projection::find(&dir, &weights, hidden)?;
         drop(weights);
-        let tokenizers = Tokenizers::load(&dir, config.query_max_tokens, config.doc_max_tokens)?;
+        let probe = Tokenizers::load(&dir, max_positions, max_positions)?;
+        let colbert = Colbert::find(&dir, |t| probe.token_to_id(t))?;
+        let tokenizers = match &colbert {
+            Some(c) => {
+                if c.query_length.max(c.document_length) > max_positions {
+                    let detail = format!(
+                        "query_length {} / document_length {}: this model takes {max_positions} tokens",
+                        c.query_length, c.document_length
+                    );
+                    return Err(model_err(&dir.join(crate::colbert::ST_CONFIG), detail));
+                }
+                log::info!("ColBERT checkpoint: {c:?}");
+                let (query, doc) = c.limits();
+                Tokenizers::load(&dir, query, doc)?
+            }
+            None => {
+                check_limits(&config, max_positions)?;
+                Tokenizers::load(&dir, config.query_max_tokens, config.doc_max_tokens)?
+            }
+        };
         if tokenizers.vocab_size() > vocab {
             let detail = format!("tokenizer has {} tokens, the model only {vocab}", tokenizers.vocab_size());
             return Err(model_err(&dir.join("tokenizer.json"), detail));
@@ -76,7 +101,7 @@ impl Encoder {
             "loaded encoder {summary}, output dim {}",
             projection.as_ref().map_or(hidden, |p| p.out_dim)
         );
-        Ok(Encoder { config, bert, projection, tokenizers, pools, name })
+        Ok(Encoder { config, bert, projection, tokenizers, colbert, pools, name })
     }
 
     /// Width of every output vector (the projection's output if there is one, else hidden size).
@@ -97,7 +122,24 @@ impl Encoder {
 
     /// Tokens `text` has as a document after truncation, [CLS] and [SEP] included.
     pub fn tokens_of(&self, text: &str) -> Result<usize> {
-        Ok(self.tokenizers.encode(text, Kind::Doc, self.skip_rules())?.ids.len())
+        Ok(self.tokenize(text, Kind::Doc)?.ids.len())
+    }
+
+    /// `text` tokenised as `kind`, shaped as a ColBERT checkpoint's library shapes it.
+    fn tokenize(&self, text: &str, kind: Kind) -> Result<TokenSeq> {
+        let seq = self.tokenizers.encode(text, kind, self.skip_rules())?;
+        Ok(match &self.colbert {
+            Some(c) => {
+                let (ids, attend, keep) = c.shape(seq.ids, kind == Kind::Query);
+                TokenSeq { ids, attend, keep }
+            }
+            None => seq,
+        })
+    }
+
+    /// The checkpoint's ColBERT settings (PyLate layout), if it has them.
+    pub fn is_colbert(&self) -> bool {
+        self.colbert.is_some()
     }
 
     /// Encodes one query (truncated at `query_max_tokens`). Empty or whitespace-only text is
@@ -106,7 +148,7 @@ impl Encoder {
         if text.trim().is_empty() {
             return Err(invalid("empty query"));
         }
-        let seq = self.tokenizers.encode(text, Kind::Query, self.skip_rules())?;
+        let seq = self.tokenize(text, Kind::Query)?;
         let mut out = self.pools.run(|| self.run_batch(&[&seq]))??;
         out.pop().ok_or_else(|| invalid("query produced no output"))
     }
@@ -115,9 +157,7 @@ impl Encoder {
     /// length to limit padding and runs up to `batch_size` per forward pass (fewer when that would
     /// exceed 2048 padded tokens); the result is in input order.
     pub fn encode_docs(&self, texts: &[&str]) -> Result<Vec<Encoded>> {
-        let skip = self.skip_rules();
-        let seqs =
-            texts.iter().map(|t| self.tokenizers.encode(t, Kind::Doc, skip)).collect::<Result<Vec<_>>>()?;
+        let seqs = texts.iter().map(|t| self.tokenize(t, Kind::Doc)).collect::<Result<Vec<_>>>()?;
         let mut order: Vec<usize> = (0..seqs.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(seqs[i].ids.len()));
         let mut out: Vec<Option<Encoded>> = vec![None; seqs.len()];
@@ -143,7 +183,7 @@ impl Encoder {
         if seq_len == 0 {
             return Ok(Vec::new());
         }
-        let lens: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
+        let lens: Vec<usize> = seqs.iter().map(|s| s.attend).collect();
         let mut ids = vec![0u32; seqs.len() * seq_len];
         for (row, s) in ids.chunks_mut(seq_len).zip(seqs) {
             row[..s.ids.len()].copy_from_slice(&s.ids);
@@ -159,10 +199,10 @@ impl Encoder {
         let rows_of =
             |v: &[f32], width: usize, b: usize, n: usize| v[b * seq_len * width..][..n * width].to_vec();
         let encoded = seqs.iter().enumerate().map(|(b, s)| {
-            let states = rows_of(&hidden, h, b, s.ids.len());
+            let states = rows_of(&hidden, h, b, s.attend);
             let tokens = match &projected {
                 Some(p) => rows_of(p, self.dim(), b, s.ids.len()),
-                None => states.clone(),
+                None => rows_of(&hidden, h, b, s.ids.len()),
             };
             self.finish(&states, tokens, &s.keep)
         });
@@ -226,12 +266,8 @@ fn normalize(v: &mut [f32]) {
     }
 }
 
-/// Rejects options the model cannot honour.
-fn check_options(c: &EncoderConfig, cfg: &BertConfig) -> Result<()> {
-    if c.threads == 0 || c.batch_size == 0 {
-        return Err(invalid("threads and batch_size must be at least 1"));
-    }
-    let max = cfg.max_position_embeddings;
+/// Rejects token limits the model cannot honour (a ColBERT checkpoint brings its own).
+fn check_limits(c: &EncoderConfig, max: usize) -> Result<()> {
     for (what, n) in [("query_max_tokens", c.query_max_tokens), ("doc_max_tokens", c.doc_max_tokens)] {
         if !(3..=max).contains(&n) {
             return Err(invalid(format!("{what} is {n}; this model takes 3..={max} tokens")));

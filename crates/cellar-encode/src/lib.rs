@@ -13,6 +13,7 @@
 //! Also here: [`Pca`], to shrink token vectors before storage. See `docs/encoder.md`.
 
 mod bert;
+mod colbert;
 mod config;
 mod eigen;
 mod encoder;

@@ -3,7 +3,8 @@
 //! Found in this order:
 //! 1. a `linear.weight` tensor (and optional `linear.bias`) in the model's own `model.safetensors`,
 //!    as colbert-ai checkpoints store it; no activation;
-//! 2. a sentence-transformers `Dense` module: the first `sentence_transformers.models.Dense` in
+//! 2. a sentence-transformers `Dense` module (or PyLate's `pylate.models.Dense.Dense`, without
+//!    its residual option): the first such module in
 //!    `modules.json` (or, without `modules.json`, a sub-directory named `*_Dense`), read from its
 //!    `model.safetensors` (`linear.weight`, optional `linear.bias`) and `config.json`
 //!    (`activation_function` Identity or Tanh). More than one Dense module is refused.
@@ -37,6 +38,9 @@ pub(crate) struct Projection {
 struct DenseConfig {
     #[serde(default)]
     activation_function: Option<String>,
+    /// PyLate's residual Dense (output + input), not supported.
+    #[serde(default)]
+    use_residual: bool,
 }
 
 /// One entry of a sentence-transformers `modules.json`.
@@ -59,6 +63,9 @@ impl Projection {
             .map_err(|e| model_err(&cfg_path, format!("cannot read: {e}")))?;
         let cfg: DenseConfig =
             serde_json::from_str(&text).map_err(|e| model_err(&cfg_path, e.to_string()))?;
+        if cfg.use_residual {
+            return Err(model_err(&cfg_path, "a residual Dense (use_residual) is not supported"));
+        }
         let act = match cfg.activation_function.as_deref().unwrap_or("torch.nn.modules.activation.Tanh") {
             a if a.ends_with("Identity") => Act::Identity,
             a if a.ends_with("Tanh") => Act::Tanh,
@@ -122,7 +129,8 @@ fn dense_dir(dir: &Path) -> Result<Option<PathBuf>> {
             .map_err(|e| model_err(&modules_path, format!("cannot read: {e}")))?;
         let modules: Vec<Module> =
             serde_json::from_str(&text).map_err(|e| model_err(&modules_path, e.to_string()))?;
-        modules.into_iter().filter(|m| m.kind.ends_with("models.Dense")).map(|m| dir.join(m.path)).collect()
+        let dense = |kind: &str| kind.ends_with("models.Dense") || kind.ends_with("models.Dense.Dense");
+        modules.into_iter().filter(|m| dense(&m.kind)).map(|m| dir.join(m.path)).collect()
     } else {
         let entries = std::fs::read_dir(dir).map_err(|e| model_err(dir, format!("cannot list: {e}")))?;
         let mut v: Vec<PathBuf> = entries

@@ -22,6 +22,9 @@ pub(crate) enum Kind {
 pub(crate) struct TokenSeq {
     /// Token ids, [CLS] and [SEP] included, already truncated.
     pub ids: Vec<u32>,
+    /// How many of `ids`, from the first, other tokens attend to (all but a ColBERT query's
+    /// [MASK] expansion).
+    pub attend: usize,
     /// Whether each token's vector goes into the output (never all false).
     pub keep: Vec<bool>,
 }
@@ -91,7 +94,13 @@ impl Tokenizers {
         if !keep.contains(&true) {
             keep.fill(true);
         }
-        Ok(TokenSeq { ids: enc.get_ids().to_vec(), keep })
+        let ids = enc.get_ids().to_vec();
+        Ok(TokenSeq { attend: ids.len(), ids, keep })
+    }
+
+    /// The id of `token` (added tokens included), as `convert_tokens_to_ids` finds it.
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.doc.token_to_id(token)
     }
 }
 

@@ -1,0 +1,75 @@
+//! ColBERT checkpoints are encoded exactly as their library encodes them: each fixture under
+//! `testdata/colbert-v1/` is a tiny randomly initialised checkpoint saved by PyLate, with the
+//! token vectors PyLate's `ColBERT.encode` returned for a handful of texts (longer than the
+//! limits, full of punctuation, one letter). Made once, by hand, with PyLate installed:
+//! `python3 testdata/colbert-v1/make_fixtures.py`.
+
+use std::path::PathBuf;
+
+use cellar_encode::{Encoded, Encoder, EncoderConfig};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Expected {
+    made_by: String,
+    queries: Vec<Case>,
+    documents: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    text: String,
+    vectors: Vec<Vec<f32>>,
+}
+
+fn fixture(name: &str) -> (Encoder, Expected) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/colbert-v1").join(name);
+    let encoder = Encoder::load(EncoderConfig::new(&dir)).unwrap();
+    let text = std::fs::read_to_string(dir.join("expected.json")).unwrap();
+    (encoder, serde_json::from_str(&text).unwrap())
+}
+
+/// The same number of vectors, each within 1e-4 of PyLate's and at cosine >= 0.9999.
+fn same(got: &Encoded, case: &Case, dim: usize, what: &str) {
+    assert_eq!(got.n_tokens, case.vectors.len(), "{what} {:?}: token count", case.text);
+    for (i, (row, want)) in got.tokens.chunks_exact(dim).zip(&case.vectors).enumerate() {
+        assert_eq!(want.len(), dim, "{what}: fixture dimension");
+        let diff = row.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let dot: f32 = row.iter().zip(want).map(|(a, b)| a * b).sum();
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let cosine = dot / (norm(row) * norm(want));
+        assert!(
+            diff <= 1e-4 && cosine >= 0.9999,
+            "{what} {:?} token {i}: max diff {diff}, cosine {cosine}",
+            case.text
+        );
+    }
+}
+
+fn check(name: &str) {
+    let (encoder, expected) = fixture(name);
+    assert!(
+        encoder.is_colbert(),
+        "{name}: config_sentence_transformers.json not read as a ColBERT checkpoint"
+    );
+    let dim = encoder.dim();
+    for case in &expected.queries {
+        same(
+            &encoder.encode_query(&case.text).unwrap(),
+            case,
+            dim,
+            &format!("{name} query ({})", expected.made_by),
+        );
+    }
+    let texts: Vec<&str> = expected.documents.iter().map(|c| c.text.as_str()).collect();
+    let batch = encoder.encode_docs(&texts).unwrap();
+    for (got, case) in batch.iter().zip(&expected.documents) {
+        same(got, case, dim, &format!("{name} document in a batch"));
+        same(&encoder.encode_docs(&[&case.text]).unwrap()[0], case, dim, &format!("{name} document alone"));
+    }
+}
+
+#[test]
+fn a_pylate_bert_checkpoint_encodes_as_pylate_does() {
+    check("bert");
+}
