@@ -1,9 +1,12 @@
 """Tiny ColBERT checkpoints and PyLate's own vectors for them: the fixtures of cellar-encode's
 fidelity test (`crates/cellar-encode/tests/colbert.rs`).
 
-Run once, by hand, where `pip install pylate==1.6.0` works (nothing here runs in the tests):
+Run once, by hand, where `pip install pylate==1.6.0` and `pip install colbert-ai` work
+(nothing here runs in the tests). The two libraries want different transformers versions, so
+each part runs on its own (in environments of its own):
 
-    python3 testdata/colbert-v1/make_fixtures.py
+    python3 testdata/colbert-v1/make_fixtures.py pylate      # bert/ and bert-corpus/
+    python3 testdata/colbert-v1/make_fixtures.py colbert-ai  # stanford/ (transformers 4.48)
 
 It writes, for each architecture in ARCHITECTURES, `testdata/colbert-v1/<name>/`: a randomly
 initialised model saved by PyLate (its Transformer module at the top: config.json,
@@ -30,8 +33,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-import pylate
-from pylate import models
 from tokenizers import Tokenizer
 from tokenizers.decoders import WordPiece as WordPieceDecoder
 from tokenizers.models import WordPiece
@@ -65,7 +66,8 @@ EMBEDDING_SIZE = 16
 
 
 def vocabulary() -> list[str]:
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    # [unused0] and [unused1] are colbert-ai's query and document markers.
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]", "[unused1]"]
     chars = list(string.ascii_lowercase) + list(string.digits) + list(string.punctuation)
     pieces = ["##" + c for c in string.ascii_lowercase + string.digits]
     return specials + chars + pieces + [w for w in WORDS if w not in chars]
@@ -106,6 +108,34 @@ def bert(directory: Path) -> None:
 
 ARCHITECTURES = {"bert": bert}
 
+
+def stanford(out: Path) -> dict:
+    """The Stanford colbert-ai layout (`artifact.metadata`, `linear` inside model.safetensors),
+    saved and encoded by colbert-ai itself (`pip install colbert-ai`; its import needs
+    gitpython and ujson): `Checkpoint.queryFromText` and `docFromText(keep_dims=False)`."""
+    from colbert.infra import ColBERTConfig
+    from colbert.modeling.checkpoint import Checkpoint
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "base"
+        bert(base)
+        config = ColBERTConfig(
+            checkpoint=str(base), query_maxlen=QUERY_LENGTH, doc_maxlen=DOCUMENT_LENGTH, dim=EMBEDDING_SIZE
+        )
+        Checkpoint(str(base), colbert_config=config, verbose=0).save(str(out))
+    reloaded = Checkpoint(str(out), colbert_config=ColBERTConfig(checkpoint=str(out)), verbose=0)
+    queries = reloaded.queryFromText(QUERIES)
+    documents = reloaded.docFromText(DOCUMENTS, keep_dims=False)
+    if isinstance(documents, tuple):
+        documents = documents[0]
+    return {
+        "made_by": f"colbert-ai (Checkpoint), torch {torch.__version__}, python {sys.version.split()[0]}",
+        "query_length": QUERY_LENGTH,
+        "document_length": DOCUMENT_LENGTH,
+        "queries": [{"text": t, "vectors": v.tolist()} for t, v in zip(QUERIES, queries)],
+        "documents": [{"text": t, "vectors": v.tolist()} for t, v in zip(DOCUMENTS, documents)],
+    }
+
 CORPUS = [
     ("volcano", "A volcano erupts when magma rises through the crust and lava flows down its slope."),
     ("coffee", "Coffee beans are roasted, ground and brewed to make espresso or filter coffee."),
@@ -119,7 +149,7 @@ CORPUS = [
 CORPUS_QUERIES = ["lava and magma", "espresso beans", "bow and string music", "bone fracture risk"]
 
 
-def end_to_end(model: models.ColBERT, out: Path) -> None:
+def end_to_end(model, out: Path) -> None:
     """The recipe: PyLate encodes, the vectors go to disk in Cellar's folder layout."""
     import numpy as np
     from pylate import rank
@@ -146,8 +176,10 @@ def end_to_end(model: models.ColBERT, out: Path) -> None:
     (out / "queries.json").write_text(json.dumps(cases) + "\n")
 
 
-def main() -> None:
-    torch.manual_seed(20261123)
+def pylate_fixtures() -> None:
+    import pylate
+    from pylate import models
+
     for name, make in ARCHITECTURES.items():
         out = HERE / name
         shutil.rmtree(out, ignore_errors=True)
@@ -181,5 +213,18 @@ def main() -> None:
             end_to_end(reloaded, HERE / "bert-corpus")
 
 
+def colbert_ai_fixture() -> None:
+    out = HERE / "stanford"
+    shutil.rmtree(out, ignore_errors=True)
+    expected = stanford(out)
+    (out / "expected.json").write_text(json.dumps(expected) + "\n")
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"stanford: {out} ({size / 1024:.0f} KiB)")
+
+
 if __name__ == "__main__":
-    main()
+    torch.manual_seed(20261123)
+    parts = {"pylate": pylate_fixtures, "colbert-ai": colbert_ai_fixture}
+    if len(sys.argv) != 2 or sys.argv[1] not in parts:
+        sys.exit(f"usage: make_fixtures.py {'|'.join(parts)}")
+    parts[sys.argv[1]]()

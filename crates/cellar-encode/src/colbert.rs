@@ -1,7 +1,11 @@
-//! ColBERT checkpoints in PyLate's layout: `config_sentence_transformers.json` names the query
+//! ColBERT checkpoints in PyLate's layout — `config_sentence_transformers.json` names the query
 //! and document prefixes, the query and document lengths, [MASK] query expansion, whether the
-//! query attends to its expansion tokens, and the skiplist. Texts are tokenised and their
-//! vectors kept exactly as PyLate's `ColBERT.tokenize` and `ColBERT.encode` do:
+//! query attends to its expansion tokens, and the skiplist — or in the Stanford colbert-ai
+//! layout — `artifact.metadata`: `query_token_id` / `doc_token_id` markers, `query_maxlen`,
+//! `doc_maxlen`, `attend_to_mask_tokens`, `mask_punctuation` (the skiplist: each of Python's
+//! `string.punctuation`). Texts are tokenised and their vectors kept exactly as PyLate's
+//! `ColBERT.tokenize` / `ColBERT.encode` and colbert-ai's tokenizers / `ColBERT.query` / `doc`
+//! do (the two libraries agree on every step):
 //!
 //! - truncation at `length - 1` tokens ([CLS] and [SEP] included), then the prefix token inserted
 //!   after [CLS] (so `length` tokens at most);
@@ -23,6 +27,25 @@ use crate::errors::model_err;
 
 /// The file whose PyLate fields make a checkpoint a ColBERT one.
 pub(crate) const ST_CONFIG: &str = "config_sentence_transformers.json";
+/// The Stanford colbert-ai checkpoint's settings.
+pub(crate) const STANFORD_METADATA: &str = "artifact.metadata";
+
+/// The fields of colbert-ai's `artifact.metadata` (a JSON `ColBERTConfig`) that shape encoding.
+#[derive(Deserialize)]
+struct StanfordMetadata {
+    query_token_id: Option<String>,
+    doc_token_id: Option<String>,
+    query_maxlen: Option<usize>,
+    doc_maxlen: Option<usize>,
+    attend_to_mask_tokens: Option<bool>,
+    mask_punctuation: Option<bool>,
+}
+
+/// colbert-ai's defaults (`ColBERTConfig`).
+const STANFORD_QUERY_MARKER: &str = "[unused0]";
+const STANFORD_DOC_MARKER: &str = "[unused1]";
+const STANFORD_QUERY_LENGTH: usize = 32;
+const STANFORD_DOC_LENGTH: usize = 220;
 
 /// PyLate's defaults for fields a checkpoint leaves out.
 const DEFAULT_QUERY_PREFIX: &str = "[Q] ";
@@ -69,7 +92,7 @@ impl Colbert {
     pub fn find(dir: &Path, id_of: impl Fn(&str) -> Option<u32>) -> Result<Option<Colbert>> {
         let path = dir.join(ST_CONFIG);
         if !path.is_file() {
-            return Ok(None);
+            return Colbert::stanford(dir, id_of);
         }
         let text =
             std::fs::read_to_string(&path).map_err(|e| model_err(&path, format!("cannot read: {e}")))?;
@@ -102,14 +125,55 @@ impl Colbert {
             mask,
             skiplist,
         };
-        for (what, n) in
-            [("query_length", colbert.query_length), ("document_length", colbert.document_length)]
-        {
+        colbert.check(&path)?;
+        Ok(Some(colbert))
+    }
+
+    /// The settings of a Stanford colbert-ai checkpoint (`artifact.metadata`), if `dir` is one.
+    fn stanford(dir: &Path, id_of: impl Fn(&str) -> Option<u32>) -> Result<Option<Colbert>> {
+        let path = dir.join(STANFORD_METADATA);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| model_err(&path, format!("cannot read: {e}")))?;
+        let meta: StanfordMetadata =
+            serde_json::from_str(&text).map_err(|e| model_err(&path, e.to_string()))?;
+        let marker = |given: Option<String>, default: &str| -> Result<u32> {
+            let token = given.unwrap_or_else(|| default.to_string());
+            id_of(&token).ok_or_else(|| {
+                model_err(&path, format!("the marker {token:?} is not a token of the tokenizer"))
+            })
+        };
+        let mask = id_of("[MASK]")
+            .ok_or_else(|| model_err(&path, "the tokenizer has no [MASK] token to expand queries with"))?;
+        // colbert-ai skips `tokenizer.encode(symbol)[0]` of each symbol: its id, or [UNK].
+        let unknown = id_of("[UNK]");
+        let skiplist = match meta.mask_punctuation.unwrap_or(true) {
+            true => DEFAULT_SKIPLIST.chars().filter_map(|c| id_of(&c.to_string()).or(unknown)).collect(),
+            false => HashSet::new(),
+        };
+        let colbert = Colbert {
+            query_prefix: Some(marker(meta.query_token_id, STANFORD_QUERY_MARKER)?),
+            document_prefix: Some(marker(meta.doc_token_id, STANFORD_DOC_MARKER)?),
+            query_length: meta.query_maxlen.unwrap_or(STANFORD_QUERY_LENGTH),
+            document_length: meta.doc_maxlen.unwrap_or(STANFORD_DOC_LENGTH),
+            expansion: true,
+            attend_to_expansion: meta.attend_to_mask_tokens.unwrap_or(false),
+            mask,
+            skiplist,
+        };
+        colbert.check(&path)?;
+        Ok(Some(colbert))
+    }
+
+    fn check(&self, path: &Path) -> Result<()> {
+        for (what, n) in [("query_length", self.query_length), ("document_length", self.document_length)] {
             if n < 4 {
-                return Err(model_err(&path, format!("{what} {n} leaves no room for a token")));
+                return Err(model_err(path, format!("{what} {n} leaves no room for a token")));
             }
         }
-        Ok(Some(colbert))
+        Ok(())
     }
 
     /// The tokenizer's truncation limit for queries and documents: the length less the prefix.

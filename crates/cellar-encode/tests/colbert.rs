@@ -1,8 +1,8 @@
 //! ColBERT checkpoints are encoded exactly as their library encodes them: each fixture under
-//! `testdata/colbert-v1/` is a tiny randomly initialised checkpoint saved by PyLate, with the
-//! token vectors PyLate's `ColBERT.encode` returned for a handful of texts (longer than the
-//! limits, full of punctuation, one letter). Made once, by hand, with PyLate installed:
-//! `python3 testdata/colbert-v1/make_fixtures.py`.
+//! `testdata/colbert-v1/` is a tiny randomly initialised checkpoint saved by its library (PyLate
+//! for `bert/`, colbert-ai for `stanford/`), with the token vectors that library returned for a
+//! handful of texts (longer than the limits, full of punctuation, one letter). Made once, by
+//! hand: `python3 testdata/colbert-v1/make_fixtures.py pylate|colbert-ai`.
 
 use std::path::PathBuf;
 
@@ -72,4 +72,9 @@ fn check(name: &str) {
 #[test]
 fn a_pylate_bert_checkpoint_encodes_as_pylate_does() {
     check("bert");
+}
+
+#[test]
+fn a_stanford_colbert_ai_checkpoint_encodes_as_colbert_ai_does() {
+    check("stanford");
 }
