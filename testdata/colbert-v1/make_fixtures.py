@@ -60,6 +60,11 @@ DOCUMENTS = [
     "!!! ??? ... ,,, ;;;",
     "ice",
 ]
+#: Query settings encoded again on the PyLate checkpoint (`expected-<name>.json`).
+VARIANTS = {
+    "attend": {"attend_to_expansion_tokens": True},
+    "no-expansion": {"do_query_expansion": False},
+}
 QUERY_LENGTH = 12
 DOCUMENT_LENGTH = 24
 EMBEDDING_SIZE = 16
@@ -205,6 +210,14 @@ def pylate_fixtures() -> None:
             "documents": [{"text": t, "vectors": v.tolist()} for t, v in zip(DOCUMENTS, documents)],
         }
         (out / "expected.json").write_text(json.dumps(expected, indent=None) + "\n")
+        # The same checkpoint with other query settings (the test patches its copy's config):
+        # every query token attending to the [MASK] expansion, and no expansion at all.
+        for variant, settings in VARIANTS.items():
+            other = models.ColBERT(model_name_or_path=str(out), device="cpu", **settings)
+            vectors = other.encode(QUERIES, is_query=True, convert_to_numpy=True)
+            cases = [{"text": t, "vectors": v.tolist()} for t, v in zip(QUERIES, vectors)]
+            body = {"settings": settings, "queries": cases}
+            (out / f"expected-{variant}.json").write_text(json.dumps(body) + "\n")
         for unused in ("README.md",):
             (out / unused).unlink(missing_ok=True)
         size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())

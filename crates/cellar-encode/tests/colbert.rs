@@ -16,14 +16,25 @@ struct Expected {
     documents: Vec<Case>,
 }
 
+/// `expected-<variant>.json`: PyLate's query vectors with other settings of the same checkpoint.
+#[derive(Deserialize)]
+struct Variant {
+    settings: serde_json::Map<String, serde_json::Value>,
+    queries: Vec<Case>,
+}
+
 #[derive(Deserialize)]
 struct Case {
     text: String,
     vectors: Vec<Vec<f32>>,
 }
 
+fn fixture_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/colbert-v1").join(name)
+}
+
 fn fixture(name: &str) -> (Encoder, Expected) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/colbert-v1").join(name);
+    let dir = fixture_dir(name);
     let encoder = Encoder::load(EncoderConfig::new(&dir)).unwrap();
     let text = std::fs::read_to_string(dir.join("expected.json")).unwrap();
     (encoder, serde_json::from_str(&text).unwrap())
@@ -77,4 +88,42 @@ fn a_pylate_bert_checkpoint_encodes_as_pylate_does() {
 #[test]
 fn a_stanford_colbert_ai_checkpoint_encodes_as_colbert_ai_does() {
     check("stanford");
+}
+
+/// The PyLate checkpoint with every query token attending to its [MASK] expansion, and with no
+/// expansion: a copy whose `config_sentence_transformers.json` takes the variant's settings.
+#[test]
+fn pylate_query_settings_change_the_vectors_as_in_pylate() {
+    for variant in ["attend", "no-expansion"] {
+        let from = fixture_dir("bert");
+        let text = std::fs::read_to_string(from.join(format!("expected-{variant}.json"))).unwrap();
+        let expected: Variant = serde_json::from_str(&text).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("bert");
+        for sub in ["", "1_Dense"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+            for entry in std::fs::read_dir(from.join(sub)).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_file() {
+                    std::fs::copy(&path, dir.join(sub).join(path.file_name().unwrap())).unwrap();
+                }
+            }
+        }
+        let config_path = dir.join("config_sentence_transformers.json");
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+        for (key, value) in &expected.settings {
+            config[key] = value.clone();
+        }
+        std::fs::write(&config_path, config.to_string()).unwrap();
+        let encoder = Encoder::load(EncoderConfig::new(&dir)).unwrap();
+        for case in &expected.queries {
+            same(
+                &encoder.encode_query(&case.text).unwrap(),
+                case,
+                encoder.dim(),
+                &format!("{variant} query"),
+            );
+        }
+    }
 }
