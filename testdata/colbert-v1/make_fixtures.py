@@ -111,7 +111,35 @@ def bert(directory: Path) -> None:
     tokenizer.save_pretrained(directory)
 
 
-ARCHITECTURES = {"bert": bert}
+def modernbert(directory: Path) -> None:
+    from transformers import ModernBertConfig, ModernBertModel
+
+    tokenizer = wordpiece_tokenizer()
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("[PAD]", "[CLS]", "[SEP]")}
+    config = ModernBertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        max_position_embeddings=64,
+        # A window of 8 (4 each side) on the sliding layers, so 24-token documents feel it.
+        local_attention=8,
+        global_attn_every_n_layers=3,
+        # Weights large enough that attention is far from uniform: with the default 0.02, rotary
+        # positions change the vectors by less than the tests' 1e-4.
+        initializer_range=0.5,
+        pad_token_id=ids["[PAD]"],
+        cls_token_id=ids["[CLS]"],
+        sep_token_id=ids["[SEP]"],
+        bos_token_id=ids["[CLS]"],
+        eos_token_id=ids["[SEP]"],
+    )
+    ModernBertModel(config).save_pretrained(directory, safe_serialization=True)
+    tokenizer.save_pretrained(directory)
+
+
+ARCHITECTURES = {"bert": bert, "modernbert": modernbert}
 
 
 def stanford(out: Path) -> dict:

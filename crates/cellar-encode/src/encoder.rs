@@ -9,6 +9,7 @@ use crate::bert::Bert;
 use crate::colbert::Colbert;
 use crate::config::{BertConfig, EncoderConfig};
 use crate::errors::{invalid, model_err, tensor_err};
+use crate::modernbert::{is_modernbert, ModernBert, ModernBertConfig};
 use crate::projection::Projection;
 use crate::threads::Pools;
 use crate::tokenize::{Kind, SkipRules, TokenSeq, Tokenizers};
@@ -33,7 +34,7 @@ pub struct Encoder {
     /// What it was loaded with.
     config: EncoderConfig,
     /// The transformer.
-    bert: Bert,
+    net: Network,
     /// The linear layer after it, if the checkpoint has one.
     projection: Option<Projection>,
     /// Query- and document-truncating tokenizers.
@@ -56,20 +57,28 @@ impl Encoder {
         if !dir.is_dir() {
             return Err(model_err(&dir, "model directory not found"));
         }
-        let cfg = BertConfig::load(&dir)?;
         if config.threads == 0 || config.batch_size == 0 {
             return Err(invalid("threads and batch_size must be at least 1"));
         }
-        let max_positions = cfg.max_position_embeddings;
-        let weights = Weights::load_bert(&dir.join("model.safetensors"))?;
-        let hidden = cfg.hidden_size;
-        let (vocab, name) = (cfg.vocab_size, model_name(&dir));
-        let summary = format!(
-            "{name} (base {}): {} layers, hidden {hidden}",
-            cfg.name_or_path.as_deref().unwrap_or("?"),
-            cfg.num_hidden_layers
-        );
-        let bert = Bert::load(cfg, &weights)?;
+        let name = model_name(&dir);
+        let (net, weights, summary) = if is_modernbert(&dir) {
+            let cfg = ModernBertConfig::load(&dir)?;
+            let weights = Weights::load_plain(&dir.join("model.safetensors"))?;
+            let summary =
+                format!("{name} (ModernBERT): {} layers, hidden {}", cfg.num_hidden_layers, cfg.hidden_size);
+            (Network::ModernBert(ModernBert::load(cfg, &weights)?), weights, summary)
+        } else {
+            let cfg = BertConfig::load(&dir)?;
+            let weights = Weights::load_bert(&dir.join("model.safetensors"))?;
+            let summary = format!(
+                "{name} (base {}): {} layers, hidden {}",
+                cfg.name_or_path.as_deref().unwrap_or("?"),
+                cfg.num_hidden_layers,
+                cfg.hidden_size
+            );
+            (Network::Bert(Bert::load(cfg, &weights)?), weights, summary)
+        };
+        let (hidden, vocab, max_positions) = net.shape();
         let projection = Projection::find(&dir, &weights, hidden)?;
         drop(weights);
         let probe = Tokenizers::load(&dir, max_positions, max_positions)?;
@@ -101,12 +110,12 @@ impl Encoder {
             "loaded encoder {summary}, output dim {}",
             projection.as_ref().map_or(hidden, |p| p.out_dim)
         );
-        Ok(Encoder { config, bert, projection, tokenizers, colbert, pools, name })
+        Ok(Encoder { config, net, projection, tokenizers, colbert, pools, name })
     }
 
     /// Width of every output vector (the projection's output if there is one, else hidden size).
     pub fn dim(&self) -> usize {
-        self.projection.as_ref().map_or(self.bert.cfg.hidden_size, |p| p.out_dim)
+        self.projection.as_ref().map_or(self.net.shape().0, |p| p.out_dim)
     }
 
     /// The checkpoint's name: its directory's name (with the parent's when the name is generic
@@ -189,13 +198,13 @@ impl Encoder {
             row[..s.ids.len()].copy_from_slice(&s.ids);
         }
         let dir = &self.config.model_dir;
-        let hidden = self.bert.forward(&ids, seq_len, &lens).map_err(|e| tensor_err(dir, e))?;
+        let hidden = self.net.forward(&ids, seq_len, &lens).map_err(|e| tensor_err(dir, e))?;
         let projected = match &self.projection {
             Some(p) => Some(p.rows(&hidden).and_then(|t| flat(&t)).map_err(|e| tensor_err(dir, e))?),
             None => None,
         };
         let hidden = flat(&hidden).map_err(|e| tensor_err(dir, e))?;
-        let h = self.bert.cfg.hidden_size;
+        let h = self.net.shape().0;
         let rows_of =
             |v: &[f32], width: usize, b: usize, n: usize| v[b * seq_len * width..][..n * width].to_vec();
         let encoded = seqs.iter().enumerate().map(|(b, s)| {
@@ -211,7 +220,7 @@ impl Encoder {
 
     /// Builds the output of one text from its hidden `states` and (projected) token `rows`.
     fn finish(&self, states: &[f32], rows: Vec<f32>, keep: &[bool]) -> Encoded {
-        let (h, dim) = (self.bert.cfg.hidden_size, self.dim());
+        let (h, dim) = (self.net.shape().0, self.dim());
         let mut mean = vec![0f32; h];
         for row in states.chunks_exact(h) {
             mean.iter_mut().zip(row).for_each(|(m, v)| *m += v);
@@ -231,6 +240,29 @@ impl Encoder {
         }
         let n_tokens = tokens.len() / dim;
         Encoded { tokens, n_tokens, pooled }
+    }
+}
+
+/// The transformer of a checkpoint: BERT, or ModernBERT (`config.json`'s `model_type`).
+enum Network {
+    Bert(Bert),
+    ModernBert(ModernBert),
+}
+
+impl Network {
+    /// Hidden size, vocabulary size, longest input.
+    fn shape(&self) -> (usize, usize, usize) {
+        match self {
+            Network::Bert(b) => (b.cfg.hidden_size, b.cfg.vocab_size, b.cfg.max_position_embeddings),
+            Network::ModernBert(m) => (m.cfg.hidden_size, m.cfg.vocab_size, m.cfg.max_position_embeddings),
+        }
+    }
+
+    fn forward(&self, ids: &[u32], seq: usize, lens: &[usize]) -> candle_core::Result<Tensor> {
+        match self {
+            Network::Bert(b) => b.forward(ids, seq, lens),
+            Network::ModernBert(m) => m.forward(ids, seq, lens),
+        }
     }
 }
 

@@ -19,6 +19,7 @@ mod eigen;
 mod encoder;
 mod errors;
 mod math;
+mod modernbert;
 mod ops;
 mod pca;
 mod projection;

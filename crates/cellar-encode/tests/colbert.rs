@@ -86,6 +86,11 @@ fn a_pylate_bert_checkpoint_encodes_as_pylate_does() {
 }
 
 #[test]
+fn a_pylate_modernbert_checkpoint_encodes_as_pylate_does() {
+    check("modernbert");
+}
+
+#[test]
 fn a_stanford_colbert_ai_checkpoint_encodes_as_colbert_ai_does() {
     check("stanford");
 }
