@@ -1,6 +1,7 @@
 //! `cellar-bench embeddings`: folders of embeddings in the layout of `cellar index --vectors`
 //! (docs/embeddings.md) for the build-from-embeddings benchmark (`bench/embeddings.sh`): a
-//! synthetic one of any size, or an existing index's own vectors exported.
+//! synthetic one of any size, an existing index's own vectors exported, or a collection encoded
+//! by the default model exactly as `cellar index` encodes it (float32, before any codec).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -34,6 +35,17 @@ pub enum Action {
         out: PathBuf,
         #[arg(long, default_value_t = 42)]
         seed: u64,
+    },
+    /// A BEIR collection encoded by the default model as `cellar index` encodes it (the same
+    /// batches of 32 documents in corpus order, all cores), written as float32.
+    Encode {
+        /// BEIR folder (its corpus.jsonl).
+        #[arg(long)]
+        data: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 1_000)]
+        shard_docs: usize,
     },
     /// An index's token and pooled vectors, ids and texts (float16, as its f16 store holds them).
     Export {
@@ -83,6 +95,7 @@ pub fn run(args: EmbeddingsArgs) -> Result<()> {
                 started.elapsed().as_secs_f64()
             );
         }
+        Action::Encode { data, out, shard_docs } => encode(&data, &out, shard_docs.max(1), started)?,
         Action::Export { index, out, shard_docs } => {
             let n = export(&index, &out, NpyDtype::F16, shard_docs)?;
             println!(
@@ -93,5 +106,54 @@ pub fn run(args: EmbeddingsArgs) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// `Action::Encode`: the build's encoder settings (`BuildOptions::new`) and batching.
+fn encode(data: &std::path::Path, out: &std::path::Path, shard_docs: usize, started: Instant) -> Result<()> {
+    use cellar_encode::{Encoder, EncoderConfig};
+    use cellar_search::corpus::{Collection, CorpusReader};
+
+    let defaults = cellar_search::BuildOptions::new(data, out);
+    let mut config = EncoderConfig::new(cellar_encode::default_model_dir()?);
+    config.query_max_tokens = defaults.query_max_tokens;
+    config.doc_max_tokens = defaults.doc_max_tokens;
+    config.skip_special = defaults.skip_special;
+    config.skip_punctuation = defaults.skip_punctuation;
+    config.threads = defaults.encode_threads;
+    config.batch_size = defaults.batch_docs;
+    let encoder = Encoder::load(config)?;
+    let dim = encoder.dim();
+    std::fs::create_dir_all(out).at(out)?;
+    let docs: Vec<_> = CorpusReader::open(&Collection::locate(data)?.corpus)?.collect::<Result<_>>()?;
+    let mut lines = String::new();
+    for (shard, part) in docs.chunks(shard_docs).enumerate() {
+        let (mut tokens, mut pooled, mut lens) = (Vec::new(), Vec::new(), Vec::new());
+        for batch in part.chunks(defaults.batch_docs) {
+            let contents: Vec<String> = batch.iter().map(|d| d.content()).collect();
+            let refs: Vec<&str> = contents.iter().map(String::as_str).collect();
+            for (doc, enc) in batch.iter().zip(encoder.encode_docs(&refs)?) {
+                tokens.extend_from_slice(&enc.tokens);
+                pooled.extend_from_slice(&enc.pooled);
+                lens.push(enc.n_tokens);
+                let line = serde_json::json!({"_id": doc.id, "title": doc.title, "text": doc.text});
+                lines.push_str(&line.to_string());
+                lines.push('\n');
+            }
+        }
+        write_npy(&out.join(format!("embeddings.{shard}.npy")), NpyDtype::F32, &tokens, dim)?;
+        write_npy(&out.join(format!("pooled.{shard}.npy")), NpyDtype::F32, &pooled, dim)?;
+        let path = out.join(format!("doclens.{shard}.json"));
+        std::fs::write(&path, serde_json::to_vec(&lens).expect("counts")).at(&path)?;
+    }
+    let path = out.join(CORPUS_FILE);
+    std::fs::write(&path, lines).at(&path)?;
+    println!(
+        "encoded {} docs of {} to {} in {:.1} s",
+        docs.len(),
+        data.display(),
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
