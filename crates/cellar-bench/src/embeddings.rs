@@ -9,7 +9,7 @@ use std::time::Instant;
 use cellar_core::synth::{SynthConfig, SynthCorpus};
 use cellar_core::IoContext;
 use cellar_core::Result;
-use cellar_search::embeddings::{export, write_npy, NpyDtype, CORPUS_FILE};
+use cellar_search::embeddings::{export, write_shard, NpyDtype, CORPUS_FILE};
 
 #[derive(clap::Args)]
 pub struct EmbeddingsArgs {
@@ -81,10 +81,7 @@ pub fn run(args: EmbeddingsArgs) -> Result<()> {
                 }
                 all_tokens += (shard_tokens.len() / dim) as u64;
                 bytes += (shard_tokens.len() * 2) as u64;
-                write_npy(&out.join(format!("embeddings.{shard}.npy")), NpyDtype::F16, &shard_tokens, dim)?;
-                write_npy(&out.join(format!("pooled.{shard}.npy")), NpyDtype::F16, &shard_pooled, dim)?;
-                let path = out.join(format!("doclens.{shard}.json"));
-                std::fs::write(&path, serde_json::to_vec(&lens).expect("counts")).at(&path)?;
+                write_shard(&out, shard, NpyDtype::F16, dim, &shard_tokens, &shard_pooled, &lens)?;
             }
             let path = out.join(CORPUS_FILE);
             std::fs::write(&path, lines).at(&path)?;
@@ -141,10 +138,7 @@ fn encode(data: &std::path::Path, out: &std::path::Path, shard_docs: usize, star
                 lines.push('\n');
             }
         }
-        write_npy(&out.join(format!("embeddings.{shard}.npy")), NpyDtype::F32, &tokens, dim)?;
-        write_npy(&out.join(format!("pooled.{shard}.npy")), NpyDtype::F32, &pooled, dim)?;
-        let path = out.join(format!("doclens.{shard}.json"));
-        std::fs::write(&path, serde_json::to_vec(&lens).expect("counts")).at(&path)?;
+        write_shard(out, shard, NpyDtype::F32, dim, &tokens, &pooled, &lens)?;
     }
     let path = out.join(CORPUS_FILE);
     std::fs::write(&path, lines).at(&path)?;

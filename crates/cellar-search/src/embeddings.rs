@@ -348,14 +348,28 @@ pub fn export(index: &Path, out: &Path, dtype: NpyDtype, shard_docs: usize) -> R
             corpus.push_str(&line.to_string());
             corpus.push('\n');
         }
-        write_npy(&out.join(format!("embeddings.{shard}.npy")), dtype, &tokens, dim)?;
-        write_npy(&out.join(format!("pooled.{shard}.npy")), dtype, &pooled_rows, dim)?;
-        let doclens = out.join(format!("doclens.{shard}.json"));
-        std::fs::write(&doclens, serde_json::to_vec(&lens).expect("a list of counts")).at(&doclens)?;
+        write_shard(out, shard, dtype, dim, &tokens, &pooled_rows, &lens)?;
     }
     let path = out.join(CORPUS_FILE);
     std::fs::write(&path, corpus).at(&path)?;
     Ok(store.len())
+}
+
+/// Writes shard `shard` of the layout into `out`: `embeddings.N.npy` (`tokens`, `dim` wide),
+/// `pooled.N.npy` (one row per document) and `doclens.N.json` (`lens`), as `dtype`.
+pub fn write_shard(
+    out: &Path,
+    shard: usize,
+    dtype: NpyDtype,
+    dim: usize,
+    tokens: &[f32],
+    pooled: &[f32],
+    lens: &[usize],
+) -> Result<()> {
+    write_npy(&out.join(format!("embeddings.{shard}.npy")), dtype, tokens, dim)?;
+    write_npy(&out.join(format!("pooled.{shard}.npy")), dtype, pooled, dim)?;
+    let doclens = out.join(format!("doclens.{shard}.json"));
+    std::fs::write(&doclens, serde_json::to_vec(lens).expect("a list of counts")).at(&doclens)
 }
 
 /// Writes `values` as a C-ordered `(values.len() / cols, cols)` `.npy` array (format 1.0).
