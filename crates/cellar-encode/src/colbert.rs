@@ -192,7 +192,8 @@ impl Colbert {
         }
         if !query {
             let keep: Vec<bool> = ids.iter().map(|id| !self.skiplist.contains(id)).collect();
-            return (ids.clone(), ids.len(), keep);
+            let attend = ids.len();
+            return (ids, attend, keep);
         }
         let real = ids.len();
         if self.expansion && ids.len() < self.query_length {

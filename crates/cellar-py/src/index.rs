@@ -265,8 +265,9 @@ impl PyIndex {
     /// Each item of ``queries`` is a query text, or a dict of search-request fields (``query``,
     /// ``query_vectors``, ``k``, ...) for queries that differ by more than their text; the keyword
     /// arguments are the settings of :meth:`search`, shared by every query (an item's own fields
-    /// win). Every request is checked before any search runs; the first query that fails raises
-    /// its error (with its position). Releases the GIL.
+    /// win). Every item is converted to a request before any search runs (a misspelt or mistyped
+    /// argument raises at once); the first query whose search fails raises its error (with its
+    /// position). Releases the GIL.
     #[pyo3(signature = (queries, **params), text_signature = "($self, queries, **params)")]
     fn search_batch(
         &self,
@@ -304,20 +305,24 @@ impl PyIndex {
         }
         let responses = without_gil(py, || {
             let index = &self.index;
-            let threads =
-                std::thread::available_parallelism().map_or(1, |n| n.get()).min(requests.len()).max(1);
-            let per = requests.len().div_ceil(threads).max(1);
-            let mut parts: Vec<cellar_core::Result<Vec<_>>> = std::thread::scope(|scope| {
-                let handles: Vec<_> = requests
-                    .chunks(per)
+            let n = requests.len();
+            let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).min(n).max(1);
+            let per = n.div_ceil(threads).max(1);
+            // Each thread owns its share of the requests: no request (or its vectors) is copied.
+            let mut rest = requests.into_iter();
+            let shares: Vec<Vec<SearchRequest>> =
+                (0..threads).map(|_| rest.by_ref().take(per).collect()).collect();
+            let parts: Vec<cellar_core::Result<Vec<_>>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = shares
+                    .into_iter()
                     .enumerate()
-                    .map(|(part, chunk)| {
+                    .map(|(part, share)| {
                         scope.spawn(move || {
-                            chunk
-                                .iter()
+                            share
+                                .into_iter()
                                 .enumerate()
                                 .map(|(j, request)| {
-                                    index.search(request.clone()).map_err(|e| at_query(e, part * per + j))
+                                    index.search(request).map_err(|e| at_query(e, part * per + j))
                                 })
                                 .collect::<cellar_core::Result<Vec<_>>>()
                         })
@@ -325,8 +330,8 @@ impl PyIndex {
                     .collect();
                 handles.into_iter().map(|h| h.join().expect("a search thread panicked")).collect()
             });
-            let mut all = Vec::with_capacity(requests.len());
-            for part in parts.drain(..) {
+            let mut all = Vec::with_capacity(n);
+            for part in parts {
                 all.extend(part?);
             }
             Ok(all)
