@@ -11,6 +11,7 @@ mod search_cmd;
 mod serve_cmd;
 mod stream_search_cmd;
 mod tune_cmd;
+mod write_cmd;
 
 use std::process::ExitCode;
 
@@ -35,6 +36,10 @@ enum Command {
     Eval(eval_cmd::EvalArgs),
     /// Sweep alpha and rerank_k on a development split and save the best as defaults.
     Tune(tune_cmd::TuneArgs),
+    /// Add (or with --update replace) documents of a JSONL file to an index, durably.
+    Add(write_cmd::AddArgs),
+    /// Delete documents from an index by id, durably.
+    Delete(write_cmd::DeleteArgs),
     /// Serve an index and/or streaming collections over HTTP/JSON (search, batch search, streams,
     /// health, metrics, OpenAPI).
     Serve(serve_cmd::ServeArgs),
@@ -54,6 +59,8 @@ fn main() -> ExitCode {
         Command::Search(args) => search_cmd::run(args),
         Command::Eval(args) => eval_cmd::run(args),
         Command::Tune(args) => tune_cmd::run(args),
+        Command::Add(args) => write_cmd::add(args),
+        Command::Delete(args) => write_cmd::delete(args),
         Command::Serve(args) => serve_cmd::run(args),
         Command::Feed(args) => feed_cmd::run(args),
         Command::StreamSearch(args) => stream_search_cmd::run(args),

@@ -199,5 +199,6 @@ fn open_options(args: &ServeArgs) -> Result<OpenOptions> {
         model_dir: args.model.clone(),
         encoder_threads: positive(args.intra_op_threads, "intra-op-threads")?,
         inject_latency,
+        ..OpenOptions::default()
     })
 }

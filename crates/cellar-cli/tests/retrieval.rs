@@ -244,3 +244,50 @@ fn inspect_verify_reads_every_file_of_an_index_and_names_the_first_damage() {
     }
     assert!(cellar(&["inspect", index_s, "--verify"]).status.success());
 }
+
+#[test]
+fn add_and_delete_write_durably_and_bad_lines_exit_2() {
+    let (tmp, _data, index) = indexed();
+    let index_s = index.to_str().unwrap();
+    let docs = tmp.path().join("new.jsonl");
+    std::fs::write(
+        &docs,
+        "{\"id\": \"comet0\", \"title\": \"comet\", \"text\": \"A comet trails a tail of ice and dust\"}\n\n\
+         {\"id\": \"comet1\", \"text\": \"Comets orbit the sun on long ellipses\"}\n",
+    )
+    .unwrap();
+    let out = cellar(&["add", docs.to_str().unwrap(), "--index", index_s, "--batch", "1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("added 2 documents; the index holds 10"), "{}", text(&out.stdout));
+    let search = ["search", "--index", index_s, "comet tail of ice", "--mode", "rerank", "--json"];
+    let out = cellar(&search);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let hits: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits["hits"][0]["id"], "comet0", "{hits}");
+
+    assert_user_error(
+        &cellar(&["add", docs.to_str().unwrap(), "--index", index_s]),
+        "exists; update it instead",
+    );
+    let bad = tmp.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"id\": \"comet2\", \"text\": \"fine\"}\n{\"id\": \"comet3\", \"txt\": \"typo\"}\n",
+    )
+    .unwrap();
+    assert_user_error(
+        &cellar(&["add", bad.to_str().unwrap(), "--index", index_s]),
+        "bad.jsonl:2: not a document",
+    );
+    assert_user_error(&cellar(&["delete", "nope", "--index", index_s]), "no document \"nope\"");
+    let out = cellar(&["delete", "comet1", "moon0", "--index", index_s]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("deleted 2 documents; the index holds 8"), "{}", text(&out.stdout));
+    let out = cellar(&["search", "--index", index_s, "comets", "--mode", "bm25", "--json"]);
+    let hits: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = hits["hits"].as_array().unwrap().iter().map(|h| h["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["comet0"], "the deleted comet is gone; the unwritten line 1 of bad.jsonl too");
+    let out = cellar(&["inspect", index_s, "--verify"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("live/wal.log"), "{}", text(&out.stdout));
+}

@@ -2,14 +2,14 @@
 //! GIL released ([`without_gil`]), so Python threads can search one index concurrently.
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex};
 
 use cellar_core::codec::CodecKind;
 use cellar_core::io::ReaderKind;
 use cellar_search::eval::doc_ids;
 use cellar_search::ivf::IvfBuildOptions;
 use cellar_search::request::DEFAULT_K;
-use cellar_search::{BuildOptions, Index, OpenOptions, SearchRequest};
+use cellar_search::{BuildOptions, Index, OpenOptions, SearchRequest, WriteRequest};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -29,8 +29,8 @@ use crate::result::PySearchResult;
 #[pyclass(frozen, module = "cellar", name = "Index")]
 pub struct PyIndex {
     index: Index,
-    /// Collection ids by internal id, read once for the first `evaluate`.
-    ids: OnceLock<Vec<String>>,
+    /// Collection ids by internal id, read by the first `evaluate` after a write (or ever).
+    ids: Mutex<Option<Arc<Vec<String>>>>,
 }
 
 /// A [`SearchRequest`] from a method's keyword arguments: each argument is a field of the
@@ -109,7 +109,37 @@ pub(crate) fn default_model(py: Python<'_>) -> Option<PathBuf> {
 
 fn open_index(py: Python<'_>, path: PathBuf, options: OpenOptions) -> PyResult<PyIndex> {
     let index = without_gil(py, || Index::open(&path, options))?;
-    Ok(PyIndex { index, ids: OnceLock::new() })
+    Ok(PyIndex { index, ids: Mutex::new(None) })
+}
+
+impl PyIndex {
+    /// `docs` (one dict or a list of them) as operations `kind` ("add", "update").
+    fn write_docs<'py>(
+        &self,
+        py: Python<'py>,
+        kind: &str,
+        docs: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let items: Vec<Bound<'py, PyAny>> = if docs.is_instance_of::<PyDict>() {
+            vec![docs.clone()]
+        } else {
+            docs.try_iter()?.collect::<PyResult<_>>()?
+        };
+        let ops = items
+            .iter()
+            .enumerate()
+            .map(|(i, doc)| Ok(json!({ kind: python_to_json(py, &format!("docs[{i}]"), doc)? })))
+            .collect::<PyResult<Vec<Value>>>()?;
+        self.write(py, ops)
+    }
+
+    fn write<'py>(&self, py: Python<'py>, ops: Vec<Value>) -> PyResult<Bound<'py, PyAny>> {
+        let request: WriteRequest =
+            serde_json::from_value(json!({ "ops": ops })).map_err(|e| invalid(py, e.to_string()))?;
+        let report = without_gil(py, || self.index.write(request))?;
+        *self.ids.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        to_python(py, &report)
+    }
 }
 
 #[pymethods]
@@ -369,14 +399,16 @@ impl PyIndex {
         let queries = args::queries(queries)?;
         let qrels = args::qrels(qrels)?;
         let row = without_gil(py, || {
-            let ids = match self.ids.get() {
+            let cached = self.ids.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let ids = match cached {
                 Some(ids) => ids,
                 None => {
-                    let ids = doc_ids(&self.index)?;
-                    self.ids.get_or_init(|| ids)
+                    let ids = Arc::new(doc_ids(&self.index)?);
+                    *self.ids.lock().unwrap_or_else(|p| p.into_inner()) = Some(ids.clone());
+                    ids
                 }
             };
-            evaluate(&self.index, &queries, &qrels, ids, options)
+            evaluate(&self.index, &queries, &qrels, &ids, options)
         })?;
         let m = &row.metrics;
         let dict = PyDict::new(py);
@@ -390,6 +422,43 @@ impl PyIndex {
         dict.set_item("mean_encode_ms", row.mean_encode_ms)?;
         dict.set_item("mean_bytes_read", row.mean_bytes_read)?;
         Ok(dict)
+    }
+
+    /// Adds documents: each a dict with ``id`` (new to the index), ``title`` and ``text``
+    /// (optional), and optionally ``vectors={"tokens": (n, dim) array, "pooled": (dim,)
+    /// array}`` in the model's space (else the text is encoded with the index's model). The
+    /// batch is all or nothing: any bad document or existing id raises and nothing is written.
+    /// Returns the write's report (``seq``, ``added``, ``docs``, timings); once it returns the
+    /// documents are durable and searchable. Releases the GIL.
+    #[pyo3(signature = (docs))]
+    fn add<'py>(&self, py: Python<'py>, docs: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.write_docs(py, "add", docs)
+    }
+
+    /// Replaces documents by id (each must exist), as :meth:`add` takes them: the new version
+    /// wins everywhere. All or nothing. Releases the GIL.
+    #[pyo3(signature = (docs))]
+    fn update<'py>(&self, py: Python<'py>, docs: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.write_docs(py, "update", docs)
+    }
+
+    /// Deletes documents by id (a str, or a list of them; each must exist: ``NotFoundError``
+    /// otherwise, and nothing is deleted). Releases the GIL.
+    #[pyo3(signature = (ids))]
+    fn delete<'py>(&self, py: Python<'py>, ids: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let ids: Vec<String> = if ids.is_instance_of::<pyo3::types::PyString>() {
+            vec![args::id(ids, "ids")?]
+        } else {
+            ids.try_iter()?.map(|id| args::id(&id?, "each id")).collect::<PyResult<_>>()?
+        };
+        let ops = ids.into_iter().map(|id| json!({ "delete": id })).collect();
+        self.write(py, ops)
+    }
+
+    /// Writes every logged document to a segment and empties the write-ahead log (writes flush
+    /// on their own past a memory budget; this is for a clean cut). Releases the GIL.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        without_gil(py, || self.index.flush())
     }
 
     /// The index's ``index.json`` as a dict: encoder settings, codec, search defaults and the

@@ -6,10 +6,11 @@
 //! fixed by tantivy).
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use cellar_core::{CellarError, DocId, IoContext, Result};
-use tantivy::collector::TopDocs;
-use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
+use tantivy::collector::{FilterCollector, TopDocs};
+use tantivy::query::{BooleanQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST};
 use tantivy::tokenizer::{
     Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
@@ -17,6 +18,7 @@ use tantivy::tokenizer::{
 };
 use tantivy::{doc, Index, IndexReader, IndexSettings, IndexWriter, ReloadPolicy};
 
+use crate::live::batch::{LogBatch, LogOp};
 use crate::scored::Scored;
 
 /// Name under which the analyzer is registered on every opened index.
@@ -120,27 +122,35 @@ impl Bm25Writer {
     }
 }
 
+/// Which documents (by internal id) a filtered search takes; tantivy's collector owns it.
+pub type Accept = std::sync::Arc<dyn Fn(DocId) -> bool + Send + Sync>;
+
 /// An open BM25 index.
 pub struct Bm25Index {
     path: PathBuf,
+    index: Index,
     reader: IndexReader,
     fields: Fields,
     analyzer: TextAnalyzer,
+    /// tantivy's writer, opened by the first write to a living index.
+    writer: Mutex<Option<IndexWriter>>,
 }
 
 impl Bm25Index {
     /// Opens the BM25 index in `dir`, checking first what can be checked: `meta.json` is there,
     /// and once tantivy has parsed it, its schema and settings are the ones a Cellar build writes,
-    /// no segment has deletes (a build never deletes), and every segment's `doc` column and field
+    /// no segment has deletes unless `written` (an index that was written to after its build
+    /// deletes through tantivy; a build never does), and every segment's `doc` column and field
     /// norms hold the documents `meta.json` counts. Every tantivy error is `Corrupted` naming
     /// `dir`, and so, as a last line, is a panic inside tantivy while it opens the index.
-    pub fn open(dir: &Path) -> Result<Bm25Index> {
+    pub fn open(dir: &Path, written: bool) -> Result<Bm25Index> {
         let meta = dir.join(META_FILE);
         if !meta.is_file() {
             let detail = format!("bm25 index: missing {META_FILE}");
             return Err(CellarError::corrupted(dir, 0, detail));
         }
-        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Self::open_checked(dir)));
+        let opened =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Self::open_checked(dir, written)));
         opened.unwrap_or_else(|panic| {
             let what = panic
                 .downcast_ref::<&str>()
@@ -151,7 +161,7 @@ impl Bm25Index {
         })
     }
 
-    fn open_checked(dir: &Path) -> Result<Bm25Index> {
+    fn open_checked(dir: &Path, written: bool) -> Result<Bm25Index> {
         let index = Index::open_in_dir(dir).map_err(|e| tantivy_error(dir, e))?;
         let corrupted =
             |detail: String| CellarError::corrupted(dir, 0, format!("bm25 index: {META_FILE}: {detail}"));
@@ -162,7 +172,7 @@ impl Bm25Index {
             return Err(corrupted("its settings are not the ones a Cellar build writes".into()));
         }
         let segments = index.searchable_segment_metas().map_err(|e| tantivy_error(dir, e))?;
-        if let Some(segment) = segments.iter().find(|s| s.delete_opstamp().is_some()) {
+        if let Some(segment) = segments.iter().find(|s| !written && s.delete_opstamp().is_some()) {
             return Err(corrupted(format!(
                 "segment {} has deletes; a Cellar build deletes nothing",
                 segment.id().uuid_string()
@@ -176,13 +186,20 @@ impl Bm25Index {
             .try_into()
             .map_err(|e| tantivy_error(dir, e))?;
         check_segments(dir, &reader.searcher(), &fields)?;
-        Ok(Bm25Index { path: dir.to_path_buf(), reader, fields, analyzer: analyzer() })
+        Ok(Bm25Index {
+            path: dir.to_path_buf(),
+            index,
+            reader,
+            fields,
+            analyzer: analyzer(),
+            writer: Mutex::new(None),
+        })
     }
 
     /// Opens the index in `dir` as [`Bm25Index::open`] does, then reads each of its files through
     /// its footer checksum (`cellar inspect --verify`); returns the number of documents.
     pub fn verify(dir: &Path) -> Result<u64> {
-        let docs = Self::open(dir)?.num_docs();
+        let docs = Self::open(dir, true)?.num_docs();
         let index = Index::open_in_dir(dir).map_err(|e| tantivy_error(dir, e))?;
         let damaged = index.validate_checksum().map_err(|e| tantivy_error(dir, e))?;
         match damaged.into_iter().min() {
@@ -212,6 +229,13 @@ impl Bm25Index {
 
     /// The `n` best documents for `text`, best first. A query with no indexable term returns none.
     pub fn search(&self, text: &str, n: usize) -> Result<Vec<Scored>> {
+        self.search_accepting(text, n, None)
+    }
+
+    /// [`Bm25Index::search`] over the documents `accept` takes (by internal id), applied as
+    /// tantivy collects them (a fast-field filter), so `n` accepted documents come back when
+    /// there are that many.
+    pub fn search_accepting(&self, text: &str, n: usize, accept: Option<Accept>) -> Result<Vec<Scored>> {
         let terms = self.terms(text);
         if terms.is_empty() || n == 0 {
             return Ok(Vec::new());
@@ -227,9 +251,20 @@ impl Bm25Index {
             })
             .collect();
         let searcher = self.reader.searcher();
-        let top = searcher
-            .search(&BooleanQuery::new(clauses), &TopDocs::with_limit(n).order_by_score())
-            .map_err(|e| tantivy_error(&self.path, e))?;
+        let query = BooleanQuery::new(clauses);
+        let top_docs = TopDocs::with_limit(n).order_by_score();
+        let top = match accept {
+            None => searcher.search(&query, &top_docs),
+            Some(accept) => {
+                let filter = FilterCollector::new(
+                    "doc".to_string(),
+                    move |doc: u64| u32::try_from(doc).is_ok_and(|d| accept(DocId(d))),
+                    top_docs,
+                );
+                searcher.search(&query, &filter)
+            }
+        };
+        let top = top.map_err(|e| tantivy_error(&self.path, e))?;
         // One internal-id column per segment, opened once per search, not once per hit.
         let columns = searcher
             .segment_readers()
@@ -242,6 +277,57 @@ impl Bm25Index {
                 Ok(Scored { id: self.internal_id(column, address)?, score })
             })
             .collect()
+    }
+
+    /// The sequence number of the last write batch tantivy committed (0: none since the build).
+    pub fn applied_seq(&self) -> Result<u64> {
+        let metas = self.index.load_metas().map_err(|e| tantivy_error(&self.path, e))?;
+        match metas.payload {
+            None => Ok(0),
+            Some(p) => p.parse().map_err(|_| {
+                CellarError::corrupted(
+                    &self.path,
+                    0,
+                    format!("bm25 index: commit payload {p:?} is not a batch number"),
+                )
+            }),
+        }
+    }
+
+    /// Adds and deletes the documents of `batches` (in order), commits them with the last
+    /// batch's sequence number as the commit's payload, and reloads the searcher, so the next
+    /// search sees them.
+    pub(crate) fn apply(&self, batches: &[&LogBatch]) -> Result<()> {
+        let Some(last) = batches.last() else { return Ok(()) };
+        let error = |e| tantivy_error(&self.path, e);
+        let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(self.index.writer_with_num_threads(1, WRITER_BUDGET_BYTES / 2).map_err(error)?);
+        }
+        let writer = slot.as_mut().expect("just opened");
+        for batch in batches {
+            for op in &batch.ops {
+                match op {
+                    LogOp::Put(doc) => {
+                        let document = doc!(self.fields.body => doc.doc.content(), self.fields.doc => u64::from(doc.id.0));
+                        writer.add_document(document).map_err(error)?;
+                    }
+                    LogOp::Delete(id) => {
+                        let term = |v: u32| tantivy::Term::from_field_u64(self.fields.doc, u64::from(v));
+                        let range = RangeQuery::new(
+                            std::ops::Bound::Included(term(id.0)),
+                            std::ops::Bound::Included(term(id.0)),
+                        );
+                        writer.delete_query(Box::new(range)).map_err(error)?;
+                    }
+                }
+            }
+        }
+        let mut commit = writer.prepare_commit().map_err(error)?;
+        commit.set_payload(&last.seq.to_string());
+        commit.commit().map_err(error)?;
+        self.reader.reload().map_err(error)?;
+        Ok(())
     }
 
     fn internal_id(

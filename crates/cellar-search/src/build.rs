@@ -185,7 +185,7 @@ pub struct EmbeddedDoc {
 impl EmbeddedDoc {
     /// The document as the build's writers take it, after every check of its vectors; `i` is
     /// its position, which errors name with its id.
-    fn checked(self, i: usize, dim: usize) -> Result<(Document, Encoded)> {
+    pub(crate) fn checked(self, i: usize, dim: usize) -> Result<(Document, Encoded)> {
         let what = || format!("document {i} ({:?})", self.id);
         if self.id.is_empty() {
             return Err(CellarError::invalid(format!("document {i}: its id is empty")));

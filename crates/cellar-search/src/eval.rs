@@ -119,9 +119,9 @@ fn hybrid_row(config: &IndexConfig, rerank_k: Option<usize>) -> RowSpec {
     row
 }
 
-/// Every document's collection id, by internal id.
+/// Every document's collection id, by internal id (written and deleted ones included).
 pub fn doc_ids(index: &Index) -> Result<Vec<String>> {
-    (0..index.len()).map(|i| index.texts().get(DocId(i as u32)).map(|d| d.id)).collect()
+    (0..index.live_view().next_id).map(|i| index.document(DocId(i)).map(|d| d.id)).collect()
 }
 
 /// Encodes every query once (rows then share the encodings).

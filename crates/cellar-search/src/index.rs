@@ -14,6 +14,7 @@ use cellar_encode::{Encoder, EncoderConfig, Pca};
 use crate::bm25::Bm25Index;
 use crate::config::IndexConfig;
 use crate::ivf::{Ivf, IvfConfig};
+use crate::live::{Live, LIVE_DIR};
 use crate::pooled::{open_pooled, PooledMatrix};
 use crate::texts::TextsReader;
 
@@ -35,11 +36,20 @@ pub struct OpenOptions {
     pub encoder_threads: usize,
     /// Direct reader only: an emulated SSD latency per read (benchmarks on a host-cached disk).
     pub inject_latency: Option<InjectedLatency>,
+    /// Written documents held in RAM (encoded vectors and text) before a write flushes them
+    /// to a segment (`live::FLUSH_BYTES`).
+    pub flush_bytes: usize,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { reader: ReaderKind::Mmap, model_dir: None, encoder_threads: 1, inject_latency: None }
+        OpenOptions {
+            reader: ReaderKind::Mmap,
+            model_dir: None,
+            encoder_threads: 1,
+            inject_latency: None,
+            flush_bytes: crate::live::FLUSH_BYTES,
+        }
     }
 }
 
@@ -55,6 +65,10 @@ pub struct Index {
     /// The dense first stage, when the index has one (`ivf/`).
     pub(crate) ivf: Option<Ivf>,
     options: OpenOptions,
+    /// How the store (and every segment written later) is read.
+    pub(crate) reader_options: ReaderOptions,
+    /// Documents written since the build (`live`).
+    pub(crate) live: Live,
     encoder: Mutex<Option<Arc<Encoder>>>,
     pooled: Mutex<Option<Arc<PooledMatrix>>>,
     /// The directory's shared lock, held while the index is open (`lock`).
@@ -78,7 +92,8 @@ impl Index {
         let mut reader_options = ReaderOptions::new(options.reader);
         reader_options.inject_latency = options.inject_latency;
         let store = VectorStore::open(&dir.join(VECTORS_DIR), &reader_options)?;
-        let bm25 = Bm25Index::open(&dir.join(BM25_DIR))?;
+        let written = dir.join(LIVE_DIR).exists();
+        let bm25 = Bm25Index::open(&dir.join(BM25_DIR), written)?;
         let texts = TextsReader::open(dir)?;
         open_pooled(&dir.join(FileKind::Pooled.file_name()), config.encoder.model_dim, config.build.docs)?;
         let ivf = Ivf::open(dir, config.build.docs, config.encoder.model_dim, &reader_options)?;
@@ -86,6 +101,7 @@ impl Index {
             Some(_) => Some(Pca::load(&dir.join(PCA_FILE))?),
             None => None,
         };
+        let live = Live::new(dir, store.len() as u32);
         let index = Index {
             dir: dir.to_path_buf(),
             config,
@@ -96,22 +112,29 @@ impl Index {
             isa: Isa::detected(),
             ivf,
             options,
+            reader_options,
+            live,
             encoder: Mutex::new(None),
             pooled: Mutex::new(None),
             _lock: lock,
         };
+        index.open_live()?;
         index.check_parts()?;
         Ok(index)
     }
 
+    /// The base's parts hold the documents `index.json` counts, and BM25 every searchable one
+    /// (a reader beside another process's writer skips that check: the writer commits BM25
+    /// after its log, so a reader can open between the two).
     fn check_parts(&self) -> Result<()> {
         let docs = self.config.build.docs;
-        let parts = [
-            ("vectors", self.store.len() as u64),
-            ("bm25", self.bm25.num_docs()),
-            ("texts", self.texts.len() as u64),
-        ];
-        for (name, count) in parts {
+        let bm25 = match (self.live.exists(), self.live.is_writer()) {
+            (false, _) => Some(("bm25", self.bm25.num_docs(), docs)),
+            (true, true) => Some(("bm25", self.bm25.num_docs(), self.live_view().alive())),
+            (true, false) => None,
+        };
+        let parts = [("vectors", self.store.len() as u64, docs), ("texts", self.texts.len() as u64, docs)];
+        for (name, count, docs) in parts.into_iter().chain(bm25) {
             if count != docs {
                 return Err(CellarError::corrupted(
                     &self.dir,
@@ -152,12 +175,22 @@ impl Index {
         &self.config
     }
 
+    /// Searchable documents: the build's and the written ones, less the deleted.
     pub fn len(&self) -> usize {
-        self.store.len()
+        self.live_view().alive() as usize
     }
 
     pub fn is_empty(&self) -> bool {
-        self.store.is_empty()
+        self.len() == 0
+    }
+
+    /// Documents of the build (internal ids `0..base_len()`); written ones follow.
+    pub fn base_len(&self) -> usize {
+        self.store.len()
+    }
+
+    pub(crate) fn flush_bytes(&self) -> usize {
+        self.options.flush_bytes
     }
 
     pub fn texts(&self) -> &TextsReader {
@@ -247,7 +280,7 @@ impl Index {
         if let Some(pooled) = slot.as_ref() {
             return Ok(pooled.clone());
         }
-        let pooled = Arc::new(PooledMatrix::load(&self.dir, self.config.encoder.model_dim, self.len())?);
+        let pooled = Arc::new(PooledMatrix::load(&self.dir, self.config.encoder.model_dim, self.base_len())?);
         *slot = Some(pooled.clone());
         Ok(pooled)
     }

@@ -47,7 +47,9 @@ impl Index {
     pub fn plan(&self, request: SearchRequest) -> Result<Plan> {
         let params = self.params(&request)?;
         let mode = params.mode;
-        let vectors = request.query_vectors.map(|v| flatten(v, self.config.encoder.model_dim)).transpose()?;
+        let dim = self.config.encoder.model_dim;
+        let vectors =
+            request.query_vectors.map(|v| flatten(v, dim, "query_vectors", MAX_QUERY_VECTORS)).transpose()?;
         // The single-vector-first modes need no text when the caller sends the vectors.
         if vectors.is_none() || !(mode.is_single_vector_first() && request.query.is_empty()) {
             check_query(&request.query)?;
@@ -114,7 +116,7 @@ impl Index {
             return self.respond(&query, &params, include_text);
         }
         let start = Instant::now();
-        let bm25 = self.bm25.search(&plan.text, params.candidates)?;
+        let bm25 = self.bm25_search(&plan.text, params.candidates)?;
         let bm25_ms = ms_since(start);
         let ids: Vec<DocId> = bm25.iter().take(params.rerank_k).map(|s| s.id).collect();
         let mut ranking = std::thread::scope(|scope| {
@@ -163,19 +165,24 @@ fn check_query(text: &str) -> Result<()> {
     Ok(())
 }
 
-/// Rows into one flat buffer, after checking their count and that each has the model's
-/// dimension.
-fn flatten(vectors: QueryVectorsIn, dim: usize) -> Result<QueryVectors> {
+/// Rows into one flat buffer, after checking their count (at most `max_rows`) and that each has
+/// the model's dimension; `field` (`query_vectors`, `ops[3].add.vectors`) is what errors name.
+pub(crate) fn flatten(
+    vectors: QueryVectorsIn,
+    dim: usize,
+    field: &str,
+    max_rows: usize,
+) -> Result<QueryVectors> {
     let dtype = vectors.dtype.unwrap_or_default();
     let (tokens, n_tokens) = match vectors.tokens_b64 {
         Some(_) if !vectors.tokens.is_empty() => {
-            return Err(CellarError::invalid("query_vectors: give tokens or tokens_b64, not both"))
+            return Err(CellarError::invalid(format!("{field}: give tokens or tokens_b64, not both")))
         }
         Some(text) => {
-            let values = decode_b64_values(&text, dtype, "query_vectors.tokens_b64")?;
+            let values = decode_b64_values(&text, dtype, &format!("{field}.tokens_b64"))?;
             if !values.len().is_multiple_of(dim) {
                 return Err(CellarError::invalid(format!(
-                    "query_vectors.tokens_b64 holds {} values, not whole rows of the model's dimension {dim}",
+                    "{field}.tokens_b64 holds {} values, not whole rows of the model's dimension {dim}",
                     values.len()
                 )));
             }
@@ -190,16 +197,16 @@ fn flatten(vectors: QueryVectorsIn, dim: usize) -> Result<QueryVectors> {
             (vectors.tokens.into_iter().flatten().collect(), n)
         }
     };
-    if n_tokens > MAX_QUERY_VECTORS {
+    if n_tokens > max_rows {
         return Err(CellarError::InvalidInput(format!(
-            "query_vectors.tokens must hold at most {MAX_QUERY_VECTORS} vectors, got {n_tokens}"
+            "{field}.tokens must hold at most {max_rows} vectors, got {n_tokens}"
         )));
     }
     let pooled = match (vectors.pooled, vectors.pooled_b64) {
         (Some(_), Some(_)) => {
-            return Err(CellarError::invalid("query_vectors: give pooled or pooled_b64, not both"))
+            return Err(CellarError::invalid(format!("{field}: give pooled or pooled_b64, not both")))
         }
-        (_, Some(text)) => Some(decode_b64_values(&text, dtype, "query_vectors.pooled_b64")?),
+        (_, Some(text)) => Some(decode_b64_values(&text, dtype, &format!("{field}.pooled_b64"))?),
         (pooled, None) => pooled,
     };
     if let Some(pooled) = pooled.as_ref().filter(|p| p.len() != dim) {

@@ -90,13 +90,26 @@ impl PooledMatrix {
         bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
     }
 
+    /// Document `i`'s pooled vector as stored: f16 little-endian.
+    pub fn row_bytes(&self, i: usize) -> &[u8] {
+        &self.bytes[i * self.dim * 2..(i + 1) * self.dim * 2]
+    }
+
     /// Exact top-`k` documents by dot product with `query` (L2-normalised, so cosine).
     pub fn search(&self, query: &[f32], k: usize) -> Vec<Scored> {
-        let isa = Isa::detected();
         let mut top = TopK::new(k);
-        for (i, row) in self.bytes.chunks_exact(self.dim * 2).enumerate() {
-            top.push(DocId(i as u32), dot_f16(isa, query, row));
-        }
+        self.score_into(query, 0, &|_| false, &mut top);
         top.into_sorted()
+    }
+
+    /// Scores every row not `excluded` into `top`, row `i` as document `first + i`.
+    pub fn score_into(&self, query: &[f32], first: u32, excluded: &dyn Fn(DocId) -> bool, top: &mut TopK) {
+        let isa = Isa::detected();
+        for (i, row) in self.bytes.chunks_exact(self.dim * 2).enumerate() {
+            let id = DocId(first + i as u32);
+            if !excluded(id) {
+                top.push(id, dot_f16(isa, query, row));
+            }
+        }
     }
 }

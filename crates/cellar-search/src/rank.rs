@@ -19,7 +19,8 @@ use cellar_core::{CellarError, DocId, Result};
 
 use crate::fusion::{self, Fused, Stage};
 use crate::index::Index;
-use crate::ivf::ProbeStats;
+use crate::ivf::{LiveMembers, Probe, ProbeParams, ProbeStats};
+use crate::live::LiveView;
 use crate::mode::Mode;
 use crate::params::{IvfParams, SearchParams};
 use crate::prefetch::{PrefetchStats, ScoredRecords};
@@ -28,6 +29,8 @@ use crate::reads::Reads;
 use crate::scored::better;
 use crate::scored::Scored;
 use crate::search::{Ranking, Timings};
+use crate::topk::TopK;
+use cellar_core::kernels::dot_f16;
 
 fn ms_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
@@ -102,7 +105,7 @@ impl Index {
     ) -> Result<Ranking> {
         let start = Instant::now();
         let hits: Vec<Fused> =
-            self.pooled()?.search(&query.pooled, params.k).iter().map(first_stage_hit).collect();
+            self.dense_scan(&query.pooled, params.k)?.iter().map(first_stage_hit).collect();
         timings.first_stage_ms = ms_since(start);
         Ok(Ranking::first_stage_only(hits, *timings, self.len()))
     }
@@ -115,7 +118,8 @@ impl Index {
         timings: &mut Timings,
     ) -> Result<Ranking> {
         let start = Instant::now();
-        let (hits, stats) = self.ivf()?.probe(&query.pooled, ivf.probe(params.k)).finish()?;
+        let view = self.live_view();
+        let (hits, stats) = self.ivf_probe(&view, &query.pooled, ivf.probe(params.k))?.finish()?;
         timings.first_stage_ms = ms_since(start);
         let hits: Vec<Fused> = hits.iter().map(first_stage_hit).collect();
         let mut ranking = Ranking::first_stage_only(hits, *timings, stats.codes);
@@ -143,7 +147,7 @@ impl Index {
             None => {
                 let start = Instant::now();
                 let depth = if params.mode == Mode::Bm25 { params.k } else { params.candidates };
-                let list = self.bm25.search(&query.text, depth)?;
+                let list = self.bm25_search(&query.text, depth)?;
                 timings.first_stage_ms = ms_since(start);
                 list
             }
@@ -187,7 +191,7 @@ impl Index {
     ) -> Result<Ranking> {
         let start = Instant::now();
         let bm25 = match (params.mode, bm25) {
-            (Mode::Hybrid, None) => Some(self.bm25.search(&query.text, params.candidates)?),
+            (Mode::Hybrid, None) => Some(self.bm25_search(&query.text, params.candidates)?),
             (_, given) => given,
         };
         timings.first_stage_ms += ms_since(start);
@@ -216,7 +220,8 @@ impl Index {
     ) -> Result<Probed> {
         let start = Instant::now();
         let depth = if bm25.is_some() { ivf.hybrid_candidates } else { params.candidates };
-        let mut probe = self.ivf()?.probe(&query.pooled, ivf.probe(depth));
+        let view = self.live_view();
+        let mut probe = self.ivf_probe(&view, &query.pooled, ivf.probe(depth))?;
         let rerank_k = params.rerank_k;
         std::thread::scope(|scope| {
             let mut prefetch = None;
@@ -294,12 +299,13 @@ impl Index {
     /// (for tuning, which then fuses them many ways with [`fusion::fuse`], exactly as
     /// [`Index::rank`] does).
     pub fn candidates_with_maxsim(&self, query: &PreparedQuery, n: usize) -> Result<(Vec<Scored>, Vec<f32>)> {
-        let bm25 = self.bm25.search(&query.text, n)?;
+        let bm25 = self.bm25_search(&query.text, n)?;
         let request = crate::request::SearchRequest { mode: Some(Mode::Hybrid), ..Default::default() };
         let candidates = match self.params(&request)?.ivf.filter(|p| p.hybrid_candidates > 0) {
             Some(ivf) => {
                 let probe = ivf.probe(ivf.hybrid_candidates);
-                let (ivf_hits, _) = self.ivf()?.probe(&query.pooled, probe).finish()?;
+                let view = self.live_view();
+                let (ivf_hits, _) = self.ivf_probe(&view, &query.pooled, probe)?.finish()?;
                 first_stage(Some(&bm25), &ivf_hits)
             }
             None => bm25,
@@ -308,6 +314,43 @@ impl Index {
         let scored = self.read_and_score(query, &ids)?;
         let maxsim = ids.iter().map(|id| score_of(id, &[&scored])).collect();
         Ok((candidates, maxsim))
+    }
+}
+
+impl Index {
+    /// BM25's `n` best searchable documents (deleted ones filtered as tantivy collects).
+    pub(crate) fn bm25_search(&self, text: &str, n: usize) -> Result<Vec<Scored>> {
+        let view = self.live_view();
+        if !view.has_deletes() {
+            return self.bm25.search(text, n);
+        }
+        self.bm25.search_accepting(text, n, Some(std::sync::Arc::new(move |id| !view.is_deleted(id))))
+    }
+
+    /// A probe of the IVF that also visits `view`'s written documents and skips its deleted ones.
+    pub(crate) fn ivf_probe<'a>(
+        &'a self,
+        view: &'a LiveView,
+        query: &[f32],
+        params: ProbeParams,
+    ) -> Result<Probe<'a>> {
+        let live = (view.written() > 0 || view.has_deletes()).then_some(view as &dyn LiveMembers);
+        Ok(self.ivf()?.probe_live(query, params, live))
+    }
+
+    /// The exact dense scan: every searchable document's pooled vector against `query`.
+    pub(crate) fn dense_scan(&self, query: &[f32], k: usize) -> Result<Vec<Scored>> {
+        let view = self.live_view();
+        let mut top = TopK::new(k);
+        let excluded = |id: DocId| view.is_deleted(id);
+        self.pooled()?.score_into(query, 0, &excluded, &mut top);
+        for segment in &view.segments {
+            segment.pooled.score_into(query, segment.first.0, &excluded, &mut top);
+        }
+        for doc in view.memtable.iter().filter(|d| !view.is_deleted(d.id)) {
+            top.push(doc.id, dot_f16(self.isa, query, &doc.pooled));
+        }
+        Ok(top.into_sorted())
     }
 }
 

@@ -22,6 +22,7 @@ use cellar_core::io::{ReaderKind, RecordBatch, POOLED_BUFFER_BYTES};
 use cellar_core::{CellarError, DocId, Result};
 
 use crate::index::Index;
+use crate::live::Located;
 use crate::prefetch::ScoredRecords;
 use crate::query::PreparedQuery;
 
@@ -51,6 +52,8 @@ pub(crate) struct Reads {
     /// Shared with the I/O thread, which reads them chunk by chunk.
     ids: Arc<[DocId]>,
     chunks: Receiver<Result<Chunk>>,
+    /// Written documents (not in the base's store), read and scored after the chunks.
+    live: Vec<DocId>,
 }
 
 impl Index {
@@ -62,8 +65,17 @@ impl Index {
         ids: Vec<DocId>,
         ahead: usize,
     ) -> Result<Reads> {
+        let (ids, live) = self.split_base(&ids);
         let chunks = self.store.chunks(&ids, CHUNK_BYTES)?;
-        self.spawn_reads(scope, ids.into(), chunks, ahead)
+        let mut reads = self.spawn_reads(scope, ids.into(), chunks, ahead)?;
+        reads.live = live;
+        Ok(reads)
+    }
+
+    /// `ids` split into the base's and the written documents'.
+    fn split_base(&self, ids: &[DocId]) -> (Vec<DocId>, Vec<DocId>) {
+        let base = self.store.len() as u32;
+        ids.iter().partition(|id| id.0 < base)
     }
 
     /// Reads `chunks` (ranges of `ids`) on an I/O thread of `scope`, one after the other.
@@ -89,7 +101,7 @@ impl Index {
             }
         });
         io.map_err(|e| CellarError::internal(format!("starting an I/O thread: {e}")))?;
-        Ok(Reads { ids, chunks: rx })
+        Ok(Reads { ids, chunks: rx, live: Vec::new() })
     }
 
     /// Scores every chunk of `reads` as it arrives. `wait_ms` is the time this thread waited for
@@ -103,7 +115,53 @@ impl Index {
             out.wait_ms += ms_since(wait_start);
             self.score_chunk(query, &reads.ids, chunk?, &mut out);
         }
+        self.score_live(query, &reads.live, &mut out)?;
         Ok(out)
+    }
+
+    /// Reads and scores written documents: a segment's records through its own store (one
+    /// batch per segment), the memtable's from RAM.
+    fn score_live(&self, query: &PreparedQuery, ids: &[DocId], out: &mut ScoredRecords) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let view = self.live_view();
+        let codec = self.store.codec();
+        let mut by_segment: Vec<(&crate::live::segment::Segment, Vec<DocId>, Vec<DocId>)> = Vec::new();
+        for id in ids {
+            match view.locate(*id)? {
+                Located::Base => {
+                    return Err(CellarError::internal(format!(
+                        "document {} is in the base, not written",
+                        id.0
+                    )))
+                }
+                Located::Memtable(doc) => {
+                    out.scores.insert(*id, codec.maxsim(self.isa, &query.tokens, &doc.tokens));
+                }
+                Located::Segment(segment, local) => {
+                    match by_segment.iter_mut().find(|(s, _, _)| std::ptr::eq(*s, segment)) {
+                        Some((_, globals, locals)) => {
+                            globals.push(*id);
+                            locals.push(local);
+                        }
+                        None => by_segment.push((segment, vec![*id], vec![local])),
+                    }
+                }
+            }
+        }
+        for (segment, globals, locals) in by_segment {
+            let read_start = Instant::now();
+            let batch = segment.store.read_batch(&locals)?;
+            out.read_ms += ms_since(read_start);
+            out.io += batch.stats();
+            for (i, id) in globals.iter().enumerate() {
+                out.scores.insert(*id, codec.maxsim(self.isa, &query.tokens, batch.record(i).tokens));
+            }
+        }
+        out.score_ms += ms_since(start);
+        Ok(())
     }
 
     fn score_chunk(&self, query: &PreparedQuery, ids: &[DocId], chunk: Chunk, out: &mut ScoredRecords) {
@@ -136,10 +194,13 @@ impl Index {
         if ids.is_empty() {
             return Ok(ScoredRecords::default());
         }
+        let (base, live) = self.split_base(ids);
+        let ids = &base[..];
         let chunks = self.store.chunks(ids, chunk_bytes)?;
         if chunks.len() > 1 && self.store.reader_kind() != ReaderKind::Ram {
             return std::thread::scope(|scope| {
-                let reads = self.spawn_reads(scope, ids.into(), chunks, AHEAD)?;
+                let mut reads = self.spawn_reads(scope, ids.into(), chunks, AHEAD)?;
+                reads.live = live;
                 self.score_reads(query, reads)
             });
         }
@@ -151,6 +212,7 @@ impl Index {
             out.wait_ms += read_ms;
             self.score_chunk(query, ids, Chunk { range, batch, read_ms }, &mut out);
         }
+        self.score_live(query, &live, &mut out)?;
         Ok(out)
     }
 }

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use cellar_core::io::ReadStats;
-use cellar_core::Result;
+use cellar_core::{DocId, Result};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -148,6 +148,9 @@ impl Index {
         include_text: bool,
     ) -> Result<SearchResponse> {
         let text_start = Instant::now();
+        // A document deleted while this search ran is not answered.
+        let view = self.live_view();
+        ranking.hits.retain(|f| !view.is_deleted(f.id));
         let hits = ranking.hits.iter().map(|f| self.hit(f, include_text)).collect::<Result<Vec<Hit>>>()?;
         ranking.timings.text_ms = ms_since(text_start);
         ranking.timings.total_ms += ranking.timings.text_ms;
@@ -168,8 +171,16 @@ impl Index {
         })
     }
 
+    /// Document `id`'s collection id, title and text, wherever it is stored.
+    pub fn document(&self, id: DocId) -> Result<crate::corpus::Document> {
+        match self.live_view().document(id)? {
+            Some(doc) => Ok(doc),
+            None => self.texts.get(id),
+        }
+    }
+
     fn hit(&self, fused: &Fused, include_text: bool) -> Result<Hit> {
-        let mut doc = self.texts.get(fused.id)?;
+        let mut doc = self.document(fused.id)?;
         if !include_text {
             doc.title.clear();
             doc.text.clear();

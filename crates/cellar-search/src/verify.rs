@@ -56,7 +56,7 @@ impl Index {
             format!("{} records parsed (text_offsets.bin version 1 has no record checksums)", texts.records)
         };
         done(FileKind::Texts.file_name().into(), format!("{checked}, body checksum"));
-        let bytes = PooledMatrix::verify(&self.dir, self.config.encoder.model_dim, self.len())?;
+        let bytes = PooledMatrix::verify(&self.dir, self.config.encoder.model_dim, self.base_len())?;
         done(FileKind::Pooled.file_name().into(), format!("{docs} rows, {bytes} bytes, body checksum"));
         self.verify_pca(&mut done)?;
         if let Some(ivf) = &self.ivf {
@@ -71,7 +71,7 @@ impl Index {
         }
         let bm25 = Bm25Index::verify(&self.dir.join(BM25_DIR))?;
         done(BM25_DIR.into(), format!("{bm25} documents, every file's footer checksum"));
-        Ok(())
+        self.verify_live(&mut done)
     }
 
     fn verify_pca(&self, done: &mut impl FnMut(PathBuf, String)) -> Result<()> {

@@ -170,6 +170,15 @@ impl<T> Pending<T> {
 }
 
 /// Runs one job on the pool with the server's deadline and waits for it.
+/// A path parameter, or a 400 naming what is wrong with it.
+pub fn path<T>(
+    extracted: Result<axum::extract::Path<T>, axum::extract::rejection::PathRejection>,
+) -> Result<T, ApiError> {
+    extracted
+        .map(|axum::extract::Path(p)| p)
+        .map_err(|e| ApiError::invalid(format!("request path: {}", e.body_text())))
+}
+
 pub async fn run_blocking<T: Send + 'static>(
     state: &AppState,
     work: impl FnOnce() -> cellar_core::Result<T> + Send + 'static,

@@ -13,6 +13,7 @@
 
 pub mod app;
 pub mod cap;
+pub mod docs_api;
 pub mod error;
 pub mod metrics;
 pub mod openapi;

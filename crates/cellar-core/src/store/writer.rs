@@ -87,6 +87,11 @@ impl StoreWriter {
             self.codec.encode(p, &mut self.record);
         }
         self.encode_tokens(tokens, n_tokens);
+        self.write_record(n_tokens)
+    }
+
+    /// Places the record in `self.record` on its page(s) and writes its offsets entry.
+    fn write_record(&mut self, n_tokens: usize) -> Result<DocId> {
         let offset = record::place(self.vectors.position(), self.record.len() as u64);
         let padding = (offset - self.vectors.position()) as usize;
         self.vectors.write(&[0u8; PAGE_BYTES][..padding])?;
@@ -98,6 +103,39 @@ impl StoreWriter {
         self.docs += 1;
         self.tokens += n_tokens as u64;
         Ok(id)
+    }
+
+    /// Appends one document whose tokens the store's codec has already encoded (`n_tokens`
+    /// vectors of `codec.bytes_per_vector()` bytes each, as `Codec::encode_many` writes them):
+    /// the record is byte for byte the one `add` writes for the same vectors, without encoding
+    /// them again (a write-ahead log keeps documents encoded). Stores with pooled vectors
+    /// take documents through `add` only.
+    pub fn add_encoded(&mut self, n_tokens: usize, encoded: &[u8]) -> Result<DocId> {
+        let doc = self.docs;
+        if self.has_pooled {
+            return Err(CellarError::invalid(format!(
+                "document {doc}: a store with pooled vectors takes documents through add"
+            )));
+        }
+        if n_tokens == 0 || n_tokens > MAX_TOKENS_PER_DOC {
+            return Err(CellarError::invalid(format!(
+                "document {doc}: {n_tokens} tokens (1 to {MAX_TOKENS_PER_DOC} allowed)"
+            )));
+        }
+        if encoded.len() != n_tokens * self.codec.bytes_per_vector() {
+            return Err(CellarError::invalid(format!(
+                "document {doc}: {} encoded bytes for {n_tokens} tokens of {} bytes",
+                encoded.len(),
+                self.codec.bytes_per_vector()
+            )));
+        }
+        if self.docs >= u32::MAX as u64 {
+            return Err(CellarError::invalid("a store holds at most 2^32 - 1 documents"));
+        }
+        self.record.clear();
+        record::encode_header(n_tokens as u32, false, &mut self.record);
+        self.record.extend_from_slice(encoded);
+        self.write_record(n_tokens)
     }
 
     /// Appends the encoding of every token to the record: spread over the cores (in token

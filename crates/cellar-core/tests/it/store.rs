@@ -249,3 +249,29 @@ fn synthetic_corpus_is_reproducible_and_realistic() {
     assert_eq!(manifest.counts.docs, 300);
     assert_eq!(manifest.counts.tokens, lengths.iter().sum::<usize>() as u64);
 }
+
+#[test]
+fn documents_given_encoded_are_written_byte_for_byte_as_encoded_ones() {
+    let docs = fixture::docs(12, 9);
+    for kind in [CodecKind::F16, CodecKind::Int8, CodecKind::Residual2] {
+        let codec = fixture::codec(kind, &docs);
+        let (plain, given) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut a = StoreWriter::create(plain.path(), codec.clone(), false).unwrap();
+        let mut b = StoreWriter::create(given.path(), codec.clone(), false).unwrap();
+        for doc in &docs {
+            let n = doc.tokens.len() / DIM;
+            let mut encoded = Vec::new();
+            codec.encode_many(&doc.tokens, &mut encoded);
+            assert_eq!(a.add(&doc.tokens, None).unwrap(), b.add_encoded(n, &encoded).unwrap());
+        }
+        let short = b.add_encoded(2, &[0u8; 3]).unwrap_err();
+        assert!(matches!(short, CellarError::InvalidInput(_)), "{short:?}");
+        assert!(matches!(b.add_encoded(0, &[]).unwrap_err(), CellarError::InvalidInput(_)));
+        a.finish().unwrap();
+        b.finish().unwrap();
+        for file in ["vectors.bin", "offsets.bin"] {
+            let read = |dir: &tempfile::TempDir| std::fs::read(dir.path().join(file)).unwrap();
+            assert_eq!(read(&plain), read(&given), "{kind:?} {file}");
+        }
+    }
+}

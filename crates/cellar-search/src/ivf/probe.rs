@@ -44,6 +44,16 @@ pub struct Ivf {
 /// 100 finds 0.99, for a few more reads of 768 bytes.
 pub const MIN_RESCORED_SHORTLIST: usize = 100;
 
+/// Documents of a living index beyond the IVF's files: written ones joined to the clusters by
+/// their nearest centroid (scored exactly as the probe visits their cluster) and deleted ones
+/// (skipped wherever the probe meets them).
+pub trait LiveMembers: Sync {
+    /// Whether the probe must skip document `id` (deleted, or excluded by a filter).
+    fn excluded(&self, id: u32) -> bool;
+    /// Each written document joined to `cluster`, with its pooled vector (f16 little-endian).
+    fn visit(&self, cluster: u32, found: &mut dyn FnMut(DocId, &[u8]));
+}
+
 /// What one probe does.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ProbeParams {
@@ -191,9 +201,25 @@ impl Ivf {
             + self.table.len() * std::mem::size_of::<ClusterEntry>()
     }
 
+    /// The cluster a new document joins: its pooled vector's nearest centroid.
+    pub fn assign(&self, pooled: &[f32]) -> u32 {
+        cellar_core::cluster::nearest(pooled, &self.centroids, &self.half_norms) as u32
+    }
+
     /// Starts a probe of `query` (a pooled vector of the index's dimension, checked by the
     /// caller): orders the clusters nearest first and keeps the first `params.nprobe`.
     pub fn probe(&self, query: &[f32], params: ProbeParams) -> Probe<'_> {
+        self.probe_live(query, params, None)
+    }
+
+    /// [`Ivf::probe`] of a living index: `live`'s written documents join the clusters probed and
+    /// its deleted ones are skipped.
+    pub fn probe_live<'a>(
+        &'a self,
+        query: &[f32],
+        params: ProbeParams,
+        live: Option<&'a dyn LiveMembers>,
+    ) -> Probe<'a> {
         let dim = self.config.dim;
         let mut order: Vec<(usize, f32, f32)> = self
             .centroids
@@ -226,6 +252,8 @@ impl Ivf {
             shortlist: BinaryHeap::with_capacity(keep + 1),
             stats: ProbeStats::default(),
             code_words: Vec::new(),
+            live,
+            live_hits: Vec::new(),
         }
     }
 }
@@ -281,6 +309,9 @@ pub struct Probe<'a> {
     stats: ProbeStats,
     /// One member's code words, reused across members and blocks.
     code_words: Vec<u64>,
+    live: Option<&'a dyn LiveMembers>,
+    /// Written documents of the clusters probed, scored exactly.
+    live_hits: Vec<Scored>,
 }
 
 impl Probe<'_> {
@@ -332,6 +363,9 @@ impl Probe<'_> {
         let mut words_buf = std::mem::take(&mut self.code_words);
         words_buf.resize(words, 0);
         for slot in 0..block.n {
+            if self.live.is_some_and(|live| live.excluded(block.id(slot))) {
+                continue;
+            }
             block.code_into(slot, &mut words_buf);
             let (estimate, bound) = code.estimate(&words_buf, &block.factors(slot));
             let candidate = Candidate {
@@ -351,6 +385,12 @@ impl Probe<'_> {
         }
         self.code_words = words_buf;
         self.stats.codes += block.n;
+        if let Some(live) = self.live {
+            let (isa, query, hits) = (self.ivf.isa, &self.query, &mut self.live_hits);
+            live.visit(cluster as u32, &mut |id, row| {
+                hits.push(Scored { id, score: dot_f16(isa, query, row) })
+            });
+        }
         Ok(())
     }
 
@@ -358,7 +398,19 @@ impl Probe<'_> {
     pub fn current(&self, n: usize) -> Vec<Scored> {
         let mut sorted: Vec<Candidate> = self.shortlist.iter().copied().collect();
         sorted.sort();
-        sorted.iter().take(n).map(|c| Scored { id: DocId(c.id), score: c.estimate }).collect()
+        let base = sorted.iter().take(n).map(|c| Scored { id: DocId(c.id), score: c.estimate }).collect();
+        self.with_live(base, n)
+    }
+
+    /// `hits` joined by the written documents scored so far: the best `n`.
+    fn with_live(&self, mut hits: Vec<Scored>, n: usize) -> Vec<Scored> {
+        if self.live_hits.is_empty() {
+            return hits;
+        }
+        hits.extend_from_slice(&self.live_hits);
+        hits.sort_by(crate::topk::better);
+        hits.truncate(n);
+        hits
     }
 
     /// Scans what is left, then returns the top `depth` documents: rescored with their full
@@ -374,12 +426,12 @@ impl Probe<'_> {
         if !self.params.rescore {
             let hits =
                 sorted.iter().take(depth).map(|c| Scored { id: DocId(c.id), score: c.estimate }).collect();
-            return Ok((hits, self.stats));
+            return Ok((self.with_live(hits, depth), self.stats));
         }
         let start = Instant::now();
         let hits = self.rescore(&sorted)?;
         self.stats.rescore_ms = start.elapsed().as_secs_f64() * 1e3;
-        Ok((hits, self.stats))
+        Ok((self.with_live(hits, depth), self.stats))
     }
 
     /// Exact scores for the candidates that can still reach the top `depth`: those whose upper

@@ -127,14 +127,15 @@ fn every_bit_flip_in_bm25_meta_json_is_refused_as_corrupted_or_changes_nothing()
     let dir = copy.join(BM25_DIR);
     let path = dir.join(META_FILE);
     let original = std::fs::read(&path).unwrap();
-    let expected = bm25_answers(&Bm25Index::open(&dir).unwrap()).unwrap();
+    let expected = bm25_answers(&Bm25Index::open(&dir, false).unwrap()).unwrap();
     let mut refused = 0;
     for at in 0..original.len() {
         for bit in [0, 3] {
             let mut bytes = original.clone();
             bytes[at] ^= 1 << bit;
             std::fs::write(&path, &bytes).unwrap();
-            let outcome = Bm25Index::open(&dir).and_then(|bm25| Ok((bm25.num_docs(), bm25_answers(&bm25)?)));
+            let outcome =
+                Bm25Index::open(&dir, false).and_then(|bm25| Ok((bm25.num_docs(), bm25_answers(&bm25)?)));
             match outcome {
                 Ok((docs, answers)) => {
                     let change =
@@ -152,7 +153,7 @@ fn every_bit_flip_in_bm25_meta_json_is_refused_as_corrupted_or_changes_nothing()
     }
     assert!(refused > original.len(), "{refused} of {} flips refused", 2 * original.len());
     std::fs::remove_file(&path).unwrap();
-    let (_, detail) = corrupted(Bm25Index::open(&dir).err().expect("refused"), BM25_DIR);
+    let (_, detail) = corrupted(Bm25Index::open(&dir, false).err().expect("refused"), BM25_DIR);
     assert!(detail.contains("missing meta.json"), "{detail}");
 }
 

@@ -13,6 +13,8 @@ mod golden_files;
 mod golden_texts;
 mod integrity;
 mod ivf;
+mod live;
+mod live_crash;
 #[path = "../../../cellar-core/tests/support/markdown.rs"]
 mod markdown;
 mod search;

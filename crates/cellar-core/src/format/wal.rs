@@ -1,0 +1,236 @@
+//! The write-ahead log: every acknowledged write is in it before it is acknowledged.
+//!
+//! ```text
+//! file   = header record*
+//! header = magic "CELLAR-W" (8 bytes) | version u32 LE | reserved u32 (0)        16 bytes
+//!          (WAL_HEADER_FIELDS; the magic and the version keep their place in every version)
+//! record = payload length u32 LE | CRC-32C of (length bytes ++ payload) u32 LE | payload
+//! ```
+//!
+//! A batch of records is written with one `write` and, with [`Durability::Fsync`], one
+//! `fdatasync` before `append` returns (group commit: a feed batch costs one sync). A crash can
+//! leave a torn tail: a record cut short or failing its checksum. Opening the log replays the
+//! records up to the first bad one and truncates the file there, so a write that was never
+//! acknowledged is never half-visible and the log stays appendable. The log ends at its first
+//! bad record: records after it, if any, are dropped too (they cannot have been acknowledged
+//! after an unacknowledged one, since batches are written in order and synced before the ack).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::format::fsio::sync_dir;
+use crate::format::VersionRange;
+use crate::{CellarError, IoContext, Result};
+
+pub const WAL_MAGIC: [u8; 8] = *b"CELLAR-W";
+pub const WAL_VERSION: u32 = 1;
+/// The log versions this build replays.
+pub const WAL_READABLE_VERSIONS: VersionRange = VersionRange::only(WAL_VERSION);
+/// (name, offset, size) of the header's fields, in order (`docs/format/stream.md` draws them).
+pub const WAL_HEADER_FIELDS: [(&str, usize, usize); 3] =
+    [("magic", 0, 8), ("version", 8, 4), ("reserved", 12, 4)];
+/// Bytes of the header: up to the end of its last field.
+pub const WAL_HEADER_BYTES: u64 = {
+    let (_, offset, size) = WAL_HEADER_FIELDS[WAL_HEADER_FIELDS.len() - 1];
+    (offset + size) as u64
+};
+const RECORD_HEADER_BYTES: usize = 8;
+/// Largest payload one record may hold.
+pub const MAX_RECORD_BYTES: usize = 64 << 20;
+
+/// Whether `append` waits for the data to reach the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// `fdatasync` before returning (the default: an acknowledged write survives a crash).
+    Fsync,
+    /// Leave it to the page cache (tests, bulk loads that can be replayed from their source).
+    None,
+}
+
+/// What opening the log found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Records replayed.
+    pub records: u64,
+    /// Bytes of a torn tail cut off the end of the file.
+    pub truncated_bytes: u64,
+}
+
+/// An open log, positioned at its end.
+pub struct Wal {
+    path: PathBuf,
+    file: File,
+    end: u64,
+    durability: Durability,
+}
+
+fn wal_field(name: &str) -> std::ops::Range<usize> {
+    let (_, offset, size) = WAL_HEADER_FIELDS.iter().find(|f| f.0 == name).expect("log header field name");
+    *offset..offset + size
+}
+
+fn header_bytes() -> [u8; WAL_HEADER_BYTES as usize] {
+    let mut header = [0u8; WAL_HEADER_BYTES as usize];
+    header[wal_field("magic")].copy_from_slice(&WAL_MAGIC);
+    header[wal_field("version")].copy_from_slice(&WAL_VERSION.to_le_bytes());
+    header
+}
+
+/// CRC-32C of a record's length field followed by its payload.
+fn record_crc(len_field: &[u8; 4], payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(len_field), payload)
+}
+
+impl Wal {
+    /// Opens (or creates) the log at `path`, hands every intact record's payload to `replay` in
+    /// order, and truncates a torn tail.
+    pub fn open(
+        path: &Path,
+        durability: Durability,
+        mut replay: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<(Wal, Recovery)> {
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path);
+        let file = file.at(path)?;
+        let len = file.metadata().at(path)?.len();
+        let mut wal = Wal { path: path.to_path_buf(), file, end: WAL_HEADER_BYTES, durability };
+        if len < WAL_HEADER_BYTES {
+            // A log whose header never reached the disk cannot hold an acknowledged record.
+            wal.write_header()?;
+            return Ok((wal, Recovery { records: 0, truncated_bytes: len }));
+        }
+        wal.check_header()?;
+        let recovery = wal.replay(len, &mut replay)?;
+        Ok((wal, recovery))
+    }
+
+    /// Hands every intact record's payload to `replay`, in order, without changing the file (a
+    /// reader beside the process that writes the log); a missing log has no records.
+    pub fn read(path: &Path, mut replay: impl FnMut(&[u8]) -> Result<()>) -> Result<u64> {
+        let file = match File::open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(CellarError::io(path, e)),
+        };
+        let len = file.metadata().at(path)?.len();
+        let mut wal =
+            Wal { path: path.to_path_buf(), file, end: WAL_HEADER_BYTES, durability: Durability::None };
+        if len < WAL_HEADER_BYTES {
+            return Ok(0);
+        }
+        wal.check_header()?;
+        let mut records = 0;
+        while let Some(payload) = wal.read_record(len)? {
+            replay(&payload)?;
+            wal.end += (RECORD_HEADER_BYTES + payload.len()) as u64;
+            records += 1;
+        }
+        Ok(records)
+    }
+
+    fn write_header(&mut self) -> Result<()> {
+        self.file.set_len(0).at(&self.path)?;
+        self.file.write_all_at(&header_bytes(), 0).at(&self.path)?;
+        self.file.sync_all().at(&self.path)?;
+        sync_dir(self.path.parent().unwrap_or(Path::new(".")))
+    }
+
+    fn check_header(&self) -> Result<()> {
+        let mut header = [0u8; WAL_HEADER_BYTES as usize];
+        self.file.read_exact_at(&mut header, 0).at(&self.path)?;
+        if header[wal_field("magic")] != WAL_MAGIC {
+            return Err(CellarError::corrupted(&self.path, 0, "not a Cellar write-ahead log (bad magic)"));
+        }
+        let version = u32::from_le_bytes(header[wal_field("version")].try_into().expect("4 bytes"));
+        WAL_READABLE_VERSIONS.check(&self.path, version)
+    }
+
+    /// Replays records from the header to the first bad one, then cuts the file there.
+    fn replay(&mut self, len: u64, replay: &mut impl FnMut(&[u8]) -> Result<()>) -> Result<Recovery> {
+        let mut recovery = Recovery::default();
+        while let Some(payload) = self.read_record(len)? {
+            replay(&payload)?;
+            self.end += (RECORD_HEADER_BYTES + payload.len()) as u64;
+            recovery.records += 1;
+        }
+        if self.end < len {
+            recovery.truncated_bytes = len - self.end;
+            self.file.set_len(self.end).at(&self.path)?;
+            self.file.sync_all().at(&self.path)?;
+        }
+        Ok(recovery)
+    }
+
+    /// The payload of the record at `self.end`, or `None` where the intact log ends.
+    fn read_record(&self, len: u64) -> Result<Option<Vec<u8>>> {
+        if len - self.end < RECORD_HEADER_BYTES as u64 {
+            return Ok(None);
+        }
+        let mut head = [0u8; RECORD_HEADER_BYTES];
+        self.file.read_exact_at(&mut head, self.end).at(&self.path)?;
+        let len_field: [u8; 4] = head[..4].try_into().expect("4 bytes");
+        let payload_len = u32::from_le_bytes(len_field) as usize;
+        let start = self.end + RECORD_HEADER_BYTES as u64;
+        if payload_len > MAX_RECORD_BYTES || len - start < payload_len as u64 {
+            return Ok(None);
+        }
+        let mut payload = vec![0u8; payload_len];
+        self.file.read_exact_at(&mut payload, start).at(&self.path)?;
+        let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+        Ok((record_crc(&len_field, &payload) == crc).then_some(payload))
+    }
+
+    /// Appends `payloads` as one batch; with [`Durability::Fsync`] they are on disk when this
+    /// returns. Nothing is written if any payload is too large.
+    pub fn append(&mut self, payloads: &[&[u8]]) -> Result<()> {
+        if let Some(big) = payloads.iter().find(|p| p.len() > MAX_RECORD_BYTES) {
+            return Err(CellarError::InvalidInput(format!(
+                "a log record of {} bytes is over the limit of {MAX_RECORD_BYTES}",
+                big.len()
+            )));
+        }
+        let mut batch = Vec::with_capacity(payloads.iter().map(|p| p.len() + RECORD_HEADER_BYTES).sum());
+        for payload in payloads {
+            let len_field = (payload.len() as u32).to_le_bytes();
+            batch.extend_from_slice(&len_field);
+            batch.extend_from_slice(&record_crc(&len_field, payload).to_le_bytes());
+            batch.extend_from_slice(payload);
+        }
+        if let Err(e) = self.write_batch(&batch) {
+            // Best effort: drop what may have been written, so the next batch follows intact data.
+            let _ = self.file.set_len(self.end);
+            return Err(e);
+        }
+        self.end += batch.len() as u64;
+        Ok(())
+    }
+
+    fn write_batch(&self, batch: &[u8]) -> Result<()> {
+        self.file.write_all_at(batch, self.end).at(&self.path)?;
+        if self.durability == Durability::Fsync {
+            self.file.sync_data().at(&self.path)?;
+        }
+        Ok(())
+    }
+
+    /// Empties the log (after its records were flushed to a segment), durably.
+    pub fn reset(&mut self) -> Result<()> {
+        self.file.set_len(WAL_HEADER_BYTES).at(&self.path)?;
+        self.file.sync_all().at(&self.path)?;
+        self.end = WAL_HEADER_BYTES;
+        Ok(())
+    }
+
+    /// Bytes in the log, header included.
+    pub fn len(&self) -> u64 {
+        self.end
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.end == WAL_HEADER_BYTES
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}

@@ -1,0 +1,183 @@
+//! The payload of one write batch in the index's write-ahead log (`live/wal.log`, the log format
+//! of `cellar_core::format::wal`): one log record per batch, so a batch is replayed whole or
+//! not at all.
+//!
+//! ```text
+//! batch = seq u64 | ops u32 | op*
+//! op    = tag u8 (1 put, 2 delete) | doc u32 | put fields (tag 1 only)
+//! put   = id str | title str | text str | n_tokens u32 | tokens bytes | pooled bytes
+//! str   = len u32 | UTF-8;  bytes = len u32 | bytes          (all integers little-endian)
+//! ```
+//! `doc` is the internal id the write gave the document (a put) or the one it removes (a
+//! delete); `tokens` are the document's token vectors as the index's codec encodes them and
+//! `pooled` its pooled vector as f16, so replaying a batch gives the bytes that were searched.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cellar_core::{CellarError, DocId, Result};
+
+use crate::corpus::Document;
+
+const PUT: u8 = 1;
+const DELETE: u8 = 2;
+
+/// A document written since the index was built, as searches read it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct LiveDoc {
+    pub id: DocId,
+    pub doc: Document,
+    pub n_tokens: u32,
+    /// `n_tokens` vectors encoded by the index's codec.
+    pub tokens: Vec<u8>,
+    /// The pooled vector, f16 little-endian (as `pooled.bin` rows).
+    pub pooled: Vec<u8>,
+}
+
+/// One change of a batch.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum LogOp {
+    Put(Arc<LiveDoc>),
+    Delete(DocId),
+}
+
+/// One acknowledged batch.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct LogBatch {
+    pub seq: u64,
+    pub ops: Vec<LogOp>,
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+impl LogBatch {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&(self.ops.len() as u32).to_le_bytes());
+        for op in &self.ops {
+            match op {
+                LogOp::Put(doc) => {
+                    out.push(PUT);
+                    out.extend_from_slice(&doc.id.0.to_le_bytes());
+                    put_bytes(&mut out, doc.doc.id.as_bytes());
+                    put_bytes(&mut out, doc.doc.title.as_bytes());
+                    put_bytes(&mut out, doc.doc.text.as_bytes());
+                    out.extend_from_slice(&doc.n_tokens.to_le_bytes());
+                    put_bytes(&mut out, &doc.tokens);
+                    put_bytes(&mut out, &doc.pooled);
+                }
+                LogOp::Delete(id) => {
+                    out.push(DELETE);
+                    out.extend_from_slice(&id.0.to_le_bytes());
+                }
+            }
+        }
+        out
+    }
+
+    /// Parses a record's payload; `path` (the log) is what an error names.
+    pub fn decode(bytes: &[u8], path: &Path) -> Result<LogBatch> {
+        let mut r = Cursor { bytes, at: 0, path };
+        let seq = r.u64()?;
+        let n = r.u32()? as usize;
+        let mut ops = Vec::with_capacity(n.min(bytes.len()));
+        for _ in 0..n {
+            let tag = r.take(1)?[0];
+            let id = DocId(r.u32()?);
+            ops.push(match tag {
+                PUT => LogOp::Put(Arc::new(LiveDoc {
+                    id,
+                    doc: Document { id: r.string()?, title: r.string()?, text: r.string()? },
+                    n_tokens: r.u32()?,
+                    tokens: r.bytes()?.to_vec(),
+                    pooled: r.bytes()?.to_vec(),
+                })),
+                DELETE => LogOp::Delete(id),
+                other => return Err(r.bad(format!("unknown operation {other}"))),
+            });
+        }
+        if r.at != bytes.len() {
+            return Err(r.bad(format!("{} bytes after the last operation", bytes.len() - r.at)));
+        }
+        Ok(LogBatch { seq, ops })
+    }
+}
+
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    path: &'a Path,
+}
+
+impl<'a> Cursor<'a> {
+    fn bad(&self, detail: String) -> CellarError {
+        CellarError::corrupted(
+            self.path,
+            0,
+            format!("a write batch in the log: {detail} (at byte {})", self.at),
+        )
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.at.checked_add(n).filter(|end| *end <= self.bytes.len());
+        let end = end.ok_or_else(|| self.bad(format!("cut short reading {n} bytes")))?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+
+    fn string(&mut self) -> Result<String> {
+        let bytes = self.bytes()?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| self.bad("a string that is not UTF-8".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch() -> LogBatch {
+        let doc = LiveDoc {
+            id: DocId(41),
+            doc: Document { id: "d-é".into(), title: "T".into(), text: "some text".into() },
+            n_tokens: 2,
+            tokens: vec![1, 2, 3, 4, 5, 6],
+            pooled: vec![9, 8],
+        };
+        LogBatch { seq: 7, ops: vec![LogOp::Delete(DocId(3)), LogOp::Put(Arc::new(doc))] }
+    }
+
+    #[test]
+    fn a_batch_reads_back_as_written_and_every_cut_is_refused() {
+        let path = Path::new("wal.log");
+        let bytes = batch().encode();
+        assert_eq!(LogBatch::decode(&bytes, path).unwrap(), batch());
+        for cut in 0..bytes.len() {
+            let err = LogBatch::decode(&bytes[..cut], path).unwrap_err();
+            assert!(matches!(err, CellarError::Corrupted { .. }), "cut at {cut}: {err:?}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(LogBatch::decode(&longer, path).is_err());
+        let mut unknown = bytes;
+        unknown[12] = 9;
+        assert!(LogBatch::decode(&unknown, path).unwrap_err().to_string().contains("unknown operation"));
+    }
+}

@@ -1,0 +1,286 @@
+//! Writes to an index: the one request type of every front end (`WriteRequest`: HTTP, Python,
+//! the CLI) and `Index::write`, which applies a batch all or nothing.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cellar_core::store::MAX_TOKENS_PER_DOC;
+use cellar_core::{CellarError, DocId, Result};
+use cellar_encode::Encoded;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::build::{project_tokens, EmbeddedDoc};
+use crate::corpus::Document;
+use crate::index::Index;
+use crate::live::batch::{LiveDoc, LogBatch, LogOp};
+use crate::plan::flatten;
+use crate::request::QueryVectorsIn;
+
+/// Operations one write request may hold.
+pub const MAX_WRITE_OPS: usize = 4096;
+/// Bytes of a document's id, title plus text.
+pub const MAX_ID_BYTES: usize = 1024;
+pub const MAX_DOC_TEXT_BYTES: usize = 1 << 20;
+
+/// A document to add or update.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DocIn {
+    /// The collection's id: not empty, at most 1024 bytes.
+    pub id: String,
+    #[serde(default)]
+    pub title: String,
+    #[serde(default)]
+    pub text: String,
+    /// The document's own vectors in the model's space (before any PCA), in the form of
+    /// `query_vectors` (token rows, optional pooled vector, or their base64 forms). Without
+    /// them, title and text are encoded with the index's model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vectors: Option<QueryVectorsIn>,
+}
+
+/// One change: `{"add": doc}` (the id must be new), `{"update": doc}` (the id must exist; the
+/// new version replaces the old everywhere) or `{"delete": "id"}` (the id must exist).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum WriteOp {
+    Add(DocIn),
+    Update(DocIn),
+    Delete(String),
+}
+
+/// A batch of changes, applied all or nothing, in order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteRequest {
+    #[schemars(length(min = 1, max = MAX_WRITE_OPS))]
+    pub ops: Vec<WriteOp>,
+}
+
+/// What a write did; once returned, the batch is durable and the next search sees it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WriteReport {
+    /// The batch's sequence number in the index's log.
+    pub seq: u64,
+    pub added: usize,
+    pub updated: usize,
+    pub deleted: usize,
+    /// Searchable documents after the batch.
+    pub docs: u64,
+    /// Encoding the documents' text (0 when all came with vectors).
+    pub encode_ms: f64,
+    /// Logging (one `fdatasync`) and applying the batch to BM25 and the view.
+    pub commit_ms: f64,
+    pub total_ms: f64,
+}
+
+/// A document ready to be logged: encoded by the index's codec.
+struct Prepared {
+    doc: Document,
+    n_tokens: u32,
+    tokens: Vec<u8>,
+    pooled: Vec<u8>,
+}
+
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+fn check_doc(doc: &DocIn, at: &str) -> Result<()> {
+    if doc.id.is_empty() || doc.id.len() > MAX_ID_BYTES {
+        return Err(CellarError::invalid(format!(
+            "{at}.id must be 1 to {MAX_ID_BYTES} bytes, got {}",
+            doc.id.len()
+        )));
+    }
+    if doc.title.len() + doc.text.len() > MAX_DOC_TEXT_BYTES {
+        return Err(CellarError::invalid(format!(
+            "{at}: title and text are {} bytes; the limit is {MAX_DOC_TEXT_BYTES}",
+            doc.title.len() + doc.text.len()
+        )));
+    }
+    if doc.vectors.is_none() && doc.title.trim().is_empty() && doc.text.trim().is_empty() {
+        return Err(CellarError::invalid(format!("{at}: no text to encode and no vectors")));
+    }
+    Ok(())
+}
+
+impl Index {
+    /// Applies `request` all or nothing: every document is checked and encoded first, then
+    /// every id against the index (an add's must be new, an update's and a delete's must
+    /// exist, counting the batch's own earlier operations), then the batch is logged durably
+    /// and made visible to searches at once.
+    pub fn write(&self, request: WriteRequest) -> Result<WriteReport> {
+        let start = Instant::now();
+        let ops = request.ops;
+        if ops.is_empty() || ops.len() > MAX_WRITE_OPS {
+            return Err(CellarError::invalid(format!(
+                "ops must hold 1 to {MAX_WRITE_OPS} operations, got {}",
+                ops.len()
+            )));
+        }
+        let encode_start = Instant::now();
+        let mut prepared = self.prepare_docs(&ops)?;
+        let encode_ms =
+            if ops.iter().any(|op| matches!(op, WriteOp::Add(d) | WriteOp::Update(d) if d.vectors.is_none()))
+            {
+                ms_since(encode_start)
+            } else {
+                0.0
+            };
+        let commit_start = Instant::now();
+        let mut slot = self.writer()?;
+        let writer = slot.as_mut().expect("the writer was just loaded");
+        let view = self.live.view();
+        let mut changed: HashMap<&str, Option<DocId>> = HashMap::new();
+        let current = |changed: &HashMap<&str, Option<DocId>>, id: &str| match changed.get(id) {
+            Some(now) => *now,
+            None => writer.ids.get(id).copied(),
+        };
+        let mut next_id = view.next_id;
+        let mut log_ops = Vec::with_capacity(ops.len());
+        let mut report = WriteReport::default();
+        for (i, op) in ops.iter().enumerate() {
+            let (id, old, put) = match op {
+                WriteOp::Add(doc) => {
+                    if current(&changed, &doc.id).is_some() {
+                        return Err(CellarError::invalid(format!(
+                            "ops[{i}].add: document {:?} exists; update it instead",
+                            doc.id
+                        )));
+                    }
+                    report.added += 1;
+                    (doc.id.as_str(), None, true)
+                }
+                WriteOp::Update(doc) => {
+                    let old = current(&changed, &doc.id).ok_or_else(|| {
+                        CellarError::NotFound(format!("ops[{i}].update: no document {:?}", doc.id))
+                    })?;
+                    report.updated += 1;
+                    (doc.id.as_str(), Some(old), true)
+                }
+                WriteOp::Delete(id) => {
+                    let old = current(&changed, id).ok_or_else(|| {
+                        CellarError::NotFound(format!("ops[{i}].delete: no document {id:?}"))
+                    })?;
+                    report.deleted += 1;
+                    (id.as_str(), Some(old), false)
+                }
+            };
+            if let Some(old) = old {
+                log_ops.push(LogOp::Delete(old));
+            }
+            if put {
+                let p = prepared[i].take().expect("every add and update was prepared");
+                let doc = LiveDoc {
+                    id: DocId(next_id),
+                    doc: p.doc,
+                    n_tokens: p.n_tokens,
+                    tokens: p.tokens,
+                    pooled: p.pooled,
+                };
+                log_ops.push(LogOp::Put(Arc::new(doc)));
+                changed.insert(id, Some(DocId(next_id)));
+                next_id = next_id
+                    .checked_add(1)
+                    .ok_or_else(|| CellarError::invalid("an index holds at most 2^32 - 1 documents"))?;
+            } else {
+                changed.insert(id, None);
+            }
+        }
+        prepared.clear();
+        let batch = LogBatch { seq: view.seq + 1, ops: log_ops };
+        let payload = batch.encode();
+        writer.wal.append(&[&payload])?;
+        self.bm25.apply(&[&batch]).map_err(|e| {
+            CellarError::internal(format!(
+                "batch {} is logged but BM25 refused it ({e}); it is applied when the index is next opened",
+                batch.seq
+            ))
+        })?;
+        let mut next = (*view).clone();
+        next.apply(&batch, &self.assigner(), writer.wal.path())?;
+        let (flush, alive) = (next.mem_bytes > self.flush_bytes(), next.alive());
+        self.live.publish(next);
+        for (id, now) in changed {
+            match now {
+                Some(doc) => writer.ids.insert(id.to_string(), doc),
+                None => writer.ids.remove(id),
+            };
+        }
+        if flush {
+            self.flush_locked(writer)?;
+        }
+        report.seq = batch.seq;
+        report.docs = alive;
+        report.encode_ms = encode_ms;
+        report.commit_ms = ms_since(commit_start);
+        report.total_ms = ms_since(start);
+        Ok(report)
+    }
+
+    /// Checks every document of `ops` and encodes it: the caller's vectors, or its text through
+    /// the index's model (all of the batch's texts in one call). `None` for deletes.
+    fn prepare_docs(&self, ops: &[WriteOp]) -> Result<Vec<Option<Prepared>>> {
+        let dim = self.config.encoder.model_dim;
+        let mut out: Vec<Option<Prepared>> = Vec::with_capacity(ops.len());
+        let mut to_encode: Vec<(usize, Document)> = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            let (doc, at) = match op {
+                WriteOp::Add(doc) => (doc, format!("ops[{i}].add")),
+                WriteOp::Update(doc) => (doc, format!("ops[{i}].update")),
+                WriteOp::Delete(id) => {
+                    if id.is_empty() {
+                        return Err(CellarError::invalid(format!("ops[{i}].delete: the id is empty")));
+                    }
+                    out.push(None);
+                    continue;
+                }
+            };
+            check_doc(doc, &at)?;
+            let document = Document { id: doc.id.clone(), title: doc.title.clone(), text: doc.text.clone() };
+            match &doc.vectors {
+                Some(vectors) => {
+                    let flat = flatten(vectors.clone(), dim, &format!("{at}.vectors"), MAX_TOKENS_PER_DOC)?;
+                    let embedded = EmbeddedDoc {
+                        id: document.id.clone(),
+                        title: document.title.clone(),
+                        text: document.text.clone(),
+                        tokens: flat.tokens,
+                        pooled: flat.pooled,
+                    };
+                    let (document, encoded) = embedded
+                        .checked(i, dim)
+                        .map_err(|e| CellarError::invalid(format!("{at}.vectors: {e}")))?;
+                    out.push(Some(self.encode_for_store(document, &encoded)));
+                }
+                None => {
+                    to_encode.push((i, document));
+                    out.push(None);
+                }
+            }
+        }
+        if !to_encode.is_empty() {
+            let encoder = self.encoder()?;
+            let contents: Vec<String> = to_encode.iter().map(|(_, d)| d.content()).collect();
+            let refs: Vec<&str> = contents.iter().map(String::as_str).collect();
+            let encoded = encoder.encode_docs(&refs)?;
+            for ((i, document), encoded) in to_encode.into_iter().zip(encoded) {
+                out[i] = Some(self.encode_for_store(document, &encoded));
+            }
+        }
+        Ok(out)
+    }
+
+    /// A document's vectors as the index stores them: projected by its PCA, encoded by its
+    /// codec; the pooled vector as f16.
+    fn encode_for_store(&self, doc: Document, encoded: &Encoded) -> Prepared {
+        let projected = self.pca.as_ref().map(|pca| project_tokens(pca, &encoded.tokens, encoded.n_tokens));
+        let mut tokens = Vec::new();
+        self.store.codec().encode_many(projected.as_deref().unwrap_or(&encoded.tokens), &mut tokens);
+        let pooled = encoded.pooled.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
+        Prepared { doc, n_tokens: encoded.n_tokens as u32, tokens, pooled }
+    }
+}

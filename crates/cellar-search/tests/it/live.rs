@@ -1,0 +1,244 @@
+//! A living index: documents added, updated and deleted after the build are searched by every
+//! mode, honoured by every stage, durable across reopening (log replay) and flushing (segments),
+//! and a refused batch changes nothing.
+
+use cellar_core::io::ReaderKind;
+use cellar_core::CellarError;
+use cellar_search::{DocIn, Index, Mode, OpenOptions, QueryVectorsIn, SearchRequest, WriteOp, WriteRequest};
+
+use crate::fixture::copy_index;
+
+const HARPSICHORD: &str = "A harpsichord is a keyboard instrument whose strings are plucked by quills.";
+const HARPSICHORD_QUERY: &str = "keyboard instrument with plucked strings and quills";
+
+fn open(dir: &std::path::Path, reader: ReaderKind) -> Index {
+    Index::open(dir, OpenOptions { reader, ..Default::default() }).unwrap()
+}
+
+fn doc(id: &str, text: &str) -> DocIn {
+    DocIn { id: id.into(), title: String::new(), text: text.into(), vectors: None }
+}
+
+fn write(index: &Index, ops: Vec<WriteOp>) -> cellar_search::WriteReport {
+    index.write(WriteRequest { ops }).unwrap()
+}
+
+/// Every mode, the IVF probing all of its clusters.
+fn every_mode(query: &str, k: usize) -> Vec<(Mode, SearchRequest)> {
+    Mode::ALL
+        .into_iter()
+        .map(|mode| {
+            let request = SearchRequest {
+                query: query.into(),
+                mode: Some(mode),
+                k: Some(k),
+                nprobe: mode.needs_ivf().then_some(4),
+                ..Default::default()
+            };
+            (mode, request)
+        })
+        .collect()
+}
+
+fn ids(index: &Index, request: &SearchRequest) -> Vec<String> {
+    index.search(request.clone()).unwrap().hits.into_iter().map(|h| h.id).collect()
+}
+
+#[test]
+fn an_added_document_is_found_by_every_mode_from_the_log_and_from_a_segment() {
+    let (_tmp, dir) = copy_index();
+    let index = open(&dir, ReaderKind::Mmap);
+    let before = index.len();
+    let report = write(&index, vec![WriteOp::Add(doc("harpsichord-0", HARPSICHORD))]);
+    assert_eq!((report.seq, report.added, report.docs), (1, 1, before as u64 + 1));
+    assert_eq!(index.len(), before + 1);
+    let check = |index: &Index, when: &str| {
+        for (mode, request) in every_mode(HARPSICHORD_QUERY, 3) {
+            let hits = index.search(request).unwrap().hits;
+            assert_eq!(
+                hits[0].id,
+                "harpsichord-0",
+                "{when}, {mode}: {:?}",
+                hits.iter().map(|h| &h.id).collect::<Vec<_>>()
+            );
+            assert_eq!(hits[0].text, HARPSICHORD, "{when}, {mode}");
+        }
+    };
+    check(&index, "in the memtable");
+    drop(index);
+    let index = open(&dir, ReaderKind::Direct);
+    check(&index, "replayed from the log");
+    index.flush().unwrap();
+    check(&index, "flushed");
+    drop(index);
+    let index = open(&dir, ReaderKind::Ram);
+    check(&index, "from its segment");
+    assert_eq!(index.len(), before + 1);
+}
+
+#[test]
+fn scores_are_the_same_in_the_memtable_in_a_segment_and_from_vectors() {
+    let (_tmp, dir) = copy_index();
+    let index = open(&dir, ReaderKind::Mmap);
+    let encoded = index.encoder().unwrap().encode_docs(&[HARPSICHORD]).unwrap().remove(0);
+    let vectors = QueryVectorsIn {
+        tokens: encoded.tokens.chunks(encoded.tokens.len() / encoded.n_tokens).map(<[f32]>::to_vec).collect(),
+        pooled: Some(encoded.pooled.clone()),
+        ..Default::default()
+    };
+    let given = DocIn { vectors: Some(vectors), ..doc("from-vectors", HARPSICHORD) };
+    write(&index, vec![WriteOp::Add(doc("from-text", HARPSICHORD)), WriteOp::Add(given)]);
+    let scores = |index: &Index| {
+        let mut out = Vec::new();
+        for (mode, request) in every_mode(HARPSICHORD_QUERY, 2) {
+            let hits = index.search(request).unwrap().hits;
+            let mut pair: Vec<(String, f32)> = hits.into_iter().map(|h| (h.id, h.score)).collect();
+            pair.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!(pair[0].0, "from-text", "{mode}");
+            assert_eq!(pair[1].0, "from-vectors", "{mode}");
+            if mode != Mode::Bm25 {
+                assert_eq!(pair[0].1, pair[1].1, "{mode}: the same vectors, the same score");
+            }
+            out.push(pair);
+        }
+        out
+    };
+    let memtable = scores(&index);
+    index.flush().unwrap();
+    assert_eq!(scores(&index), memtable, "a flush changes no score");
+}
+
+#[test]
+fn deleted_documents_leave_every_stage_and_stay_deleted() {
+    let (_tmp, dir) = copy_index();
+    let index = open(&dir, ReaderKind::Direct);
+    let before = index.len();
+    let ops = (0..5).map(|n| WriteOp::Delete(format!("violin-{n}"))).collect();
+    let report = write(&index, ops);
+    assert_eq!((report.deleted, report.docs), (5, before as u64 - 5));
+    let check = |index: &Index, when: &str| {
+        for (mode, request) in every_mode("note: which instrument is played with a bow", 30) {
+            let found = ids(index, &request);
+            assert!(!found.is_empty(), "{when}, {mode}");
+            assert!(found.iter().all(|id| !id.starts_with("violin-")), "{when}, {mode}: {found:?}");
+        }
+    };
+    check(&index, "just deleted");
+    let again = index.write(WriteRequest { ops: vec![WriteOp::Delete("violin-0".into())] }).unwrap_err();
+    assert!(matches!(again, CellarError::NotFound(_)), "{again:?}");
+    drop(index);
+    let index = open(&dir, ReaderKind::Mmap);
+    check(&index, "replayed");
+    assert_eq!(index.len(), before - 5);
+    index.flush().unwrap();
+    drop(index);
+    let index = open(&dir, ReaderKind::Mmap);
+    check(&index, "after a flush");
+    // A deleted id can be added again: a new document.
+    write(&index, vec![WriteOp::Add(doc("violin-0", HARPSICHORD))]);
+    let found = ids(&index, &every_mode(HARPSICHORD_QUERY, 1)[0].1);
+    assert_eq!(found, ["violin-0"]);
+}
+
+#[test]
+fn an_update_replaces_the_old_version_everywhere() {
+    let (_tmp, dir) = copy_index();
+    let index = open(&dir, ReaderKind::Mmap);
+    let before = index.len();
+    let report = write(&index, vec![WriteOp::Update(doc("coffee-0", HARPSICHORD))]);
+    assert_eq!((report.updated, report.docs), (1, before as u64));
+    for flushed in [false, true] {
+        for (mode, request) in every_mode(HARPSICHORD_QUERY, 30) {
+            let hits = index.search(request).unwrap().hits;
+            assert_eq!(hits[0].id, "coffee-0", "{mode}, flushed {flushed}");
+            assert_eq!(hits[0].text, HARPSICHORD);
+            assert_eq!(hits.iter().filter(|h| h.id == "coffee-0").count(), 1, "{mode}: one version");
+        }
+        for (mode, request) in every_mode("roasted coffee beans brewed into espresso", 30) {
+            let hits = index.search(request).unwrap().hits;
+            let old = hits.iter().find(|h| h.id == "coffee-0");
+            assert!(old.is_none_or(|h| h.text == HARPSICHORD), "{mode}: the old text is gone");
+        }
+        index.flush().unwrap();
+    }
+    let missing = index.write(WriteRequest { ops: vec![WriteOp::Update(doc("no-such-doc", "text"))] });
+    assert!(matches!(missing, Err(CellarError::NotFound(_))), "{missing:?}");
+}
+
+#[test]
+fn a_refused_batch_changes_nothing() {
+    let (_tmp, dir) = copy_index();
+    let index = open(&dir, ReaderKind::Mmap);
+    let before = index.len();
+    let bad_batches: Vec<(Vec<WriteOp>, &str)> = vec![
+        (vec![], "ops must hold"),
+        (vec![WriteOp::Add(doc("new-0", HARPSICHORD)), WriteOp::Add(doc("coffee-1", "x"))], "exists"),
+        (vec![WriteOp::Add(doc("new-0", HARPSICHORD)), WriteOp::Add(doc("new-0", "again"))], "exists"),
+        (vec![WriteOp::Add(doc("new-0", HARPSICHORD)), WriteOp::Delete("nope".into())], "no document"),
+        (vec![WriteOp::Add(doc("", HARPSICHORD))], "id must be"),
+        (vec![WriteOp::Add(doc("blank", "   "))], "no text"),
+        (
+            vec![WriteOp::Add(DocIn {
+                vectors: Some(QueryVectorsIn { tokens: vec![vec![0.5; 7]], ..Default::default() }),
+                ..doc("short", "")
+            })],
+            "dimension",
+        ),
+        (
+            vec![WriteOp::Add(DocIn {
+                vectors: Some(QueryVectorsIn { tokens: vec![vec![f32::NAN; 384]], ..Default::default() }),
+                ..doc("nan", "")
+            })],
+            "finite",
+        ),
+    ];
+    for (ops, expected) in bad_batches {
+        let err = index.write(WriteRequest { ops: ops.clone() }).unwrap_err();
+        assert!(err.is_user_error(), "{ops:?}: {err:?}");
+        assert!(err.to_string().contains(expected), "{ops:?}: {err}");
+        assert_eq!(index.len(), before);
+    }
+    assert!(ids(&index, &every_mode(HARPSICHORD_QUERY, 30)[0].1).iter().all(|id| id != "new-0"));
+    drop(index);
+    let index = open(&dir, ReaderKind::Mmap);
+    assert_eq!(index.len(), before, "nothing refused was logged");
+}
+
+#[test]
+fn a_second_opener_reads_what_was_written_and_cannot_write() {
+    let (_tmp, dir) = copy_index();
+    let writer = open(&dir, ReaderKind::Mmap);
+    write(&writer, vec![WriteOp::Add(doc("harpsichord-0", HARPSICHORD)), WriteOp::Delete("bread-0".into())]);
+    let reader = open(&dir, ReaderKind::Mmap);
+    assert_eq!(reader.len(), writer.len());
+    let found = ids(&reader, &every_mode(HARPSICHORD_QUERY, 1)[0].1);
+    assert_eq!(found, ["harpsichord-0"]);
+    let refused = reader.write(WriteRequest { ops: vec![WriteOp::Delete("coffee-0".into())] }).unwrap_err();
+    assert!(matches!(refused, CellarError::Locked { .. }), "{refused:?}");
+}
+
+#[test]
+fn commands_that_read_the_build_alone_refuse_a_written_index() {
+    let (tmp, dir) = copy_index();
+    let index = open(&dir, ReaderKind::Mmap);
+    write(&index, vec![WriteOp::Delete("bread-1".into())]);
+    drop(index);
+    let out = tmp.path().join("out");
+    let exported =
+        cellar_search::embeddings::export(&dir, &out, cellar_search::embeddings::NpyDtype::F32, 10);
+    let recoded = cellar_search::recode::recode(&cellar_search::recode::RecodeOptions {
+        from: dir.clone(),
+        out: out.clone(),
+        codec: cellar_core::codec::CodecKind::Int8,
+        pca_dim: None,
+        sample_tokens: 1000,
+    });
+    for err in [exported.unwrap_err(), recoded.unwrap_err()] {
+        assert!(
+            matches!(err, CellarError::InvalidInput(_))
+                && err.to_string().contains("after this index was built"),
+            "{err}"
+        );
+    }
+    assert!(!out.exists());
+}

@@ -1,0 +1,75 @@
+//! `/v1/docs`: writes to the served index — a batch of adds, updates and deletes (the body *is*
+//! a [`WriteRequest`], the type every front end shares), and the delete of one document. A
+//! write runs on the CPU pool (its texts are encoded there) and is answered once it is durable
+//! and visible to the next search.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::routing::{delete, post};
+use axum::Json;
+use cellar_search::{WriteOp, WriteReport, WriteRequest};
+
+use crate::app::{parse_body, path, run_blocking, AppState};
+use crate::error::ApiError;
+use crate::openapi::{schema, Api, Operation};
+
+const WRITE_ERRORS: &[(u16, &str)] = &[
+    (404, "An update or delete names a document the index does not hold, or no index is served"),
+    (409, "Another process writes this index"),
+    (422, "A document's vectors have the wrong dimension"),
+    (503, "The model that encodes the documents' text is unavailable"),
+];
+
+/// The write endpoints.
+pub fn api() -> Api {
+    Api::default()
+        .route(
+            Operation {
+                request: Some(schema::<WriteRequest>),
+                response: Some(schema::<WriteReport>),
+                ok: "The batch is durable and searchable",
+                errors: WRITE_ERRORS,
+                ..Operation::new(
+                    "post",
+                    "/v1/docs",
+                    "Add, update and delete documents: one batch, all or nothing, up to 4096 operations",
+                )
+            },
+            post(write),
+        )
+        .route(
+            Operation {
+                response: Some(schema::<WriteReport>),
+                ok: "The document is deleted, durably",
+                errors: WRITE_ERRORS,
+                ..Operation::new("delete", "/v1/docs/{id}", "Delete one document by its id")
+            },
+            delete(delete_one),
+        )
+}
+
+async fn run_write(state: &Arc<AppState>, request: WriteRequest) -> Result<Json<WriteReport>, ApiError> {
+    let index = state.index()?.clone();
+    Ok(Json(run_blocking(state, move || index.write(request)).await?))
+}
+
+async fn write(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<WriteReport>, ApiError> {
+    let request: WriteRequest = parse_body(&headers, body)?;
+    run_write(&state, request).await
+}
+
+async fn delete_one(
+    State(state): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<WriteReport>, ApiError> {
+    let id = path(id)?;
+    run_write(&state, WriteRequest { ops: vec![WriteOp::Delete(id)] }).await
+}

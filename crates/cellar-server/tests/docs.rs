@@ -1,0 +1,109 @@
+//! `/v1/docs` through the real router: writes are answered once searchable, every bad write is
+//! a typed 4xx that changes nothing, and the server keeps serving.
+
+use std::sync::Arc;
+
+use axum::body::{to_bytes, Body};
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use cellar_search::{Index, OpenOptions};
+use cellar_server::{router, AppState, ServerConfig};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+mod common;
+
+async fn call(app: &Router, request: Request<Body>) -> (StatusCode, Value) {
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+fn post(path: &str, body: &str) -> Request<Body> {
+    Request::post(path).header("content-type", "application/json").body(Body::from(body.to_string())).unwrap()
+}
+
+async fn top_ids(app: &Router, query: &str, mode: &str) -> Vec<String> {
+    let body = json!({"query": query, "mode": mode, "k": 6}).to_string();
+    let (status, value) = call(app, post("/v1/search", &body)).await;
+    assert_eq!(status, StatusCode::OK, "{value}");
+    value["hits"].as_array().unwrap().iter().map(|h| h["id"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test]
+async fn writes_are_searchable_when_answered_and_bad_writes_change_nothing() {
+    let (_tmp, dir) = common::build_index();
+    let index = Arc::new(Index::open(&dir, OpenOptions::default()).unwrap());
+    let app = router(AppState::new(index.clone(), ServerConfig::new("127.0.0.1:0".parse().unwrap())));
+    let harp = "The harp is a tall triangular frame whose strings a harpist plucks with the fingers.";
+    let add = json!({"ops": [{"add": {"id": "harp", "text": harp}}]}).to_string();
+    let (status, report) = call(&app, post("/v1/docs", &add)).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!(
+        (report["seq"].as_u64(), report["added"].as_u64(), report["docs"].as_u64()),
+        (Some(1), Some(1), Some(7))
+    );
+    for mode in ["bm25", "rerank", "hybrid", "dense-exact", "dense"] {
+        assert_eq!(
+            top_ids(&app, "tall triangular harp plucked by a harpist", mode).await[0],
+            "harp",
+            "{mode}"
+        );
+    }
+
+    let bad: [(&str, StatusCode, &str); 7] = [
+        ("{\"ops\": []}", StatusCode::BAD_REQUEST, "ops must hold"),
+        (
+            "{\"ops\": [{\"add\": {\"id\": \"harp\", \"text\": \"again\"}}]}",
+            StatusCode::BAD_REQUEST,
+            "exists",
+        ),
+        (
+            "{\"ops\": [{\"update\": {\"id\": \"nope\", \"text\": \"x\"}}]}",
+            StatusCode::NOT_FOUND,
+            "no document",
+        ),
+        (
+            "{\"ops\": [{\"add\": {\"id\": \"x\", \"text\": \"y\", \"colour\": 1}}]}",
+            StatusCode::BAD_REQUEST,
+            "colour",
+        ),
+        (
+            "{\"ops\": [{\"add\": {\"id\": \"x\", \"vectors\": {\"tokens\": [[0.5, 0.5]]}}}]}",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "dimension",
+        ),
+        ("{\"ops\": [{\"remove\": \"harp\"}]}", StatusCode::BAD_REQUEST, "remove"),
+        ("{\"ops\": [", StatusCode::BAD_REQUEST, ""),
+    ];
+    for (body, expected, says) in bad {
+        let (status, error) = call(&app, post("/v1/docs", body)).await;
+        assert_eq!(status, expected, "{body}: {error}");
+        assert!(error["message"].as_str().unwrap_or_default().contains(says), "{body}: {error}");
+        assert!(error["code"].is_string(), "{body}: {error}");
+    }
+    assert_eq!(index.len(), 7, "no refused write changed anything");
+
+    let update = json!({"ops": [{"update": {"id": "violin", "text": harp}}]}).to_string();
+    let (status, report) = call(&app, post("/v1/docs", &update)).await;
+    assert_eq!((status, report["updated"].as_u64()), (StatusCode::OK, Some(1)), "{report}");
+    let delete = || Request::delete("/v1/docs/violin").body(Body::empty()).unwrap();
+    let (status, report) = call(&app, delete()).await;
+    assert_eq!(
+        (status, report["deleted"].as_u64(), report["docs"].as_u64()),
+        (StatusCode::OK, Some(1), Some(6))
+    );
+    let (status, error) = call(&app, delete()).await;
+    assert_eq!((status, error["code"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")), "{error}");
+    for mode in ["bm25", "rerank", "dense-exact", "dense"] {
+        let ids = top_ids(&app, "violin string instrument played with a bow", mode).await;
+        assert!(!ids.contains(&"violin".to_string()), "{mode}: {ids:?}");
+    }
+
+    let (status, doc) = call(&app, Request::get("/openapi.json").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        doc["paths"]["/v1/docs"]["post"].is_object() && doc["paths"]["/v1/docs/{id}"]["delete"].is_object()
+    );
+}

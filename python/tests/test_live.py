@@ -1,0 +1,82 @@
+"""A living index from Python: add, update and delete are searchable when they return, durable
+across reopening, all or nothing, and refused with typed errors."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cellar
+
+HARP = "The harp is plucked: its strings are played by the fingers, not a bow."
+MODES = ["bm25", "rerank", "hybrid", "dense-exact"]
+
+
+@pytest.fixture()
+def written(index_dir: Path, tmp_path: Path) -> Path:
+    """A copy of the shared index, to write to."""
+    copy = tmp_path / "written.cellar"
+    shutil.copytree(index_dir, copy)
+    return copy
+
+
+def top(index: cellar.Index, query: str, mode: str) -> list[str]:
+    return list(index.search(query, mode=mode, k=5).ids)
+
+
+def test_add_update_delete_are_searchable_at_once_and_survive_reopening(written: Path) -> None:
+    index = cellar.Index.open(written)
+    before = len(index)
+    report = index.add([{"id": "harp", "title": "Harp", "text": HARP}])
+    assert (report["seq"], report["added"], report["docs"]) == (1, 1, before + 1)
+    assert len(index) == before + 1
+    for mode in MODES:
+        assert top(index, "harp strings plucked by the fingers", mode)[0] == "harp", mode
+    victim = top(index, "black hole event horizon", "bm25")[0]
+    index.delete(victim)
+    index.update({"id": "harp", "text": "A harp has strings plucked with the fingers; it sounds like rain."})
+    assert len(index) == before
+    del index
+    index = cellar.Index.open(written)
+    assert len(index) == before
+    for mode in MODES:
+        assert victim not in top(index, "black hole event horizon", mode), mode
+        hits = index.search("harp strings plucked by the fingers", mode=mode, k=36)
+        assert list(hits.ids).count("harp") == 1, mode
+    index.flush()
+    assert index.search("harp sounds like rain", mode="bm25", k=1).ids[0] == "harp"
+
+
+def test_documents_with_their_own_vectors(written: Path) -> None:
+    index = cellar.Index.open(written)
+    rng = np.random.default_rng(3)
+    tokens = rng.standard_normal((5, 384)).astype(np.float32)
+    tokens /= np.linalg.norm(tokens, axis=1, keepdims=True)
+    index.add([{"id": "vec-doc", "text": "", "vectors": {"tokens": tokens}}])
+    query = {"tokens": tokens[:2], "pooled": tokens.mean(axis=0) / np.linalg.norm(tokens.mean(axis=0))}
+    hit = index.search("", mode="dense-exact", k=1, query_vectors=query)
+    assert hit.ids[0] == "vec-doc"
+
+
+def test_bad_writes_raise_typed_errors_and_change_nothing(written: Path) -> None:
+    index = cellar.Index.open(written)
+    before = len(index)
+    existing = top(index, "volcano lava", "bm25")[0]
+    with pytest.raises(cellar.InvalidInputError, match="exists"):
+        index.add([{"id": "new-one", "text": HARP}, {"id": existing, "text": HARP}])
+    with pytest.raises(cellar.NotFoundError):
+        index.delete(["new-one"])
+    with pytest.raises(cellar.NotFoundError):
+        index.update([{"id": "missing", "text": HARP}])
+    with pytest.raises(cellar.InvalidInputError, match="colour"):
+        index.add({"id": "x", "text": "y", "colour": "red"})
+    with pytest.raises(cellar.InvalidInputError, match="dimension"):
+        index.add({"id": "x", "vectors": {"tokens": np.ones((2, 3), dtype=np.float32)}})
+    with pytest.raises(cellar.InvalidInputError, match="ops must hold"):
+        index.delete([])
+    assert len(index) == before
+    with pytest.raises(cellar.LockedError):
+        cellar.Index.open(written).delete(existing)
