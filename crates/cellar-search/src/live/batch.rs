@@ -19,8 +19,10 @@ use cellar_core::{CellarError, DocId, Result};
 
 use crate::corpus::Document;
 
-const PUT: u8 = 1;
-const DELETE: u8 = 2;
+/// Tag of a put in a batch (`docs/format/live.md`).
+pub const OP_PUT: u8 = 1;
+/// Tag of a delete.
+pub const OP_DELETE: u8 = 2;
 
 /// A document written since the index was built, as searches read it.
 #[derive(Clone, Debug, PartialEq)]
@@ -61,7 +63,7 @@ impl LogBatch {
         for op in &self.ops {
             match op {
                 LogOp::Put(doc) => {
-                    out.push(PUT);
+                    out.push(OP_PUT);
                     out.extend_from_slice(&doc.id.0.to_le_bytes());
                     put_bytes(&mut out, doc.doc.id.as_bytes());
                     put_bytes(&mut out, doc.doc.title.as_bytes());
@@ -71,7 +73,7 @@ impl LogBatch {
                     put_bytes(&mut out, &doc.pooled);
                 }
                 LogOp::Delete(id) => {
-                    out.push(DELETE);
+                    out.push(OP_DELETE);
                     out.extend_from_slice(&id.0.to_le_bytes());
                 }
             }
@@ -89,14 +91,14 @@ impl LogBatch {
             let tag = r.take(1)?[0];
             let id = DocId(r.u32()?);
             ops.push(match tag {
-                PUT => LogOp::Put(Arc::new(LiveDoc {
+                OP_PUT => LogOp::Put(Arc::new(LiveDoc {
                     id,
                     doc: Document { id: r.string()?, title: r.string()?, text: r.string()? },
                     n_tokens: r.u32()?,
                     tokens: r.bytes()?.to_vec(),
                     pooled: r.bytes()?.to_vec(),
                 })),
-                DELETE => LogOp::Delete(id),
+                OP_DELETE => LogOp::Delete(id),
                 other => return Err(r.bad(format!("unknown operation {other}"))),
             });
         }

@@ -24,6 +24,7 @@
 //! finds another holding the writer's lock opens the index read-only, as it was at that moment.
 
 pub(crate) mod batch;
+pub use batch::{OP_DELETE, OP_PUT};
 pub(crate) mod segment;
 pub mod write;
 
@@ -32,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use cellar_core::format::fsio::{write_atomic, DirLock};
+use cellar_core::format::versioned::{parse_versioned_json, VersionRange};
 use cellar_core::format::wal::{Durability, Wal};
 use cellar_core::{CellarError, DocId, IoContext, Result};
 use serde::{Deserialize, Serialize};
@@ -50,6 +52,8 @@ pub const LIVE_MANIFEST: &str = "MANIFEST.json";
 pub const WAL_FILE: &str = "wal.log";
 /// Version of `MANIFEST.json`.
 pub const LIVE_VERSION: u32 = 1;
+/// The versions of `MANIFEST.json` this build reads.
+pub const LIVE_READABLE_VERSIONS: VersionRange = VersionRange::only(LIVE_VERSION);
 /// Memtable bytes (encoded vectors and text) past which a write flushes it to a segment.
 pub const FLUSH_BYTES: usize = 16 << 20;
 
@@ -83,16 +87,7 @@ impl LiveManifest {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(CellarError::io(&path, e)),
         };
-        let manifest: LiveManifest = serde_json::from_slice(&bytes)
-            .map_err(|e| CellarError::corrupted(&path, 0, format!("live manifest: {e}")))?;
-        if manifest.version != LIVE_VERSION {
-            return Err(CellarError::Incompatible {
-                path,
-                found: manifest.version,
-                oldest: LIVE_VERSION,
-                newest: LIVE_VERSION,
-            });
-        }
+        let manifest: LiveManifest = parse_versioned_json(&path, &bytes, "version", LIVE_READABLE_VERSIONS)?;
         Ok(Some(manifest))
     }
 

@@ -17,7 +17,14 @@ use cellar_search::ivf::layout::{CENTROIDS_PREAMBLE_BYTES, MEMBER_FIXED_BYTES, T
 use cellar_search::ivf::{IVF_CONFIG_FILE, IVF_DIR, IVF_FORMAT_VERSION, IVF_KINDS, IVF_READABLE_VERSIONS};
 use cellar_search::texts::{TEXT_END_BYTES, TEXT_ENTRY_BYTES, TEXT_ENTRY_FIELDS};
 
-use crate::markdown::{bytes_of, field_rows, file_names, owned, page, table, version_row, version_rows};
+use cellar_search::live::{
+    LIVE_DIR, LIVE_MANIFEST, LIVE_READABLE_VERSIONS, LIVE_VERSION, OP_DELETE, OP_PUT, WAL_FILE,
+};
+use cellar_search::{DocIn, Index, OpenOptions, WriteOp, WriteRequest};
+
+use crate::markdown::{
+    bytes_of, field_rows, file_names, json_block, json_keys, owned, page, table, version_row, version_rows,
+};
 
 const TEXT_KINDS: [FileKind; 2] = [FileKind::Texts, FileKind::TextOffsets];
 
@@ -129,6 +136,52 @@ fn readme_names_the_search_index_files_and_their_versions() {
             IVF_READABLE_VERSIONS,
             "testdata/ivf-v1/",
         ),
+        version_row(
+            &format!("{LIVE_DIR}/{LIVE_MANIFEST}"),
+            "version",
+            LIVE_VERSION,
+            LIVE_READABLE_VERSIONS,
+            "",
+        ),
     ];
     assert_eq!(rows, expected);
+}
+
+#[test]
+fn live_page_matches_the_code_and_a_written_index() {
+    let text = page("live.md");
+    let files: Vec<String> = table(&text, "file").into_iter().map(|r| r[0].clone()).collect();
+    let lock = cellar_core::format::fsio::LOCK_FILE;
+    assert_eq!(files, [lock, LIVE_MANIFEST, WAL_FILE, "seg-<seq>/"]);
+    let tags: Vec<(String, String)> = table(&text, "tag")
+        .into_iter()
+        .map(|r| (r[0].clone(), r[1].split(':').next().unwrap().to_string()))
+        .collect();
+    assert_eq!(
+        tags,
+        [(OP_PUT.to_string(), "put".to_string()), (OP_DELETE.to_string(), "delete".to_string())]
+    );
+    assert!(text.contains(&format!("\"version\": {LIVE_VERSION}")));
+
+    let (_tmp, dir) = crate::fixture::copy_index();
+    let index = Index::open(&dir, OpenOptions::default()).unwrap();
+    let doc = DocIn { id: "new".into(), text: "a written document".into(), ..Default::default() };
+    index.write(WriteRequest { ops: vec![WriteOp::Add(doc), WriteOp::Delete("bread-0".into())] }).unwrap();
+    index.flush().unwrap();
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join(LIVE_DIR).join(LIVE_MANIFEST)).unwrap()).unwrap();
+    assert_eq!(
+        json_keys(&json_block(&text)),
+        json_keys(&written),
+        "the page's example has the manifest's fields"
+    );
+    let on_disk: BTreeSet<String> = std::fs::read_dir(dir.join(LIVE_DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let segment = written["segments"][0]["name"].as_str().unwrap().to_string();
+    assert_eq!(
+        on_disk,
+        BTreeSet::from([lock.to_string(), LIVE_MANIFEST.to_string(), WAL_FILE.to_string(), segment])
+    );
 }
