@@ -48,6 +48,13 @@ def test_add_update_delete_are_searchable_at_once_and_survive_reopening(written:
         assert list(hits.ids).count("harp") == 1, mode
     index.flush()
     assert index.search("harp sounds like rain", mode="bm25", k=1).ids[0] == "harp"
+    index.add({"id": "flute", "text": "A flute is a woodwind instrument played by blowing across a hole."})
+    index.flush()
+    report = index.merge(mib_per_sec=0)
+    assert report is not None and (report["segments"], report["dropped"]) == (2, 1), report
+    assert index.merge() is None
+    for mode in MODES:
+        assert top(index, "harp sounds like rain", mode)[0] == "harp", mode
 
 
 def test_documents_with_their_own_vectors(written: Path) -> None:

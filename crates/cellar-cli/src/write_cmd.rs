@@ -104,7 +104,7 @@ pub fn add(args: AddArgs) -> Result<()> {
         if args.update { "updated" } else { "added" },
         index.len()
     );
-    Ok(())
+    merge_if_needed(&index)
 }
 
 pub fn delete(args: DeleteArgs) -> Result<()> {
@@ -112,5 +112,16 @@ pub fn delete(args: DeleteArgs) -> Result<()> {
     let ops = args.ids.into_iter().map(WriteOp::Delete).collect();
     let report = index.write(WriteRequest { ops })?;
     println!("deleted {} documents; the index holds {}", report.deleted, report.docs);
+    merge_if_needed(&index)
+}
+
+/// Merges the written segments when they need it (unthrottled: nothing else is served).
+fn merge_if_needed(index: &Index) -> Result<()> {
+    if index.needs_merge() {
+        let budget = cellar_search::live::merge::MergeBudget { bytes_per_sec: 0, ..Default::default() };
+        if let Some(report) = index.merge(&budget)? {
+            println!("merged {} segments ({} records dropped)", report.segments, report.dropped);
+        }
+    }
     Ok(())
 }

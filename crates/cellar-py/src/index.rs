@@ -461,6 +461,19 @@ impl PyIndex {
         without_gil(py, || self.index.flush())
     }
 
+    /// Folds the written segments into one, dropping deleted documents' records; returns what
+    /// it did, or ``None`` when there was nothing to gain. ``mib_per_sec`` bounds the copy rate
+    /// (0: unbounded). Searches and writes go on meanwhile. Releases the GIL.
+    #[pyo3(signature = (mib_per_sec=32))]
+    fn merge<'py>(&self, py: Python<'py>, mib_per_sec: u64) -> PyResult<Bound<'py, PyAny>> {
+        let budget = cellar_search::live::merge::MergeBudget {
+            bytes_per_sec: mib_per_sec << 20,
+            ..Default::default()
+        };
+        let report = without_gil(py, || self.index.merge(&budget))?;
+        to_python(py, &report)
+    }
+
     /// The index's ``index.json`` as a dict: encoder settings, codec, search defaults and the
     /// build report.
     #[getter]

@@ -98,15 +98,21 @@ impl PooledMatrix {
     /// Exact top-`k` documents by dot product with `query` (L2-normalised, so cosine).
     pub fn search(&self, query: &[f32], k: usize) -> Vec<Scored> {
         let mut top = TopK::new(k);
-        self.score_into(query, 0, &|_| false, &mut top);
+        self.score_into(query, &|i| DocId(i as u32), &|_| false, &mut top);
         top.into_sorted()
     }
 
-    /// Scores every row not `excluded` into `top`, row `i` as document `first + i`.
-    pub fn score_into(&self, query: &[f32], first: u32, excluded: &dyn Fn(DocId) -> bool, top: &mut TopK) {
+    /// Scores every row not `excluded` into `top`, row `i` as document `id_of(i)`.
+    pub fn score_into(
+        &self,
+        query: &[f32],
+        id_of: &dyn Fn(usize) -> DocId,
+        excluded: &dyn Fn(DocId) -> bool,
+        top: &mut TopK,
+    ) {
         let isa = Isa::detected();
         for (i, row) in self.bytes.chunks_exact(self.dim * 2).enumerate() {
-            let id = DocId(first + i as u32);
+            let id = id_of(i);
             if !excluded(id) {
                 top.push(id, dot_f16(isa, query, row));
             }

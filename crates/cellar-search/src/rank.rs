@@ -343,9 +343,9 @@ impl Index {
         let view = self.live_view();
         let mut top = TopK::new(k);
         let excluded = |id: DocId| view.is_deleted(id);
-        self.pooled()?.score_into(query, 0, &excluded, &mut top);
+        self.pooled()?.score_into(query, &|i| DocId(i as u32), &excluded, &mut top);
         for segment in &view.segments {
-            segment.pooled.score_into(query, segment.first.0, &excluded, &mut top);
+            segment.pooled.score_into(query, &|i| DocId(segment.ids[i]), &excluded, &mut top);
         }
         for doc in view.memtable.iter().filter(|d| !view.is_deleted(d.id)) {
             top.push(doc.id, dot_f16(self.isa, query, &doc.pooled));

@@ -151,10 +151,48 @@ pub fn serve_with(
             .await
             .map_err(|e| CellarError::io(Path::new(&format!("tcp://{}", config.bind)), e))?;
         let address = listener.local_addr().map_err(|e| CellarError::io(Path::new("listener"), e))?;
-        let state = AppState::with_streams(index.map(Arc::new), streams, config);
+        let index = index.map(Arc::new);
+        let merger = index.clone().map(spawn_merger);
+        let state = AppState::with_streams(index, streams, config);
         on_ready(address);
-        serve_on(listener, state, shutdown_signal()).await
+        let served = serve_on(listener, state, shutdown_signal()).await;
+        if let Some(stop) = merger {
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        served
     })
+}
+
+/// The served index's background merger: once a second, a merge within the default budget
+/// (`MergeBudget`: 32 MiB/s of records copied, 256 records held) when the written segments need
+/// one. Returns the flag that stops it; a merge cut short by the process's exit is as safe as a
+/// crash (the manifest commits it or it never happened).
+fn spawn_merger(index: Arc<cellar_search::Index>) -> Arc<std::sync::atomic::AtomicBool> {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let spawned = std::thread::Builder::new().name("cellar-merge".into()).spawn(move || {
+        while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_secs(1));
+            if !index.needs_merge() {
+                continue;
+            }
+            match index.merge(&cellar_search::live::merge::MergeBudget::default()) {
+                Ok(Some(report)) => log::info!(
+                    "merged {} segments: {} records kept, {} dropped, {:.1} s",
+                    report.segments,
+                    report.kept,
+                    report.dropped,
+                    report.secs
+                ),
+                Ok(None) => {}
+                Err(e) => log::warn!("background merge failed: {e}"),
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        log::warn!("no background merger (cannot start its thread: {e}); segments are not merged");
+    }
+    stop
 }
 
 /// Serves `state` on `listener` until `shutdown` completes, then lets the requests in flight

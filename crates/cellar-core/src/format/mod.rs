@@ -57,10 +57,12 @@ pub enum FileKind {
     IvfPostings = 8,
     /// IVF full-precision vectors in cluster order, for rescoring (`ivf_vectors.bin`).
     IvfVectors = 9,
+    /// The internal ids of a living index's segment, ascending u32 (`ids.bin`).
+    SegmentIds = 10,
 }
 
 impl FileKind {
-    pub const ALL: [FileKind; 9] = [
+    pub const ALL: [FileKind; 10] = [
         FileKind::Vectors,
         FileKind::Offsets,
         FileKind::CodecParams,
@@ -70,6 +72,7 @@ impl FileKind {
         FileKind::IvfCentroids,
         FileKind::IvfPostings,
         FileKind::IvfVectors,
+        FileKind::SegmentIds,
     ];
 
     /// The files of a token-vector store directory (the others belong to a search index).
@@ -91,6 +94,7 @@ impl FileKind {
             FileKind::IvfCentroids => "ivf_centroids",
             FileKind::IvfPostings => "ivf_postings",
             FileKind::IvfVectors => "ivf_vectors",
+            FileKind::SegmentIds => "segment_ids",
         }
     }
 
@@ -123,6 +127,7 @@ impl FileKind {
             FileKind::IvfCentroids => "ivf_centroids.bin",
             FileKind::IvfPostings => "ivf_postings.bin",
             FileKind::IvfVectors => "ivf_vectors.bin",
+            FileKind::SegmentIds => "ids.bin",
         }
     }
 }

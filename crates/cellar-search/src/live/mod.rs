@@ -24,6 +24,7 @@
 //! finds another holding the writer's lock opens the index read-only, as it was at that moment.
 
 pub(crate) mod batch;
+pub mod merge;
 pub use batch::{OP_DELETE, OP_PUT};
 pub(crate) mod segment;
 pub mod write;
@@ -42,7 +43,7 @@ use crate::corpus::Document;
 use crate::index::Index;
 use crate::ivf::LiveMembers;
 use batch::{LiveDoc, LogBatch, LogOp};
-use segment::Segment;
+use segment::{Segment, SegmentWriter};
 
 /// Sub-directory of everything written after the build.
 pub const LIVE_DIR: &str = "live";
@@ -60,7 +61,7 @@ pub const FLUSH_BYTES: usize = 16 << 20;
 /// `live/MANIFEST.json`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct LiveManifest {
+pub(crate) struct LiveManifest {
     version: u32,
     /// The internal id the next written document gets.
     next_id: u32,
@@ -73,7 +74,7 @@ struct LiveManifest {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SegmentEntry {
+pub(crate) struct SegmentEntry {
     name: String,
     first: u32,
     docs: u32,
@@ -107,8 +108,8 @@ pub(crate) struct LiveView {
     mem_bytes: usize,
     /// IVF cluster → positions in `memtable` (with an IVF).
     mem_clusters: HashMap<u32, Vec<usize>>,
-    /// Per segment: IVF cluster → its documents' ids.
-    seg_clusters: Vec<Arc<HashMap<u32, Vec<DocId>>>>,
+    /// Per segment: IVF cluster → its documents' record numbers.
+    seg_clusters: Vec<Arc<HashMap<u32, Vec<u32>>>>,
     /// One bit per internal id.
     deleted: Arc<Vec<u64>>,
     deleted_count: u64,
@@ -162,7 +163,7 @@ impl LiveView {
                 });
             }
         }
-        let at = self.segments.partition_point(|s| s.first <= id);
+        let at = self.segments.partition_point(|s| s.first() <= id);
         let segment = at.checked_sub(1).map(|i| &self.segments[i]);
         match segment.and_then(|s| s.local(id).map(|local| (s, local))) {
             Some((segment, local)) => Ok(Located::Segment(segment, local)),
@@ -232,12 +233,26 @@ impl LiveView {
     }
 
     fn add_segment(&mut self, segment: Segment) {
-        let mut clusters: HashMap<u32, Vec<DocId>> = HashMap::new();
-        for (i, c) in segment.clusters.iter().enumerate() {
-            clusters.entry(*c).or_default().push(DocId(segment.first.0 + i as u32));
-        }
-        self.seg_clusters.push(Arc::new(clusters));
+        self.seg_clusters.push(Arc::new(clusters_of(&segment)));
         self.segments.push(Arc::new(segment));
+    }
+
+    /// Replaces the first `n` segments (a merge's inputs) with `merged`.
+    fn replace_segments(&mut self, n: usize, merged: Segment) {
+        self.segments.splice(..n, [Arc::new(merged)]);
+        let clusters = Arc::new(clusters_of(&self.segments[0]));
+        self.seg_clusters.splice(..n, [clusters]);
+    }
+
+    /// Drops the first `n` segments (a merge's inputs whose every record was deleted).
+    fn remove_segments(&mut self, n: usize) {
+        self.segments.drain(..n);
+        self.seg_clusters.drain(..n);
+    }
+
+    /// Records of segments whose documents are deleted (what a merge would drop).
+    pub fn dead_records(&self) -> usize {
+        self.segments.iter().map(|s| s.ids.iter().filter(|id| self.is_deleted(DocId(**id))).count()).sum()
     }
 
     fn deleted_ids(&self) -> Vec<u32> {
@@ -256,9 +271,10 @@ impl LiveMembers for LiveView {
 
     fn visit(&self, cluster: u32, found: &mut dyn FnMut(DocId, &[u8])) {
         for (segment, clusters) in self.segments.iter().zip(&self.seg_clusters) {
-            for id in clusters.get(&cluster).into_iter().flatten() {
-                if !self.is_deleted(*id) {
-                    found(*id, segment.pooled.row_bytes((id.0 - segment.first.0) as usize));
+            for local in clusters.get(&cluster).into_iter().flatten() {
+                let id = DocId(segment.ids[*local as usize]);
+                if !self.is_deleted(id) {
+                    found(id, segment.pooled.row_bytes(*local as usize));
                 }
             }
         }
@@ -269,6 +285,15 @@ impl LiveMembers for LiveView {
             }
         }
     }
+}
+
+/// A segment's records by IVF cluster.
+fn clusters_of(segment: &Segment) -> HashMap<u32, Vec<u32>> {
+    let mut clusters: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (i, c) in segment.clusters.iter().enumerate() {
+        clusters.entry(*c).or_default().push(i as u32);
+    }
+    clusters
 }
 
 /// f16 little-endian bytes → f32 values.
@@ -290,6 +315,8 @@ pub(crate) struct Live {
     dir: PathBuf,
     view: RwLock<Arc<LiveView>>,
     writer: Mutex<Option<Writer>>,
+    /// Held by the one merge that runs at a time.
+    merging: Mutex<()>,
 }
 
 impl Live {
@@ -298,6 +325,7 @@ impl Live {
             dir: index_dir.join(LIVE_DIR),
             view: RwLock::new(Arc::new(LiveView::empty(base_docs))),
             writer: Mutex::new(None),
+            merging: Mutex::new(()),
         }
     }
 
@@ -379,13 +407,14 @@ impl Index {
         }
         let mut view = LiveView::empty(base_docs);
         let assign = self.assigner();
-        let mut expected = base_docs;
+        let manifest_path = live.join(LIVE_MANIFEST);
+        let mut after = base_docs;
         for entry in &manifest.segments {
-            if entry.first != expected {
+            if entry.first < after {
                 return Err(CellarError::corrupted(
-                    &live.join(LIVE_MANIFEST),
+                    &manifest_path,
                     0,
-                    format!("segment {} starts at document {}, expected {expected}", entry.name, entry.first),
+                    format!("segment {} starts at document {}, before {after}", entry.name, entry.first),
                 ));
             }
             let segment = Segment::open(
@@ -397,17 +426,18 @@ impl Index {
                 &self.reader_options,
                 &assign,
             )?;
+            after = segment.last().0 + 1;
             view.add_segment(segment);
-            expected += entry.docs;
         }
-        view.next_id = expected;
-        if manifest.next_id != expected {
+        if manifest.next_id < after {
             return Err(CellarError::corrupted(
-                &live.join(LIVE_MANIFEST),
+                &manifest_path,
                 0,
-                format!("next_id {} but the segments end at {expected}", manifest.next_id),
+                format!("next_id {} but the segments end at {after}", manifest.next_id),
             ));
         }
+        let expected = manifest.next_id;
+        view.next_id = expected;
         for id in &manifest.deleted {
             if *id >= expected {
                 return Err(CellarError::corrupted(
@@ -472,25 +502,22 @@ impl Index {
         }
         let live = &self.live.dir;
         let name = format!("seg-{:016x}", view.seq);
-        let first = view.memtable[0].id;
         let model_dim = self.config.encoder.model_dim;
-        Segment::write(live, &name, Arc::clone(self.store.codec()), model_dim, &view.memtable)?;
-        let segment = Segment::open(
-            live,
-            &name,
-            first,
-            view.memtable.len(),
-            model_dim,
-            &self.reader_options,
-            &self.assigner(),
-        )?;
+        let mut out = SegmentWriter::create(live, &name, Arc::clone(self.store.codec()), model_dim)?;
+        for doc in &view.memtable {
+            out.add(doc.id, doc.n_tokens as usize, &doc.tokens, &doc.pooled, &doc.doc)?;
+        }
+        let ids = out.finish()?;
+        let first = DocId(ids[0]);
+        let segment =
+            Segment::open(live, &name, first, ids.len(), model_dim, &self.reader_options, &self.assigner())?;
         let mut next = (*view).clone();
         next.memtable.clear();
         next.mem_clusters.clear();
         next.mem_bytes = 0;
         next.add_segment(segment);
         let mut manifest = writer.manifest.clone();
-        manifest.segments.push(SegmentEntry { name, first: first.0, docs: view.memtable.len() as u32 });
+        manifest.segments.push(SegmentEntry { name, first: first.0, docs: ids.len() as u32 });
         manifest.next_id = next.next_id;
         manifest.flushed_seq = next.seq;
         manifest.deleted = next.deleted_ids();

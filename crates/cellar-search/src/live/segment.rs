@@ -1,21 +1,23 @@
-//! A segment: documents written to an index since its build, flushed from the memtable into
-//! the same files a build writes (a vector store in the base's codec, `pooled.bin`, `texts.bin`
-//! and `text_offsets.bin`), in `live/<name>/`. Its documents hold the consecutive internal ids
-//! `first..first + docs`; a deleted one stays until a merge drops it (the tombstones say which).
-//! A segment is written under a temporary name and renamed whole, so it is there complete or
-//! not at all; the live manifest lists it only after that.
+//! A segment: documents written to an index since its build, in the same files a build writes
+//! (a vector store in the base's codec, `pooled.bin`, `texts.bin` and `text_offsets.bin`) plus
+//! `ids.bin`, their internal ids (ascending u32), in `live/<name>/`. A flush writes the
+//! memtable's documents (consecutive ids); a merge writes the surviving documents of several
+//! segments (ids with gaps where deleted ones were dropped). A segment is written under a
+//! temporary name and renamed whole, so it is there complete or not at all; the live manifest
+//! lists it only after that.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cellar_core::codec::Codec;
-use cellar_core::format::fsio::sync_dir;
+use cellar_core::format::fsio::{read_small_file, sync_dir, write_small_file};
+use cellar_core::format::FileKind;
 use cellar_core::io::ReaderOptions;
 use cellar_core::store::{StoreWriter, VectorStore};
 use cellar_core::{CellarError, DocId, IoContext, Result};
 
+use crate::corpus::Document;
 use crate::index::VECTORS_DIR;
-use crate::live::batch::LiveDoc;
 use crate::pooled::{PooledMatrix, PooledWriter};
 use crate::texts::{TextsReader, TextsWriter};
 
@@ -25,48 +27,84 @@ const WRITING_SUFFIX: &str = ".writing";
 /// An open segment.
 pub(crate) struct Segment {
     pub name: String,
-    pub first: DocId,
+    /// Internal ids of its records, ascending: record `i` is document `ids[i]`.
+    pub ids: Vec<u32>,
     pub store: VectorStore,
     pub texts: TextsReader,
     pub pooled: PooledMatrix,
-    /// Each document's nearest IVF centroid (when the index has an IVF).
+    /// Each record's nearest IVF centroid (when the index has an IVF).
     pub clusters: Vec<u32>,
 }
 
-impl Segment {
-    /// Writes `docs` (consecutive ids) as segment `name` of `live`.
-    pub fn write(
-        live: &Path,
-        name: &str,
-        codec: Arc<dyn Codec>,
-        model_dim: usize,
-        docs: &[Arc<LiveDoc>],
-    ) -> Result<()> {
-        let dir = live.join(name);
+/// Streams documents into a new segment.
+pub(crate) struct SegmentWriter {
+    live: PathBuf,
+    name: String,
+    tmp: PathBuf,
+    store: StoreWriter,
+    pooled: PooledWriter,
+    texts: TextsWriter,
+    ids: Vec<u32>,
+}
+
+impl SegmentWriter {
+    pub fn create(live: &Path, name: &str, codec: Arc<dyn Codec>, model_dim: usize) -> Result<SegmentWriter> {
         let tmp = live.join(format!("{name}{WRITING_SUFFIX}"));
         if tmp.exists() {
             std::fs::remove_dir_all(&tmp).at(&tmp)?;
         }
         std::fs::create_dir_all(&tmp).at(&tmp)?;
-        let mut store = StoreWriter::create(&tmp.join(VECTORS_DIR), codec, false)?;
-        let mut pooled = PooledWriter::create(&tmp, model_dim)?;
-        let mut texts = TextsWriter::create(&tmp)?;
-        for doc in docs {
-            store.add_encoded(doc.n_tokens as usize, &doc.tokens)?;
-            let row: Vec<f32> =
-                doc.pooled.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect();
-            pooled.add(&row)?;
-            texts.add(&doc.doc)?;
-        }
-        store.finish()?;
-        pooled.finish()?;
-        texts.finish()?;
-        sync_dir(&tmp)?;
-        std::fs::rename(&tmp, &dir).at(&dir)?;
-        sync_dir(live)
+        Ok(SegmentWriter {
+            live: live.to_path_buf(),
+            name: name.to_string(),
+            store: StoreWriter::create(&tmp.join(VECTORS_DIR), codec, false)?,
+            pooled: PooledWriter::create(&tmp, model_dim)?,
+            texts: TextsWriter::create(&tmp)?,
+            tmp,
+            ids: Vec::new(),
+        })
     }
 
-    /// Opens segment `name` of `live`, which must hold `docs` documents from `first` on.
+    /// Appends document `id` (above every id added before): its encoded token vectors, its
+    /// pooled vector (f16 little-endian) and its text.
+    pub fn add(
+        &mut self,
+        id: DocId,
+        n_tokens: usize,
+        tokens: &[u8],
+        pooled: &[u8],
+        doc: &Document,
+    ) -> Result<()> {
+        if self.ids.last().is_some_and(|last| *last >= id.0) {
+            return Err(CellarError::internal(format!(
+                "segment {}: ids out of order at {}",
+                self.name, id.0
+            )));
+        }
+        self.store.add_encoded(n_tokens, tokens)?;
+        self.pooled.add(&super::f16_row(pooled))?;
+        self.texts.add(doc)?;
+        self.ids.push(id.0);
+        Ok(())
+    }
+
+    /// Commits every file, then renames the segment into place; returns its ids.
+    pub fn finish(self) -> Result<Vec<u32>> {
+        self.store.finish()?;
+        self.pooled.finish()?;
+        self.texts.finish()?;
+        let body: Vec<u8> = self.ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+        write_small_file(&self.tmp.join(FileKind::SegmentIds.file_name()), FileKind::SegmentIds, &body)?;
+        sync_dir(&self.tmp)?;
+        let dir = self.live.join(&self.name);
+        std::fs::rename(&self.tmp, &dir).at(&dir)?;
+        sync_dir(&self.live)?;
+        Ok(self.ids)
+    }
+}
+
+impl Segment {
+    /// Opens segment `name` of `live`, which must hold `docs` documents, the first `first`.
     pub fn open(
         live: &Path,
         name: &str,
@@ -80,29 +118,49 @@ impl Segment {
         let store = VectorStore::open(&dir.join(VECTORS_DIR), reader)?;
         let texts = TextsReader::open(&dir)?;
         let pooled = PooledMatrix::load(&dir, model_dim, docs)?;
-        if store.len() != docs || texts.len() != docs {
+        let ids_path = dir.join(FileKind::SegmentIds.file_name());
+        let (_, body) = read_small_file(&ids_path, FileKind::SegmentIds)?;
+        let ids: Vec<u32> =
+            body.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))).collect();
+        let ascending = ids.windows(2).all(|w| w[0] < w[1]);
+        if store.len() != docs
+            || texts.len() != docs
+            || ids.len() != docs
+            || ids.first() != Some(&first.0)
+            || !ascending
+        {
             return Err(CellarError::corrupted(
                 &dir,
                 0,
                 format!(
-                    "the live manifest gives segment {name} {docs} documents; it holds {} vectors and {} texts",
+                    "the live manifest gives segment {name} {docs} documents from {}; it holds {} vectors, {} texts and {} ids{}",
+                    first.0,
                     store.len(),
-                    texts.len()
+                    texts.len(),
+                    ids.len(),
+                    if ascending { "" } else { " out of order" }
                 ),
             ));
         }
         let clusters = (0..docs).filter_map(|i| assign(&pooled.row(i))).collect();
-        Ok(Segment { name: name.to_string(), first, store, texts, pooled, clusters })
+        Ok(Segment { name: name.to_string(), ids, store, texts, pooled, clusters })
     }
 
     pub fn len(&self) -> usize {
-        self.store.len()
+        self.ids.len()
     }
 
-    /// The segment's own record number of `id`, when it holds it.
+    pub fn first(&self) -> DocId {
+        DocId(self.ids[0])
+    }
+
+    pub fn last(&self) -> DocId {
+        DocId(self.ids[self.ids.len() - 1])
+    }
+
+    /// The record number of `id` in this segment, when it holds it.
     pub fn local(&self, id: DocId) -> Option<DocId> {
-        let local = id.0.checked_sub(self.first.0)?;
-        ((local as usize) < self.len()).then_some(DocId(local))
+        self.ids.binary_search(&id.0).ok().map(|i| DocId(i as u32))
     }
 }
 

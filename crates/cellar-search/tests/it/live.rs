@@ -242,3 +242,167 @@ fn commands_that_read_the_build_alone_refuse_a_written_index() {
     }
     assert!(!out.exists());
 }
+
+/// Every mode's hits (id, score) for a few queries.
+fn answers(index: &Index) -> Vec<Vec<(String, f32)>> {
+    let mut out = Vec::new();
+    for query in [HARPSICHORD_QUERY, "lava and magma", "note: bread dough", "written note 7"] {
+        for (_, request) in every_mode(query, 8) {
+            out.push(index.search(request).unwrap().hits.into_iter().map(|h| (h.id, h.score)).collect());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_merge_folds_segments_drops_deleted_records_and_changes_no_answer() {
+    let (_tmp, dir) = copy_index();
+    let options = OpenOptions { flush_bytes: 1, ..Default::default() };
+    let index = Index::open(&dir, options.clone()).unwrap();
+    for batch in 0..4 {
+        let ops = (0..3)
+            .map(|i| {
+                WriteOp::Add(doc(
+                    &format!("w{batch}-{i}"),
+                    &format!("written note {} {HARPSICHORD}", batch * 3 + i),
+                ))
+            })
+            .collect();
+        write(&index, ops);
+    }
+    write(
+        &index,
+        vec![
+            WriteOp::Delete("w0-1".into()),
+            WriteOp::Delete("w2-0".into()),
+            WriteOp::Delete("w3-2".into()),
+            WriteOp::Delete("coffee-3".into()),
+        ],
+    );
+    write(&index, vec![WriteOp::Update(doc("w1-2", "an updated written note 7"))]);
+    let segments = |dir: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir.join("live"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("seg-"))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(segments(&dir).len(), 5, "every batch with a put flushes: {:?}", segments(&dir));
+    assert!(index.needs_merge(), "4 of 13 records are deleted");
+    let before = answers(&index);
+    let len = index.len();
+    let report = index.merge(&cellar_search::live::merge::MergeBudget::default()).unwrap().expect("a merge");
+    assert_eq!((report.segments, report.kept, report.dropped), (5, 9, 4), "{report:?}");
+    assert_eq!(segments(&dir).len(), 1, "{:?}", segments(&dir));
+    assert_eq!(answers(&index), before, "a merge changes no answer");
+    assert_eq!(index.len(), len);
+    assert!(index.merge(&Default::default()).unwrap().is_none(), "nothing left to merge");
+    drop(index);
+    let index = Index::open(&dir, options).unwrap();
+    assert_eq!(answers(&index), before, "nor does reopening");
+    assert_eq!(index.get("w1-2").unwrap().unwrap().text, "an updated written note 7");
+    assert!(index.get("w0-1").unwrap().is_none() && index.get("coffee-3").unwrap().is_none());
+    write(&index, vec![WriteOp::Add(doc("after", "written after the merge"))]);
+    assert_eq!(segments(&dir).len(), 2);
+    index.verify(|_| {}).unwrap();
+}
+
+#[test]
+fn searches_during_writes_and_merges_see_whole_batches_and_no_acknowledged_delete() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    const ROUNDS: i64 = 24;
+    let (_tmp, dir) = copy_index();
+    let index = Index::open(&dir, OpenOptions { flush_bytes: 1, ..Default::default() }).unwrap();
+    let pooled = |r: i64| -> Vec<f32> {
+        let mut v = vec![0.01f32; 384];
+        v[(r as usize * 7) % 384] = 1.0;
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / norm).collect()
+    };
+    let pair_doc = |name: String, r: i64| DocIn {
+        vectors: Some(QueryVectorsIn {
+            tokens: vec![pooled(r)],
+            pooled: Some(pooled(r)),
+            ..Default::default()
+        }),
+        ..doc(&name, &format!("marker{r} pair document"))
+    };
+    let added = AtomicI64::new(-1);
+    let deleted = AtomicI64::new(-1);
+    let checks = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let (index, added, deleted, checks) = (&index, &added, &deleted, &checks);
+        for reader in 0..2i64 {
+            scope.spawn(move || {
+                let mut r = reader;
+                while deleted.load(Ordering::SeqCst) < ROUNDS - 1 {
+                    let upto = added.load(Ordering::SeqCst);
+                    if upto < 0 {
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    r = (r + 1) % (upto + 1);
+                    let gone = deleted.load(Ordering::SeqCst);
+                    let bm25 = SearchRequest {
+                        query: format!("marker{r}"),
+                        mode: Some(Mode::Bm25),
+                        k: Some(10),
+                        ..Default::default()
+                    };
+                    let ids: Vec<String> =
+                        index.search(bm25).unwrap().hits.into_iter().map(|h| h.id).collect();
+                    let pair = [format!("a{r}"), format!("b{r}")];
+                    assert!(
+                        ids.is_empty() || ids == pair || ids == [pair[1].clone(), pair[0].clone()],
+                        "round {r}: {ids:?}"
+                    );
+                    if r <= gone {
+                        assert!(ids.is_empty(), "round {r} was deleted before this search: {ids:?}");
+                    }
+                    let dense = SearchRequest {
+                        mode: Some(Mode::DenseExact),
+                        k: Some(4),
+                        query_vectors: Some(QueryVectorsIn { pooled: Some(pooled(r)), ..Default::default() }),
+                        ..Default::default()
+                    };
+                    for hit in index.search(dense).unwrap().hits {
+                        if let Some(j) = hit.id.get(1..).and_then(|n| n.parse::<i64>().ok()) {
+                            assert!(j > gone, "{} was deleted before this search", hit.id);
+                        }
+                    }
+                    checks.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+        for r in 0..ROUNDS {
+            write(
+                index,
+                vec![WriteOp::Add(pair_doc(format!("a{r}"), r)), WriteOp::Add(pair_doc(format!("b{r}"), r))],
+            );
+            added.store(r, Ordering::SeqCst);
+            if r > 0 {
+                write(
+                    index,
+                    vec![WriteOp::Delete(format!("a{}", r - 1)), WriteOp::Delete(format!("b{}", r - 1))],
+                );
+                deleted.store(r - 1, Ordering::SeqCst);
+            }
+            if r % 5 == 4 {
+                index
+                    .merge(&cellar_search::live::merge::MergeBudget { bytes_per_sec: 0, chunk_docs: 2 })
+                    .unwrap();
+            }
+        }
+        write(
+            index,
+            vec![WriteOp::Delete(format!("a{}", ROUNDS - 1)), WriteOp::Delete(format!("b{}", ROUNDS - 1))],
+        );
+        deleted.store(ROUNDS - 1, Ordering::SeqCst);
+    });
+    assert!(
+        checks.load(std::sync::atomic::Ordering::SeqCst) > ROUNDS as usize,
+        "the readers searched while the writer wrote"
+    );
+}

@@ -4,7 +4,7 @@
 //! acknowledged add, update and delete is there (a document's text names its version), the
 //! batch in flight is all there or not at all, BM25 finds what was written and nothing deleted,
 //! and no file a write was making is left behind. The writer's tiny flush budget makes it flush
-//! every few batches, so kills land inside flushes too.
+//! every few batches, and it merges every sixth, so kills land inside flushes and merges too.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
@@ -97,6 +97,10 @@ fn writer() {
         index.write(WriteRequest { ops }).unwrap();
         exists.extend(touched);
         say("ACK\n");
+        if batch % 6 == 5 {
+            let budget = cellar_search::live::merge::MergeBudget { bytes_per_sec: 0, chunk_docs: 3 };
+            index.merge(&budget).unwrap();
+        }
     }
 }
 

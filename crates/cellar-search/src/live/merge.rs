@@ -1,0 +1,175 @@
+//! Merging: the segments of a living index folded into one, deleted documents' records dropped.
+//!
+//! A merge reads its input segments (every segment there is when it starts) record by record in
+//! chunks of [`MergeBudget::chunk_docs`], throttled to [`MergeBudget::bytes_per_sec`] of records
+//! copied, and writes the survivors as a new segment, without holding the writer: writes (and
+//! flushes, which append segments after the inputs) go on meanwhile. It then commits under the
+//! writer: the manifest names the merged segment in place of its inputs, the view is swapped,
+//! and the inputs' directories are removed (a search still holding the old view keeps reading
+//! their open files). A crash leaves either the old manifest (the merged directory is an orphan
+//! the next writer removes) or the new one (the inputs are orphans).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cellar_core::{CellarError, DocId, Result};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::index::Index;
+use crate::live::segment::{Segment, SegmentWriter};
+use crate::live::SegmentEntry;
+
+/// Segments past which [`Index::needs_merge`] says so.
+pub const MERGE_AFTER_SEGMENTS: usize = 8;
+/// Share of the segments' records deleted past which [`Index::needs_merge`] says so.
+pub const MERGE_AFTER_DEAD: f64 = 0.25;
+
+/// What a merge may take from a serving machine.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MergeBudget {
+    /// Bytes of records (vectors, pooled vectors, text) copied per second; 0: unbounded.
+    pub bytes_per_sec: u64,
+    /// Records read per batch: what the merge holds in memory at once.
+    pub chunk_docs: usize,
+}
+
+impl Default for MergeBudget {
+    fn default() -> Self {
+        MergeBudget { bytes_per_sec: 32 << 20, chunk_docs: 256 }
+    }
+}
+
+/// What a merge did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MergeReport {
+    /// Segments folded into one.
+    pub segments: usize,
+    /// Records kept and dropped (deleted).
+    pub kept: usize,
+    pub dropped: usize,
+    /// Bytes of records copied.
+    pub bytes: u64,
+    pub secs: f64,
+}
+
+impl Index {
+    /// Whether the written documents would gain from a merge: many segments, or many of their
+    /// records deleted.
+    pub fn needs_merge(&self) -> bool {
+        let view = self.live_view();
+        let records: usize = view.segments.iter().map(|s| s.len()).sum();
+        view.segments.len() >= MERGE_AFTER_SEGMENTS
+            || (records > 0 && view.dead_records() as f64 > MERGE_AFTER_DEAD * records as f64)
+    }
+
+    /// Folds every segment into one within `budget`, dropping deleted documents' records;
+    /// `None` when there is nothing to gain (one segment without deleted records, or none). One
+    /// merge runs at a time; writes and searches go on while it copies.
+    pub fn merge(&self, budget: &MergeBudget) -> Result<Option<MergeReport>> {
+        if budget.chunk_docs == 0 {
+            return Err(CellarError::invalid("a merge reads at least one record per batch"));
+        }
+        if !self.live.exists() {
+            return Ok(None);
+        }
+        let _one = self.live.merging.lock().unwrap_or_else(|p| p.into_inner());
+        drop(self.writer()?);
+        let view = self.live.view();
+        let inputs: Vec<Arc<Segment>> = view.segments.clone();
+        if inputs.is_empty() || (inputs.len() == 1 && view.dead_records() == 0) {
+            return Ok(None);
+        }
+        let start = Instant::now();
+        let live = &self.live.dir;
+        let name = format!("seg-{:016x}-merged", view.seq);
+        let model_dim = self.config.encoder.model_dim;
+        let mut out = SegmentWriter::create(live, &name, Arc::clone(self.store.codec()), model_dim)?;
+        let mut report = MergeReport { segments: inputs.len(), ..MergeReport::default() };
+        for segment in &inputs {
+            let locals: Vec<DocId> = (0..segment.len() as u32)
+                .map(DocId)
+                .filter(|local| !view.is_deleted(DocId(segment.ids[local.0 as usize])))
+                .collect();
+            report.dropped += segment.len() - locals.len();
+            for chunk in locals.chunks(budget.chunk_docs) {
+                let batch = segment.store.read_batch(chunk)?;
+                for (i, local) in chunk.iter().enumerate() {
+                    let record = batch.record(i);
+                    let pooled = segment.pooled.row_bytes(local.0 as usize);
+                    let doc = segment.texts.get(*local)?;
+                    let id = DocId(segment.ids[local.0 as usize]);
+                    out.add(id, record.n_tokens, record.tokens, pooled, &doc)?;
+                    report.bytes +=
+                        (record.tokens.len() + pooled.len() + doc.text.len() + doc.title.len()) as u64;
+                }
+                report.kept += chunk.len();
+                throttle(budget, report.bytes, start);
+            }
+        }
+        let ids = if report.kept > 0 { Some(out.finish()?) } else { None };
+        self.commit_merge(&inputs, &name, ids)?;
+        report.secs = start.elapsed().as_secs_f64();
+        Ok(Some(report))
+    }
+
+    /// Puts the merged segment (or nothing, when every record was deleted) in place of `inputs`
+    /// in the manifest and the view, then removes the inputs.
+    fn commit_merge(&self, inputs: &[Arc<Segment>], name: &str, ids: Option<Vec<u32>>) -> Result<()> {
+        let live = &self.live.dir;
+        let mut slot = self.writer()?;
+        let writer = slot.as_mut().expect("the writer was just loaded");
+        let current = self.live.view();
+        let n = inputs.len();
+        let same = current.segments.len() >= n
+            && current.segments.iter().zip(inputs).all(|(a, b)| Arc::ptr_eq(a, b));
+        if !same {
+            return Err(CellarError::internal("the segments a merge read changed under it"));
+        }
+        let mut next = (*current).clone();
+        let mut manifest = writer.manifest.clone();
+        match ids {
+            Some(ids) => {
+                let first = DocId(ids[0]);
+                let merged = Segment::open(
+                    live,
+                    name,
+                    first,
+                    ids.len(),
+                    self.config.encoder.model_dim,
+                    &self.reader_options,
+                    &self.assigner(),
+                )?;
+                next.replace_segments(n, merged);
+                let entry = SegmentEntry { name: name.to_string(), first: first.0, docs: ids.len() as u32 };
+                manifest.segments.splice(..n, [entry]);
+            }
+            None => {
+                next.remove_segments(n);
+                manifest.segments.drain(..n);
+            }
+        }
+        manifest.save(live)?;
+        writer.manifest = manifest;
+        self.live.publish(next);
+        drop(slot);
+        for segment in inputs {
+            let dir = live.join(&segment.name);
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                log::warn!("{}: not removed after a merge ({e}); the next writer removes it", dir.display());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sleeps while `bytes` copied since `start` are ahead of the budget's rate.
+fn throttle(budget: &MergeBudget, bytes: u64, start: Instant) {
+    if budget.bytes_per_sec == 0 {
+        return;
+    }
+    let due = Duration::from_secs_f64(bytes as f64 / budget.bytes_per_sec as f64);
+    if let Some(ahead) = due.checked_sub(start.elapsed()) {
+        std::thread::sleep(ahead);
+    }
+}
