@@ -7,6 +7,7 @@ mod codecs;
 mod embeddings;
 mod harness;
 mod ivf;
+mod live;
 mod load;
 mod store;
 mod stream;
@@ -33,6 +34,9 @@ enum Command {
     Codecs(codecs::CodecsArgs),
     /// Folders of embeddings for `cellar index --vectors`: synthetic, or an index's exported.
     Embeddings(embeddings::EmbeddingsArgs),
+    /// A living index under writes: ingest rates, time to visibility, search latency beside
+    /// ingest and a merge, disk and RAM per written document.
+    Live(live::LiveArgs),
     /// Benchmark the ram, mmap and direct readers side by side, with fio and memory caps.
     Store(store::StoreArgs),
     /// Studies of the IVF first stage: recall over nprobe, the prefetcher, rerank_k, RAM caps.
@@ -52,6 +56,7 @@ fn main() -> ExitCode {
         Command::Load(args) => load::run(args),
         Command::Codecs(args) => codecs::run(args),
         Command::Embeddings(args) => embeddings::run(args),
+        Command::Live(args) => live::run(args),
         Command::Store(args) => store::run(args),
         Command::Ivf(args) => ivf::run(args),
         Command::Stream(args) => stream::run(args),

@@ -287,6 +287,29 @@ impl LiveMembers for LiveView {
     }
 }
 
+/// The written documents' state and what they cost (`Index::live_stats`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LiveStats {
+    pub segments: usize,
+    /// Written documents not yet in a segment (in RAM and in the log).
+    pub memtable_docs: usize,
+    /// Documents written since the build (deleted ones included) and documents deleted.
+    pub written: u64,
+    pub deleted: u64,
+    /// Bytes of `live/` on disk.
+    pub disk_bytes: u64,
+    /// RAM the written documents take: the memtable's bytes, and per segment record its pooled
+    /// vector (f16), id, cluster and record and text offsets; plus the tombstone bitmap.
+    pub ram_bytes: u64,
+    /// BM25 commits this process made and write batches it committed: with concurrent writers
+    /// one commit takes several batches (group commit).
+    pub bm25_commits: u64,
+    pub batches_committed: u64,
+    /// RAM of the writer's map from collection id to internal id (every searchable document,
+    /// the build's included), estimated from its entries; 0 in a process that does not write.
+    pub id_map_bytes: u64,
+}
+
 /// A segment's records by IVF cluster.
 fn clusters_of(segment: &Segment) -> HashMap<u32, Vec<u32>> {
     let mut clusters: HashMap<u32, Vec<u32>> = HashMap::new();
@@ -317,6 +340,23 @@ pub(crate) struct Live {
     writer: Mutex<Option<Writer>>,
     /// Held by the one merge that runs at a time.
     merging: Mutex<()>,
+    /// Batches logged but not yet in BM25 nor published, and the view they make.
+    staged: Mutex<Staged>,
+    /// Held by the one writer committing the staged batches (`commit_through`).
+    committing: Mutex<()>,
+    /// Set when BM25 refused logged batches: the log is ahead of what this process shows, so it
+    /// takes no more writes (reopening replays the log).
+    failed: std::sync::OnceLock<String>,
+    /// (BM25 commits, batches they committed), for `LiveStats`.
+    commits: Mutex<(u64, u64)>,
+}
+
+/// Logged batches waiting for their BM25 commit (group commit: one tantivy commit takes every
+/// batch logged while the previous one ran) and the view that includes them.
+#[derive(Default)]
+struct Staged {
+    batches: Vec<LogBatch>,
+    view: Option<LiveView>,
 }
 
 impl Live {
@@ -326,12 +366,30 @@ impl Live {
             view: RwLock::new(Arc::new(LiveView::empty(base_docs))),
             writer: Mutex::new(None),
             merging: Mutex::new(()),
+            staged: Mutex::new(Staged::default()),
+            committing: Mutex::new(()),
+            failed: std::sync::OnceLock::new(),
+            commits: Mutex::new((0, 0)),
         }
     }
 
     /// The current view: a search holds one for its whole run.
     pub fn view(&self) -> Arc<LiveView> {
         Arc::clone(&self.view.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The newest state, published or staged: what the next batch builds on (with the writer
+    /// held).
+    fn latest(&self) -> LiveView {
+        let staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        staged.view.clone().unwrap_or_else(|| (*self.view()).clone())
+    }
+
+    /// Queues a logged batch and the view after it, for the next BM25 commit.
+    fn stage(&self, batch: LogBatch, view: LiveView) {
+        let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        staged.batches.push(batch);
+        staged.view = Some(view);
     }
 
     fn publish(&self, view: LiveView) {
@@ -376,6 +434,9 @@ impl Index {
     /// The writer, created on first use: takes `live/LOCK` (creating `live/` the first time)
     /// and reloads the live state from disk under it, since another process may have written.
     pub(crate) fn writer(&self) -> Result<MutexGuard<'_, Option<Writer>>> {
+        if let Some(detail) = self.live.failed.get() {
+            return Err(CellarError::internal(detail.clone()));
+        }
         let mut slot = self.live.lock_writer();
         if slot.is_none() {
             std::fs::create_dir_all(&self.live.dir).at(&self.live.dir)?;
@@ -493,9 +554,56 @@ impl Index {
         Ok(ids)
     }
 
+    /// Returns once batch `seq` is in BM25 and published: if no other writer committed it
+    /// meanwhile, commits every staged batch to BM25 at once (group commit) and publishes the
+    /// view after the last.
+    pub(crate) fn commit_through(&self, seq: u64) -> Result<()> {
+        let _one = self.live.committing.lock().unwrap_or_else(|p| p.into_inner());
+        if self.live.view().seq >= seq {
+            return Ok(());
+        }
+        // The view stays staged until it is published: the next batch builds on it meanwhile.
+        let (batches, view) = {
+            let mut staged = self.live.staged.lock().unwrap_or_else(|p| p.into_inner());
+            (std::mem::take(&mut staged.batches), staged.view.clone())
+        };
+        let Some(view) = view else {
+            return Err(CellarError::internal(format!("batch {seq} was neither staged nor published")));
+        };
+        let refs: Vec<&LogBatch> = batches.iter().collect();
+        if let Err(e) = self.bm25.apply(&refs) {
+            let detail = format!(
+                "batches {}..={} are logged but BM25 refused them ({e}); they are applied when the index is \
+                 next opened, and this process takes no more writes",
+                batches.first().map_or(0, |b| b.seq),
+                view.seq
+            );
+            let _ = self.live.failed.set(detail.clone());
+            return Err(CellarError::internal(detail));
+        }
+        let published = view.seq;
+        self.live.publish(view);
+        {
+            let mut staged = self.live.staged.lock().unwrap_or_else(|p| p.into_inner());
+            if staged.view.as_ref().is_some_and(|v| v.seq == published) {
+                staged.view = None;
+            }
+        }
+        let mut commits = self.live.commits.lock().unwrap_or_else(|p| p.into_inner());
+        *commits = (commits.0 + 1, commits.1 + batches.len() as u64);
+        Ok(())
+    }
+
+    /// Commits and publishes every staged batch (with the writer held, so none is added).
+    pub(crate) fn settle(&self) -> Result<()> {
+        let latest = self.live.latest().seq;
+        self.commit_through(latest)
+    }
+
     /// Writes the memtable as a segment, commits the manifest, empties the log. Called with the
     /// writer held.
     fn flush_locked(&self, writer: &mut Writer) -> Result<()> {
+        self.settle()?;
         let view = self.live.view();
         if view.memtable.is_empty() {
             return Ok(());
@@ -550,6 +658,30 @@ impl Index {
             }
         }
         Ok(None)
+    }
+
+    /// What is written since the build, and its disk and RAM.
+    pub fn live_stats(&self) -> LiveStats {
+        let view = self.live_view();
+        let dim = self.config.encoder.model_dim as u64;
+        let per_record = 2 * dim + 4 + 4 + 4 + 16 + 16;
+        let segments: u64 = view.segments.iter().map(|s| s.len() as u64 * per_record).sum();
+        let memtable: u64 = view.mem_bytes as u64 + 64 * view.memtable.len() as u64;
+        let id_map_bytes = self.live.lock_writer().as_ref().map_or(0, |w| {
+            w.ids.keys().map(|k| (k.len() + std::mem::size_of::<String>() + 4 + 8) as u64).sum()
+        });
+        let (bm25_commits, batches_committed) = *self.live.commits.lock().unwrap_or_else(|p| p.into_inner());
+        LiveStats {
+            bm25_commits,
+            batches_committed,
+            segments: view.segments.len(),
+            memtable_docs: view.memtable.len(),
+            written: view.written(),
+            deleted: view.deleted_count,
+            disk_bytes: crate::disk::dir_bytes(&self.live.dir),
+            ram_bytes: segments + memtable + view.deleted.len() as u64 * 8,
+            id_map_bytes,
+        }
     }
 
     /// `Index::verify`'s part for `live/`: every segment's records, texts and pooled vectors

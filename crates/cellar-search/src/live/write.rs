@@ -71,7 +71,13 @@ pub struct WriteReport {
     pub docs: u64,
     /// Encoding the documents' text (0 when all came with vectors).
     pub encode_ms: f64,
-    /// Logging (one `fdatasync`) and applying the batch to BM25 and the view.
+    /// Writing the batch's log record and waiting for its `fdatasync`.
+    pub log_ms: f64,
+    /// Until the batch is committed to BM25 (one tantivy commit for every batch logged
+    /// meanwhile: group commit) and published to searches.
+    pub bm25_ms: f64,
+    /// Everything after the encoding: ids resolved, log, BM25, the view published (and a
+    /// flush, when the batch filled the memtable).
     pub commit_ms: f64,
     pub total_ms: f64,
 }
@@ -133,7 +139,7 @@ impl Index {
         let commit_start = Instant::now();
         let mut slot = self.writer()?;
         let writer = slot.as_mut().expect("the writer was just loaded");
-        let view = self.live.view();
+        let view = self.live.latest();
         let mut changed: HashMap<&str, Option<DocId>> = HashMap::new();
         let current = |changed: &HashMap<&str, Option<DocId>>, id: &str| match changed.get(id) {
             Some(now) => *now,
@@ -193,27 +199,28 @@ impl Index {
         prepared.clear();
         let batch = LogBatch { seq: view.seq + 1, ops: log_ops };
         let payload = batch.encode();
+        let log_start = Instant::now();
         writer.wal.append(&[&payload])?;
-        self.bm25.apply(&[&batch]).map_err(|e| {
-            CellarError::internal(format!(
-                "batch {} is logged but BM25 refused it ({e}); it is applied when the index is next opened",
-                batch.seq
-            ))
-        })?;
-        let mut next = (*view).clone();
+        report.log_ms = ms_since(log_start);
+        let mut next = view;
         next.apply(&batch, &self.assigner(), writer.wal.path())?;
-        let (flush, alive) = (next.mem_bytes > self.flush_bytes(), next.alive());
-        self.live.publish(next);
+        let (flush, alive, seq) = (next.mem_bytes > self.flush_bytes(), next.alive(), batch.seq);
+        self.live.stage(batch, next);
         for (id, now) in changed {
             match now {
                 Some(doc) => writer.ids.insert(id.to_string(), doc),
                 None => writer.ids.remove(id),
             };
         }
+        drop(slot);
+        let bm25_start = Instant::now();
+        self.commit_through(seq)?;
+        report.bm25_ms = ms_since(bm25_start);
         if flush {
-            self.flush_locked(writer)?;
+            let mut slot = self.writer()?;
+            self.flush_locked(slot.as_mut().expect("the writer is loaded"))?;
         }
-        report.seq = batch.seq;
+        report.seq = seq;
         report.docs = alive;
         report.encode_ms = encode_ms;
         report.commit_ms = ms_since(commit_start);

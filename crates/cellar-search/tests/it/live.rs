@@ -406,3 +406,53 @@ fn searches_during_writes_and_merges_see_whole_batches_and_no_acknowledged_delet
         "the readers searched while the writer wrote"
     );
 }
+
+#[test]
+fn concurrent_writers_lose_nothing_and_share_bm25_commits() {
+    let (_tmp, dir) = copy_index();
+    let index = open(&dir, ReaderKind::Mmap);
+    let before = index.len();
+    let vectors = |t: usize| QueryVectorsIn {
+        tokens: vec![{
+            let mut v = vec![0.02f32; 384];
+            v[t] = 1.0;
+            v
+        }],
+        ..Default::default()
+    };
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let index = &index;
+            scope.spawn(move || {
+                for n in 0..8 {
+                    let doc = DocIn {
+                        vectors: Some(vectors(t * 8 + n)),
+                        ..doc(&format!("t{t}-{n}"), &format!("concurrent{t}x{n}"))
+                    };
+                    let report = index.write(WriteRequest { ops: vec![WriteOp::Add(doc)] }).unwrap();
+                    assert!(report.docs > before as u64);
+                    let found = ids(
+                        index,
+                        &SearchRequest {
+                            query: format!("concurrent{t}x{n}"),
+                            mode: Some(Mode::Bm25),
+                            ..Default::default()
+                        },
+                    );
+                    assert_eq!(found, [format!("t{t}-{n}")], "visible once acknowledged");
+                }
+            });
+        }
+    });
+    assert_eq!(index.len(), before + 32);
+    let stats = index.live_stats();
+    assert_eq!(stats.batches_committed, 32, "{stats:?}");
+    assert!(stats.bm25_commits >= 1 && stats.bm25_commits <= 32, "{stats:?}");
+    drop(index);
+    let index = open(&dir, ReaderKind::Mmap);
+    for t in 0..4 {
+        for n in 0..8 {
+            assert_eq!(index.get(&format!("t{t}-{n}")).unwrap().unwrap().text, format!("concurrent{t}x{n}"));
+        }
+    }
+}
