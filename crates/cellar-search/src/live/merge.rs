@@ -20,6 +20,9 @@ use crate::index::Index;
 use crate::live::segment::{Segment, SegmentWriter};
 use crate::live::SegmentEntry;
 
+/// What a merged segment's name ends with (`seg-<seq>-merged`).
+pub const MERGED_SUFFIX: &str = "-merged";
+
 /// Segments past which [`Index::needs_merge`] says so.
 pub const MERGE_AFTER_SEGMENTS: usize = 8;
 /// Share of the segments' records deleted past which [`Index::needs_merge`] says so.
@@ -82,7 +85,7 @@ impl Index {
         }
         let start = Instant::now();
         let live = &self.live.dir;
-        let name = format!("seg-{:016x}-merged", view.seq);
+        let name = format!("seg-{:016x}{MERGED_SUFFIX}", view.seq);
         let model_dim = self.config.encoder.model_dim;
         let mut out = SegmentWriter::create(live, &name, Arc::clone(self.store.codec()), model_dim)?;
         let mut report = MergeReport { segments: inputs.len(), ..MergeReport::default() };

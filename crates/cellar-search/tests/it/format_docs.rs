@@ -17,6 +17,7 @@ use cellar_search::ivf::layout::{CENTROIDS_PREAMBLE_BYTES, MEMBER_FIXED_BYTES, T
 use cellar_search::ivf::{IVF_CONFIG_FILE, IVF_DIR, IVF_FORMAT_VERSION, IVF_KINDS, IVF_READABLE_VERSIONS};
 use cellar_search::texts::{TEXT_END_BYTES, TEXT_ENTRY_BYTES, TEXT_ENTRY_FIELDS};
 
+use cellar_search::live::merge::MERGED_SUFFIX;
 use cellar_search::live::{
     LIVE_DIR, LIVE_MANIFEST, LIVE_READABLE_VERSIONS, LIVE_VERSION, OP_DELETE, OP_PUT, WAL_FILE,
 };
@@ -152,7 +153,8 @@ fn live_page_matches_the_code_and_a_written_index() {
     let text = page("live.md");
     let files: Vec<String> = table(&text, "file").into_iter().map(|r| r[0].clone()).collect();
     let lock = cellar_core::format::fsio::LOCK_FILE;
-    assert_eq!(files, [lock, LIVE_MANIFEST, WAL_FILE, "seg-<seq>/"]);
+    let merged = format!("seg-<seq>{MERGED_SUFFIX}/");
+    assert_eq!(files, [lock, LIVE_MANIFEST, WAL_FILE, "seg-<seq>/", merged.as_str()]);
     let tags: Vec<(String, String)> = table(&text, "tag")
         .into_iter()
         .map(|r| (r[0].clone(), r[1].split(':').next().unwrap().to_string()))
