@@ -97,7 +97,7 @@ struct Report {
     base_disk_bytes_per_doc: f64,
     written_disk_bytes_per_doc: f64,
     written_ram_bytes_per_doc: f64,
-    /// What `bm25/` grew by, per written document (tantivy's segments, before its own merges).
+    /// What `bm25/` grew by, per written record (tantivy's segments, before its own merges).
     bm25_growth_bytes_per_doc: f64,
 }
 
@@ -396,7 +396,7 @@ pub fn run(args: LiveArgs) -> Result<()> {
         idle_p95,
     ));
     let stats_after_merge = index.live_stats();
-    let written_docs = stats_after_merge.written.max(1) as f64;
+    let written_docs = stats_after_merge.records.max(1) as f64;
     let bm25_growth = dir_bytes(&copy.join("bm25")).saturating_sub(bm25_before);
     let report = Report {
         provenance: Provenance::now(),
@@ -469,12 +469,18 @@ fn markdown(r: &Report) -> String {
         );
     }
     out += &format!(
-        "\n## Footprint\n\n| | disk bytes/doc | RAM bytes/doc |\n|---|---|---|\n| the build's documents (every file: vectors, BM25, IVF, texts, pooled) | {:.0} | |\n| written documents after the merge: `live/` | {:.0} | {:.0} |\n| written documents: what `bm25/` grew by | {:.0} | |\n",
+        "\n## Footprint\n\n| | disk bytes/doc | RAM bytes/doc |\n|---|---|---|\n| the build's documents (every file: vectors, BM25, IVF, texts, pooled) | {:.0} | |\n| written documents after the merge: `live/`, per record kept | {:.0} | {:.0} |\n| written documents: what `bm25/` grew by, per record kept | {:.0} | |\n",
         r.base_disk_bytes_per_doc, r.written_disk_bytes_per_doc, r.written_ram_bytes_per_doc, r.bm25_growth_bytes_per_doc
     );
     out += &format!(
-        "\nBefore the merge: {} segments, {} written, {} deleted; after: {} segments. RAM per written document is what the process keeps for it: its pooled vector (f16, for the IVF and the dense scan), its id, cluster and record offsets.\n",
-        r.stats_before_merge.segments, r.stats_before_merge.written, r.stats_before_merge.deleted, r.stats_after_merge.segments
+        "\nBefore the merge: {} segments, {} written, {} deleted; after: {} segments, {} records. RAM per written document is what the process keeps for it: its pooled vector (f16, for the IVF and the dense scan), its id, cluster and record offsets. Besides, the writer's map from collection id to internal id holds every searchable document, the build's included: {} bytes, {:.0} per document.\n",
+        r.stats_before_merge.segments,
+        r.stats_before_merge.written,
+        r.stats_before_merge.deleted,
+        r.stats_after_merge.segments,
+        r.stats_after_merge.records,
+        r.stats_after_merge.id_map_bytes,
+        r.stats_after_merge.id_map_bytes as f64 / (r.base_docs as f64 + r.stats_after_merge.records as f64)
     );
     out
 }

@@ -296,6 +296,8 @@ pub struct LiveStats {
     /// Documents written since the build (deleted ones included) and documents deleted.
     pub written: u64,
     pub deleted: u64,
+    /// Records in segments and the memtable (written documents less those a merge dropped).
+    pub records: u64,
     /// Bytes of `live/` on disk.
     pub disk_bytes: u64,
     /// RAM the written documents take: the memtable's bytes, and per segment record its pooled
@@ -676,6 +678,7 @@ impl Index {
             batches_committed,
             segments: view.segments.len(),
             memtable_docs: view.memtable.len(),
+            records: view.segments.iter().map(|s| s.len() as u64).sum::<u64>() + view.memtable.len() as u64,
             written: view.written(),
             deleted: view.deleted_count,
             disk_bytes: crate::disk::dir_bytes(&self.live.dir),
