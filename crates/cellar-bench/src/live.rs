@@ -473,7 +473,7 @@ fn markdown(r: &Report) -> String {
         r.base_disk_bytes_per_doc, r.written_disk_bytes_per_doc, r.written_ram_bytes_per_doc, r.bm25_growth_bytes_per_doc
     );
     out += &format!(
-        "\nBefore the merge: {} segments, {} written, {} deleted; after: {} segments, {} records. RAM per written document is what the process keeps for it: its pooled vector (f16, for the IVF and the dense scan), its id, cluster and record offsets. Besides, the writer's map from collection id to internal id holds every searchable document, the build's included: {} bytes, {:.0} per document.\n",
+        "\nBefore the merge: {} segments, {} written, {} deleted; after: {} segments, {} records. RAM per written document is what the process keeps for it: its id, IVF cluster and record and text offsets (its pooled vector is mapped from the segment: page cache). Besides, the writer's map from collection id to internal id holds every searchable document, the build's included: {} bytes, {:.0} per document.\n",
         r.stats_before_merge.segments,
         r.stats_before_merge.written,
         r.stats_before_merge.deleted,

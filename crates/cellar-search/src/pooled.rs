@@ -57,10 +57,20 @@ pub fn open_pooled(path: &Path, dim: usize, docs: u64) -> Result<(File, FileHead
     Ok((file, header))
 }
 
-/// All pooled vectors, in RAM.
+/// All pooled vectors: read into RAM, or mapped (a written segment's: the page cache holds them,
+/// and gives them back under memory pressure).
 pub struct PooledMatrix {
     dim: usize,
-    bytes: Vec<u8>,
+    rows: Rows,
+}
+
+enum Rows {
+    Ram(Vec<u8>),
+    /// The whole file mapped; `body` is where its rows are.
+    Mapped {
+        map: memmap2::Mmap,
+        body: std::ops::Range<usize>,
+    },
 }
 
 impl PooledMatrix {
@@ -72,7 +82,40 @@ impl PooledMatrix {
         let mut bytes = vec![0u8; header.body_len as usize];
         file.read_exact_at(&mut bytes, header.body_offset).at(&path)?;
         header.check_body_crc(&path, crc32c::crc32c(&bytes))?;
-        Ok(PooledMatrix { dim, bytes })
+        Ok(PooledMatrix { dim, rows: Rows::Ram(bytes) })
+    }
+
+    /// Maps and checks `pooled.bin` as [`PooledMatrix::load`] does, without copying its rows
+    /// into the process's memory.
+    pub fn map(dir: &Path, dim: usize, docs: usize) -> Result<PooledMatrix> {
+        let path = dir.join(FileKind::Pooled.file_name());
+        let (file, header) = open_pooled(&path, dim, docs as u64)?;
+        // SAFETY: a pooled.bin is immutable once written (segments are renamed into place
+        // whole and never rewritten); a file damaged under the map fails the checksum below or
+        // gives wrong scores, never undefined behaviour in safe code reading bytes.
+        let map = unsafe { memmap2::Mmap::map(&file) }.at(&path)?;
+        let body = header.body_offset as usize;
+        let end = body + header.body_len as usize;
+        if map.len() < end {
+            return Err(CellarError::corrupted(&path, map.len() as u64, "the file ends before its body"));
+        }
+        header.check_body_crc(&path, crc32c::crc32c(&map[body..end]))?;
+        Ok(PooledMatrix { dim, rows: Rows::Mapped { map, body: body..end } })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match &self.rows {
+            Rows::Ram(bytes) => bytes,
+            Rows::Mapped { map, body } => &map[body.clone()],
+        }
+    }
+
+    /// Bytes of rows this matrix keeps in the process's own memory (0 when mapped).
+    pub fn ram_bytes(&self) -> usize {
+        match &self.rows {
+            Rows::Ram(bytes) => bytes.len(),
+            Rows::Mapped { .. } => 0,
+        }
     }
 
     /// Streams `pooled.bin` through its body checksum (`cellar inspect --verify`) after the checks
@@ -86,13 +129,13 @@ impl PooledMatrix {
 
     /// Document `i`'s pooled vector as f32.
     pub fn row(&self, i: usize) -> Vec<f32> {
-        let bytes = &self.bytes[i * self.dim * 2..(i + 1) * self.dim * 2];
+        let bytes = &self.bytes()[i * self.dim * 2..(i + 1) * self.dim * 2];
         bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
     }
 
     /// Document `i`'s pooled vector as stored: f16 little-endian.
     pub fn row_bytes(&self, i: usize) -> &[u8] {
-        &self.bytes[i * self.dim * 2..(i + 1) * self.dim * 2]
+        &self.bytes()[i * self.dim * 2..(i + 1) * self.dim * 2]
     }
 
     /// Exact top-`k` documents by dot product with `query` (L2-normalised, so cosine).
@@ -111,7 +154,7 @@ impl PooledMatrix {
         top: &mut TopK,
     ) {
         let isa = Isa::detected();
-        for (i, row) in self.bytes.chunks_exact(self.dim * 2).enumerate() {
+        for (i, row) in self.bytes().chunks_exact(self.dim * 2).enumerate() {
             let id = id_of(i);
             if !excluded(id) {
                 top.push(id, dot_f16(isa, query, row));

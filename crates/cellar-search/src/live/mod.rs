@@ -300,8 +300,9 @@ pub struct LiveStats {
     pub records: u64,
     /// Bytes of `live/` on disk.
     pub disk_bytes: u64,
-    /// RAM the written documents take: the memtable's bytes, and per segment record its pooled
-    /// vector (f16), id, cluster and record and text offsets; plus the tombstone bitmap.
+    /// RAM the written documents take: the memtable's bytes, and per segment record its id,
+    /// cluster and record and text offsets (its pooled vector is mapped: page cache); plus the
+    /// tombstone bitmap.
     pub ram_bytes: u64,
     /// BM25 commits this process made and write batches it committed: with concurrent writers
     /// one commit takes several batches (group commit).
@@ -665,9 +666,9 @@ impl Index {
     /// What is written since the build, and its disk and RAM.
     pub fn live_stats(&self) -> LiveStats {
         let view = self.live_view();
-        let dim = self.config.encoder.model_dim as u64;
-        let per_record = 2 * dim + 4 + 4 + 4 + 16 + 16;
-        let segments: u64 = view.segments.iter().map(|s| s.len() as u64 * per_record).sum();
+        let per_record = 4 + 4 + 4 + 16 + 16;
+        let segments: u64 =
+            view.segments.iter().map(|s| s.len() as u64 * per_record + s.pooled.ram_bytes() as u64).sum();
         let memtable: u64 = view.mem_bytes as u64 + 64 * view.memtable.len() as u64;
         let id_map_bytes = self.live.lock_writer().as_ref().map_or(0, |w| {
             w.ids.keys().map(|k| (k.len() + std::mem::size_of::<String>() + 4 + 8) as u64).sum()

@@ -31,6 +31,7 @@ pub(crate) struct Segment {
     pub ids: Vec<u32>,
     pub store: VectorStore,
     pub texts: TextsReader,
+    /// Pooled vectors, mapped (the page cache holds them, not the process).
     pub pooled: PooledMatrix,
     /// Each record's nearest IVF centroid (when the index has an IVF).
     pub clusters: Vec<u32>,
@@ -117,7 +118,7 @@ impl Segment {
         let dir = live.join(name);
         let store = VectorStore::open(&dir.join(VECTORS_DIR), reader)?;
         let texts = TextsReader::open(&dir)?;
-        let pooled = PooledMatrix::load(&dir, model_dim, docs)?;
+        let pooled = PooledMatrix::map(&dir, model_dim, docs)?;
         let ids_path = dir.join(FileKind::SegmentIds.file_name());
         let (_, body) = read_small_file(&ids_path, FileKind::SegmentIds)?;
         let ids: Vec<u32> =
