@@ -14,16 +14,11 @@ use cellar_encode::{Encoder, EncoderConfig, Pca};
 use crate::bm25::Bm25Index;
 use crate::config::IndexConfig;
 use crate::ivf::{Ivf, IvfConfig};
-use crate::live::{Live, LIVE_DIR};
+use crate::live::state::{Live, LIVE_DIR};
 use crate::pooled::{open_pooled, PooledMatrix};
 use crate::texts::TextsReader;
 
-/// Sub-directory of the token-vector store.
-pub const VECTORS_DIR: &str = "vectors";
-/// Sub-directory of the BM25 index.
-pub const BM25_DIR: &str = "bm25";
-/// File of the PCA projection, when the index has one.
-pub const PCA_FILE: &str = "pca.bin";
+pub use crate::names::{BM25_DIR, PCA_FILE, VECTORS_DIR};
 
 /// How to open an index.
 #[derive(Clone, Debug)]
@@ -48,7 +43,7 @@ impl Default for OpenOptions {
             model_dir: None,
             encoder_threads: 1,
             inject_latency: None,
-            flush_bytes: crate::live::FLUSH_BYTES,
+            flush_bytes: crate::live::state::FLUSH_BYTES,
         }
     }
 }

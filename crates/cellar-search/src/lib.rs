@@ -30,6 +30,7 @@ pub mod live;
 pub mod lock;
 pub mod metrics;
 pub mod mode;
+pub mod names;
 pub mod params;
 pub mod plan;
 pub mod pooled;

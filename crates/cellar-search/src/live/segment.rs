@@ -17,7 +17,7 @@ use cellar_core::store::{StoreWriter, VectorStore};
 use cellar_core::{CellarError, DocId, IoContext, Result};
 
 use crate::corpus::Document;
-use crate::index::VECTORS_DIR;
+use crate::names::VECTORS_DIR;
 use crate::pooled::{PooledMatrix, PooledWriter};
 use crate::texts::{TextsReader, TextsWriter};
 

@@ -1,0 +1,391 @@
+//! The state of a living index, apart from the `Index` that drives it: the live manifest, the
+//! view searches read (segments, memtable, tombstones), the writer's state, and `Live`, which
+//! holds them for an open index (`live/mod.rs` explains the whole).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use cellar_core::format::fsio::{write_atomic, DirLock};
+use cellar_core::format::versioned::{parse_versioned_json, VersionRange};
+use cellar_core::format::wal::Wal;
+use cellar_core::{CellarError, DocId, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::corpus::Document;
+use crate::ivf::LiveMembers;
+use crate::live::batch::{LiveDoc, LogBatch, LogOp};
+use crate::live::segment::Segment;
+
+/// Sub-directory of everything written after the build.
+pub const LIVE_DIR: &str = "live";
+/// The live manifest, its commit point.
+pub const LIVE_MANIFEST: &str = "MANIFEST.json";
+/// The write-ahead log.
+pub const WAL_FILE: &str = "wal.log";
+/// Version of `MANIFEST.json`.
+pub const LIVE_VERSION: u32 = 1;
+/// The versions of `MANIFEST.json` this build reads.
+pub const LIVE_READABLE_VERSIONS: VersionRange = VersionRange::only(LIVE_VERSION);
+/// Memtable bytes (encoded vectors and text) past which a write flushes it to a segment.
+pub const FLUSH_BYTES: usize = 16 << 20;
+
+/// `live/MANIFEST.json`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LiveManifest {
+    pub(crate) version: u32,
+    /// The internal id the next written document gets.
+    pub(crate) next_id: u32,
+    /// The last batch whose documents are in a segment.
+    pub(crate) flushed_seq: u64,
+    pub(crate) segments: Vec<SegmentEntry>,
+    /// Internal ids deleted up to `flushed_seq`, ascending.
+    pub(crate) deleted: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SegmentEntry {
+    pub(crate) name: String,
+    pub(crate) first: u32,
+    pub(crate) docs: u32,
+}
+
+impl LiveManifest {
+    pub(crate) fn load(live: &Path) -> Result<Option<LiveManifest>> {
+        let path = live.join(LIVE_MANIFEST);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(CellarError::io(&path, e)),
+        };
+        let manifest: LiveManifest = parse_versioned_json(&path, &bytes, "version", LIVE_READABLE_VERSIONS)?;
+        Ok(Some(manifest))
+    }
+
+    pub(crate) fn save(&self, live: &Path) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| CellarError::internal(e.to_string()))?;
+        write_atomic(&live.join(LIVE_MANIFEST), &bytes)
+    }
+}
+
+/// One consistent state of the documents written since the build.
+#[derive(Clone, Default)]
+pub(crate) struct LiveView {
+    pub base_docs: u32,
+    pub segments: Vec<Arc<Segment>>,
+    /// Written, logged, not yet in a segment; ascending ids.
+    pub memtable: Vec<Arc<LiveDoc>>,
+    pub(crate) mem_bytes: usize,
+    /// IVF cluster → positions in `memtable` (with an IVF).
+    pub(crate) mem_clusters: HashMap<u32, Vec<usize>>,
+    /// Per segment: IVF cluster → its documents' record numbers.
+    pub(crate) seg_clusters: Vec<Arc<HashMap<u32, Vec<u32>>>>,
+    /// One bit per internal id.
+    pub(crate) deleted: Arc<Vec<u64>>,
+    pub(crate) deleted_count: u64,
+    pub next_id: u32,
+    /// The last batch applied.
+    pub seq: u64,
+}
+
+/// Where a document's data lives.
+pub(crate) enum Located<'a> {
+    Base,
+    Segment(&'a Segment, DocId),
+    Memtable(&'a LiveDoc),
+}
+
+impl LiveView {
+    pub(crate) fn empty(base_docs: u32) -> LiveView {
+        LiveView { base_docs, next_id: base_docs, ..LiveView::default() }
+    }
+
+    pub fn is_deleted(&self, id: DocId) -> bool {
+        let (word, bit) = (id.0 as usize / 64, id.0 % 64);
+        self.deleted.get(word).is_some_and(|w| w >> bit & 1 == 1)
+    }
+
+    /// Whether anything is deleted (searches skip the checks otherwise).
+    pub fn has_deletes(&self) -> bool {
+        self.deleted_count > 0
+    }
+
+    /// Documents written since the build (deleted ones included).
+    pub fn written(&self) -> u64 {
+        u64::from(self.next_id - self.base_docs)
+    }
+
+    /// Searchable documents: the base's and the written ones, less the deleted.
+    pub fn alive(&self) -> u64 {
+        u64::from(self.next_id) - self.deleted_count
+    }
+
+    pub fn locate(&self, id: DocId) -> Result<Located<'_>> {
+        if id.0 < self.base_docs {
+            return Ok(Located::Base);
+        }
+        if let Some(first) = self.memtable.first().map(|d| d.id) {
+            if id >= first {
+                let doc = self.memtable.get((id.0 - first.0) as usize);
+                return doc.map(|d| Located::Memtable(d)).ok_or(CellarError::DocOutOfRange {
+                    id: u64::from(id.0),
+                    count: u64::from(self.next_id),
+                });
+            }
+        }
+        let at = self.segments.partition_point(|s| s.first() <= id);
+        let segment = at.checked_sub(1).map(|i| &self.segments[i]);
+        match segment.and_then(|s| s.local(id).map(|local| (s, local))) {
+            Some((segment, local)) => Ok(Located::Segment(segment, local)),
+            None => Err(CellarError::DocOutOfRange { id: u64::from(id.0), count: u64::from(self.next_id) }),
+        }
+    }
+
+    /// The display text and collection id of a written document.
+    pub fn document(&self, id: DocId) -> Result<Option<Document>> {
+        Ok(match self.locate(id)? {
+            Located::Base => None,
+            Located::Segment(segment, local) => Some(segment.texts.get(local)?),
+            Located::Memtable(doc) => Some(doc.doc.clone()),
+        })
+    }
+
+    pub(crate) fn mark_deleted(&mut self, id: DocId) {
+        if self.is_deleted(id) {
+            return;
+        }
+        let words = Arc::make_mut(&mut self.deleted);
+        let word = id.0 as usize / 64;
+        if words.len() <= word {
+            words.resize(word + 1, 0);
+        }
+        words[word] |= 1 << (id.0 % 64);
+        self.deleted_count += 1;
+    }
+
+    /// Applies one logged batch (its puts take the next ids, in order).
+    pub(crate) fn apply(
+        &mut self,
+        batch: &LogBatch,
+        assign: &dyn Fn(&[f32]) -> Option<u32>,
+        path: &Path,
+    ) -> Result<()> {
+        for op in &batch.ops {
+            match op {
+                LogOp::Put(doc) => {
+                    if doc.id.0 != self.next_id {
+                        return Err(CellarError::corrupted(
+                            path,
+                            0,
+                            format!(
+                                "batch {} puts document {} where {} comes next",
+                                batch.seq, doc.id.0, self.next_id
+                            ),
+                        ));
+                    }
+                    if let Some(cluster) = assign(&f16_row(&doc.pooled)) {
+                        self.mem_clusters.entry(cluster).or_default().push(self.memtable.len());
+                    }
+                    self.mem_bytes +=
+                        doc.tokens.len() + doc.pooled.len() + doc.doc.text.len() + doc.doc.title.len();
+                    self.memtable.push(Arc::clone(doc));
+                    self.next_id += 1;
+                }
+                LogOp::Delete(id) => {
+                    if id.0 >= self.next_id {
+                        return Err(CellarError::corrupted(
+                            path,
+                            0,
+                            format!("batch {} deletes document {} of {}", batch.seq, id.0, self.next_id),
+                        ));
+                    }
+                    self.mark_deleted(*id);
+                }
+            }
+        }
+        self.seq = batch.seq;
+        Ok(())
+    }
+
+    pub(crate) fn add_segment(&mut self, segment: Segment) {
+        self.seg_clusters.push(Arc::new(clusters_of(&segment)));
+        self.segments.push(Arc::new(segment));
+    }
+
+    /// Replaces the first `n` segments (a merge's inputs) with `merged`.
+    pub(crate) fn replace_segments(&mut self, n: usize, merged: Segment) {
+        self.segments.splice(..n, [Arc::new(merged)]);
+        let clusters = Arc::new(clusters_of(&self.segments[0]));
+        self.seg_clusters.splice(..n, [clusters]);
+    }
+
+    /// Drops the first `n` segments (a merge's inputs whose every record was deleted).
+    pub(crate) fn remove_segments(&mut self, n: usize) {
+        self.segments.drain(..n);
+        self.seg_clusters.drain(..n);
+    }
+
+    /// Records of segments whose documents are deleted (what a merge would drop).
+    pub fn dead_records(&self) -> usize {
+        self.segments.iter().map(|s| s.ids.iter().filter(|id| self.is_deleted(DocId(**id))).count()).sum()
+    }
+
+    pub(crate) fn deleted_ids(&self) -> Vec<u32> {
+        let mut ids = Vec::with_capacity(self.deleted_count as usize);
+        for (w, word) in self.deleted.iter().enumerate() {
+            (0..64).filter(|b| word >> b & 1 == 1).for_each(|b| ids.push((w * 64 + b) as u32));
+        }
+        ids
+    }
+}
+
+impl LiveMembers for LiveView {
+    fn excluded(&self, id: u32) -> bool {
+        self.is_deleted(DocId(id))
+    }
+
+    fn visit(&self, cluster: u32, found: &mut dyn FnMut(DocId, &[u8])) {
+        for (segment, clusters) in self.segments.iter().zip(&self.seg_clusters) {
+            for local in clusters.get(&cluster).into_iter().flatten() {
+                let id = DocId(segment.ids[*local as usize]);
+                if !self.is_deleted(id) {
+                    found(id, segment.pooled.row_bytes(*local as usize));
+                }
+            }
+        }
+        for i in self.mem_clusters.get(&cluster).into_iter().flatten() {
+            let doc = &self.memtable[*i];
+            if !self.is_deleted(doc.id) {
+                found(doc.id, &doc.pooled);
+            }
+        }
+    }
+}
+
+/// The written documents' state and what they cost (`Index::live_stats`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LiveStats {
+    pub segments: usize,
+    /// Written documents not yet in a segment (in RAM and in the log).
+    pub memtable_docs: usize,
+    /// Documents written since the build (deleted ones included) and documents deleted.
+    pub written: u64,
+    pub deleted: u64,
+    /// Records in segments and the memtable (written documents less those a merge dropped).
+    pub records: u64,
+    /// Bytes of `live/` on disk.
+    pub disk_bytes: u64,
+    /// RAM the written documents take: the memtable's bytes, and per segment record its id,
+    /// cluster and record and text offsets (its pooled vector is mapped: page cache); plus the
+    /// tombstone bitmap.
+    pub ram_bytes: u64,
+    /// BM25 commits this process made and write batches it committed: with concurrent writers
+    /// one commit takes several batches (group commit).
+    pub bm25_commits: u64,
+    pub batches_committed: u64,
+    /// RAM of the writer's map from collection id to internal id (every searchable document,
+    /// the build's included), estimated from its entries; 0 in a process that does not write.
+    pub id_map_bytes: u64,
+}
+
+/// A segment's records by IVF cluster.
+fn clusters_of(segment: &Segment) -> HashMap<u32, Vec<u32>> {
+    let mut clusters: HashMap<u32, Vec<u32>> = HashMap::new();
+    for (i, c) in segment.clusters.iter().enumerate() {
+        clusters.entry(*c).or_default().push(i as u32);
+    }
+    clusters
+}
+
+/// f16 little-endian bytes → f32 values.
+pub(crate) fn f16_row(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
+}
+
+/// The writer's state, held by the one process that holds `live/LOCK`.
+pub(crate) struct Writer {
+    pub(crate) _lock: DirLock,
+    pub(crate) wal: Wal,
+    pub(crate) manifest: LiveManifest,
+    /// Collection id → internal id of its current version, for every searchable document.
+    pub(crate) ids: HashMap<String, DocId>,
+}
+
+/// The live part of an open index: its current view and, once a write needs it, the writer.
+pub(crate) struct Live {
+    pub(crate) dir: PathBuf,
+    pub(crate) view: RwLock<Arc<LiveView>>,
+    pub(crate) writer: Mutex<Option<Writer>>,
+    /// Held by the one merge that runs at a time.
+    pub(crate) merging: Mutex<()>,
+    /// Batches logged but not yet in BM25 nor published, and the view they make.
+    pub(crate) staged: Mutex<Staged>,
+    /// Held by the one writer committing the staged batches (`commit_through`).
+    pub(crate) committing: Mutex<()>,
+    /// Set when BM25 refused logged batches: the log is ahead of what this process shows, so it
+    /// takes no more writes (reopening replays the log).
+    pub(crate) failed: std::sync::OnceLock<String>,
+    /// (BM25 commits, batches they committed), for `LiveStats`.
+    pub(crate) commits: Mutex<(u64, u64)>,
+}
+
+/// Logged batches waiting for their BM25 commit (group commit: one tantivy commit takes every
+/// batch logged while the previous one ran) and the view that includes them.
+#[derive(Default)]
+pub(crate) struct Staged {
+    pub(crate) batches: Vec<LogBatch>,
+    pub(crate) view: Option<LiveView>,
+}
+
+impl Live {
+    pub fn new(index_dir: &Path, base_docs: u32) -> Live {
+        Live {
+            dir: index_dir.join(LIVE_DIR),
+            view: RwLock::new(Arc::new(LiveView::empty(base_docs))),
+            writer: Mutex::new(None),
+            merging: Mutex::new(()),
+            staged: Mutex::new(Staged::default()),
+            committing: Mutex::new(()),
+            failed: std::sync::OnceLock::new(),
+            commits: Mutex::new((0, 0)),
+        }
+    }
+
+    /// The current view: a search holds one for its whole run.
+    pub fn view(&self) -> Arc<LiveView> {
+        Arc::clone(&self.view.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The newest state, published or staged: what the next batch builds on (with the writer
+    /// held).
+    pub(crate) fn latest(&self) -> LiveView {
+        let staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        staged.view.clone().unwrap_or_else(|| (*self.view()).clone())
+    }
+
+    /// Queues a logged batch and the view after it, for the next BM25 commit.
+    pub(crate) fn stage(&self, batch: LogBatch, view: LiveView) {
+        let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+        staged.batches.push(batch);
+        staged.view = Some(view);
+    }
+
+    pub(crate) fn publish(&self, view: LiveView) {
+        *self.view.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(view);
+    }
+
+    pub fn exists(&self) -> bool {
+        self.dir.join(LIVE_MANIFEST).is_file()
+    }
+
+    /// Whether this process writes the index (holds `live/LOCK`).
+    pub fn is_writer(&self) -> bool {
+        self.lock_writer().is_some()
+    }
+
+    pub(crate) fn lock_writer(&self) -> MutexGuard<'_, Option<Writer>> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
