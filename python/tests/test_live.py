@@ -53,6 +53,10 @@ def test_add_update_delete_are_searchable_at_once_and_survive_reopening(written:
     report = index.merge(mib_per_sec=0)
     assert report is not None and (report["segments"], report["dropped"]) == (2, 1), report
     assert index.merge() is None
+    assert index.get("harp")["text"].endswith("it sounds like rain.")
+    assert index.get(victim) is None and index.get("no-such-id") is None
+    stats = index.live_stats()
+    assert (stats["segments"], stats["records"], stats["deleted"]) == (1, 2, 2), stats
     for mode in MODES:
         assert top(index, "harp sounds like rain", mode)[0] == "harp", mode
 

@@ -455,6 +455,20 @@ impl PyIndex {
         self.write(py, ops)
     }
 
+    /// The document stored under ``id`` as a dict (``id``, ``title``, ``text``), or ``None``.
+    /// Releases the GIL.
+    fn get<'py>(&self, py: Python<'py>, id: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let id = args::id(id, "id")?;
+        let doc = without_gil(py, || self.index.get(&id))?;
+        to_python(py, &doc.map(|d| json!({ "id": d.id, "title": d.title, "text": d.text })))
+    }
+
+    /// What was written since the build: segments, written and deleted documents, records,
+    /// disk and RAM of ``live/``, BM25 commits against batches (group commit).
+    fn live_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_python(py, &self.index.live_stats())
+    }
+
     /// Writes every logged document to a segment and empties the write-ahead log (writes flush
     /// on their own past a memory budget; this is for a clean cut). Releases the GIL.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {

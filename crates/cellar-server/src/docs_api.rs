@@ -9,9 +9,12 @@ use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use axum::routing::{delete, post};
+use axum::routing::{delete, get, post};
 use axum::Json;
+use cellar_core::CellarError;
 use cellar_search::{WriteOp, WriteReport, WriteRequest};
+use schemars::JsonSchema;
+use serde::Serialize;
 
 use crate::app::{parse_body, path, run_blocking, AppState};
 use crate::error::ApiError;
@@ -50,6 +53,41 @@ pub fn api() -> Api {
             },
             delete(delete_one),
         )
+        .route(
+            Operation {
+                response: Some(schema::<StoredDoc>),
+                ok: "The document as stored",
+                errors: &[(404, "No searchable document has this id, or no index is served")],
+                ..Operation::new("get", "/v1/docs/{id}", "Read one document by its id")
+            },
+            get(get_one),
+        )
+}
+
+/// `GET /v1/docs/{id}`'s answer.
+#[derive(Serialize, JsonSchema)]
+struct StoredDoc {
+    id: String,
+    /// The internal id its current version has (search hits carry it too).
+    internal_id: u32,
+    title: String,
+    text: String,
+}
+
+async fn get_one(
+    State(state): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<StoredDoc>, ApiError> {
+    let id = path(id)?;
+    let index = state.index()?.clone();
+    let found = run_blocking(&state, move || {
+        let internal =
+            index.lookup(&id)?.ok_or_else(|| CellarError::NotFound(format!("no document {id:?}")))?;
+        let doc = index.document(internal)?;
+        Ok(StoredDoc { id: doc.id, internal_id: internal.0, title: doc.title, text: doc.text })
+    })
+    .await?;
+    Ok(Json(found))
 }
 
 async fn run_write(state: &Arc<AppState>, request: WriteRequest) -> Result<Json<WriteReport>, ApiError> {

@@ -152,6 +152,7 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Json<Value> {
     Json(json!({
         "status": "ok",
         "docs": index.map(|i| i.len()),
+        "live": index.map(|i| i.live_stats()),
         "reader": index.map(|i| i.reader_kind().name()),
         "codec": config.map(|c| &c.codec),
         "model": config.map(|c| &c.encoder.model),

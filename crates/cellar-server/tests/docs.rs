@@ -101,6 +101,24 @@ async fn writes_are_searchable_when_answered_and_bad_writes_change_nothing() {
         assert!(!ids.contains(&"violin".to_string()), "{mode}: {ids:?}");
     }
 
+    let read = |id: &str| Request::get(format!("/v1/docs/{id}")).body(Body::empty()).unwrap();
+    let (status, stored) = call(&app, read("harp")).await;
+    assert_eq!((status, stored["text"].as_str()), (StatusCode::OK, Some(harp)), "{stored}");
+    assert!(stored["internal_id"].as_u64().unwrap() >= 6, "a written document's id follows the build's");
+    let (status, error) = call(&app, read("violin")).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found")),
+        "deleted: {error}"
+    );
+    let (status, health) = call(&app, Request::get("/healthz").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (health["docs"].as_u64(), health["live"]["written"].as_u64(), health["live"]["deleted"].as_u64()),
+        (Some(6), Some(2), Some(2)),
+        "{health}"
+    );
+
     let (status, doc) = call(&app, Request::get("/openapi.json").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     assert!(

@@ -275,15 +275,19 @@ impl Index {
     /// The searchable document whose collection id is `id`, if any. A process that writes the
     /// index looks it up in its id map; one that reads beside a writer scans the documents.
     pub fn get(&self, id: &str) -> Result<Option<Document>> {
-        let internal = {
+        self.lookup(id)?.map(|i| self.document(i)).transpose()
+    }
+
+    /// The internal id of the searchable document whose collection id is `id`, if any.
+    pub fn lookup(&self, id: &str) -> Result<Option<DocId>> {
+        let found = {
             let slot = self.live.lock_writer();
             slot.as_ref().map(|w| w.ids.get(id).copied())
         };
-        let internal = match internal {
-            Some(found) => found,
-            None => self.scan_for(id)?,
-        };
-        internal.map(|i| self.document(i)).transpose()
+        match found {
+            Some(found) => Ok(found),
+            None => self.scan_for(id),
+        }
     }
 
     fn scan_for(&self, id: &str) -> Result<Option<DocId>> {
