@@ -482,5 +482,11 @@ fn markdown(r: &Report) -> String {
         r.stats_after_merge.id_map_bytes,
         r.stats_after_merge.id_map_bytes as f64 / (r.base_docs as f64 + r.stats_after_merge.records as f64)
     );
+    out += &format!(
+        "\nIVF drift after the merge (written documents' mean squared distance to their nearest centroid over the build's): {} (retrain advised past {}: {}). The written documents here are the collection's own, under new ids.\n",
+        r.stats_after_merge.ivf_drift.map_or("-".into(), |d| format!("{d:.3}")),
+        cellar_search::live::DRIFT_RETRAIN,
+        r.stats_after_merge.ivf_retrain_advised
+    );
     out
 }

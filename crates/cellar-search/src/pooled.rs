@@ -57,6 +57,22 @@ pub fn open_pooled(path: &Path, dim: usize, docs: u64) -> Result<(File, FileHead
     Ok((file, header))
 }
 
+/// Up to `n` rows of `pooled.bin` spread evenly over its `docs`, each read on its own (no row
+/// is loaded but those), as f32.
+pub fn sample_rows(path: &Path, dim: usize, docs: usize, n: usize) -> Result<Vec<Vec<f32>>> {
+    use std::os::unix::fs::FileExt;
+    let (file, header) = open_pooled(path, dim, docs as u64)?;
+    let stride = docs.div_ceil(n.max(1)).max(1);
+    let mut row = vec![0u8; dim * 2];
+    (0..docs)
+        .step_by(stride)
+        .map(|i| {
+            file.read_exact_at(&mut row, header.body_offset + (i * dim * 2) as u64).at(path)?;
+            Ok(row.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect())
+        })
+        .collect()
+}
+
 /// All pooled vectors: read into RAM, or mapped (a written segment's: the page cache holds them,
 /// and gives them back under memory pressure).
 pub struct PooledMatrix {

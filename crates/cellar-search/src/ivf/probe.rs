@@ -206,6 +206,15 @@ impl Ivf {
         cellar_core::cluster::nearest(pooled, &self.centroids, &self.half_norms) as u32
     }
 
+    /// The squared distance from `pooled` to its nearest centroid: how well the clusters cover
+    /// it (the IVF's quantization error).
+    pub fn quantization_error(&self, pooled: &[f32]) -> f32 {
+        let dim = self.config.dim;
+        let c = self.assign(pooled) as usize;
+        let centroid = &self.centroids[c * dim..(c + 1) * dim];
+        pooled.iter().zip(centroid).map(|(a, b)| (a - b) * (a - b)).sum()
+    }
+
     /// Starts a probe of `query` (a pooled vector of the index's dimension, checked by the
     /// caller): orders the clusters nearest first and keeps the first `params.nprobe`.
     pub fn probe(&self, query: &[f32], params: ProbeParams) -> Probe<'_> {

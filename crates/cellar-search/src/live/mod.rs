@@ -34,7 +34,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, MutexGuard};
 
-use cellar_core::format::fsio::DirLock;
+use cellar_core::format::fsio::{DirLock, TMP_SUFFIX};
 use cellar_core::format::wal::{Durability, Wal};
 use cellar_core::{CellarError, DocId, IoContext, Result};
 
@@ -44,7 +44,8 @@ use batch::LogBatch;
 use segment::{Segment, SegmentWriter};
 pub(crate) use state::{f16_row, LiveManifest, LiveView, Located, SegmentEntry, Writer};
 pub use state::{
-    LiveStats, FLUSH_BYTES, LIVE_DIR, LIVE_MANIFEST, LIVE_READABLE_VERSIONS, LIVE_VERSION, WAL_FILE,
+    LiveStats, DRIFT_RETRAIN, DRIFT_SAMPLE, FLUSH_BYTES, LIVE_DIR, LIVE_MANIFEST, LIVE_READABLE_VERSIONS,
+    LIVE_VERSION, WAL_FILE,
 };
 
 impl Index {
@@ -312,7 +313,13 @@ impl Index {
             w.ids.keys().map(|k| (k.len() + std::mem::size_of::<String>() + 4 + 8) as u64).sum()
         });
         let (bm25_commits, batches_committed) = *self.live.commits.lock().unwrap_or_else(|p| p.into_inner());
+        let ivf_drift = self.ivf_drift(&view).unwrap_or_else(|e| {
+            log::warn!("measuring the IVF's drift: {e}");
+            None
+        });
         LiveStats {
+            ivf_drift,
+            ivf_retrain_advised: ivf_drift.is_some_and(|d| d > DRIFT_RETRAIN),
             bm25_commits,
             batches_committed,
             segments: view.segments.len(),
@@ -324,6 +331,40 @@ impl Index {
             ram_bytes: segments + memtable + view.deleted.len() as u64 * 8,
             id_map_bytes,
         }
+    }
+
+    /// `LiveStats::ivf_drift` of `view`.
+    fn ivf_drift(&self, view: &LiveView) -> Result<Option<f64>> {
+        let Some(ivf) = &self.ivf else { return Ok(None) };
+        let mut written: Vec<Vec<f32>> = Vec::new();
+        let records: usize = view.segments.iter().map(|s| s.len()).sum::<usize>() + view.memtable.len();
+        let stride = records.div_ceil(DRIFT_SAMPLE).max(1);
+        let rows = view
+            .segments
+            .iter()
+            .flat_map(|s| {
+                (0..s.len()).filter(|i| !view.is_deleted(DocId(s.ids[*i]))).map(|i| s.pooled.row(i))
+            })
+            .chain(view.memtable.iter().filter(|d| !view.is_deleted(d.id)).map(|d| f16_row(&d.pooled)));
+        written.extend(rows.step_by(stride));
+        if written.is_empty() {
+            return Ok(None);
+        }
+        let base = match self.live.base_error.get() {
+            Some(base) => *base,
+            None => {
+                let path = self.dir.join(cellar_core::format::FileKind::Pooled.file_name());
+                let sample = crate::pooled::sample_rows(
+                    &path,
+                    self.config.encoder.model_dim,
+                    self.base_len(),
+                    DRIFT_SAMPLE,
+                )?;
+                let mean = mean_error(ivf, &sample);
+                *self.live.base_error.get_or_init(|| mean)
+            }
+        };
+        Ok((base > 0.0).then(|| mean_error(ivf, &written) / base))
     }
 
     /// `Index::verify`'s part for `live/`: every segment's records, texts and pooled vectors
@@ -373,6 +414,11 @@ impl Index {
     }
 }
 
+/// The mean squared distance from `rows` to their nearest centroids.
+fn mean_error(ivf: &crate::ivf::Ivf, rows: &[Vec<f32>]) -> f64 {
+    rows.iter().map(|r| f64::from(ivf.quantization_error(r))).sum::<f64>() / rows.len().max(1) as f64
+}
+
 /// Refuses an index that was written to after its build, for `what` (a command that reads the
 /// build's files alone and would leave the written documents out, or keep the deleted ones).
 pub fn refuse_written(index_dir: &Path, what: &str) -> Result<()> {
@@ -386,8 +432,9 @@ pub fn refuse_written(index_dir: &Path, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Removes what a crash left in `live/`: a half-written segment, or a whole one the manifest
-/// does not name (written, then the process died before the manifest was committed).
+/// Removes what a crash left in `live/`: a half-written segment, a whole one the manifest does
+/// not name (written, then the process died before the manifest was committed, or a merge's
+/// input after it was), or a half-written manifest.
 fn sweep_orphans(live: &Path, manifest: &LiveManifest) -> Result<()> {
     for entry in live.read_dir().at(live)? {
         let path = entry.at(live)?.path();
@@ -396,6 +443,10 @@ fn sweep_orphans(live: &Path, manifest: &LiveManifest) -> Result<()> {
         if path.is_dir() && (segment::is_unfinished(name) || (name.starts_with("seg-") && !listed)) {
             log::warn!("{}: removing a segment a crash left unfinished", path.display());
             std::fs::remove_dir_all(&path).at(&path)?;
+        } else if path.is_file() && name.ends_with(TMP_SUFFIX) {
+            // A manifest cut short while it was being replaced: the old one still stands.
+            log::warn!("{}: removing a file a crash left half written", path.display());
+            std::fs::remove_file(&path).at(&path)?;
         }
     }
     Ok(())

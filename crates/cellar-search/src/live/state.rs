@@ -27,6 +27,12 @@ pub const WAL_FILE: &str = "wal.log";
 pub const LIVE_VERSION: u32 = 1;
 /// The versions of `MANIFEST.json` this build reads.
 pub const LIVE_READABLE_VERSIONS: VersionRange = VersionRange::only(LIVE_VERSION);
+/// Pooled vectors (of the build's, and of the written documents) the IVF's drift is measured on.
+pub const DRIFT_SAMPLE: usize = 2048;
+/// IVF drift past which `LiveStats` advises a retrain: written documents 1.5 times as far from
+/// their centroids as the build's.
+pub const DRIFT_RETRAIN: f64 = 1.5;
+
 /// Memtable bytes (encoded vectors and text) past which a write flushes it to a segment.
 pub const FLUSH_BYTES: usize = 16 << 20;
 
@@ -285,6 +291,14 @@ pub struct LiveStats {
     /// one commit takes several batches (group commit).
     pub bm25_commits: u64,
     pub batches_committed: u64,
+    /// The IVF's drift: the mean squared distance from written documents' pooled vectors to
+    /// their nearest centroid over the same for the build's (a sample of each, at most
+    /// `DRIFT_SAMPLE`). About 1 while written documents look like the build's; past
+    /// `DRIFT_RETRAIN` the clusters no longer cover them (`None`: no IVF or nothing written).
+    pub ivf_drift: Option<f64>,
+    /// Whether `ivf_drift` is past `DRIFT_RETRAIN`: rebuilding the IVF would serve written
+    /// documents better (`cellar ivf build`).
+    pub ivf_retrain_advised: bool,
     /// RAM of the writer's map from collection id to internal id (every searchable document,
     /// the build's included), estimated from its entries; 0 in a process that does not write.
     pub id_map_bytes: u64,
@@ -327,6 +341,8 @@ pub(crate) struct Live {
     /// Set when BM25 refused logged batches: the log is ahead of what this process shows, so it
     /// takes no more writes (reopening replays the log).
     pub(crate) failed: std::sync::OnceLock<String>,
+    /// The build's mean quantization error in the IVF, measured once (`ivf_drift`).
+    pub(crate) base_error: std::sync::OnceLock<f64>,
     /// (BM25 commits, batches they committed), for `LiveStats`.
     pub(crate) commits: Mutex<(u64, u64)>,
 }
@@ -350,6 +366,7 @@ impl Live {
             committing: Mutex::new(()),
             failed: std::sync::OnceLock::new(),
             commits: Mutex::new((0, 0)),
+            base_error: std::sync::OnceLock::new(),
         }
     }
 

@@ -456,3 +456,65 @@ fn concurrent_writers_lose_nothing_and_share_bm25_commits() {
         }
     }
 }
+
+#[test]
+fn the_ivf_drift_is_1_for_the_builds_own_documents_and_grows_for_others() {
+    let (_tmp, dir) = copy_index();
+    let index = open(&dir, ReaderKind::Mmap);
+    assert_eq!(index.live_stats().ivf_drift, None, "nothing written");
+    // The build's own documents again, under new ids: the same pooled vectors.
+    let alike: Vec<WriteOp> = crate::fixture::corpus_lines()
+        .iter()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let again = DocIn {
+                id: format!("{}-again", v["_id"].as_str().unwrap()),
+                title: v["title"].as_str().unwrap().into(),
+                text: v["text"].as_str().unwrap().into(),
+                vectors: None,
+            };
+            WriteOp::Add(again)
+        })
+        .collect();
+    write(&index, alike);
+    let stats = index.live_stats();
+    let near = stats.ivf_drift.expect("an IVF and written documents");
+    assert!((near - 1.0).abs() < 0.01 && !stats.ivf_retrain_advised, "{stats:?}");
+    // Documents whose pooled vectors point where no document of the build does.
+    let far: Vec<WriteOp> = (0..30)
+        .map(|i| {
+            let mut v = vec![0.0f32; 384];
+            v[(i * 13) % 384] = 1.0;
+            v[(i * 13 + 7) % 384] = -1.0;
+            let v: Vec<f32> = v.iter().map(|x| x / 2f32.sqrt()).collect();
+            let vectors = QueryVectorsIn { tokens: vec![v.clone()], pooled: Some(v), ..Default::default() };
+            WriteOp::Add(DocIn { vectors: Some(vectors), ..doc(&format!("far-{i}"), "elsewhere") })
+        })
+        .collect();
+    write(&index, far);
+    let stats = index.live_stats();
+    assert!(stats.ivf_drift.unwrap() > near && stats.ivf_retrain_advised, "{near} then {stats:?}");
+}
+
+#[test]
+fn the_writer_removes_what_a_crash_left_and_keeps_what_the_manifest_names() {
+    let (_tmp, dir) = copy_index();
+    let index = open(&dir, ReaderKind::Mmap);
+    write(&index, vec![WriteOp::Add(doc("harpsichord-0", HARPSICHORD))]);
+    index.flush().unwrap();
+    drop(index);
+    let live = dir.join(cellar_search::live::LIVE_DIR);
+    let listed: Vec<String> =
+        std::fs::read_dir(&live).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    std::fs::write(live.join("MANIFEST.json.cellar-tmp"), b"{\"version\": 1, \"next_").unwrap();
+    std::fs::create_dir_all(live.join("seg-00000000000000ff.writing/vectors")).unwrap();
+    std::fs::create_dir_all(live.join("seg-00000000000000fe-merged")).unwrap();
+    let index = open(&dir, ReaderKind::Mmap);
+    let mut left: Vec<String> =
+        std::fs::read_dir(&live).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    left.sort();
+    let mut listed = listed;
+    listed.sort();
+    assert_eq!(left, listed, "only what the manifest names stays");
+    assert_eq!(index.get("harpsichord-0").unwrap().unwrap().text, HARPSICHORD);
+}
