@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use cellar_core::io::wait::waiting_on_io;
 use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, DocId, Result};
 use cellar_encode::Encoded;
@@ -200,7 +201,9 @@ impl Index {
         let batch = LogBatch { seq: view.seq + 1, ops: log_ops };
         let payload = batch.encode();
         let log_start = Instant::now();
-        writer.wal.append(&[&payload])?;
+        // The log's fdatasync and the BM25 commit wait on the disk: a server's CPU slot is
+        // given back meanwhile (`cellar_core::io::wait`).
+        waiting_on_io(|| writer.wal.append(&[&payload]))?;
         report.log_ms = ms_since(log_start);
         let mut next = view;
         next.apply(&batch, &self.assigner(), writer.wal.path())?;
@@ -214,7 +217,7 @@ impl Index {
         }
         drop(slot);
         let bm25_start = Instant::now();
-        self.commit_through(seq)?;
+        waiting_on_io(|| self.commit_through(seq))?;
         report.bm25_ms = ms_since(bm25_start);
         if flush {
             let mut slot = self.writer()?;
