@@ -18,8 +18,8 @@ use tantivy::tokenizer::{
 };
 use tantivy::{doc, Index, IndexReader, IndexSettings, IndexWriter, ReloadPolicy};
 
-use crate::live::batch::{LogBatch, LogOp};
 use crate::scored::Scored;
+use crate::written::batch::{LogBatch, LogOp};
 
 /// Name under which the analyzer is registered on every opened index.
 const ANALYZER: &str = "cellar_en";

@@ -318,7 +318,7 @@ fn count_corpus_lines(path: &Path) -> Result<usize> {
 /// the documents written. An index with a PCA is refused (its token vectors are projected and
 /// its pooled ones are not), and vectors of a lossy codec are exported as decoded.
 pub fn export(index: &Path, out: &Path, dtype: NpyDtype, shard_docs: usize) -> Result<usize> {
-    crate::live::refuse_written(index, "export")?;
+    crate::written::refuse_written(index, "export")?;
     let index = Index::open(index, OpenOptions::default())?;
     if index.config().pca_dim.is_some() {
         return Err(CellarError::invalid(format!(

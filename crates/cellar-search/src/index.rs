@@ -14,9 +14,9 @@ use cellar_encode::{Encoder, EncoderConfig, Pca};
 use crate::bm25::Bm25Index;
 use crate::config::IndexConfig;
 use crate::ivf::{Ivf, IvfConfig};
-use crate::live::state::{Live, LIVE_DIR};
 use crate::pooled::{open_pooled, PooledMatrix};
 use crate::texts::TextsReader;
+use crate::written::state::{Live, LIVE_DIR};
 
 pub use crate::names::{BM25_DIR, PCA_FILE, VECTORS_DIR};
 
@@ -43,7 +43,7 @@ impl Default for OpenOptions {
             model_dir: None,
             encoder_threads: 1,
             inject_latency: None,
-            flush_bytes: crate::live::state::FLUSH_BYTES,
+            flush_bytes: crate::written::state::FLUSH_BYTES,
         }
     }
 }

@@ -12,6 +12,8 @@
 //!   it arrives; `prefetch` overlaps the reads with the probe) → MaxSim → fusion (`fusion`)
 //!   → top-k, with timings
 //! - `eval`, `metrics`, `tune`: quality against qrels, and the alpha / rerank_k sweep
+//! - `live`: writes after the build (`Index::write`, replay, flush, merge); `written`: what they
+//!   leave, as the search path reads it (segments, memtable, tombstones)
 //! - `recode`: a new index from an f16 one with another codec / PCA, without the model
 //! - `verify`: every byte of an index against its checksums (`Index::verify`)
 //! - `corpus`: BEIR-layout readers; `config`: `index.json`; `progress`: the front ends' progress bar
@@ -47,6 +49,7 @@ pub mod texts;
 pub mod topk;
 pub mod tune;
 pub mod verify;
+pub mod written;
 
 pub use build::{BuildOptions, EmbeddedDoc};
 pub use config::IndexConfig;

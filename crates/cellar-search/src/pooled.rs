@@ -39,6 +39,15 @@ impl PooledWriter {
         self.body.write(&self.buf)
     }
 
+    /// Appends a row given as stored: `dim` f16, little-endian (a written document's, copied
+    /// into a segment without converting it twice).
+    pub fn add_f16(&mut self, row: &[u8]) -> Result<()> {
+        if row.len() != self.dim * 2 {
+            return Err(CellarError::WrongDimension { expected: self.dim, received: row.len() / 2 });
+        }
+        self.body.write(row)
+    }
+
     pub fn finish(self) -> Result<()> {
         self.body.finish().map(|_| ())
     }

@@ -20,7 +20,6 @@ use cellar_core::{CellarError, DocId, Result};
 use crate::fusion::{self, Fused, Stage};
 use crate::index::Index;
 use crate::ivf::{LiveMembers, Probe, ProbeParams, ProbeStats};
-use crate::live::LiveView;
 use crate::mode::Mode;
 use crate::params::{IvfParams, SearchParams};
 use crate::prefetch::{PrefetchStats, ScoredRecords};
@@ -30,6 +29,7 @@ use crate::scored::better;
 use crate::scored::Scored;
 use crate::search::{Ranking, Timings};
 use crate::topk::TopK;
+use crate::written::state::LiveView;
 use cellar_core::kernels::dot_f16;
 
 fn ms_since(start: Instant) -> f64 {

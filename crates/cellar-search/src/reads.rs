@@ -10,6 +10,7 @@
 //! for a chunk it gives its CPU slot back (`cellar_core::io::wait`): in the server another
 //! search computes on that core meanwhile.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::mpsc::{sync_channel, Receiver};
@@ -22,9 +23,9 @@ use cellar_core::io::{ReaderKind, RecordBatch, POOLED_BUFFER_BYTES};
 use cellar_core::{CellarError, DocId, Result};
 
 use crate::index::Index;
-use crate::live::Located;
 use crate::prefetch::ScoredRecords;
 use crate::query::PreparedQuery;
+use crate::written::state::Located;
 
 /// Page bytes per chunk: one pooled buffer of the direct reader.
 pub const CHUNK_BYTES: usize = POOLED_BUFFER_BYTES;
@@ -65,17 +66,22 @@ impl Index {
         ids: Vec<DocId>,
         ahead: usize,
     ) -> Result<Reads> {
-        let (ids, live) = self.split_base(&ids);
-        let chunks = self.store.chunks(&ids, CHUNK_BYTES)?;
-        let mut reads = self.spawn_reads(scope, ids.into(), chunks, ahead)?;
+        let (base, live) = self.split_base(&ids);
+        let chunks = self.store.chunks(&base, CHUNK_BYTES)?;
+        let mut reads = self.spawn_reads(scope, Arc::from(&base[..]), chunks, ahead)?;
         reads.live = live;
         Ok(reads)
     }
 
-    /// `ids` split into the base's and the written documents'.
-    fn split_base(&self, ids: &[DocId]) -> (Vec<DocId>, Vec<DocId>) {
+    /// `ids` split into the base's and the written documents' (the base's borrowed, nothing
+    /// copied, when none is written: the common case of a search).
+    fn split_base<'a>(&self, ids: &'a [DocId]) -> (Cow<'a, [DocId]>, Vec<DocId>) {
         let base = self.store.len() as u32;
-        ids.iter().partition(|id| id.0 < base)
+        if ids.iter().all(|id| id.0 < base) {
+            return (Cow::Borrowed(ids), Vec::new());
+        }
+        let (base, written) = ids.iter().partition(|id| id.0 < base);
+        (Cow::Owned(base), written)
     }
 
     /// Reads `chunks` (ranges of `ids`) on an I/O thread of `scope`, one after the other.
@@ -128,7 +134,7 @@ impl Index {
         let start = Instant::now();
         let view = self.live_view();
         let codec = self.store.codec();
-        let mut by_segment: Vec<(&crate::live::segment::Segment, Vec<DocId>, Vec<DocId>)> = Vec::new();
+        let mut by_segment: Vec<(&crate::written::segment::Segment, Vec<DocId>, Vec<DocId>)> = Vec::new();
         for id in ids {
             match view.locate(*id)? {
                 Located::Base => {
@@ -195,7 +201,7 @@ impl Index {
             return Ok(ScoredRecords::default());
         }
         let (base, live) = self.split_base(ids);
-        let ids = &base[..];
+        let ids: &[DocId] = &base;
         let chunks = self.store.chunks(ids, chunk_bytes)?;
         if chunks.len() > 1 && self.store.reader_kind() != ReaderKind::Ram {
             return std::thread::scope(|scope| {

@@ -42,7 +42,7 @@ pub struct RecodeOptions {
 pub fn recode(options: &RecodeOptions) -> Result<IndexConfig> {
     let started = Instant::now();
     let _source_lock = lock::shared(&options.from)?;
-    crate::live::refuse_written(&options.from, "recode")?;
+    crate::written::refuse_written(&options.from, "recode")?;
     let mut config = IndexConfig::load(&options.from)?;
     if config.codec != CodecKind::F16.name() || config.pca_dim.is_some() {
         return Err(CellarError::invalid(format!(

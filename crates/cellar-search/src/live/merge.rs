@@ -17,8 +17,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::index::Index;
-use crate::live::segment::{Segment, SegmentWriter};
-use crate::live::SegmentEntry;
+use crate::written::segment::{Segment, SegmentWriter};
+use crate::written::state::SegmentEntry;
 
 /// What a merged segment's name ends with (`seg-<seq>-merged`).
 pub const MERGED_SUFFIX: &str = "-merged";

@@ -23,11 +23,7 @@
 //! commit is older, into BM25), so every acknowledged write survives a crash. A process that
 //! finds another holding the writer's lock opens the index read-only, as it was at that moment.
 
-pub(crate) mod batch;
 pub mod merge;
-pub use batch::{OP_DELETE, OP_PUT};
-pub(crate) mod segment;
-pub(crate) mod state;
 pub mod write;
 
 use std::collections::HashMap;
@@ -40,10 +36,11 @@ use cellar_core::{CellarError, DocId, IoContext, Result};
 
 use crate::corpus::Document;
 use crate::index::Index;
-use batch::LogBatch;
-use segment::{Segment, SegmentWriter};
-pub(crate) use state::{f16_row, LiveManifest, LiveView, Located, SegmentEntry, Writer};
-pub use state::{
+use crate::written::batch::LogBatch;
+pub use crate::written::batch::{OP_DELETE, OP_PUT};
+use crate::written::segment::{self, Segment, SegmentWriter};
+use crate::written::state::{f16_row, LiveManifest, LiveView, Measured, SegmentEntry, Writer};
+pub use crate::written::state::{
     LiveStats, DRIFT_RETRAIN, DRIFT_SAMPLE, FLUSH_BYTES, LIVE_DIR, LIVE_MANIFEST, LIVE_READABLE_VERSIONS,
     LIVE_VERSION, WAL_FILE,
 };
@@ -309,14 +306,8 @@ impl Index {
         let segments: u64 =
             view.segments.iter().map(|s| s.len() as u64 * per_record + s.pooled.ram_bytes() as u64).sum();
         let memtable: u64 = view.mem_bytes as u64 + 64 * view.memtable.len() as u64;
-        let id_map_bytes = self.live.lock_writer().as_ref().map_or(0, |w| {
-            w.ids.keys().map(|k| (k.len() + std::mem::size_of::<String>() + 4 + 8) as u64).sum()
-        });
         let (bm25_commits, batches_committed) = *self.live.commits.lock().unwrap_or_else(|p| p.into_inner());
-        let ivf_drift = self.ivf_drift(&view).unwrap_or_else(|e| {
-            log::warn!("measuring the IVF's drift: {e}");
-            None
-        });
+        let Measured { disk_bytes, ivf_drift, id_map_bytes } = self.measure(&view);
         LiveStats {
             ivf_drift,
             ivf_retrain_advised: ivf_drift.is_some_and(|d| d > DRIFT_RETRAIN),
@@ -327,10 +318,31 @@ impl Index {
             records: view.segments.iter().map(|s| s.len() as u64).sum::<u64>() + view.memtable.len() as u64,
             written: view.written(),
             deleted: view.deleted_count,
-            disk_bytes: crate::disk::dir_bytes(&self.live.dir),
+            disk_bytes,
             ram_bytes: segments + memtable + view.deleted.len() as u64 * 8,
             id_map_bytes,
         }
+    }
+
+    /// The costly parts of `live_stats` for `view`, measured once per published view.
+    fn measure(&self, view: &Arc<LiveView>) -> Measured {
+        let mut cached = self.live.measured.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((seen, measured)) = cached.as_ref() {
+            if std::ptr::eq(seen.as_ptr(), Arc::as_ptr(view)) {
+                return *measured;
+            }
+        }
+        let id_map_bytes = self.live.lock_writer().as_ref().map_or(0, |w| {
+            w.ids.keys().map(|k| (k.len() + std::mem::size_of::<String>() + 4 + 8) as u64).sum()
+        });
+        let ivf_drift = self.ivf_drift(view).unwrap_or_else(|e| {
+            log::warn!("measuring the IVF's drift: {e}");
+            None
+        });
+        let measured =
+            Measured { disk_bytes: crate::disk::dir_bytes(&self.live.dir), ivf_drift, id_map_bytes };
+        *cached = Some((Arc::downgrade(view), measured));
+        measured
     }
 
     /// `LiveStats::ivf_drift` of `view`.
@@ -417,19 +429,6 @@ impl Index {
 /// The mean squared distance from `rows` to their nearest centroids.
 fn mean_error(ivf: &crate::ivf::Ivf, rows: &[Vec<f32>]) -> f64 {
     rows.iter().map(|r| f64::from(ivf.quantization_error(r))).sum::<f64>() / rows.len().max(1) as f64
-}
-
-/// Refuses an index that was written to after its build, for `what` (a command that reads the
-/// build's files alone and would leave the written documents out, or keep the deleted ones).
-pub fn refuse_written(index_dir: &Path, what: &str) -> Result<()> {
-    if index_dir.join(LIVE_DIR).exists() {
-        return Err(CellarError::invalid(format!(
-            "{}: documents were added, updated or deleted after this index was built ({LIVE_DIR}/); \
-             {what} reads the build's files alone and would miss those changes",
-            index_dir.display()
-        )));
-    }
-    Ok(())
 }
 
 /// Removes what a crash left in `live/`: a half-written segment, a whole one the manifest does

@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use crate::build::{project_tokens, EmbeddedDoc};
 use crate::corpus::Document;
 use crate::index::Index;
-use crate::live::batch::{LiveDoc, LogBatch, LogOp};
 use crate::plan::flatten;
 use crate::request::QueryVectorsIn;
+use crate::written::batch::{LiveDoc, LogBatch, LogOp};
 
 /// Operations one write request may hold.
 pub const MAX_WRITE_OPS: usize = 4096;

@@ -83,7 +83,7 @@ impl SegmentWriter {
             )));
         }
         self.store.add_encoded(n_tokens, tokens)?;
-        self.pooled.add(&super::f16_row(pooled))?;
+        self.pooled.add_f16(pooled)?;
         self.texts.add(doc)?;
         self.ids.push(id.0);
         Ok(())

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::corpus::Document;
 use crate::ivf::LiveMembers;
-use crate::live::batch::{LiveDoc, LogBatch, LogOp};
-use crate::live::segment::Segment;
+use crate::written::batch::{LiveDoc, LogBatch, LogOp};
+use crate::written::segment::Segment;
 
 /// Sub-directory of everything written after the build.
 pub const LIVE_DIR: &str = "live";
@@ -270,6 +270,14 @@ impl LiveMembers for LiveView {
     }
 }
 
+/// The costly parts of `LiveStats`, kept per view.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Measured {
+    pub disk_bytes: u64,
+    pub ivf_drift: Option<f64>,
+    pub id_map_bytes: u64,
+}
+
 /// The written documents' state and what they cost (`Index::live_stats`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LiveStats {
@@ -341,6 +349,11 @@ pub(crate) struct Live {
     /// Set when BM25 refused logged batches: the log is ahead of what this process shows, so it
     /// takes no more writes (reopening replays the log).
     pub(crate) failed: std::sync::OnceLock<String>,
+    /// What `live_stats` measured by walking files and samples (disk bytes, IVF drift, id map
+    /// bytes), for the view it measured: asked again (a polled `/healthz`) before the next
+    /// write or merge publishes another view, it answers without measuring again. (A `Weak`:
+    /// it pins no old view's segments, and its allocation outlives any reuse of the address.)
+    pub(crate) measured: Mutex<Option<(std::sync::Weak<LiveView>, Measured)>>,
     /// The build's mean quantization error in the IVF, measured once (`ivf_drift`).
     pub(crate) base_error: std::sync::OnceLock<f64>,
     /// (BM25 commits, batches they committed), for `LiveStats`.
@@ -367,6 +380,7 @@ impl Live {
             failed: std::sync::OnceLock::new(),
             commits: Mutex::new((0, 0)),
             base_error: std::sync::OnceLock::new(),
+            measured: Mutex::new(None),
         }
     }
 
