@@ -100,7 +100,15 @@ def test_search_defaults_and_parameters(index: cellar.Index) -> None:
     res = index.search("sourdough yeast", k=3, candidates=20, rerank_k=5, alpha=0.5)
     params = dict(res.params)
     ivf = params.pop("ivf")
-    assert params == {"mode": "hybrid", "k": 3, "candidates": 20, "rerank_k": 5, "alpha": 0.5, "early_read": True}
+    assert params == {
+        "mode": "hybrid",
+        "k": 3,
+        "candidates": 20,
+        "rerank_k": 5,
+        "alpha": 0.5,
+        "early_read": True,
+        "filter_exact_max": 1024,
+    }
     assert ivf["hybrid_candidates"] == 100 and ivf["prefetch"] is False
     assert res.reranked <= 5
     assert index.search("sourdough yeast", mode="rerank").params["alpha"] == 0.0
@@ -465,7 +473,13 @@ def test_search_keywords_are_the_request_fields_and_the_stubs_list_them() -> Non
     assert set(cellar.SEARCH_PARAMETERS) == fields - {"query"}
     assert _stub_keywords("search") == fields - {"query"}
     assert _stub_keywords("search_batch") == fields - {"query"}
-    assert _stub_keywords("evaluate") == fields - {"query", "query_vectors", "include_text"}
+    assert _stub_keywords("evaluate") == fields - {
+        "query",
+        "query_vectors",
+        "include_text",
+        "filter",
+        "filter_exact_max",
+    }
 
 
 def test_search_takes_query_vectors_and_every_request_field(index: cellar.Index) -> None:

@@ -91,3 +91,29 @@ def test_bad_writes_raise_typed_errors_and_change_nothing(written: Path) -> None
     assert len(index) == before
     with pytest.raises(cellar.LockedError):
         cellar.Index.open(written).delete(existing)
+
+
+def test_metadata_filters_search_and_delete(written: Path) -> None:
+    index = cellar.Index.open(written)
+    before = len(index)
+    index.add(
+        [
+            {"id": f"m{i}", "text": f"{HARP} number {i}", "metadata": {"lang": "en" if i % 2 else "fr", "year": 2000 + i}}
+            for i in range(6)
+        ]
+    )
+    only_en = {"and": [{"eq": {"field": "lang", "value": "en"}}, {"range": {"field": "year", "lt": 2005}}]}
+    for mode in MODES + ["dense"]:
+        hits = index.search("harp strings plucked", mode=mode, k=10, filter=only_en)
+        assert sorted(hits.ids) == ["m1", "m3"], mode
+    assert index.get("m3")["metadata"] == {"lang": "en", "year": 2003}
+    with pytest.raises(cellar.InvalidInputError, match="filter: range needs a bound"):
+        index.search("harp", filter={"range": {"field": "year"}})
+    with pytest.raises(cellar.InvalidInputError, match="metadata"):
+        index.add({"id": "bad", "text": HARP, "metadata": {"nested": {"a": 1}}})
+    with pytest.raises(TypeError, match="filter"):
+        index.evaluate({"q": "harp"}, {"q": {"m1": 1}}, filter=only_en)
+    report = index.delete(filter={"eq": {"field": "lang", "value": "fr"}})
+    assert report["deleted"] == 3
+    assert len(index) == before + 3
+    assert index.get("m0") is None

@@ -138,6 +138,7 @@ impl Source {
                     id: doc.id,
                     title: doc.title,
                     text: doc.text,
+                    metadata: doc.metadata,
                     vectors: Some(QueryVectorsIn {
                         tokens: doc.tokens.chunks(dim).map(<[f32]>::to_vec).collect(),
                         pooled: doc.pooled,
@@ -347,6 +348,7 @@ pub fn run(args: LiveArgs) -> Result<()> {
                 id: format!("text-{n}"),
                 title: doc.title,
                 text: doc.text,
+                metadata: doc.metadata,
                 vectors: None,
             }));
         }

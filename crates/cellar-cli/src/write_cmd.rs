@@ -33,8 +33,11 @@ pub struct AddArgs {
 #[derive(Args)]
 pub struct DeleteArgs {
     /// Ids of the documents to delete (all or none: each must exist).
-    #[arg(required = true)]
+    #[arg(required_unless_present = "filter")]
     pub ids: Vec<String>,
+    /// Also delete every document this filter matches (JSON, as a search's `filter`).
+    #[arg(long, value_name = "JSON")]
+    pub filter: Option<String>,
     #[arg(long)]
     pub index: PathBuf,
 }
@@ -109,7 +112,12 @@ pub fn add(args: AddArgs) -> Result<()> {
 
 pub fn delete(args: DeleteArgs) -> Result<()> {
     let index = open(&args.index, None)?;
-    let ops = args.ids.into_iter().map(WriteOp::Delete).collect();
+    let mut ops: Vec<WriteOp> = args.ids.into_iter().map(WriteOp::Delete).collect();
+    if let Some(text) = &args.filter {
+        let filter = serde_json::from_str(text)
+            .map_err(|e| CellarError::invalid(format!("--filter: not a filter: {e}")))?;
+        ops.push(WriteOp::DeleteWhere(filter));
+    }
     let report = index.write(WriteRequest { ops })?;
     println!("deleted {} documents; the index holds {}", report.deleted, report.docs);
     merge_if_needed(&index)

@@ -252,8 +252,8 @@ fn add_and_delete_write_durably_and_bad_lines_exit_2() {
     let docs = tmp.path().join("new.jsonl");
     std::fs::write(
         &docs,
-        "{\"id\": \"comet0\", \"title\": \"comet\", \"text\": \"A comet trails a tail of ice and dust\"}\n\n\
-         {\"id\": \"comet1\", \"text\": \"Comets orbit the sun on long ellipses\"}\n",
+        "{\"id\": \"comet0\", \"title\": \"comet\", \"text\": \"A comet trails a tail of ice and dust\", \"metadata\": {\"kind\": \"icy\"}}\n\n\
+         {\"id\": \"comet1\", \"text\": \"Comets orbit the sun on long ellipses\", \"metadata\": {\"kind\": \"orbit\"}}\n",
     )
     .unwrap();
     let out = cellar(&["add", docs.to_str().unwrap(), "--index", index_s, "--batch", "1"]);
@@ -264,6 +264,12 @@ fn add_and_delete_write_durably_and_bad_lines_exit_2() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let hits: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(hits["hits"][0]["id"], "comet0", "{hits}");
+    let filtered = ["search", "--index", index_s, "comet", "--mode", "bm25", "--json", "--filter"];
+    let out = cellar(&[&filtered[..], &["{\"eq\": {\"field\": \"kind\", \"value\": \"orbit\"}}"]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let hits: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((hits["hits"][0]["id"].as_str(), hits["hits"].as_array().unwrap().len()), (Some("comet1"), 1));
+    assert_user_error(&cellar(&[&filtered[..], &["{\"like\": 1}"]].concat()), "not a filter");
 
     assert_user_error(
         &cellar(&["add", docs.to_str().unwrap(), "--index", index_s]),
@@ -280,7 +286,8 @@ fn add_and_delete_write_durably_and_bad_lines_exit_2() {
         "bad.jsonl:2: not a document",
     );
     assert_user_error(&cellar(&["delete", "nope", "--index", index_s]), "no document \"nope\"");
-    let out = cellar(&["delete", "comet1", "moon0", "--index", index_s]);
+    let by_filter = "{\"eq\": {\"field\": \"kind\", \"value\": \"orbit\"}}";
+    let out = cellar(&["delete", "moon0", "--filter", by_filter, "--index", index_s]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("deleted 2 documents; the index holds 8"), "{}", text(&out.stdout));
     let out = cellar(&["search", "--index", index_s, "comets", "--mode", "bm25", "--json"]);

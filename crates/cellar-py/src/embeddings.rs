@@ -176,7 +176,7 @@ impl Sources {
             Some(None) => return Err(invalid(py, format!("pooled has {i} items, fewer than doc_vectors"))),
         };
         self.at += 1;
-        Ok(Some(EmbeddedDoc { id, title: String::new(), text, tokens, pooled }))
+        Ok(Some(EmbeddedDoc { id, title: String::new(), text, metadata: Default::default(), tokens, pooled }))
     }
 
     /// The documents as the engine takes them: each pulled with the GIL held; a Python error

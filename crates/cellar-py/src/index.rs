@@ -386,12 +386,13 @@ impl PyIndex {
         qrels: &Bound<'py, PyAny>,
         params: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        if let Some(key) = ["query", "query_vectors", "include_text"]
+        if let Some(key) = ["query", "query_vectors", "include_text", "filter", "filter_exact_max"]
             .into_iter()
             .find(|k| params.is_some_and(|p| p.contains(k).unwrap_or(false)))
         {
             return Err(PyTypeError::new_err(format!(
-                "evaluate() takes no {key:?}: the queries come from `queries`"
+                "evaluate() takes no {key:?}: the queries come from `queries`, and are judged against \
+                 the whole collection"
             )));
         }
         let defaults = [("k", json!(100)), ("mode", json!("hybrid"))];
@@ -443,24 +444,35 @@ impl PyIndex {
     }
 
     /// Deletes documents by id (a str, or a list of them; each must exist: ``NotFoundError``
-    /// otherwise, and nothing is deleted). Releases the GIL.
-    #[pyo3(signature = (ids))]
-    fn delete<'py>(&self, py: Python<'py>, ids: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        let ids: Vec<String> = if ids.is_instance_of::<pyo3::types::PyString>() {
-            vec![args::id(ids, "ids")?]
-        } else {
-            ids.try_iter()?.map(|id| args::id(&id?, "each id")).collect::<PyResult<_>>()?
+    /// otherwise, and nothing is deleted), and with ``filter=`` (a filter as :meth:`search`
+    /// takes it) every document it matches. All or nothing. Releases the GIL.
+    #[pyo3(signature = (ids=None, *, filter=None))]
+    fn delete<'py>(
+        &self,
+        py: Python<'py>,
+        ids: Option<&Bound<'py, PyAny>>,
+        filter: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let ids: Vec<String> = match ids {
+            None => Vec::new(),
+            Some(ids) if ids.is_instance_of::<pyo3::types::PyString>() => vec![args::id(ids, "ids")?],
+            Some(ids) => ids.try_iter()?.map(|id| args::id(&id?, "each id")).collect::<PyResult<_>>()?,
         };
-        let ops = ids.into_iter().map(|id| json!({ "delete": id })).collect();
+        let mut ops: Vec<Value> = ids.into_iter().map(|id| json!({ "delete": id })).collect();
+        if let Some(filter) = filter {
+            ops.push(json!({ "delete_where": python_to_json(py, "filter", filter)? }));
+        }
         self.write(py, ops)
     }
 
-    /// The document stored under ``id`` as a dict (``id``, ``title``, ``text``), or ``None``.
-    /// Releases the GIL.
+    /// The document stored under ``id`` as a dict (``id``, ``title``, ``text``, ``metadata``), or
+    /// ``None``. Releases the GIL.
     fn get<'py>(&self, py: Python<'py>, id: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let id = args::id(id, "id")?;
         let doc = without_gil(py, || self.index.get(&id))?;
-        to_python(py, &doc.map(|d| json!({ "id": d.id, "title": d.title, "text": d.text })))
+        let doc =
+            doc.map(|d| json!({ "id": d.id, "title": d.title, "text": d.text, "metadata": d.metadata }));
+        to_python(py, &doc)
     }
 
     /// What was written since the build: segments, written and deleted documents, records,

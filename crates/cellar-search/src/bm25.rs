@@ -3,21 +3,29 @@
 //! One indexed text field (`body`: title + text, English analyzer with stop words and stemming,
 //! frequencies but no positions) and one fast field (`doc`: Cellar's dense internal id, which is
 //! also the record number in the vector store). Scoring is tantivy's BM25 (k1 = 1.2, b = 0.75,
-//! fixed by tantivy).
+//! fixed by tantivy). Indexes built since metadata came also hold the JSON field `meta`: each
+//! document's metadata, strings as exact terms (the `raw` tokenizer), numbers and booleans as
+//! terms and, for ranges, fast columns. Filters (`crate::filter`) run on it; an index built
+//! before has no `meta` field and refuses both filters and metadata with a clear error.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use cellar_core::{CellarError, DocId, IoContext, Result};
+use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::collector::{FilterCollector, TopDocs};
 use tantivy::query::{BooleanQuery, Occur, Query, RangeQuery, TermQuery};
-use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST};
+use tantivy::schema::{
+    Field, IndexRecordOption, JsonObjectOptions, Schema, TextFieldIndexing, TextOptions, FAST,
+};
 use tantivy::tokenizer::{
     Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
     TokenStream,
 };
-use tantivy::{doc, Index, IndexReader, IndexSettings, IndexWriter, ReloadPolicy};
+use tantivy::{Index, IndexReader, IndexSettings, IndexWriter, ReloadPolicy, TantivyDocument};
 
+use crate::filter::{Allowed, Filter};
+use crate::meta::Metadata;
 use crate::scored::Scored;
 use crate::written::batch::{LogBatch, LogOp};
 
@@ -67,18 +75,31 @@ fn analyzer() -> TextAnalyzer {
     builder.filter_dynamic(Stemmer::new(Language::English)).build()
 }
 
+/// The JSON field of documents' metadata.
+pub const META_FIELD: &str = "meta";
+
 struct Fields {
     body: Field,
     doc: Field,
+    /// `None` in an index built before metadata came.
+    meta: Option<Field>,
 }
 
-fn schema() -> (Schema, Fields) {
+/// The schema a build writes (`with_meta`: since metadata came; without: what older builds
+/// wrote, still opened).
+fn schema(with_meta: bool) -> (Schema, Fields) {
     let mut builder = Schema::builder();
     let indexing =
         TextFieldIndexing::default().set_tokenizer(ANALYZER).set_index_option(IndexRecordOption::WithFreqs);
     let body = builder.add_text_field("body", TextOptions::default().set_indexing_options(indexing));
     let doc = builder.add_u64_field("doc", FAST);
-    (builder.build(), Fields { body, doc })
+    let meta = with_meta.then(|| {
+        let exact =
+            TextFieldIndexing::default().set_tokenizer("raw").set_index_option(IndexRecordOption::Basic);
+        let options = JsonObjectOptions::default().set_indexing_options(exact).set_fast("raw");
+        builder.add_json_field(META_FIELD, options)
+    });
+    (builder.build(), Fields { body, doc, meta })
 }
 
 fn fields_of(schema: &Schema, path: &Path) -> Result<Fields> {
@@ -87,7 +108,72 @@ fn fields_of(schema: &Schema, path: &Path) -> Result<Fields> {
             .get_field(name)
             .map_err(|_| CellarError::corrupted(path, 0, format!("bm25 index has no field {name:?}")))
     };
-    Ok(Fields { body: get("body")?, doc: get("doc")? })
+    Ok(Fields { body: get("body")?, doc: get("doc")?, meta: schema.get_field(META_FIELD).ok() })
+}
+
+impl Fields {
+    /// tantivy's document of one of ours: its BM25 text, internal id and metadata.
+    fn document(&self, id: DocId, content: &str, meta: &Metadata) -> TantivyDocument {
+        let mut document = TantivyDocument::new();
+        document.add_text(self.body, content);
+        document.add_u64(self.doc, u64::from(id.0));
+        if let (Some(field), false) = (self.meta, meta.is_empty()) {
+            document.add_field_value(field, &meta.to_tantivy());
+        }
+        document
+    }
+}
+
+/// The error of metadata or a filter given to an index built before metadata came.
+pub fn no_metadata_field(path: &Path) -> CellarError {
+    CellarError::invalid(format!(
+        "{}: this index was built before documents had metadata (its BM25 index has no {META_FIELD:?} \
+         field), so it can neither store metadata nor filter on it; rebuild it with this version",
+        path.display()
+    ))
+}
+
+/// Collects the internal ids of the documents a query matches (no scores).
+struct IdsCollector;
+
+struct SegmentIds {
+    column: tantivy::columnar::Column<u64>,
+    ids: Vec<u32>,
+}
+
+impl Collector for IdsCollector {
+    type Fruit = Vec<u32>;
+    type Child = SegmentIds;
+
+    fn for_segment(
+        &self,
+        _ord: tantivy::SegmentOrdinal,
+        segment: &tantivy::SegmentReader,
+    ) -> tantivy::Result<SegmentIds> {
+        Ok(SegmentIds { column: segment.fast_fields().u64("doc")?, ids: Vec::new() })
+    }
+
+    fn requires_scoring(&self) -> bool {
+        false
+    }
+
+    fn merge_fruits(&self, fruits: Vec<Vec<u32>>) -> tantivy::Result<Vec<u32>> {
+        Ok(fruits.concat())
+    }
+}
+
+impl SegmentCollector for SegmentIds {
+    type Fruit = Vec<u32>;
+
+    fn collect(&mut self, doc: tantivy::DocId, _score: tantivy::Score) {
+        if let Some(id) = self.column.first(doc).and_then(|id| u32::try_from(id).ok()) {
+            self.ids.push(id);
+        }
+    }
+
+    fn harvest(self) -> Vec<u32> {
+        self.ids
+    }
 }
 
 /// Streams documents into a new BM25 index.
@@ -101,7 +187,7 @@ impl Bm25Writer {
     /// Creates an empty index in `dir` (which must not exist yet or be empty).
     pub fn create(dir: &Path) -> Result<Bm25Writer> {
         std::fs::create_dir_all(dir).at(dir)?;
-        let (schema, fields) = schema();
+        let (schema, fields) = schema(true);
         let index = Index::create_in_dir(dir, schema).map_err(|e| tantivy_error(dir, e))?;
         index.tokenizers().register(ANALYZER, analyzer());
         let writer =
@@ -109,8 +195,8 @@ impl Bm25Writer {
         Ok(Bm25Writer { path: dir.to_path_buf(), writer, fields })
     }
 
-    pub fn add(&mut self, id: DocId, content: &str) -> Result<()> {
-        let document = doc!(self.fields.body => content, self.fields.doc => id.0 as u64);
+    pub fn add(&mut self, id: DocId, content: &str, meta: &Metadata) -> Result<()> {
+        let document = self.fields.document(id, content, meta);
         self.writer.add_document(document).map_err(|e| tantivy_error(&self.path, e))?;
         Ok(())
     }
@@ -165,7 +251,7 @@ impl Bm25Index {
         let index = Index::open_in_dir(dir).map_err(|e| tantivy_error(dir, e))?;
         let corrupted =
             |detail: String| CellarError::corrupted(dir, 0, format!("bm25 index: {META_FILE}: {detail}"));
-        if index.schema() != schema().0 {
+        if index.schema() != schema(true).0 && index.schema() != schema(false).0 {
             return Err(corrupted("its schema is not the one a Cellar build writes".into()));
         }
         if index.settings() != &IndexSettings::default() {
@@ -279,6 +365,23 @@ impl Bm25Index {
             .collect()
     }
 
+    /// Whether this index stores metadata (built since metadata came).
+    pub fn has_metadata(&self) -> bool {
+        self.fields.meta.is_some()
+    }
+
+    /// The internal ids of the documents `filter` matches (deleted ones left out as tantivy
+    /// deletes them). The filter must have passed [`Filter::check`].
+    pub fn matching(&self, filter: &Filter) -> Result<Allowed> {
+        let meta = self.fields.meta.ok_or_else(|| no_metadata_field(&self.path))?;
+        let ids = self
+            .reader
+            .searcher()
+            .search(&*filter.to_query(meta), &IdsCollector)
+            .map_err(|e| tantivy_error(&self.path, e))?;
+        Ok(Allowed::from_ids(ids))
+    }
+
     /// The sequence number of the last write batch tantivy committed (0: none since the build).
     pub fn applied_seq(&self) -> Result<u64> {
         let metas = self.index.load_metas().map_err(|e| tantivy_error(&self.path, e))?;
@@ -309,7 +412,7 @@ impl Bm25Index {
             for op in &batch.ops {
                 match op {
                     LogOp::Put(doc) => {
-                        let document = doc!(self.fields.body => doc.doc.content(), self.fields.doc => u64::from(doc.id.0));
+                        let document = self.fields.document(doc.id, &doc.doc.content(), &doc.doc.metadata);
                         writer.add_document(document).map_err(error)?;
                     }
                     LogOp::Delete(id) => {

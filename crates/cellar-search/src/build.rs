@@ -26,6 +26,7 @@ use crate::disk::dir_bytes;
 use crate::index::{Index, BM25_DIR, PCA_FILE, VECTORS_DIR};
 use crate::ivf::{build_ivf_over, IvfBuildOptions};
 use crate::lock::{self, BUILDING_MARKER};
+use crate::meta::Metadata;
 use crate::pooled::PooledWriter;
 use crate::texts::TextsWriter;
 
@@ -175,6 +176,8 @@ pub struct EmbeddedDoc {
     /// Title and text, shown with hits and indexed by BM25 ("" when the caller has none).
     pub title: String,
     pub text: String,
+    /// Scalar values filters run on (empty: none).
+    pub metadata: Metadata,
     /// `n * dim` values (n >= 1), token after token.
     pub tokens: Vec<f32>,
     /// The document's single vector (IVF, dense modes); when absent, the L2-normalised mean of
@@ -220,7 +223,7 @@ impl EmbeddedDoc {
                 ))
             })?,
         };
-        let doc = Document { id: self.id, title: self.title, text: self.text };
+        let doc = Document { id: self.id, title: self.title, text: self.text, metadata: self.metadata };
         Ok((doc, Encoded { tokens: self.tokens, n_tokens, pooled }))
     }
 }
@@ -515,7 +518,7 @@ impl<'a> BuildRun<'a> {
         sinks.texts.add(doc)?;
         self.report.write_secs += start.elapsed().as_secs_f64();
         let bm25_start = Instant::now();
-        sinks.bm25.add(id, &doc.content())?;
+        sinks.bm25.add(id, &doc.content(), &doc.metadata)?;
         self.report.bm25_secs += bm25_start.elapsed().as_secs_f64();
         self.report.docs += 1;
         self.report.tokens += encoded.n_tokens as u64;

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use cellar_core::{CellarError, IoContext, Result};
 use serde::Deserialize;
 
+use crate::meta::Metadata;
+
 /// One document of a collection.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Document {
@@ -18,9 +20,16 @@ pub struct Document {
     pub id: String,
     pub title: String,
     pub text: String,
+    /// Scalar values filters run on (`crate::meta`); empty when the document has none.
+    pub metadata: Metadata,
 }
 
 impl Document {
+    /// A document without metadata.
+    pub fn new(id: impl Into<String>, title: impl Into<String>, text: impl Into<String>) -> Document {
+        Document { id: id.into(), title: title.into(), text: text.into(), metadata: Metadata::default() }
+    }
+
     /// What the encoder and BM25 see: title and text joined by a space.
     pub fn content(&self) -> String {
         match (self.title.is_empty(), self.text.is_empty()) {
@@ -49,6 +58,9 @@ struct RawLine {
     title: Option<String>,
     #[serde(default)]
     text: Option<String>,
+    /// BEIR's corpora carry an object (often empty) here.
+    #[serde(default)]
+    metadata: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Where a collection's files are, given either a BEIR folder or a single `corpus.jsonl`.
@@ -141,7 +153,8 @@ fn bad_line(path: &Path, line_no: usize, detail: &str) -> CellarError {
 fn parse_document(line: &str) -> std::result::Result<Document, String> {
     let raw: RawLine = serde_json::from_str(line).map_err(|e| format!("not a JSON object: {e}"))?;
     let id = id_string(raw.id)?;
-    Ok(Document { id, title: raw.title.unwrap_or_default(), text: raw.text.unwrap_or_default() })
+    let metadata = raw.metadata.map(Metadata::from_json).transpose()?.unwrap_or_default();
+    Ok(Document { id, title: raw.title.unwrap_or_default(), text: raw.text.unwrap_or_default(), metadata })
 }
 
 fn id_string(id: Option<serde_json::Value>) -> std::result::Result<String, String> {

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! DIR/corpus.jsonl      one BEIR corpus line per document, in order: "_id", optional "title"/"text"
+//!                       and "metadata"
 //! DIR/doclens.N.json    a JSON list: the token count of each document of shard N (N = 0, 1, ...)
 //! DIR/embeddings.N.npy  shard N's token vectors, float32 or float16, C order, shape
 //!                       (sum of its doclens, dim): its documents' tokens one after another
@@ -243,6 +244,7 @@ impl EmbeddingsDir {
                     id: doc.id,
                     title: doc.title,
                     text: doc.text,
+                    metadata: doc.metadata,
                     tokens: tokens.rows(n)?,
                     pooled,
                 })
@@ -345,7 +347,10 @@ pub fn export(index: &Path, out: &Path, dtype: NpyDtype, shard_docs: usize) -> R
             lens.push((tokens.len() - before) / dim);
             pooled_rows.extend(pooled.row(id.0 as usize));
             let doc = index.texts().get(*id)?;
-            let line = serde_json::json!({"_id": doc.id, "title": doc.title, "text": doc.text});
+            let mut line = serde_json::json!({"_id": doc.id, "title": doc.title, "text": doc.text});
+            if !doc.metadata.is_empty() {
+                line["metadata"] = serde_json::to_value(&doc.metadata).expect("metadata serializes");
+            }
             corpus.push_str(&line.to_string());
             corpus.push('\n');
         }

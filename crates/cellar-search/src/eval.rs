@@ -160,6 +160,11 @@ pub fn evaluate_row(
     ids: &[String],
     spec: &RowSpec,
 ) -> Result<RowResult> {
+    if spec.request.filter.is_some() {
+        return Err(CellarError::invalid(
+            "an evaluation judges rankings of the whole collection: its searches take no filter",
+        ));
+    }
     let params = index.params(&spec.request)?;
     let (mut per_query, mut run) = (Vec::new(), Vec::new());
     let (mut search_ms, mut encode_ms, mut bytes) = (0.0, 0.0, 0u64);

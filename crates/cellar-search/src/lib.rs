@@ -16,6 +16,8 @@
 //!   leave, as the search path reads it (segments, memtable, tombstones)
 //! - `recode`: a new index from an f16 one with another codec / PCA, without the model
 //! - `verify`: every byte of an index against its checksums (`Index::verify`)
+//! - `meta`: documents' metadata; `filter`: conditions on it, their meaning and their tantivy
+//!   query, evaluated once per search into the ids every first stage takes
 //! - `corpus`: BEIR-layout readers; `config`: `index.json`; `progress`: the front ends' progress bar
 
 pub mod bm25;
@@ -25,11 +27,13 @@ pub mod corpus;
 pub mod disk;
 pub mod embeddings;
 pub mod eval;
+pub mod filter;
 pub mod fusion;
 pub mod index;
 pub mod ivf;
 pub mod live;
 pub mod lock;
+pub mod meta;
 pub mod metrics;
 pub mod mode;
 pub mod names;
@@ -53,8 +57,10 @@ pub mod written;
 
 pub use build::{BuildOptions, EmbeddedDoc};
 pub use config::IndexConfig;
+pub use filter::Filter;
 pub use index::{Index, OpenOptions};
 pub use live::write::{DocIn, WriteOp, WriteReport, WriteRequest};
+pub use meta::{MetaValue, Metadata};
 pub use mode::Mode;
 pub use params::{IvfParams, SearchParams};
 pub use plan::Plan;

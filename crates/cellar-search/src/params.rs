@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::SearchDefaults;
+use crate::filter::DEFAULT_FILTER_EXACT_MAX;
 use crate::ivf::{IvfConfig, IvfDefaults, ProbeParams};
 use crate::mode::Mode;
 use crate::request::{SearchRequest, DEFAULT_K, MAX_CANDIDATES, MAX_K};
@@ -25,6 +26,8 @@ pub struct SearchParams {
     pub early_read: bool,
     /// IVF settings; `None` when the search does not probe the IVF.
     pub ivf: Option<IvfParams>,
+    /// A filter matching at most this many documents ranks them all exactly.
+    pub filter_exact_max: usize,
 }
 
 /// The IVF part of a search's parameters.
@@ -127,6 +130,7 @@ impl SearchParams {
             )));
         }
         let early_read = options.early_read.unwrap_or(true);
-        Ok(SearchParams { mode, k, candidates, rerank_k, alpha, early_read, ivf })
+        let filter_exact_max = options.filter_exact_max.unwrap_or(DEFAULT_FILTER_EXACT_MAX);
+        Ok(SearchParams { mode, k, candidates, rerank_k, alpha, early_read, ivf, filter_exact_max })
     }
 }

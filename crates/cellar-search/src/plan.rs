@@ -3,10 +3,13 @@
 //! supplied vectors, the vectors each mode needs). Execution ([`Index::execute`]) never checks a
 //! user value again, so a user error is refused before a server queues the search, never after.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use cellar_core::{CellarError, DocId, Result};
 
+use crate::bm25::no_metadata_field;
+use crate::filter::{Allowed, Filter};
 use crate::index::Index;
 use crate::mode::Mode;
 use crate::params::SearchParams;
@@ -25,6 +28,7 @@ pub struct Plan {
     /// The caller's vectors, flattened and checked; `None`: the text is encoded.
     vectors: Option<QueryVectors>,
     include_text: bool,
+    filter: Option<Filter>,
 }
 
 impl Plan {
@@ -57,7 +61,40 @@ impl Index {
         if let Some(vectors) = &vectors {
             check_vectors(vectors, &params)?;
         }
-        Ok(Plan { params, text: request.query, vectors, include_text: request.include_text.unwrap_or(true) })
+        if let Some(filter) = &request.filter {
+            self.check_filter(filter, "filter")?;
+        }
+        Ok(Plan {
+            params,
+            text: request.query,
+            vectors,
+            include_text: request.include_text.unwrap_or(true),
+            filter: request.filter,
+        })
+    }
+
+    /// A filter's checks, and that this index stores metadata to filter on; `at` names it.
+    pub(crate) fn check_filter(&self, filter: &Filter, at: &str) -> Result<()> {
+        filter.check(at)?;
+        if !self.bm25.has_metadata() {
+            return Err(no_metadata_field(&self.dir));
+        }
+        Ok(())
+    }
+
+    /// The searchable documents `filter` matches, ascending (deleted ones left out).
+    pub fn matching(&self, filter: &Filter) -> Result<Vec<DocId>> {
+        self.check_filter(filter, "filter")?;
+        let view = self.live_view();
+        Ok(self.bm25.matching(filter)?.ids().filter(|id| !view.is_deleted(*id)).collect())
+    }
+
+    /// The documents `filter` matches, and how long finding them took (`None`: no filter).
+    fn evaluate(&self, filter: Option<&Filter>) -> Result<(Option<Arc<Allowed>>, f64)> {
+        let Some(filter) = filter else { return Ok((None, 0.0)) };
+        let start = Instant::now();
+        let allowed = self.bm25.matching(filter)?;
+        Ok((Some(Arc::new(allowed)), ms_since(start)))
     }
 
     /// The query-independent half of [`Index::plan`]: the request's settings resolved against
@@ -71,6 +108,14 @@ impl Index {
     /// and the caller sent none, the caller's vectors projected otherwise. Consumes the plan, so
     /// its text and vectors move into the query uncopied.
     pub fn prepare(&self, plan: Plan) -> Result<PreparedQuery> {
+        let (allowed, filter_ms) = self.evaluate(plan.filter.as_ref())?;
+        let mut query = self.prepare_vectors(plan)?;
+        (query.allowed, query.filter_ms) = (allowed, filter_ms);
+        Ok(query)
+    }
+
+    /// [`Index::prepare`] but for the filter.
+    fn prepare_vectors(&self, plan: Plan) -> Result<PreparedQuery> {
         let Plan { params, text, vectors, .. } = plan;
         if let Some(vectors) = vectors {
             let tokens = self.project(vectors.tokens, vectors.n_tokens);
@@ -80,6 +125,8 @@ impl Index {
                 n_tokens: vectors.n_tokens,
                 pooled: vectors.pooled.unwrap_or_default(),
                 encode_ms: 0.0,
+                allowed: None,
+                filter_ms: 0.0,
             });
         }
         if !params.mode.needs_encoder() {
@@ -89,6 +136,8 @@ impl Index {
                 n_tokens: 0,
                 pooled: Vec::new(),
                 encode_ms: 0.0,
+                allowed: None,
+                filter_ms: 0.0,
             });
         }
         let start = Instant::now();
@@ -100,6 +149,8 @@ impl Index {
             n_tokens: encoded.n_tokens,
             pooled: encoded.pooled,
             encode_ms: ms_since(start),
+            allowed: None,
+            filter_ms: 0.0,
         })
     }
 
@@ -111,18 +162,22 @@ impl Index {
     /// the read. `timings.read_hidden_ms` says how much of the read it hid.
     pub fn execute(&self, plan: Plan) -> Result<SearchResponse> {
         let (params, include_text) = (plan.params, plan.include_text);
-        if !reads_before_encoding(&plan) {
-            let query = self.prepare(plan)?;
+        let start = Instant::now();
+        let (allowed, filter_ms) = self.evaluate(plan.filter.as_ref())?;
+        let exact = allowed.as_deref().is_some_and(|a| ranks_matches_exactly(&params, a));
+        if !reads_before_encoding(&plan) || exact {
+            let mut query = self.prepare_vectors(plan)?;
+            (query.allowed, query.filter_ms) = (allowed, filter_ms);
             return self.respond(&query, &params, include_text);
         }
-        let start = Instant::now();
-        let bm25 = self.bm25_search(&plan.text, params.candidates)?;
+        let bm25 = self.bm25_search(&plan.text, params.candidates, allowed.as_ref())?;
         let bm25_ms = ms_since(start);
         let ids: Vec<DocId> = bm25.iter().take(params.rerank_k).map(|s| s.id).collect();
         let mut ranking = std::thread::scope(|scope| {
             // Nothing can be scored before the query is encoded: several chunks may wait.
             let reads = self.start_reads(scope, ids, crate::reads::EARLY_AHEAD)?;
-            let query = self.prepare(plan)?;
+            let mut query = self.prepare_vectors(plan)?;
+            (query.allowed, query.filter_ms) = (allowed, filter_ms);
             self.rank_with(&query, &params, Some(EarlyReads { bm25, bm25_ms, reads }))
         })?;
         ranking.timings.total_ms = ms_since(start);
@@ -149,6 +204,13 @@ impl Index {
 fn reads_before_encoding(plan: &Plan) -> bool {
     let p = &plan.params;
     p.early_read && plan.vectors.is_none() && matches!(p.mode, Mode::Rerank | Mode::Hybrid) && p.rerank_k > 0
+}
+
+/// Whether a search ranks every document its filter matched exactly (MaxSim of each, or the
+/// pooled scan for ivf) instead of running its first stage: few enough matched, and the mode has
+/// a first stage that could miss them (BM25 filters exhaustively, the dense-exact scan is exact).
+pub(crate) fn ranks_matches_exactly(params: &SearchParams, allowed: &Allowed) -> bool {
+    allowed.count() <= params.filter_exact_max && !matches!(params.mode, Mode::Bm25 | Mode::DenseExact)
 }
 
 /// Checks a query's text: not empty, not over-long.

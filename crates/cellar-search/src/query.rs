@@ -1,6 +1,10 @@
 //! A query on its way to the kernels: the caller's vectors flattened (`QueryVectors`), then
 //! prepared for the codec (`PreparedQuery`).
 
+use std::sync::Arc;
+
+use crate::filter::Allowed;
+
 /// A query ready to rank: its text and, when the mode needs them, its vectors.
 pub struct PreparedQuery {
     pub text: String,
@@ -10,6 +14,10 @@ pub struct PreparedQuery {
     /// Pooled vector in the model's space.
     pub pooled: Vec<f32>,
     pub encode_ms: f64,
+    /// The documents the search's filter matched (`None`: no filter).
+    pub allowed: Option<Arc<Allowed>>,
+    /// Evaluating the filter.
+    pub filter_ms: f64,
 }
 
 /// Query vectors a caller computed itself, in the model's output space (before any PCA), used

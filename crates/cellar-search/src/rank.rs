@@ -9,25 +9,31 @@
 //!   as it arrives); `timings.read_hidden_ms` adds up the read time it overlapped with other work;
 //! - dense-exact: a scan of the pooled vectors in RAM; ivf: the IVF alone;
 //! - dense, hybrid with `hybrid_candidates` > 0: the IVF probe (joined with BM25 for hybrid),
-//!   with the prefetcher reading the likely candidates' records while the probe runs.
+//!   with the prefetcher reading the likely candidates' records while the probe runs;
+//! - under a filter, every first stage takes only the matching documents ([`Searchable`]), and
+//!   a filter that matched at most `filter_exact_max` documents skips the first stage: every
+//!   match is read and scored (`rank_matches`), so a selective filter loses nothing.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use cellar_core::io::ReadStats;
 use cellar_core::{CellarError, DocId, Result};
 
+use crate::filter::Allowed;
 use crate::fusion::{self, Fused, Stage};
 use crate::index::Index;
 use crate::ivf::{LiveMembers, Probe, ProbeParams, ProbeStats};
 use crate::mode::Mode;
 use crate::params::{IvfParams, SearchParams};
+use crate::plan::ranks_matches_exactly;
 use crate::prefetch::{PrefetchStats, ScoredRecords};
 use crate::query::PreparedQuery;
 use crate::reads::Reads;
 use crate::scored::better;
 use crate::scored::Scored;
-use crate::search::{Ranking, Timings};
+use crate::search::{FilterReport, Ranking, Timings};
 use crate::topk::TopK;
 use crate::written::state::LiveView;
 use cellar_core::kernels::dot_f16;
@@ -69,6 +75,7 @@ impl Index {
     ) -> Result<Ranking> {
         let start = Instant::now();
         let mut timings = Timings { encode_ms: query.encode_ms, ..Timings::default() };
+        let early_bm25_ms = early.as_ref().map(|e| e.bm25_ms);
         let (bm25, early) = match early {
             Some(e) => {
                 timings.first_stage_ms = e.bm25_ms;
@@ -76,7 +83,14 @@ impl Index {
             }
             None => (None, ScoredRecords::default()),
         };
+        if early_bm25_ms.is_none() {
+            timings.first_stage_ms += query.filter_ms;
+        }
+        let exact = query.allowed.as_deref().filter(|a| ranks_matches_exactly(params, a));
         let mut ranking = match (params.mode, params.ivf) {
+            _ if exact.is_some() => {
+                self.rank_matches(query, params, exact.expect("matched"), bm25, &mut timings)?
+            }
             (Mode::DenseExact, _) => self.rank_exact(query, params, &mut timings)?,
             (Mode::Ivf, Some(ivf)) => self.rank_ivf_only(query, params, ivf, &mut timings)?,
             (Mode::Dense, Some(ivf)) => {
@@ -94,7 +108,74 @@ impl Index {
             _ => self.rank_bm25_first(query, params, bm25, early, &mut timings)?,
         };
         ranking.timings.total_ms = timings.encode_ms + ms_since(start);
+        if early_bm25_ms.is_none() {
+            ranking.timings.total_ms += query.filter_ms;
+        }
+        ranking.filter = query.allowed.as_deref().map(|a| FilterReport {
+            matched: a.count(),
+            exact: exact.is_some(),
+            ms: query.filter_ms,
+        });
         Ok(ranking)
+    }
+
+    /// A selective filter's ranking: every matching document read and scored with MaxSim (fused
+    /// with BM25's score of it, where the mode fuses: documents BM25 did not find count its
+    /// lowest score), or, for the ivf mode, the pooled scan of the matching documents.
+    fn rank_matches(
+        &self,
+        query: &PreparedQuery,
+        params: &SearchParams,
+        allowed: &Allowed,
+        bm25: Option<Vec<Scored>>,
+        timings: &mut Timings,
+    ) -> Result<Ranking> {
+        let start = Instant::now();
+        if params.mode == Mode::Ivf {
+            let hits: Vec<Fused> = self
+                .dense_scan(&query.pooled, params.k, Some(allowed))?
+                .iter()
+                .map(first_stage_hit)
+                .collect();
+            timings.first_stage_ms += ms_since(start);
+            return Ok(Ranking::first_stage_only(hits, *timings, allowed.count()));
+        }
+        let view = self.live_view();
+        let lexical = match (params.mode, bm25) {
+            (Mode::Dense, _) => Vec::new(),
+            (_, Some(list)) => list,
+            (_, None) => self.bm25_search(&query.text, allowed.count(), Some(&Arc::new(allowed.clone())))?,
+        };
+        let floor = lexical.iter().map(|s| s.score).reduce(f32::min).unwrap_or(0.0);
+        let found: HashSet<DocId> = lexical.iter().map(|s| s.id).collect();
+        let mut candidates = lexical;
+        candidates.extend(
+            allowed
+                .ids()
+                .filter(|id| !found.contains(id) && !view.is_deleted(*id))
+                .map(|id| Scored { id, score: floor }),
+        );
+        timings.first_stage_ms += ms_since(start);
+        let ids: Vec<DocId> = candidates.iter().map(|c| c.id).collect();
+        let scored = self.read_and_score(query, &ids)?;
+        timings.read_ms += scored.read_ms;
+        timings.read_hidden_ms += scored.hidden_ms();
+        timings.maxsim_ms += scored.score_ms;
+        let maxsim: Vec<f32> = ids.iter().map(|id| score_of(id, &[&scored])).collect();
+        let fuse_start = Instant::now();
+        let mut hits = fusion::fuse(&candidates, &maxsim, params.alpha);
+        hits.truncate(params.k);
+        timings.fuse_ms = ms_since(fuse_start);
+        Ok(Ranking {
+            hits,
+            timings: *timings,
+            io: scored.io,
+            candidates: candidates.len(),
+            reranked: candidates.len(),
+            ivf: None,
+            prefetch: None,
+            filter: None,
+        })
     }
 
     fn rank_exact(
@@ -104,8 +185,11 @@ impl Index {
         timings: &mut Timings,
     ) -> Result<Ranking> {
         let start = Instant::now();
-        let hits: Vec<Fused> =
-            self.dense_scan(&query.pooled, params.k)?.iter().map(first_stage_hit).collect();
+        let hits: Vec<Fused> = self
+            .dense_scan(&query.pooled, params.k, query.allowed.as_deref())?
+            .iter()
+            .map(first_stage_hit)
+            .collect();
         timings.first_stage_ms = ms_since(start);
         Ok(Ranking::first_stage_only(hits, *timings, self.len()))
     }
@@ -119,7 +203,8 @@ impl Index {
     ) -> Result<Ranking> {
         let start = Instant::now();
         let view = self.live_view();
-        let (hits, stats) = self.ivf_probe(&view, &query.pooled, ivf.probe(params.k))?.finish()?;
+        let searchable = Searchable::new(&view, query.allowed.as_deref());
+        let (hits, stats) = self.ivf_probe(&searchable, &query.pooled, ivf.probe(params.k))?.finish()?;
         timings.first_stage_ms = ms_since(start);
         let hits: Vec<Fused> = hits.iter().map(first_stage_hit).collect();
         let mut ranking = Ranking::first_stage_only(hits, *timings, stats.codes);
@@ -147,7 +232,7 @@ impl Index {
             None => {
                 let start = Instant::now();
                 let depth = if params.mode == Mode::Bm25 { params.k } else { params.candidates };
-                let list = self.bm25_search(&query.text, depth)?;
+                let list = self.bm25_search(&query.text, depth, query.allowed.as_ref())?;
                 timings.first_stage_ms = ms_since(start);
                 list
             }
@@ -175,6 +260,7 @@ impl Index {
             reranked: rerank_k,
             ivf: None,
             prefetch: None,
+            filter: None,
         })
     }
 
@@ -191,7 +277,9 @@ impl Index {
     ) -> Result<Ranking> {
         let start = Instant::now();
         let bm25 = match (params.mode, bm25) {
-            (Mode::Hybrid, None) => Some(self.bm25_search(&query.text, params.candidates)?),
+            (Mode::Hybrid, None) => {
+                Some(self.bm25_search(&query.text, params.candidates, query.allowed.as_ref())?)
+            }
             (_, given) => given,
         };
         timings.first_stage_ms += ms_since(start);
@@ -206,6 +294,7 @@ impl Index {
             reranked: probed.reranked,
             ivf: Some(probed.probe),
             prefetch: probed.prefetch,
+            filter: None,
         })
     }
 
@@ -221,7 +310,8 @@ impl Index {
         let start = Instant::now();
         let depth = if bm25.is_some() { ivf.hybrid_candidates } else { params.candidates };
         let view = self.live_view();
-        let mut probe = self.ivf_probe(&view, &query.pooled, ivf.probe(depth))?;
+        let searchable = Searchable::new(&view, query.allowed.as_deref());
+        let mut probe = self.ivf_probe(&searchable, &query.pooled, ivf.probe(depth))?;
         let rerank_k = params.rerank_k;
         std::thread::scope(|scope| {
             let mut prefetch = None;
@@ -299,13 +389,14 @@ impl Index {
     /// (for tuning, which then fuses them many ways with [`fusion::fuse`], exactly as
     /// [`Index::rank`] does).
     pub fn candidates_with_maxsim(&self, query: &PreparedQuery, n: usize) -> Result<(Vec<Scored>, Vec<f32>)> {
-        let bm25 = self.bm25_search(&query.text, n)?;
+        let bm25 = self.bm25_search(&query.text, n, None)?;
         let request = crate::request::SearchRequest { mode: Some(Mode::Hybrid), ..Default::default() };
         let candidates = match self.params(&request)?.ivf.filter(|p| p.hybrid_candidates > 0) {
             Some(ivf) => {
                 let probe = ivf.probe(ivf.hybrid_candidates);
                 let view = self.live_view();
-                let (ivf_hits, _) = self.ivf_probe(&view, &query.pooled, probe)?.finish()?;
+                let (ivf_hits, _) =
+                    self.ivf_probe(&Searchable::new(&view, None), &query.pooled, probe)?.finish()?;
                 first_stage(Some(&bm25), &ivf_hits)
             }
             None => bm25,
@@ -317,37 +408,85 @@ impl Index {
     }
 }
 
-impl Index {
-    /// BM25's `n` best searchable documents (deleted ones filtered as tantivy collects).
-    pub(crate) fn bm25_search(&self, text: &str, n: usize) -> Result<Vec<Scored>> {
-        let view = self.live_view();
-        if !view.has_deletes() {
-            return self.bm25.search(text, n);
-        }
-        self.bm25.search_accepting(text, n, Some(std::sync::Arc::new(move |id| !view.is_deleted(id))))
+/// What a search may return: the documents alive in a view of the index and, under a filter,
+/// matching it. The IVF probe takes it as its `LiveMembers`.
+pub(crate) struct Searchable<'a> {
+    view: &'a LiveView,
+    allowed: Option<&'a Allowed>,
+}
+
+impl<'a> Searchable<'a> {
+    pub(crate) fn new(view: &'a LiveView, allowed: Option<&'a Allowed>) -> Searchable<'a> {
+        Searchable { view, allowed }
     }
 
-    /// A probe of the IVF that also visits `view`'s written documents and skips its deleted ones.
+    fn skips(&self, id: DocId) -> bool {
+        self.view.is_deleted(id) || self.allowed.is_some_and(|a| !a.contains(id))
+    }
+}
+
+impl LiveMembers for Searchable<'_> {
+    fn excluded(&self, id: u32) -> bool {
+        self.skips(DocId(id))
+    }
+
+    fn visit(&self, cluster: u32, found: &mut dyn FnMut(DocId, &[u8])) {
+        self.view.visit(cluster, &mut |id, row| {
+            if self.allowed.is_none_or(|a| a.contains(id)) {
+                found(id, row)
+            }
+        });
+    }
+}
+
+impl Index {
+    /// BM25's `n` best searchable documents (deleted ones, and under a filter the ones it did
+    /// not match, left out as tantivy collects).
+    pub(crate) fn bm25_search(
+        &self,
+        text: &str,
+        n: usize,
+        allowed: Option<&Arc<Allowed>>,
+    ) -> Result<Vec<Scored>> {
+        let view = self.live_view();
+        if !view.has_deletes() && allowed.is_none() {
+            return self.bm25.search(text, n);
+        }
+        let allowed = allowed.cloned();
+        let accept = move |id| !view.is_deleted(id) && allowed.as_ref().is_none_or(|a| a.contains(id));
+        self.bm25.search_accepting(text, n, Some(Arc::new(accept)))
+    }
+
+    /// A probe of the IVF that also visits the view's written documents and skips the
+    /// documents a search may not return.
     pub(crate) fn ivf_probe<'a>(
         &'a self,
-        view: &'a LiveView,
+        searchable: &'a Searchable<'a>,
         query: &[f32],
         params: ProbeParams,
     ) -> Result<Probe<'a>> {
-        let live = (view.written() > 0 || view.has_deletes()).then_some(view as &dyn LiveMembers);
-        Ok(self.ivf()?.probe_live(query, params, live))
+        let view = searchable.view;
+        let restricted = view.written() > 0 || view.has_deletes() || searchable.allowed.is_some();
+        Ok(self.ivf()?.probe_live(query, params, restricted.then_some(searchable as &dyn LiveMembers)))
     }
 
-    /// The exact dense scan: every searchable document's pooled vector against `query`.
-    pub(crate) fn dense_scan(&self, query: &[f32], k: usize) -> Result<Vec<Scored>> {
+    /// The exact dense scan: every searchable document's pooled vector against `query` (under a
+    /// filter, the matching ones').
+    pub(crate) fn dense_scan(
+        &self,
+        query: &[f32],
+        k: usize,
+        allowed: Option<&Allowed>,
+    ) -> Result<Vec<Scored>> {
         let view = self.live_view();
+        let searchable = Searchable::new(&view, allowed);
         let mut top = TopK::new(k);
-        let excluded = |id: DocId| view.is_deleted(id);
+        let excluded = |id: DocId| searchable.skips(id);
         self.pooled()?.score_into(query, &|i| DocId(i as u32), &excluded, &mut top);
         for segment in &view.segments {
             segment.pooled.score_into(query, &|i| DocId(segment.ids[i]), &excluded, &mut top);
         }
-        for doc in view.memtable.iter().filter(|d| !view.is_deleted(d.id)) {
+        for doc in view.memtable.iter().filter(|d| !searchable.skips(d.id)) {
             top.push(doc.id, dot_f16(self.isa, query, &doc.pooled));
         }
         Ok(top.into_sorted())

@@ -9,6 +9,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::filter::Filter;
 use crate::mode::Mode;
 
 /// Results per query when the request does not say.
@@ -88,6 +89,21 @@ pub struct SearchRequest {
     /// rerank_k candidates while the encoder runs: true (default) or false.
     #[cfg_attr(feature = "cli", arg(long))]
     pub early_read: Option<bool>,
+    /// Only documents whose metadata matches: `{"eq": {"field": "lang", "value": "en"}}`,
+    /// `in`, `range` (gt, gte, lt, lte), `and`, `or`, `not`. Applied in the first stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "JSON", value_parser = parse_filter))]
+    pub filter: Option<Filter>,
+    /// A filter matching at most this many documents ranks every match exactly instead of
+    /// running the first stage (default 1024; 0: never).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub filter_exact_max: Option<usize>,
+}
+
+/// `--filter JSON` of the CLI.
+#[cfg(feature = "cli")]
+fn parse_filter(text: &str) -> std::result::Result<Filter, String> {
+    serde_json::from_str(text).map_err(|e| format!("not a filter: {e}"))
 }
 
 /// Query vectors a caller computed itself, in the model's output space (before any PCA), used

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::fusion::{Fused, Stage};
 use crate::index::Index;
 use crate::ivf::ProbeStats;
+use crate::meta::Metadata;
 use crate::params::SearchParams;
 use crate::prefetch::PrefetchStats;
 use crate::query::PreparedQuery;
@@ -71,6 +72,20 @@ pub struct Ranking {
     pub ivf: Option<ProbeStats>,
     /// What the prefetcher did, when it ran.
     pub prefetch: Option<PrefetchStats>,
+    /// What the filter did, when the search had one.
+    pub filter: Option<FilterReport>,
+}
+
+/// What a search's filter did.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FilterReport {
+    /// Documents the filter matched (before the deletes of writes since the last BM25 commit).
+    pub matched: usize,
+    /// Every match was ranked exactly (no more than `filter_exact_max` matched) instead of the
+    /// first stage running.
+    pub exact: bool,
+    /// Finding the matching documents (part of `first_stage_ms`).
+    pub ms: f64,
 }
 
 impl Ranking {
@@ -84,6 +99,7 @@ impl Ranking {
             reranked: 0,
             ivf: None,
             prefetch: None,
+            filter: None,
         }
     }
 }
@@ -99,6 +115,9 @@ pub struct Hit {
     pub maxsim: Option<f32>,
     pub title: String,
     pub text: String,
+    /// The document's metadata (left out when it has none).
+    #[serde(default, skip_serializing_if = "Metadata::is_empty")]
+    pub metadata: Metadata,
 }
 
 /// Reads and bytes of a search, in a serialisable form.
@@ -122,6 +141,8 @@ pub struct SearchResponse {
     pub ivf: Option<Box<ProbeStats>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefetch: Option<Box<PrefetchStats>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<FilterReport>,
 }
 
 pub(crate) fn ms_since(start: Instant) -> f64 {
@@ -168,6 +189,7 @@ impl Index {
             io,
             ivf: ranking.ivf.map(Box::new),
             prefetch: ranking.prefetch.map(Box::new),
+            filter: ranking.filter,
         })
     }
 
@@ -194,6 +216,7 @@ impl Index {
             maxsim: fused.maxsim,
             title: doc.title,
             text: doc.text,
+            metadata: doc.metadata,
         })
     }
 }

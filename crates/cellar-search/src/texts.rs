@@ -1,5 +1,5 @@
 //! Display text of every document, with its collection id: `texts.bin` holds one JSON line per
-//! document (`{"id","title","text"}`) in internal-id order, `text_offsets.bin` where each line
+//! document (`{"id","title","text"}`, and `"meta"` when it has metadata) in internal-id order, `text_offsets.bin` where each line
 //! starts and the CRC-32C of its bytes (layout: `docs/format/texts.md`). Only the offsets and
 //! checksums live in RAM (12 bytes per document); a line is read with one `pread` when a hit is
 //! displayed, and checked against its checksum before it is parsed.
@@ -19,6 +19,7 @@ use cellar_core::{CellarError, DocId, IoContext, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::Document;
+use crate::meta::Metadata;
 
 /// Bytes of one document's entry in `text_offsets.bin` version 2.
 pub const TEXT_ENTRY_BYTES: usize = 16;
@@ -34,6 +35,8 @@ struct LineOut<'a> {
     id: &'a str,
     title: &'a str,
     text: &'a str,
+    #[serde(skip_serializing_if = "Metadata::is_empty")]
+    meta: &'a Metadata,
 }
 
 /// One line as read (owned: JSON escapes must be decoded).
@@ -42,6 +45,8 @@ struct LineIn {
     id: String,
     title: String,
     text: String,
+    #[serde(default)]
+    meta: Metadata,
 }
 
 /// Streams documents' text to disk in internal-id order.
@@ -61,7 +66,7 @@ impl TextsWriter {
     }
 
     pub fn add(&mut self, doc: &Document) -> Result<()> {
-        let line = LineOut { id: &doc.id, title: &doc.title, text: &doc.text };
+        let line = LineOut { id: &doc.id, title: &doc.title, text: &doc.text, meta: &doc.metadata };
         let mut bytes = serde_json::to_vec(&line).map_err(|e| CellarError::InvalidInput(e.to_string()))?;
         bytes.push(b'\n');
         let mut entry = [0u8; TEXT_ENTRY_BYTES];
@@ -181,7 +186,7 @@ impl TextsReader {
                 format!("document {i}: {e}"),
             )
         })?;
-        Ok(Document { id: line.id, title: line.title, text: line.text })
+        Ok(Document { id: line.id, title: line.title, text: line.text, metadata: line.meta })
     }
 
     /// Reads every record: each against its checksum (version 2) and as JSON, and the whole body

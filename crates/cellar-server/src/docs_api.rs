@@ -12,7 +12,7 @@ use axum::http::HeaderMap;
 use axum::routing::{delete, get, post};
 use axum::Json;
 use cellar_core::CellarError;
-use cellar_search::{WriteOp, WriteReport, WriteRequest};
+use cellar_search::{Metadata, WriteOp, WriteReport, WriteRequest};
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -72,6 +72,8 @@ struct StoredDoc {
     internal_id: u32,
     title: String,
     text: String,
+    #[serde(skip_serializing_if = "Metadata::is_empty")]
+    metadata: Metadata,
 }
 
 async fn get_one(
@@ -84,7 +86,13 @@ async fn get_one(
         let internal =
             index.lookup(&id)?.ok_or_else(|| CellarError::NotFound(format!("no document {id:?}")))?;
         let doc = index.document(internal)?;
-        Ok(StoredDoc { id: doc.id, internal_id: internal.0, title: doc.title, text: doc.text })
+        Ok(StoredDoc {
+            id: doc.id,
+            internal_id: internal.0,
+            title: doc.title,
+            text: doc.text,
+            metadata: doc.metadata,
+        })
     })
     .await?;
     Ok(Json(found))

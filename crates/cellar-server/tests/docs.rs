@@ -125,3 +125,53 @@ async fn writes_are_searchable_when_answered_and_bad_writes_change_nothing() {
         doc["paths"]["/v1/docs"]["post"].is_object() && doc["paths"]["/v1/docs/{id}"]["delete"].is_object()
     );
 }
+
+#[tokio::test]
+async fn searches_and_deletes_filter_on_metadata_written_over_http() {
+    let (_tmp, dir) = common::build_index();
+    let index = Arc::new(Index::open(&dir, OpenOptions::default()).unwrap());
+    let app = router(AppState::new(index.clone(), ServerConfig::new("127.0.0.1:0".parse().unwrap())));
+    let docs: Vec<Value> = (0..6)
+        .map(|i| {
+            let lang = if i % 2 == 0 { "en" } else { "fr" };
+            json!({"add": {"id": format!("m{i}"), "text": format!("string instrument number {i}"),
+                           "metadata": {"lang": lang, "year": 2000 + i, "tags": ["music"]}}})
+        })
+        .collect();
+    let (status, report) = call(&app, post("/v1/docs", &json!({ "ops": docs }).to_string())).await;
+    assert_eq!((status, report["added"].as_u64()), (StatusCode::OK, Some(6)), "{report}");
+
+    let filter =
+        json!({"and": [{"eq": {"field": "lang", "value": "en"}}, {"range": {"field": "year", "gte": 2002}}]});
+    for mode in ["bm25", "rerank", "hybrid", "dense", "dense-exact"] {
+        for exact_max in [0, 1024] {
+            let body = json!({"query": "string instrument", "mode": mode, "k": 10, "filter": filter,
+                              "filter_exact_max": exact_max});
+            let (status, answer) = call(&app, post("/v1/search", &body.to_string())).await;
+            assert_eq!(status, StatusCode::OK, "{answer}");
+            let mut ids: Vec<&str> =
+                answer["hits"].as_array().unwrap().iter().map(|h| h["id"].as_str().unwrap()).collect();
+            ids.sort();
+            assert_eq!(ids, ["m2", "m4"], "{mode} exact_max {exact_max}: {answer}");
+            assert_eq!(answer["filter"]["matched"].as_u64(), Some(2), "{answer}");
+            assert_eq!(answer["hits"][0]["metadata"]["tags"], json!(["music"]), "{answer}");
+        }
+    }
+    let bad = json!({"query": "string", "filter": {"range": {"field": "year", "gt": "x"}}});
+    let (status, error) = call(&app, post("/v1/search", &bad.to_string())).await;
+    assert_eq!((status, error["code"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_input")), "{error}");
+    assert!(error["message"].as_str().unwrap().contains("range bounds are numbers"), "{error}");
+    let bad = json!({"query": "string", "filter": {"like": {"field": "year"}}});
+    let (status, error) = call(&app, post("/v1/search", &bad.to_string())).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert!(error["message"].as_str().unwrap().contains("filter"), "{error}");
+
+    let delete = json!({"ops": [{"delete_where": {"eq": {"field": "lang", "value": "fr"}}}]});
+    let (status, report) = call(&app, post("/v1/docs", &delete.to_string())).await;
+    assert_eq!((status, report["deleted"].as_u64()), (StatusCode::OK, Some(3)), "{report}");
+    let (status, stored) = call(&app, Request::get("/v1/docs/m4").body(Body::empty()).unwrap()).await;
+    assert_eq!((status, stored["metadata"]["year"].as_i64()), (StatusCode::OK, Some(2004)), "{stored}");
+    let (status, _) = call(&app, Request::get("/v1/docs/m1").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "deleted by its filter");
+    assert_eq!(index.len(), 6 + 3);
+}

@@ -22,9 +22,6 @@ use cellar_core::{CellarError, IoContext, Result};
 use crate::collection::{Collection, Options};
 use crate::doc::StreamDoc;
 
-/// Longest collection name; names are ASCII letters, digits, `-` and `_`.
-pub const MAX_NAME_BYTES: usize = 64;
-
 /// Prefix of a deleted stream's directory until it is removed (never a valid stream name).
 const DELETED_PREFIX: &str = ".deleted-";
 
@@ -46,17 +43,9 @@ struct Open {
     clock: u64,
 }
 
-/// Checks a collection name (it becomes a directory name).
+/// Checks a collection name (it becomes a directory name): `cellar_core::ids::check_name`.
 pub fn check_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_NAME_BYTES
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !ok {
-        return Err(CellarError::InvalidInput(format!(
-            "stream name {name:?}: 1 to {MAX_NAME_BYTES} ASCII letters, digits, '-' or '_'"
-        )));
-    }
-    Ok(())
+    cellar_core::ids::check_name("stream name", name)
 }
 
 /// The default `max_open`: a quarter of the process's open-file limit, at `FILES_PER_COLLECTION`

@@ -37,7 +37,7 @@ use cellar_core::{CellarError, DocId, IoContext, Result};
 use crate::corpus::Document;
 use crate::index::Index;
 use crate::written::batch::LogBatch;
-pub use crate::written::batch::{OP_DELETE, OP_PUT};
+pub use crate::written::batch::{OP_DELETE, OP_PUT, OP_PUT_META};
 use crate::written::segment::{self, Segment, SegmentWriter};
 use crate::written::state::{f16_row, LiveManifest, LiveView, Measured, SegmentEntry, Writer};
 pub use crate::written::state::{

@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::build::{project_tokens, EmbeddedDoc};
 use crate::corpus::Document;
+use crate::filter::Filter;
 use crate::index::Index;
+use crate::meta::Metadata;
 use crate::plan::flatten;
 use crate::request::QueryVectorsIn;
 use crate::written::batch::{LiveDoc, LogBatch, LogOp};
@@ -35,6 +37,10 @@ pub struct DocIn {
     pub title: String,
     #[serde(default)]
     pub text: String,
+    /// Scalar values filters run on: strings, numbers, booleans, lists of strings (at most 64
+    /// keys).
+    #[serde(default, skip_serializing_if = "Metadata::is_empty")]
+    pub metadata: Metadata,
     /// The document's own vectors in the model's space (before any PCA), in the form of
     /// `query_vectors` (token rows, optional pooled vector, or their base64 forms). Without
     /// them, title and text are encoded with the index's model.
@@ -43,13 +49,16 @@ pub struct DocIn {
 }
 
 /// One change: `{"add": doc}` (the id must be new), `{"update": doc}` (the id must exist; the
-/// new version replaces the old everywhere) or `{"delete": "id"}` (the id must exist).
+/// new version replaces the old everywhere), `{"delete": "id"}` (the id must exist) or
+/// `{"delete_where": filter}` (every document the filter matches when the write starts; none
+/// is not an error).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase", deny_unknown_fields)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum WriteOp {
     Add(DocIn),
     Update(DocIn),
     Delete(String),
+    DeleteWhere(Filter),
 }
 
 /// A batch of changes, applied all or nothing, in order.
@@ -138,6 +147,7 @@ impl Index {
                 0.0
             };
         let commit_start = Instant::now();
+        let matched = self.resolve_filters(&ops)?;
         let mut slot = self.writer()?;
         let writer = slot.as_mut().expect("the writer was just loaded");
         let view = self.live.latest();
@@ -174,6 +184,17 @@ impl Index {
                     })?;
                     report.deleted += 1;
                     (id.as_str(), Some(old), false)
+                }
+                WriteOp::DeleteWhere(_) => {
+                    // Each matched version still current (not updated or deleted since) goes.
+                    for (id, internal) in &matched[i] {
+                        if current(&changed, id) == Some(*internal) {
+                            log_ops.push(LogOp::Delete(*internal));
+                            changed.insert(id.as_str(), None);
+                            report.deleted += 1;
+                        }
+                    }
+                    continue;
                 }
             };
             if let Some(old) = old {
@@ -231,6 +252,30 @@ impl Index {
         Ok(report)
     }
 
+    /// The documents each `delete_where` of `ops` matches (collection id and internal id), once
+    /// every batch logged so far is in BM25; empty for the other operations.
+    fn resolve_filters(&self, ops: &[WriteOp]) -> Result<Vec<Vec<(String, DocId)>>> {
+        if !ops.iter().any(|op| matches!(op, WriteOp::DeleteWhere(_))) {
+            return Ok(vec![Vec::new(); ops.len()]);
+        }
+        waiting_on_io(|| self.commit_through(self.live.latest().seq))?;
+        let view = self.live_view();
+        ops.iter()
+            .map(|op| match op {
+                WriteOp::DeleteWhere(filter) => {
+                    let alive = self
+                        .bm25
+                        .matching(filter)?
+                        .ids()
+                        .filter(|id| !view.is_deleted(*id))
+                        .collect::<Vec<_>>();
+                    alive.into_iter().map(|id| Ok((self.document(id)?.id, id))).collect()
+                }
+                _ => Ok(Vec::new()),
+            })
+            .collect()
+    }
+
     /// Checks every document of `ops` and encodes it: the caller's vectors, or its text through
     /// the index's model (all of the batch's texts in one call). `None` for deletes.
     fn prepare_docs(&self, ops: &[WriteOp]) -> Result<Vec<Option<Prepared>>> {
@@ -248,9 +293,22 @@ impl Index {
                     out.push(None);
                     continue;
                 }
+                WriteOp::DeleteWhere(filter) => {
+                    self.check_filter(filter, &format!("ops[{i}].delete_where"))?;
+                    out.push(None);
+                    continue;
+                }
             };
             check_doc(doc, &at)?;
-            let document = Document { id: doc.id.clone(), title: doc.title.clone(), text: doc.text.clone() };
+            if !doc.metadata.is_empty() && !self.bm25.has_metadata() {
+                return Err(crate::bm25::no_metadata_field(&self.dir));
+            }
+            let document = Document {
+                id: doc.id.clone(),
+                title: doc.title.clone(),
+                text: doc.text.clone(),
+                metadata: doc.metadata.clone(),
+            };
             match &doc.vectors {
                 Some(vectors) => {
                     let flat = flatten(vectors.clone(), dim, &format!("{at}.vectors"), MAX_TOKENS_PER_DOC)?;
@@ -258,6 +316,7 @@ impl Index {
                         id: document.id.clone(),
                         title: document.title.clone(),
                         text: document.text.clone(),
+                        metadata: document.metadata.clone(),
                         tokens: flat.tokens,
                         pooled: flat.pooled,
                     };

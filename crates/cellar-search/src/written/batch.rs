@@ -4,8 +4,9 @@
 //!
 //! ```text
 //! batch = seq u64 | ops u32 | op*
-//! op    = tag u8 (1 put, 2 delete) | doc u32 | put fields (tag 1 only)
+//! op    = tag u8 (1 put, 2 delete, 3 put with metadata) | doc u32 | put fields (tags 1, 3)
 //! put   = id str | title str | text str | n_tokens u32 | tokens bytes | pooled bytes
+//!         | meta str (tag 3 only: the metadata as a JSON object)
 //! str   = len u32 | UTF-8;  bytes = len u32 | bytes          (all integers little-endian)
 //! ```
 //! `doc` is the internal id the write gave the document (a put) or the one it removes (a
@@ -18,11 +19,14 @@ use std::sync::Arc;
 use cellar_core::{CellarError, DocId, Result};
 
 use crate::corpus::Document;
+use crate::meta::Metadata;
 
 /// Tag of a put in a batch (`docs/format/live.md`).
 pub const OP_PUT: u8 = 1;
 /// Tag of a delete.
 pub const OP_DELETE: u8 = 2;
+/// Tag of a put that carries metadata (a log without metadata is written as before it came).
+pub const OP_PUT_META: u8 = 3;
 
 /// A document written since the index was built, as searches read it.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,7 +67,7 @@ impl LogBatch {
         for op in &self.ops {
             match op {
                 LogOp::Put(doc) => {
-                    out.push(OP_PUT);
+                    out.push(if doc.doc.metadata.is_empty() { OP_PUT } else { OP_PUT_META });
                     out.extend_from_slice(&doc.id.0.to_le_bytes());
                     put_bytes(&mut out, doc.doc.id.as_bytes());
                     put_bytes(&mut out, doc.doc.title.as_bytes());
@@ -71,6 +75,10 @@ impl LogBatch {
                     out.extend_from_slice(&doc.n_tokens.to_le_bytes());
                     put_bytes(&mut out, &doc.tokens);
                     put_bytes(&mut out, &doc.pooled);
+                    if !doc.doc.metadata.is_empty() {
+                        let meta = serde_json::to_vec(&doc.doc.metadata).expect("metadata serializes");
+                        put_bytes(&mut out, &meta);
+                    }
                 }
                 LogOp::Delete(id) => {
                     out.push(OP_DELETE);
@@ -91,13 +99,19 @@ impl LogBatch {
             let tag = r.take(1)?[0];
             let id = DocId(r.u32()?);
             ops.push(match tag {
-                OP_PUT => LogOp::Put(Arc::new(LiveDoc {
-                    id,
-                    doc: Document { id: r.string()?, title: r.string()?, text: r.string()? },
-                    n_tokens: r.u32()?,
-                    tokens: r.bytes()?.to_vec(),
-                    pooled: r.bytes()?.to_vec(),
-                })),
+                OP_PUT | OP_PUT_META => {
+                    let (doc_id, title, text) = (r.string()?, r.string()?, r.string()?);
+                    let (n_tokens, tokens, pooled) = (r.u32()?, r.bytes()?.to_vec(), r.bytes()?.to_vec());
+                    let metadata = match tag {
+                        OP_PUT_META => {
+                            let bytes = r.bytes()?;
+                            serde_json::from_slice(bytes).map_err(|e| r.bad(format!("metadata: {e}")))?
+                        }
+                        _ => Metadata::default(),
+                    };
+                    let doc = Document { id: doc_id, title, text, metadata };
+                    LogOp::Put(Arc::new(LiveDoc { id, doc, n_tokens, tokens, pooled }))
+                }
                 OP_DELETE => LogOp::Delete(id),
                 other => return Err(r.bad(format!("unknown operation {other}"))),
             });
@@ -158,12 +172,19 @@ mod tests {
     fn batch() -> LogBatch {
         let doc = LiveDoc {
             id: DocId(41),
-            doc: Document { id: "d-é".into(), title: "T".into(), text: "some text".into() },
+            doc: Document {
+                metadata: serde_json::from_str(r#"{"lang":"fr","year":2001}"#).unwrap(),
+                ..Document::new("d-é", "T", "some text")
+            },
             n_tokens: 2,
             tokens: vec![1, 2, 3, 4, 5, 6],
             pooled: vec![9, 8],
         };
-        LogBatch { seq: 7, ops: vec![LogOp::Delete(DocId(3)), LogOp::Put(Arc::new(doc))] }
+        let plain = LiveDoc { id: DocId(42), doc: Document::new("p", "", "plain"), ..doc.clone() };
+        LogBatch {
+            seq: 7,
+            ops: vec![LogOp::Delete(DocId(3)), LogOp::Put(Arc::new(doc)), LogOp::Put(Arc::new(plain))],
+        }
     }
 
     #[test]

@@ -32,6 +32,7 @@ fn synthetic(n: usize, seed: u64) -> Vec<EmbeddedDoc> {
                 id: format!("d{i}"),
                 title: String::new(),
                 text: format!("document number {i} about topic{}", i % DIM),
+                metadata: Default::default(),
                 tokens,
                 pooled: None,
             }

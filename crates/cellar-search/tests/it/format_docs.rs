@@ -19,7 +19,7 @@ use cellar_search::texts::{TEXT_END_BYTES, TEXT_ENTRY_BYTES, TEXT_ENTRY_FIELDS};
 
 use cellar_search::live::merge::MERGED_SUFFIX;
 use cellar_search::live::{
-    LIVE_DIR, LIVE_MANIFEST, LIVE_READABLE_VERSIONS, LIVE_VERSION, OP_DELETE, OP_PUT, WAL_FILE,
+    LIVE_DIR, LIVE_MANIFEST, LIVE_READABLE_VERSIONS, LIVE_VERSION, OP_DELETE, OP_PUT, OP_PUT_META, WAL_FILE,
 };
 use cellar_search::{DocIn, Index, OpenOptions, WriteOp, WriteRequest};
 
@@ -161,7 +161,11 @@ fn live_page_matches_the_code_and_a_written_index() {
         .collect();
     assert_eq!(
         tags,
-        [(OP_PUT.to_string(), "put".to_string()), (OP_DELETE.to_string(), "delete".to_string())]
+        [
+            (OP_PUT.to_string(), "put".to_string()),
+            (OP_DELETE.to_string(), "delete".to_string()),
+            (OP_PUT_META.to_string(), "put with metadata".to_string())
+        ]
     );
     assert!(text.contains(&format!("\"version\": {LIVE_VERSION}")));
 

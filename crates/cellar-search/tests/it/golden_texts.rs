@@ -25,6 +25,7 @@ fn documents() -> Vec<Document> {
             id: format!("doc-{i}"),
             title: if i == 3 { String::new() } else { format!("Title \"{i}\"") },
             text: format!("Line one of {i}\nline two \\ ünïcode — {}", "x".repeat(i * 7)),
+            metadata: Default::default(),
         })
         .collect()
 }

@@ -16,7 +16,7 @@ fn open(dir: &std::path::Path, reader: ReaderKind) -> Index {
 }
 
 fn doc(id: &str, text: &str) -> DocIn {
-    DocIn { id: id.into(), title: String::new(), text: text.into(), vectors: None }
+    DocIn { id: id.into(), text: text.into(), ..DocIn::default() }
 }
 
 fn write(index: &Index, ops: Vec<WriteOp>) -> cellar_search::WriteReport {
@@ -471,7 +471,7 @@ fn the_ivf_drift_is_1_for_the_builds_own_documents_and_grows_for_others() {
                 id: format!("{}-again", v["_id"].as_str().unwrap()),
                 title: v["title"].as_str().unwrap().into(),
                 text: v["text"].as_str().unwrap().into(),
-                vectors: None,
+                ..DocIn::default()
             };
             WriteOp::Add(again)
         })

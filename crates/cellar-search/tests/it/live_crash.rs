@@ -45,6 +45,7 @@ fn versioned(id: &str, version: u64, rng: &mut StdRng) -> DocIn {
         title: String::new(),
         text: format!("crash test document v{version}"),
         vectors: Some(QueryVectorsIn { tokens, ..Default::default() }),
+        ..DocIn::default()
     }
 }
 

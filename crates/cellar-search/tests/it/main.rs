@@ -5,6 +5,7 @@
 mod build;
 mod cranfield;
 mod embeddings;
+mod filter;
 mod fixture;
 mod format_docs;
 mod golden;
