@@ -5,6 +5,7 @@
 
 mod codecs;
 mod embeddings;
+mod filter;
 mod harness;
 mod ivf;
 mod live;
@@ -37,6 +38,9 @@ enum Command {
     /// A living index under writes: ingest rates, time to visibility, search latency beside
     /// ingest and a merge, disk and RAM per written document.
     Live(live::LiveArgs),
+    /// Filtered search: recall@10 against exact filtered MaxSim at 50%, 10%, 1% and 0.1%
+    /// selectivity, first-stage filtering against the exact switch and a post-filter.
+    Filter(filter::FilterArgs),
     /// Benchmark the ram, mmap and direct readers side by side, with fio and memory caps.
     Store(store::StoreArgs),
     /// Studies of the IVF first stage: recall over nprobe, the prefetcher, rerank_k, RAM caps.
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
         Command::Codecs(args) => codecs::run(args),
         Command::Embeddings(args) => embeddings::run(args),
         Command::Live(args) => live::run(args),
+        Command::Filter(args) => filter::run(args),
         Command::Store(args) => store::run(args),
         Command::Ivf(args) => ivf::run(args),
         Command::Stream(args) => stream::run(args),

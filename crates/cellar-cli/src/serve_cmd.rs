@@ -1,4 +1,5 @@
-//! `cellar serve`: opens an index and answers the HTTP API until SIGINT or SIGTERM.
+//! `cellar serve`: opens an index (and/or a data directory of indexes, and/or streams) and
+//! answers the HTTP API until SIGINT or SIGTERM.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,10 +12,16 @@ use cellar_server::ServerConfig;
 use clap::Args;
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("served").required(true).multiple(true).args(["index", "data_dir", "streams"])))]
 pub struct ServeArgs {
-    /// The index to serve (optional when --streams is given).
-    #[arg(long, required_unless_present = "streams")]
+    /// The index to serve under /v1/search and /v1/docs (optional when --data-dir or --streams
+    /// is given).
+    #[arg(long)]
     pub index: Option<PathBuf>,
+    /// A directory of indexes, each served by its name under /v1/indexes/{name}/... and created
+    /// or dropped over the API as well as on disk (created if missing).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
     /// Root directory of streaming collections to serve under /v1/streams (created if missing).
     #[arg(long)]
     pub streams: Option<PathBuf>,
@@ -107,17 +114,23 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if !config.bind.ip().is_loopback() && config.api_key.is_none() {
         eprintln!("WARNING: cellar serve: listening on {} without an API key", config.bind);
     }
-    let served = match (&index, &args.streams) {
-        (Some(index), None) => format!("{} docs, {} reader", index.len(), args.reader.name()),
-        (Some(index), Some(root)) => {
-            format!("{} docs, {} reader, streams in {}", index.len(), args.reader.name(), root.display())
-        }
-        (None, root) => {
-            format!("streams in {}", root.as_deref().unwrap_or(std::path::Path::new("?")).display())
-        }
+    let indexes = match &args.data_dir {
+        Some(root) => Some(cellar_server::indexes::Indexes::open(root, open_options(&args)?)?),
+        None => None,
     };
+    let mut served = Vec::new();
+    if let Some(index) = &index {
+        served.push(format!("{} docs, {} reader", index.len(), args.reader.name()));
+    }
+    if let Some(indexes) = &indexes {
+        served.push(format!("{} indexes in {}", indexes.names().len(), indexes.root().display()));
+    }
+    if let Some(root) = &args.streams {
+        served.push(format!("streams in {}", root.display()));
+    }
+    let served = served.join(", ");
     let (workers, queue) = (config.workers, config.queue_capacity);
-    cellar_server::serve_with(index, streams, config, |address| {
+    cellar_server::serve_with(index, indexes, streams, config, |address| {
         let buffers = cellar_core::io::read_buffer_budget() >> 20;
         eprintln!(
             "cellar serve: listening on http://{address} ({served}, {workers} workers, queue {queue}, read buffers {buffers} MiB)"

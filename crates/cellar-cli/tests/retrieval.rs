@@ -298,3 +298,38 @@ fn add_and_delete_write_durably_and_bad_lines_exit_2() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("live/wal.log"), "{}", text(&out.stdout));
 }
+
+#[test]
+fn serve_data_dir_serves_each_index_by_name() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    write_collection(&data);
+    let root = tmp.path().join("indexes");
+    let out = cellar(&["index", data.to_str().unwrap(), "--out", root.join("main").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_user_error(&cellar(&["serve"]), "--data-dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cellar"))
+        .args(["serve", "--data-dir", root.to_str().unwrap(), "--bind", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let ready = lines.next().expect("a ready line").unwrap();
+    assert!(ready.contains("1 indexes in"), "{ready}");
+    let port: u16 = ready
+        .split("http://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {ready:?}"));
+    assert_eq!(http(port, "GET", "/v1/indexes", ""), (200, r#"{"indexes":["main"]}"#.to_string()));
+    let (status, body) =
+        http(port, "POST", "/v1/indexes/main/search", r#"{"query": "how is green tea dried", "k": 1}"#);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"id\":\"tea"), "{body}");
+    assert_eq!(http(port, "POST", "/v1/search", r#"{"query": "tea"}"#).0, 404, "no --index");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}

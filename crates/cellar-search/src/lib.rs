@@ -24,6 +24,7 @@ pub mod bm25;
 pub mod build;
 pub mod config;
 pub mod corpus;
+pub mod create;
 pub mod disk;
 pub mod embeddings;
 pub mod eval;

@@ -17,6 +17,7 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
+use crate::indexes::Indexes;
 use crate::metrics::Metrics;
 use crate::pool::{CpuPool, Job};
 use crate::ServerConfig;
@@ -27,9 +28,11 @@ pub struct StreamsState {
     pub encoder: cellar_stream::encoding::LazyEncoder,
 }
 
-/// What every handler shares. A server has an index, streaming collections, or both.
+/// What every handler shares. A server has an index, the indexes of a data directory,
+/// streaming collections, or any of them together.
 pub struct AppState {
     pub index: Option<Arc<Index>>,
+    pub indexes: Option<Arc<Indexes>>,
     pub streams: Option<StreamsState>,
     pub pool: CpuPool,
     pub metrics: Metrics,
@@ -48,9 +51,20 @@ impl AppState {
         streams: Option<StreamsState>,
         config: ServerConfig,
     ) -> Arc<AppState> {
+        AppState::serving(index, None, streams, config)
+    }
+
+    /// A state serving what is given: an index, the indexes of a data directory, streams.
+    pub fn serving(
+        index: Option<Arc<Index>>,
+        indexes: Option<Arc<Indexes>>,
+        streams: Option<StreamsState>,
+        config: ServerConfig,
+    ) -> Arc<AppState> {
         let pool = CpuPool::new(config.workers, config.io_waiters, config.queue_capacity);
         Arc::new(AppState {
             index,
+            indexes,
             streams,
             pool,
             metrics: Metrics::default(),
@@ -68,6 +82,23 @@ impl AppState {
                 "this server serves no index (started without --index)",
             )
         })
+    }
+
+    /// The data directory's indexes, or 404 on a server started without `--data-dir`.
+    pub fn indexes(&self) -> Result<&Arc<Indexes>, ApiError> {
+        self.indexes.as_ref().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "this server serves no data directory (started without --data-dir)",
+            )
+        })
+    }
+
+    /// Every index open now (the one of `--index`, and those of `--data-dir` opened so far).
+    pub fn open_indexes(&self) -> Vec<Arc<Index>> {
+        let named = self.indexes.iter().flat_map(|i| i.opened());
+        self.index.iter().cloned().chain(named).collect()
     }
 
     /// The streams, or 404 on a server started without them.

@@ -1,4 +1,5 @@
-//! `/v1/docs`: writes to the served index — a batch of adds, updates and deletes (the body *is*
+//! `/v1/docs` (and `/v1/indexes/{name}/docs`, the same on a named index of the data directory):
+//! writes to the served index — a batch of adds, updates and deletes (the body *is*
 //! a [`WriteRequest`], the type every front end shares), and the delete of one document. A
 //! write runs on the CPU pool (its texts are encoded there) and is answered once it is durable
 //! and visible to the next search.
@@ -12,12 +13,13 @@ use axum::http::HeaderMap;
 use axum::routing::{delete, get, post};
 use axum::Json;
 use cellar_core::CellarError;
-use cellar_search::{Metadata, WriteOp, WriteReport, WriteRequest};
+use cellar_search::{Index, Metadata, WriteOp, WriteReport, WriteRequest};
 use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::app::{parse_body, path, run_blocking, AppState};
 use crate::error::ApiError;
+use crate::indexes::named;
 use crate::openapi::{schema, Api, Operation};
 
 const WRITE_ERRORS: &[(u16, &str)] = &[
@@ -62,6 +64,42 @@ pub fn api() -> Api {
             },
             get(get_one),
         )
+        .route(
+            Operation {
+                request: Some(schema::<WriteRequest>),
+                response: Some(schema::<WriteReport>),
+                ok: "The batch is durable and searchable",
+                errors: WRITE_ERRORS,
+                ..Operation::new("post", "/v1/indexes/{name}/docs", "Write a batch to the named index")
+            },
+            post(write_named),
+        )
+        .route(
+            Operation {
+                response: Some(schema::<WriteReport>),
+                ok: "The document is deleted, durably",
+                errors: WRITE_ERRORS,
+                ..Operation::new(
+                    "delete",
+                    "/v1/indexes/{name}/docs/{id}",
+                    "Delete one document of the named index",
+                )
+            },
+            delete(delete_named),
+        )
+        .route(
+            Operation {
+                response: Some(schema::<StoredDoc>),
+                ok: "The document as stored",
+                errors: &[(404, "No such index, or no searchable document has this id")],
+                ..Operation::new(
+                    "get",
+                    "/v1/indexes/{name}/docs/{id}",
+                    "Read one document of the named index",
+                )
+            },
+            get(get_named),
+        )
 }
 
 /// `GET /v1/docs/{id}`'s answer.
@@ -82,7 +120,29 @@ async fn get_one(
 ) -> Result<Json<StoredDoc>, ApiError> {
     let id = path(id)?;
     let index = state.index()?.clone();
-    let found = run_blocking(&state, move || {
+    get_in(&state, index, id).await
+}
+
+async fn get_named(
+    State(state): State<Arc<AppState>>,
+    ids: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Json<StoredDoc>, ApiError> {
+    let (index, id) = named_doc(&state, ids).await?;
+    get_in(&state, index, id).await
+}
+
+/// The named index and the document id of `/v1/indexes/{name}/docs/{id}`.
+async fn named_doc(
+    state: &Arc<AppState>,
+    ids: Result<Path<(String, String)>, PathRejection>,
+) -> Result<(Arc<Index>, String), ApiError> {
+    let (name, id) = path(ids)?;
+    let index = named(state, Ok(Path(name))).await?;
+    Ok((index, id))
+}
+
+async fn get_in(state: &Arc<AppState>, index: Arc<Index>, id: String) -> Result<Json<StoredDoc>, ApiError> {
+    let found = run_blocking(state, move || {
         let internal =
             index.lookup(&id)?.ok_or_else(|| CellarError::NotFound(format!("no document {id:?}")))?;
         let doc = index.document(internal)?;
@@ -98,8 +158,11 @@ async fn get_one(
     Ok(Json(found))
 }
 
-async fn run_write(state: &Arc<AppState>, request: WriteRequest) -> Result<Json<WriteReport>, ApiError> {
-    let index = state.index()?.clone();
+async fn run_write(
+    state: &Arc<AppState>,
+    index: Arc<Index>,
+    request: WriteRequest,
+) -> Result<Json<WriteReport>, ApiError> {
     Ok(Json(run_blocking(state, move || index.write(request)).await?))
 }
 
@@ -109,7 +172,19 @@ async fn write(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<WriteReport>, ApiError> {
     let request: WriteRequest = parse_body(&headers, body)?;
-    run_write(&state, request).await
+    let index = state.index()?.clone();
+    run_write(&state, index, request).await
+}
+
+async fn write_named(
+    State(state): State<Arc<AppState>>,
+    name: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<WriteReport>, ApiError> {
+    let request: WriteRequest = parse_body(&headers, body)?;
+    let index = named(&state, name).await?;
+    run_write(&state, index, request).await
 }
 
 async fn delete_one(
@@ -117,5 +192,14 @@ async fn delete_one(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<WriteReport>, ApiError> {
     let id = path(id)?;
-    run_write(&state, WriteRequest { ops: vec![WriteOp::Delete(id)] }).await
+    let index = state.index()?.clone();
+    run_write(&state, index, WriteRequest { ops: vec![WriteOp::Delete(id)] }).await
+}
+
+async fn delete_named(
+    State(state): State<Arc<AppState>>,
+    ids: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Json<WriteReport>, ApiError> {
+    let (index, id) = named_doc(&state, ids).await?;
+    run_write(&state, index, WriteRequest { ops: vec![WriteOp::Delete(id)] }).await
 }

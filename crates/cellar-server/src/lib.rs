@@ -3,6 +3,9 @@
 //! - `routes`: the axum router: assembles the API modules' routes, the system endpoints, the
 //!   API-key check, admission and request counting
 //! - `search_api`: `/v1/search` and `/v1/search/batch` (`SearchRequest` → `Index::plan` → pool)
+//! - `docs_api`: `/v1/docs` (writes, one document's read and delete)
+//! - `indexes`: `--data-dir DIR`: every index under DIR by name (`/v1/indexes/{name}/...`),
+//!   created and dropped over the API or on disk
 //! - `streams`: the streaming collections' endpoints (`/v1/streams/...`, `--streams DIR`)
 //! - `app`: the shared state, body parsing and the one pool + deadline + 429 path
 //! - `pool`: the fixed CPU pool with its bounded queue (searches never run on the async runtime)
@@ -15,6 +18,7 @@ pub mod app;
 pub mod cap;
 pub mod docs_api;
 pub mod error;
+pub mod indexes;
 pub mod metrics;
 pub mod openapi;
 pub mod pool;
@@ -124,18 +128,21 @@ impl ServerConfig {
 
 /// Serves `index` until SIGINT or SIGTERM; `on_ready` gets the bound address (port 0 resolved).
 pub fn serve(index: Index, config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> Result<()> {
-    serve_with(Some(index), None, config, on_ready)
+    serve_with(Some(index), None, None, config, on_ready)
 }
 
 /// Serves an index, streaming collections, or both, until SIGINT or SIGTERM.
 pub fn serve_with(
     index: Option<Index>,
+    indexes: Option<indexes::Indexes>,
     streams: Option<StreamsState>,
     config: ServerConfig,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<()> {
-    if index.is_none() && streams.is_none() {
-        return Err(CellarError::InvalidInput("serve an index, streams, or both".into()));
+    if index.is_none() && indexes.is_none() && streams.is_none() {
+        return Err(CellarError::InvalidInput(
+            "serve an index, a data directory, streams, or any of them".into(),
+        ));
     }
     cellar_core::io::set_read_buffer_budget(
         config.read_buffer_bytes.unwrap_or_else(default_read_buffer_bytes),
@@ -151,41 +158,28 @@ pub fn serve_with(
             .await
             .map_err(|e| CellarError::io(Path::new(&format!("tcp://{}", config.bind)), e))?;
         let address = listener.local_addr().map_err(|e| CellarError::io(Path::new("listener"), e))?;
-        let index = index.map(Arc::new);
-        let merger = index.clone().map(spawn_merger);
-        let state = AppState::with_streams(index, streams, config);
+        let state = AppState::serving(index.map(Arc::new), indexes.map(Arc::new), streams, config);
+        let merger = spawn_merger(state.clone());
         on_ready(address);
         let served = serve_on(listener, state, shutdown_signal()).await;
-        if let Some(stop) = merger {
-            stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
+        merger.store(true, std::sync::atomic::Ordering::SeqCst);
         served
     })
 }
 
-/// The served index's background merger: once a second, a merge within the default budget
-/// (`MergeBudget`: 32 MiB/s of records copied, 256 records held) when the written segments need
-/// one. Returns the flag that stops it; a merge cut short by the process's exit is as safe as a
-/// crash (the manifest commits it or it never happened).
-fn spawn_merger(index: Arc<cellar_search::Index>) -> Arc<std::sync::atomic::AtomicBool> {
+/// The served indexes' background merger: once a second, for each open index whose written
+/// segments need it, a merge within the default budget (`MergeBudget`: 32 MiB/s of records
+/// copied, 256 records held), one index at a time. Returns the flag that stops it; a merge cut
+/// short by the process's exit is as safe as a crash (the manifest commits it or it never
+/// happened).
+fn spawn_merger(state: Arc<AppState>) -> Arc<std::sync::atomic::AtomicBool> {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stopped = stop.clone();
     let spawned = std::thread::Builder::new().name("cellar-merge".into()).spawn(move || {
         while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
             std::thread::sleep(Duration::from_secs(1));
-            if !index.needs_merge() {
-                continue;
-            }
-            match index.merge(&cellar_search::live::merge::MergeBudget::default()) {
-                Ok(Some(report)) => log::info!(
-                    "merged {} segments: {} records kept, {} dropped, {:.1} s",
-                    report.segments,
-                    report.kept,
-                    report.dropped,
-                    report.secs
-                ),
-                Ok(None) => {}
-                Err(e) => log::warn!("background merge failed: {e}"),
+            for index in state.open_indexes().into_iter().filter(|i| i.needs_merge()) {
+                merge_one(&index);
             }
         }
     });
@@ -193,6 +187,20 @@ fn spawn_merger(index: Arc<cellar_search::Index>) -> Arc<std::sync::atomic::Atom
         log::warn!("no background merger (cannot start its thread: {e}); segments are not merged");
     }
     stop
+}
+
+fn merge_one(index: &Index) {
+    match index.merge(&cellar_search::live::merge::MergeBudget::default()) {
+        Ok(Some(report)) => log::info!(
+            "merged {} segments: {} records kept, {} dropped, {:.1} s",
+            report.segments,
+            report.kept,
+            report.dropped,
+            report.secs
+        ),
+        Ok(None) => {}
+        Err(e) => log::warn!("background merge of {} failed: {e}", index.dir().display()),
+    }
 }
 
 /// Serves `state` on `listener` until `shutdown` completes, then lets the requests in flight

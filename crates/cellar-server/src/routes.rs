@@ -24,8 +24,11 @@ use crate::openapi::{Api, Operation};
 
 /// The whole HTTP API over `state`.
 pub fn router(state: Arc<AppState>) -> Router {
-    let (v1, mut operations) =
-        crate::search_api::api().merge(crate::docs_api::api()).merge(crate::streams::api()).into_parts();
+    let (v1, mut operations) = crate::search_api::api()
+        .merge(crate::docs_api::api())
+        .merge(crate::indexes::api())
+        .merge(crate::streams::api())
+        .into_parts();
     let v1 = v1
         .route_layer(middleware::from_fn_with_state(state.clone(), admit))
         .route_layer(middleware::from_fn_with_state(state.clone(), read_body))
@@ -157,6 +160,7 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Json<Value> {
         "codec": config.map(|c| &c.codec),
         "model": config.map(|c| &c.encoder.model),
         "model_dim": config.map(|c| c.encoder.model_dim),
+        "data_dir_indexes": state.indexes.as_ref().map(|i| i.opened().len()),
         "streams": state.streams.is_some(),
         "open_streams": state.streams.as_ref().map(|s| s.streams.open_count()),
         "workers": state.pool.workers(),

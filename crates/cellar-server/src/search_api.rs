@@ -1,4 +1,5 @@
-//! `/v1/search` and `/v1/search/batch`: the body is a [`SearchRequest`] (or a batch of them),
+//! `/v1/search` and `/v1/search/batch` (and `/v1/indexes/{name}/search[/batch]`, the same on a
+//! named index of the data directory): the body is a [`SearchRequest`] (or a batch of them),
 //! planned against the index on the async runtime — every user error is a 4xx before anything
 //! is queued — then executed on the CPU pool.
 
@@ -6,8 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{Path as UrlPath, State};
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::Json;
@@ -18,6 +19,7 @@ use serde::Serialize;
 
 use crate::app::{parse_body, submit, AppState, Pending};
 use crate::error::{ApiError, ErrorBody};
+use crate::indexes::named;
 use crate::openapi::{schema, Api, Operation};
 
 const SEARCH_ERRORS: &[(u16, &str)] = &[
@@ -49,15 +51,39 @@ pub fn api() -> Api {
             },
             post(search_batch),
         )
+        .route(
+            Operation {
+                request: Some(schema::<SearchRequest>),
+                response: Some(schema::<SearchResponse>),
+                ok: "Ranked hits",
+                errors: SEARCH_ERRORS,
+                ..Operation::new("post", "/v1/indexes/{name}/search", "Search one query in the named index")
+            },
+            post(search_named),
+        )
+        .route(
+            Operation {
+                request: Some(schema::<BatchRequest>),
+                response: Some(schema::<BatchResponse>),
+                ok: "One result per query, in order",
+                errors: SEARCH_ERRORS,
+                ..Operation::new(
+                    "post",
+                    "/v1/indexes/{name}/search/batch",
+                    "Search up to 64 queries in the named index",
+                )
+            },
+            post(search_batch_named),
+        )
 }
 
 /// Queues the plans' searches at once (or none: 429).
 fn queue(
     state: &Arc<AppState>,
+    index: &Arc<Index>,
     plans: Vec<Plan>,
     deadline: Instant,
 ) -> Result<Vec<Pending<SearchResponse>>, ApiError> {
-    let index: Arc<Index> = state.index()?.clone();
     let works: Vec<_> = plans
         .into_iter()
         .map(|plan| {
@@ -86,10 +112,30 @@ async fn search(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SearchResponse>, ApiError> {
     let request: SearchRequest = parse_body(&headers, body)?;
-    let plan = state.index()?.plan(request)?;
+    let index = state.index()?.clone();
+    search_in(&state, &index, request).await
+}
+
+async fn search_named(
+    State(state): State<Arc<AppState>>,
+    name: Result<UrlPath<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<SearchResponse>, ApiError> {
+    let request: SearchRequest = parse_body(&headers, body)?;
+    let index = named(&state, name).await?;
+    search_in(&state, &index, request).await
+}
+
+async fn search_in(
+    state: &Arc<AppState>,
+    index: &Arc<Index>,
+    request: SearchRequest,
+) -> Result<Json<SearchResponse>, ApiError> {
+    let plan = index.plan(request)?;
     let deadline = Instant::now() + state.config.deadline;
-    let pending = queue(&state, vec![plan], deadline)?.pop().expect("one search queued");
-    Ok(Json(answer(&state, pending, deadline).await?))
+    let pending = queue(state, index, vec![plan], deadline)?.pop().expect("one search queued");
+    Ok(Json(answer(state, pending, deadline).await?))
 }
 
 /// One query's entry in a batch answer.
@@ -119,7 +165,26 @@ async fn search_batch(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<BatchResponse>, ApiError> {
     let request: BatchRequest = parse_body(&headers, body)?;
-    let index = state.index()?;
+    let index = state.index()?.clone();
+    search_batch_in(&state, &index, request).await
+}
+
+async fn search_batch_named(
+    State(state): State<Arc<AppState>>,
+    name: Result<UrlPath<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<BatchResponse>, ApiError> {
+    let request: BatchRequest = parse_body(&headers, body)?;
+    let index = named(&state, name).await?;
+    search_batch_in(&state, &index, request).await
+}
+
+async fn search_batch_in(
+    state: &Arc<AppState>,
+    index: &Arc<Index>,
+    request: BatchRequest,
+) -> Result<Json<BatchResponse>, ApiError> {
     let n = request.queries.len();
     if n == 0 || n > MAX_BATCH {
         return Err(ApiError::invalid(format!("a batch holds 1 to {MAX_BATCH} queries, got {n}")));
@@ -138,14 +203,14 @@ async fn search_batch(
         })
         .collect();
     let deadline = Instant::now() + state.config.deadline;
-    let mut pending = queue(&state, plans, deadline)?.into_iter();
+    let mut pending = queue(state, index, plans, deadline)?.into_iter();
     let mut results = Vec::with_capacity(slots.len());
     for slot in slots {
         let item = match slot {
             Some(error) => error,
             None => {
                 let one = pending.next().expect("one answer per planned query");
-                match answer(&state, one, deadline).await {
+                match answer(state, one, deadline).await {
                     Ok(response) => BatchItem::Answer(Box::new(response)),
                     Err(e) => BatchItem::from(e),
                 }

@@ -1,0 +1,82 @@
+//! An index from its first documents, stated as writes state them (`DocIn`): what a server's
+//! `PUT /v1/indexes/{name}` builds. All of them carry vectors (an index of the caller's
+//! embeddings, `Index::build_from_embeddings`) or none does (their text is encoded by the model,
+//! `Index::build` over a corpus file written beside the index and removed after). Later
+//! documents arrive as writes (`Index::write`).
+
+use std::path::PathBuf;
+
+use cellar_core::store::MAX_TOKENS_PER_DOC;
+use cellar_core::{CellarError, IoContext, Result};
+
+use crate::build::{BuildOptions, EmbeddedDoc};
+use crate::config::IndexConfig;
+use crate::index::Index;
+use crate::live::write::{DocIn, MAX_WRITE_OPS};
+use crate::plan::flatten;
+
+impl Index {
+    /// Builds `options.out` from `docs` (1 to 4096 documents with unique ids), with the codec,
+    /// IVF and model of `options` (`options.collection` is not read).
+    pub fn create(options: &BuildOptions, docs: Vec<DocIn>) -> Result<IndexConfig> {
+        if docs.is_empty() || docs.len() > MAX_WRITE_OPS {
+            return Err(CellarError::invalid(format!(
+                "docs must hold 1 to {MAX_WRITE_OPS} documents, got {}",
+                docs.len()
+            )));
+        }
+        let with_vectors = docs.iter().filter(|d| d.vectors.is_some()).count();
+        match with_vectors {
+            0 => create_from_text(options, docs),
+            n if n == docs.len() => create_from_vectors(options, docs),
+            n => Err(CellarError::invalid(format!(
+                "{n} of the {} documents carry vectors: give vectors for all of them or none",
+                docs.len()
+            ))),
+        }
+    }
+}
+
+fn create_from_vectors(options: &BuildOptions, docs: Vec<DocIn>) -> Result<IndexConfig> {
+    let first = docs[0].vectors.as_ref().expect("every document has vectors");
+    let dim = first.tokens.first().or(first.pooled.as_ref()).map(Vec::len).ok_or_else(|| {
+        CellarError::invalid(
+            "docs[0].vectors: the first document gives its vectors as rows (tokens), which set the dimension",
+        )
+    })?;
+    let embedded: Vec<Result<EmbeddedDoc>> = docs
+        .into_iter()
+        .enumerate()
+        .map(|(i, doc)| {
+            let vectors = doc.vectors.expect("every document has vectors");
+            let flat = flatten(vectors, dim, &format!("docs[{i}].vectors"), MAX_TOKENS_PER_DOC)?;
+            Ok(EmbeddedDoc {
+                id: doc.id,
+                title: doc.title,
+                text: doc.text,
+                metadata: doc.metadata,
+                tokens: flat.tokens,
+                pooled: flat.pooled,
+            })
+        })
+        .collect();
+    Index::build_from_embeddings(options, dim, None, embedded)
+}
+
+fn create_from_text(options: &BuildOptions, docs: Vec<DocIn>) -> Result<IndexConfig> {
+    let mut lines = String::new();
+    for (i, doc) in docs.iter().enumerate() {
+        if doc.title.trim().is_empty() && doc.text.trim().is_empty() {
+            return Err(CellarError::invalid(format!("docs[{i}]: no text to encode and no vectors")));
+        }
+        let line = serde_json::json!({"_id": doc.id, "title": doc.title, "text": doc.text, "metadata": doc.metadata});
+        lines.push_str(&line.to_string());
+        lines.push('\n');
+    }
+    let name = options.out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let corpus: PathBuf = options.out.with_file_name(format!(".{name}.corpus-{}.jsonl", std::process::id()));
+    std::fs::write(&corpus, lines).at(&corpus)?;
+    let built = Index::build(&BuildOptions { collection: corpus.clone(), ..options.clone() });
+    let _ = std::fs::remove_file(&corpus);
+    built
+}

@@ -1,0 +1,177 @@
+//! `--data-dir`: several indexes per server, by name, through the real router: created and
+//! dropped over the API and on disk, each searched and written on its own, every bad name or
+//! request a typed 4xx.
+
+use std::sync::Arc;
+
+use axum::body::{to_bytes, Body};
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use cellar_search::{BuildOptions, DocIn, Index, OpenOptions, QueryVectorsIn};
+use cellar_server::indexes::Indexes;
+use cellar_server::{router, AppState, ServerConfig};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+mod common;
+
+const DIM: usize = 8;
+
+async fn call(app: &Router, request: Request<Body>) -> (StatusCode, Value) {
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+fn with_body(method: &str, path: &str, body: &Value) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+fn bare(method: &str, path: &str) -> Request<Body> {
+    Request::builder().method(method).uri(path).body(Body::empty()).unwrap()
+}
+
+fn axis(i: usize) -> Vec<f32> {
+    let mut v = vec![0.05; DIM];
+    v[i % DIM] = 1.0;
+    v
+}
+
+/// Document `i`: one token near axis `i`, metadata `{"even": i % 2 == 0}`.
+fn doc(i: usize) -> Value {
+    json!({"id": format!("n{i}"), "text": format!("note number {i}"), "metadata": {"even": i.is_multiple_of(2)},
+           "vectors": {"tokens": [axis(i)]}})
+}
+
+fn search(i: usize, filter: Option<Value>) -> Value {
+    let mut body = json!({"query": "note", "mode": "dense-exact", "k": 3,
+                          "query_vectors": {"tokens": [axis(i)], "pooled": axis(i)}});
+    if let Some(filter) = filter {
+        body["filter"] = filter;
+    }
+    body
+}
+
+fn ids(answer: &Value) -> Vec<String> {
+    answer["hits"].as_array().unwrap().iter().map(|h| h["id"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test]
+async fn indexes_of_a_data_directory_are_created_searched_written_and_dropped_by_name() {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let data = tmp.path().join("data");
+    let indexes = Indexes::open(&data, OpenOptions::default()).unwrap();
+    let config = ServerConfig::new("127.0.0.1:0".parse().unwrap());
+    let app = router(AppState::serving(None, Some(Arc::new(indexes)), None, config));
+
+    let (status, list) = call(&app, bare("GET", "/v1/indexes")).await;
+    assert_eq!((status, list), (StatusCode::OK, json!({"indexes": []})));
+    let create = json!({"docs": (0..12).map(doc).collect::<Vec<_>>(), "codec": "f16"});
+    let (status, created) = call(&app, with_body("PUT", "/v1/indexes/notes", &create)).await;
+    assert_eq!((status, created["docs"].as_u64()), (StatusCode::OK, Some(12)), "{created}");
+    let (status, answer) = call(&app, with_body("POST", "/v1/indexes/notes/search", &search(3, None))).await;
+    assert_eq!((status, ids(&answer)[0].as_str()), (StatusCode::OK, "n3"), "{answer}");
+    let even = json!({"eq": {"field": "even", "value": true}});
+    let (_, answer) = call(&app, with_body("POST", "/v1/indexes/notes/search", &search(3, Some(even)))).await;
+    assert!(!ids(&answer).contains(&"n3".to_string()) && ids(&answer).len() == 3, "{answer}");
+    let batch = json!({"queries": [search(1, None), search(2, None)]});
+    let (status, answer) = call(&app, with_body("POST", "/v1/indexes/notes/search/batch", &batch)).await;
+    assert_eq!((status, answer["results"].as_array().map(Vec::len)), (StatusCode::OK, Some(2)), "{answer}");
+
+    // Writes to the named index, and its documents read and deleted by id.
+    let add = json!({"ops": [{"add": doc(40)}]});
+    let (status, report) = call(&app, with_body("POST", "/v1/indexes/notes/docs", &add)).await;
+    assert_eq!((status, report["docs"].as_u64()), (StatusCode::OK, Some(13)), "{report}");
+    let (status, stored) = call(&app, bare("GET", "/v1/indexes/notes/docs/n40")).await;
+    assert_eq!((status, stored["metadata"]["even"].as_bool()), (StatusCode::OK, Some(true)), "{stored}");
+    let (status, report) = call(&app, bare("DELETE", "/v1/indexes/notes/docs/n40")).await;
+    assert_eq!((status, report["deleted"].as_u64()), (StatusCode::OK, Some(1)), "{report}");
+    let (status, _) = call(&app, bare("GET", "/v1/indexes/notes/docs/n40")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // An index put under the directory on disk is served at its first request.
+    let mut options = BuildOptions::new("", data.join("disk"));
+    options.codec = cellar_core::codec::CodecKind::F16;
+    let on_disk = (0..4)
+        .map(|i| DocIn {
+            id: format!("d{i}"),
+            text: format!("disk document {i}"),
+            vectors: Some(QueryVectorsIn { tokens: vec![axis(i + 4)], ..Default::default() }),
+            ..DocIn::default()
+        })
+        .collect();
+    Index::create(&options, on_disk).unwrap();
+    let (_, list) = call(&app, bare("GET", "/v1/indexes")).await;
+    assert_eq!(list, json!({"indexes": ["disk", "notes"]}));
+    let (status, answer) = call(&app, with_body("POST", "/v1/indexes/disk/search", &search(5, None))).await;
+    assert_eq!((status, ids(&answer)[0].as_str()), (StatusCode::OK, "d1"), "{answer}");
+    let (status, facts) = call(&app, bare("GET", "/v1/indexes/disk")).await;
+    assert_eq!(
+        (status, facts["docs"].as_u64(), facts["codec"].as_str()),
+        (StatusCode::OK, Some(4), Some("f16"))
+    );
+    // ... and one removed on disk is gone.
+    std::fs::remove_dir_all(data.join("disk")).unwrap();
+    let (status, error) = call(&app, with_body("POST", "/v1/indexes/disk/search", &search(5, None))).await;
+    assert_eq!((status, error["code"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")), "{error}");
+
+    // Refusals: a taken name, a bad name, a bad body, mixed documents, an unknown index.
+    let refused: [(&str, &str, Value, StatusCode, &str); 5] = [
+        ("PUT", "/v1/indexes/notes", create.clone(), StatusCode::BAD_REQUEST, "exists"),
+        ("PUT", "/v1/indexes/bad.name", create.clone(), StatusCode::BAD_REQUEST, "index name"),
+        ("PUT", "/v1/indexes/empty", json!({"docs": []}), StatusCode::BAD_REQUEST, "1 to 4096"),
+        (
+            "PUT",
+            "/v1/indexes/mixed",
+            json!({"docs": [doc(1), {"id": "t", "text": "words"}]}),
+            StatusCode::BAD_REQUEST,
+            "all of them or none",
+        ),
+        ("POST", "/v1/indexes/nope/search", search(1, None), StatusCode::NOT_FOUND, "no index \"nope\""),
+    ];
+    for (method, path, body, expected, says) in refused {
+        let (status, error) = call(&app, with_body(method, path, &body)).await;
+        assert_eq!(status, expected, "{method} {path}: {error}");
+        assert!(error["message"].as_str().unwrap_or_default().contains(says), "{method} {path}: {error}");
+    }
+    assert!(!data.join("mixed").exists() && !data.join("empty").exists(), "refused creations leave nothing");
+    let (status, error) = call(&app, with_body("POST", "/v1/search", &search(1, None))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "no --index: {error}");
+
+    let (status, dropped) = call(&app, bare("DELETE", "/v1/indexes/notes")).await;
+    assert_eq!((status, dropped), (StatusCode::OK, json!({"dropped": true, "index": "notes"})));
+    let (status, _) = call(&app, with_body("POST", "/v1/indexes/notes/search", &search(3, None))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call(&app, bare("DELETE", "/v1/indexes/notes")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let leftovers: Vec<_> = std::fs::read_dir(&data).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(leftovers.is_empty(), "a dropped index leaves no file: {leftovers:?}");
+    // The name is free again, and an index of text is encoded by the model.
+    let texts = json!({"docs": [{"id": "a", "text": "espresso is brewed from coffee beans"},
+                                {"id": "b", "text": "glaciers carve valleys of ice"}]});
+    let (status, created) = call(&app, with_body("PUT", "/v1/indexes/notes", &texts)).await;
+    assert_eq!(status, StatusCode::OK, "{created}");
+    let query = json!({"query": "coffee", "mode": "rerank", "k": 1});
+    let (status, answer) = call(&app, with_body("POST", "/v1/indexes/notes/search", &query)).await;
+    assert_eq!((status, ids(&answer)), (StatusCode::OK, vec!["a".to_string()]), "{answer}");
+}
+
+#[tokio::test]
+async fn a_server_without_a_data_directory_says_so() {
+    let (_tmp, dir) = common::build_index();
+    let index = Arc::new(Index::open(&dir, OpenOptions::default()).unwrap());
+    let app = router(AppState::new(index, ServerConfig::new("127.0.0.1:0".parse().unwrap())));
+    for (method, path) in
+        [("GET", "/v1/indexes"), ("POST", "/v1/indexes/a/search"), ("DELETE", "/v1/indexes/a")]
+    {
+        let (status, error) = call(&app, with_body(method, path, &json!({"query": "x"}))).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}");
+        assert!(error["message"].as_str().unwrap().contains("--data-dir"), "{error}");
+    }
+}
