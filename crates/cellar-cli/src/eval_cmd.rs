@@ -53,7 +53,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
     let prepared = eval::prepare_all(&index, &queries, &progress::bar(queries.len() as u64, "queries"))?;
     let ids = eval::doc_ids(&index)?;
     let mut rows: Vec<RowResult> = Vec::new();
-    for spec in eval::default_rows(index.config(), index.ivf_config()) {
+    for spec in eval::default_rows(index.config(), index.ivf_config().as_ref()) {
         let row = eval::evaluate_row(&index, &queries, &prepared, &qrels, &ids, &spec)?;
         if let Some(dir) = &args.run_dir {
             std::fs::create_dir_all(dir).map_err(|e| CellarError::Io { path: dir.clone(), source: e })?;

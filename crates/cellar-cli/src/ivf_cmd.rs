@@ -1,5 +1,6 @@
-//! `cellar ivf build`: adds (or rebuilds) the IVF of an index, and the IVF query flags shared by
-//! `cellar search` and `cellar eval`.
+//! `cellar ivf build`: adds (or rebuilds) the IVF of an index over the build's documents;
+//! `cellar ivf retrain`: re-trains it on every document alive, written ones included; and the
+//! IVF query flags shared by `cellar search` and `cellar eval`.
 
 use std::path::PathBuf;
 
@@ -17,6 +18,17 @@ pub struct IvfArgs {
 pub enum IvfAction {
     /// Build the IVF over an index's pooled vectors (streams them; replaces an existing IVF).
     Build(IvfBuildArgs),
+    /// Re-train the IVF of an index that was written to on every document alive (the build's
+    /// and the written ones), with its cluster size and seed: for when written documents have
+    /// moved the distribution (`cellar inspect` shows the drift; a server retrains on its own
+    /// past 1.5).
+    Retrain(IvfRetrainArgs),
+}
+
+#[derive(Args)]
+pub struct IvfRetrainArgs {
+    #[arg(long)]
+    pub index: PathBuf,
 }
 
 /// How the IVF is built, and the query defaults stored with it.
@@ -78,6 +90,15 @@ pub fn run(args: IvfArgs) -> Result<()> {
         IvfAction::Build(build) => {
             let config = build_ivf(&build.index, &build.flags.options())?;
             print_report(&config);
+            Ok(())
+        }
+        IvfAction::Retrain(args) => {
+            let index = cellar_search::Index::open(&args.index, cellar_search::OpenOptions::default())?;
+            let before = index.live_stats().ivf_drift;
+            let config = index.retrain_ivf()?;
+            print_report(&config);
+            let drift = |d: Option<f64>| d.map_or("-".to_string(), |d| format!("{d:.2}"));
+            println!("drift of the written documents: {} before", drift(before));
             Ok(())
         }
     }

@@ -123,13 +123,18 @@ pub fn delete(args: DeleteArgs) -> Result<()> {
     merge_if_needed(&index)
 }
 
-/// Merges the written segments when they need it (unthrottled: nothing else is served).
+/// Merges the written segments when they need it (unthrottled: nothing else is served), and
+/// retrains the IVF when the written documents drifted from it (`Index::needs_retrain`).
 fn merge_if_needed(index: &Index) -> Result<()> {
     if index.needs_merge() {
         let budget = cellar_search::live::merge::MergeBudget { bytes_per_sec: 0, ..Default::default() };
         if let Some(report) = index.merge(&budget)? {
             println!("merged {} segments ({} records dropped)", report.segments, report.dropped);
         }
+    }
+    if index.needs_retrain() {
+        let config = index.retrain_ivf()?;
+        println!("the written documents drifted from the IVF: retrained it on {} documents", config.docs);
     }
     Ok(())
 }

@@ -80,6 +80,14 @@ pub fn nearest(v: &[f32], centroids: &[f32], half_norms: &[f32]) -> usize {
     nearest_in(v, centroids, half_norms, 0..half_norms.len())
 }
 
+/// [`nearest`], and the squared distance from `v` to that centroid (a clustering's quantization
+/// error at `v`).
+pub fn nearest_and_error(v: &[f32], centroids: &[f32], half_norms: &[f32]) -> (usize, f32) {
+    let c = nearest(v, centroids, half_norms);
+    let centroid = &centroids[c * v.len()..(c + 1) * v.len()];
+    (c, v.iter().zip(centroid).map(|(a, b)| (a - b) * (a - b)).sum())
+}
+
 /// [`nearest`] among the centroids `range` (the first of equals wins). Four centroids are
 /// scored per pass over `v` (each with [`dot`]'s lanes, so the same bits as four [`dot`]s): the
 /// query's values are loaded once for four products, the residual codec's encoding and k-means

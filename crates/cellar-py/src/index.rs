@@ -500,6 +500,15 @@ impl PyIndex {
         to_python(py, &report)
     }
 
+    /// Re-trains the IVF on every document alive, the build's and the written ones (for when
+    /// ``live_stats()["ivf_drift"]`` is past 1.5: written documents moved the distribution).
+    /// Writes wait while it runs; searches go on with the old IVF. Returns the new ``ivf.json``.
+    /// Releases the GIL.
+    fn retrain_ivf<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let config = without_gil(py, || self.index.retrain_ivf())?;
+        to_python(py, &config)
+    }
+
     /// The index's ``index.json`` as a dict: encoder settings, codec, search defaults and the
     /// build report.
     #[getter]

@@ -179,7 +179,7 @@ pub fn evaluate_row(
         run.push((query.id.clone(), ranked));
     }
     let n = queries.len().max(1) as f64;
-    let (size_bytes, build_secs) = row_cost(index.config(), index.ivf_config(), &params);
+    let (size_bytes, build_secs) = row_cost(index.config(), index.ivf_config().as_ref(), &params);
     Ok(RowResult {
         label: spec.label.clone(),
         params,

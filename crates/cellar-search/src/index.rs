@@ -1,7 +1,7 @@
 //! An open index: the files of one index directory and the encoder that queries need.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use cellar_core::format::fsio::DirLock;
 use cellar_core::format::FileKind;
@@ -57,8 +57,9 @@ pub struct Index {
     pub(crate) texts: TextsReader,
     pub(crate) pca: Option<Pca>,
     pub(crate) isa: Isa,
-    /// The dense first stage, when the index has one (`ivf/`).
-    pub(crate) ivf: Option<Ivf>,
+    /// The dense first stage, when the index has one (`ivf/`); replaced whole by a retrain,
+    /// while searches that took the old one finish with it.
+    pub(crate) ivf: RwLock<Option<Arc<Ivf>>>,
     options: OpenOptions,
     /// How the store (and every segment written later) is read.
     pub(crate) reader_options: ReaderOptions,
@@ -105,7 +106,7 @@ impl Index {
             texts,
             pca,
             isa: Isa::detected(),
-            ivf,
+            ivf: RwLock::new(ivf.map(Arc::new)),
             options,
             reader_options,
             live,
@@ -192,9 +193,14 @@ impl Index {
         &self.texts
     }
 
+    /// The IVF searches use now, when the index has one.
+    pub(crate) fn current_ivf(&self) -> Option<Arc<Ivf>> {
+        self.ivf.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// The IVF, or a clear error naming how to build one.
-    pub fn ivf(&self) -> Result<&Ivf> {
-        self.ivf.as_ref().ok_or_else(|| {
+    pub fn ivf(&self) -> Result<Arc<Ivf>> {
+        self.current_ivf().ok_or_else(|| {
             CellarError::InvalidInput(format!(
                 "{} has no IVF: build one with `cellar ivf build --index {}`",
                 self.dir.display(),
@@ -204,8 +210,8 @@ impl Index {
     }
 
     /// The IVF's settings, when the index has one.
-    pub fn ivf_config(&self) -> Option<&IvfConfig> {
-        self.ivf.as_ref().map(Ivf::config)
+    pub fn ivf_config(&self) -> Option<IvfConfig> {
+        self.current_ivf().map(|ivf| ivf.config().clone())
     }
 
     pub fn reader_kind(&self) -> ReaderKind {

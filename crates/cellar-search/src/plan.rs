@@ -101,7 +101,7 @@ impl Index {
     /// the index's defaults (and its IVF's) and checked. For callers that rank one prepared
     /// query many ways (evaluation, tuning, studies).
     pub fn params(&self, request: &SearchRequest) -> Result<SearchParams> {
-        SearchParams::resolve(request, &self.config.search, self.ivf_config())
+        SearchParams::resolve(request, &self.config.search, self.ivf_config().as_ref())
     }
 
     /// The plan's query as the kernels take it: its text encoded when the mode needs vectors

@@ -24,7 +24,7 @@ use cellar_core::{CellarError, DocId, Result};
 use crate::filter::Allowed;
 use crate::fusion::{self, Fused, Stage};
 use crate::index::Index;
-use crate::ivf::{LiveMembers, Probe, ProbeParams, ProbeStats};
+use crate::ivf::{Ivf, LiveMembers, Probe, ProbeParams, ProbeStats};
 use crate::mode::Mode;
 use crate::params::{IvfParams, SearchParams};
 use crate::plan::ranks_matches_exactly;
@@ -204,7 +204,9 @@ impl Index {
         let start = Instant::now();
         let view = self.live_view();
         let searchable = Searchable::new(&view, query.allowed.as_deref());
-        let (hits, stats) = self.ivf_probe(&searchable, &query.pooled, ivf.probe(params.k))?.finish()?;
+        let index_ivf = self.ivf()?;
+        let (hits, stats) =
+            self.ivf_probe(&index_ivf, &searchable, &query.pooled, ivf.probe(params.k)).finish()?;
         timings.first_stage_ms = ms_since(start);
         let hits: Vec<Fused> = hits.iter().map(first_stage_hit).collect();
         let mut ranking = Ranking::first_stage_only(hits, *timings, stats.codes);
@@ -311,7 +313,8 @@ impl Index {
         let depth = if bm25.is_some() { ivf.hybrid_candidates } else { params.candidates };
         let view = self.live_view();
         let searchable = Searchable::new(&view, query.allowed.as_deref());
-        let mut probe = self.ivf_probe(&searchable, &query.pooled, ivf.probe(depth))?;
+        let index_ivf = self.ivf()?;
+        let mut probe = self.ivf_probe(&index_ivf, &searchable, &query.pooled, ivf.probe(depth));
         let rerank_k = params.rerank_k;
         std::thread::scope(|scope| {
             let mut prefetch = None;
@@ -395,8 +398,8 @@ impl Index {
             Some(ivf) => {
                 let probe = ivf.probe(ivf.hybrid_candidates);
                 let view = self.live_view();
-                let (ivf_hits, _) =
-                    self.ivf_probe(&Searchable::new(&view, None), &query.pooled, probe)?.finish()?;
+                let (index_ivf, searchable) = (self.ivf()?, Searchable::new(&view, None));
+                let (ivf_hits, _) = self.ivf_probe(&index_ivf, &searchable, &query.pooled, probe).finish()?;
                 first_stage(Some(&bm25), &ivf_hits)
             }
             None => bm25,
@@ -461,13 +464,14 @@ impl Index {
     /// documents a search may not return.
     pub(crate) fn ivf_probe<'a>(
         &'a self,
+        ivf: &'a Ivf,
         searchable: &'a Searchable<'a>,
         query: &[f32],
         params: ProbeParams,
-    ) -> Result<Probe<'a>> {
+    ) -> Probe<'a> {
         let view = searchable.view;
         let restricted = view.written() > 0 || view.has_deletes() || searchable.allowed.is_some();
-        Ok(self.ivf()?.probe_live(query, params, restricted.then_some(searchable as &dyn LiveMembers)))
+        ivf.probe_live(query, params, restricted.then_some(searchable as &dyn LiveMembers))
     }
 
     /// The exact dense scan: every searchable document's pooled vector against `query` (under a

@@ -59,7 +59,7 @@ impl Index {
         let bytes = PooledMatrix::verify(&self.dir, self.config.encoder.model_dim, self.base_len())?;
         done(FileKind::Pooled.file_name().into(), format!("{docs} rows, {bytes} bytes, body checksum"));
         self.verify_pca(&mut done)?;
-        if let Some(ivf) = &self.ivf {
+        if let Some(ivf) = self.current_ivf() {
             let dir = Path::new(IVF_DIR);
             done(dir.join(IVF_CONFIG_FILE), "agrees with the index and its files".into());
             done(dir.join(FileKind::IvfCentroids.file_name()), "header and body checksum".into());

@@ -169,7 +169,9 @@ pub fn serve_with(
 
 /// The served indexes' background merger: once a second, for each open index whose written
 /// segments need it, a merge within the default budget (`MergeBudget`: 32 MiB/s of records
-/// copied, 256 records held), one index at a time. Returns the flag that stops it; a merge cut
+/// copied, 256 records held), one index at a time; and an IVF retrain where written documents
+/// drifted past `DRIFT_RETRAIN` (`Index::needs_retrain`: writes wait while it runs, searches go
+/// on with the old IVF). Returns the flag that stops it; a merge cut
 /// short by the process's exit is as safe as a crash (the manifest commits it or it never
 /// happened).
 fn spawn_merger(state: Arc<AppState>) -> Arc<std::sync::atomic::AtomicBool> {
@@ -178,8 +180,21 @@ fn spawn_merger(state: Arc<AppState>) -> Arc<std::sync::atomic::AtomicBool> {
     let spawned = std::thread::Builder::new().name("cellar-merge".into()).spawn(move || {
         while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
             std::thread::sleep(Duration::from_secs(1));
-            for index in state.open_indexes().into_iter().filter(|i| i.needs_merge()) {
-                merge_one(&index);
+            for index in state.open_indexes() {
+                if index.needs_merge() {
+                    merge_one(&index);
+                }
+                if index.needs_retrain() {
+                    match index.retrain_ivf() {
+                        Ok(config) => log::info!(
+                            "{}: the IVF drifted past {}: retrained on {} documents",
+                            index.dir().display(),
+                            cellar_search::live::DRIFT_RETRAIN,
+                            config.docs
+                        ),
+                        Err(e) => log::warn!("retraining the IVF of {} failed: {e}", index.dir().display()),
+                    }
+                }
             }
         }
     });

@@ -29,7 +29,7 @@ use super::rotation::Rotation;
 use super::{IvfBuildReport, IvfConfig, IvfDefaults, IVF_DIR, IVF_FORMAT_VERSION};
 use crate::config::IndexConfig;
 use crate::pooled::open_pooled;
-use cellar_core::cluster::{half_norms, hierarchical, nearest, Points};
+use cellar_core::cluster::{half_norms, hierarchical, nearest_and_error, Points};
 
 const BUILDING_DIR: &str = "ivf.cellar-building";
 const OLD_DIR: &str = "ivf.cellar-old";
@@ -88,6 +88,8 @@ struct PooledRows {
     body_crc: u32,
     dim: usize,
     docs: usize,
+    /// The internal id of each row; `None`: row `i` is document `i`.
+    ids: Option<Vec<u32>>,
 }
 
 impl PooledRows {
@@ -101,7 +103,12 @@ impl PooledRows {
             body_crc: header.body_crc32c,
             dim,
             docs,
+            ids: None,
         })
+    }
+
+    fn id_of(&self, row: u32) -> u32 {
+        self.ids.as_ref().map_or(row, |ids| ids[row as usize])
     }
 
     fn row_bytes(&self) -> usize {
@@ -142,19 +149,43 @@ pub fn build_ivf_over(
     docs: usize,
     options: &IvfBuildOptions,
 ) -> Result<IvfConfig> {
+    build_ivf_rows(dir, PooledRows::open(pooled, dim, docs)?, options, None)
+}
+
+/// What a retrain builds: the IVF of the rows of `pooled` (a file in `pooled.bin`'s format), row
+/// `i` being document `ids[i]` (ascending), covering ids below `covers`.
+pub(crate) fn build_ivf_of(
+    dir: &Path,
+    pooled: &Path,
+    dim: usize,
+    ids: Vec<u32>,
+    covers: u32,
+    options: &IvfBuildOptions,
+) -> Result<IvfConfig> {
+    let mut rows = PooledRows::open(pooled, dim, ids.len())?;
+    rows.ids = Some(ids);
+    build_ivf_rows(dir, rows, options, Some(covers))
+}
+
+fn build_ivf_rows(
+    dir: &Path,
+    rows: PooledRows,
+    options: &IvfBuildOptions,
+    covers: Option<u32>,
+) -> Result<IvfConfig> {
     check_options(options)?;
+    let (dim, docs) = (rows.dim, rows.docs);
     if docs == 0 {
         return Err(CellarError::InvalidInput("the index holds no documents: nothing to cluster".into()));
     }
     let index_dir = dir;
     let start = Instant::now();
-    let rows = PooledRows::open(pooled, dim, docs)?;
     let mut report = IvfBuildReport::default();
     let rotation = Rotation::random(dim, options.seed);
     let centroids = train(&rows, options)?;
     report.train_secs = start.elapsed().as_secs_f64();
     let assign_start = Instant::now();
-    let assignment = assign(&rows, &centroids, options.progress)?;
+    let (assignment, mean_error) = assign(&rows, &centroids, options.progress)?;
     report.assign_secs = assign_start.elapsed().as_secs_f64();
     let building = index_dir.join(BUILDING_DIR);
     let _ = std::fs::remove_dir_all(&building);
@@ -194,7 +225,11 @@ pub fn build_ivf_over(
         seed: options.seed,
         search: defaults,
         build: report,
+        covers,
+        drift_baseline: None,
     };
+    // A retrained IVF keeps its documents' mean distance to it: the baseline of its drift.
+    let config = IvfConfig { drift_baseline: covers.map(|_| mean_error), ..config };
     config.save(&building)?;
     swap_in(index_dir, &building)?;
     Ok(config)
@@ -243,8 +278,9 @@ fn train(rows: &PooledRows, options: &IvfBuildOptions) -> Result<Vec<f32>> {
     Ok(hierarchical(&Points { data: &data, dim: rows.dim }, scaled, options.seed))
 }
 
-/// Streams every row in order, checks the body's CRC, and returns each row's nearest centroid.
-fn assign(rows: &PooledRows, centroids: &[f32], progress: bool) -> Result<Vec<u32>> {
+/// Streams every row in order, checks the body's CRC, and returns each row's nearest centroid
+/// and the rows' mean squared distance to theirs.
+fn assign(rows: &PooledRows, centroids: &[f32], progress: bool) -> Result<(Vec<u32>, f64)> {
     let mut file = rows.file.try_clone().at(&rows.path)?;
     file.seek(SeekFrom::Start(rows.body_offset)).at(&rows.path)?;
     let mut reader = BufReader::with_capacity(1 << 20, file.take(rows.body_len));
@@ -253,18 +289,21 @@ fn assign(rows: &PooledRows, centroids: &[f32], progress: bool) -> Result<Vec<u3
     let (mut raw, mut row) = (vec![0u8; rows.row_bytes()], vec![0f32; rows.dim]);
     let mut crc = 0u32;
     let mut assignment = Vec::with_capacity(rows.docs);
+    let mut error_sum = 0f64;
     for _ in 0..rows.docs {
         reader.read_exact(&mut raw).at(&rows.path)?;
         crc = crc32c::crc32c_append(crc, &raw);
         decode_f16(&raw, &mut row);
-        assignment.push(nearest(&row, centroids, &halves) as u32);
+        let (nearest, error) = nearest_and_error(&row, centroids, &halves);
+        assignment.push(nearest as u32);
+        error_sum += f64::from(error);
         bar.inc(1);
     }
     bar.finish_and_clear();
     if crc != rows.body_crc {
         return Err(CellarError::corrupted(&rows.path, rows.body_offset, "body checksum mismatch"));
     }
-    Ok(assignment)
+    Ok((assignment, error_sum / rows.docs.max(1) as f64))
 }
 
 /// Document ids per cluster, ascending (a counting sort: 4 bytes per document).
@@ -303,7 +342,7 @@ fn write_clusters(
             rows.read_row(id, &mut raw, &mut row)?;
             let code = &mut block.codes[slot * words..(slot + 1) * words];
             let factors = encode(&row, centroid, |v, out| rotation.rotate(v, out), &mut scratch, code);
-            block.ids.push(id);
+            block.ids.push(rows.id_of(id));
             block.factors.push(factors);
             block.vector_crcs.push(crc32c::crc32c(&raw));
             vectors.write(&raw)?;
@@ -343,6 +382,32 @@ fn fill_sizes(report: &mut IvfBuildReport, dir: &Path, members: &[Vec<u32>]) {
     report.vectors_bytes = size(FileKind::IvfVectors);
     report.smallest_cluster = members.iter().map(Vec::len).min().unwrap_or(0);
     report.largest_cluster = members.iter().map(Vec::len).max().unwrap_or(0);
+}
+
+/// Completes a swap a crash cut between its two renames (`ivf/` moved aside, the new one not yet
+/// in place): the old IVF goes back, so the index is never read as one without an IVF.
+pub(crate) fn recover_interrupted_swap(index_dir: &Path) -> Result<()> {
+    let (live, old) = (index_dir.join(IVF_DIR), index_dir.join(OLD_DIR));
+    if !live.exists() && old.join(super::IVF_CONFIG_FILE).is_file() {
+        match std::fs::rename(&old, &live) {
+            Ok(()) => sync_dir(index_dir)?,
+            // Another opener put it back first.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(CellarError::io(&old, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Removes what an interrupted IVF build or retrain left beside `ivf/` (its half-built
+/// directory); only the index's writer or a build's exclusive lock may call it, since a retrain
+/// builds there under the writer.
+pub(crate) fn remove_build_leftovers(index_dir: &Path) -> Result<()> {
+    let building = index_dir.join(BUILDING_DIR);
+    if building.exists() {
+        std::fs::remove_dir_all(&building).at(&building)?;
+    }
+    Ok(())
 }
 
 /// Replaces `ivf/` with the finished build: the old one is moved aside first, then removed.

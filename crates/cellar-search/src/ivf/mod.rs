@@ -100,6 +100,16 @@ pub struct IvfConfig {
     pub seed: u64,
     pub search: IvfDefaults,
     pub build: IvfBuildReport,
+    /// A retrained IVF (`Index::retrain_ivf`) holds the documents alive when it was trained,
+    /// base and written, and none after: every internal id below `covers` it does not hold was
+    /// deleted before; written documents from `covers` on join it by assignment. Absent for an
+    /// IVF of the build's documents (which covers them: ids below the build's count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub covers: Option<u32>,
+    /// A retrained IVF's mean squared distance of its documents to their nearest centroid (the
+    /// baseline of `LiveStats::ivf_drift`); absent: measured on the build's pooled vectors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_baseline: Option<f64>,
 }
 
 impl IvfConfig {

@@ -90,6 +90,7 @@ impl Ivf {
     /// Opens `index_dir/ivf/` if it exists, checking it against the index's documents and model
     /// dimension (and that none of its files is missing: [`IvfConfig::load`]). Blocks and vectors are read with `reader`'s kind.
     pub fn open(index_dir: &Path, docs: u64, dim: usize, reader: &ReaderOptions) -> Result<Option<Ivf>> {
+        super::build::recover_interrupted_swap(index_dir)?;
         let Some(config) = IvfConfig::load(index_dir)? else {
             return Ok(None);
         };
@@ -101,9 +102,19 @@ impl Ivf {
         if file.dim != dim || config.dim != dim {
             return Err(CellarError::WrongDimension { expected: dim, received: file.dim });
         }
-        if file.docs != docs || config.docs != docs || file.table.len() != config.clusters {
+        // A retrained IVF holds the documents alive when it was trained, written ones included.
+        let members = match config.covers {
+            Some(covers) if u64::from(covers) < docs => {
+                let detail =
+                    format!("ivf.json says it covers ids below {covers}, fewer than the build's {docs}");
+                return Err(CellarError::corrupted(&path, 0, detail));
+            }
+            Some(_) => config.docs,
+            None => docs,
+        };
+        if file.docs != members || config.docs != members || file.table.len() != config.clusters {
             return Err(CellarError::corrupted(&path, 0, format!(
-                    "the IVF holds {} documents in {} clusters; the index has {docs} documents and ivf.json says {} clusters",
+                    "the IVF holds {} documents in {} clusters; it should hold {members} and ivf.json says {} clusters",
                     file.docs,
                     file.table.len(),
                     config.clusters
@@ -202,6 +213,12 @@ impl Ivf {
     }
 
     /// The cluster a new document joins: its pooled vector's nearest centroid.
+    /// The internal ids below which documents are the IVF's own members (or were deleted
+    /// before it was trained); written documents from there on join it by assignment.
+    pub fn covers(&self) -> u32 {
+        self.config.covers.unwrap_or(self.config.docs as u32)
+    }
+
     pub fn assign(&self, pooled: &[f32]) -> u32 {
         cellar_core::cluster::nearest(pooled, &self.centroids, &self.half_norms) as u32
     }
@@ -209,10 +226,7 @@ impl Ivf {
     /// The squared distance from `pooled` to its nearest centroid: how well the clusters cover
     /// it (the IVF's quantization error).
     pub fn quantization_error(&self, pooled: &[f32]) -> f32 {
-        let dim = self.config.dim;
-        let c = self.assign(pooled) as usize;
-        let centroid = &self.centroids[c * dim..(c + 1) * dim];
-        pooled.iter().zip(centroid).map(|(a, b)| (a - b) * (a - b)).sum()
+        cellar_core::cluster::nearest_and_error(pooled, &self.centroids, &self.half_norms).1
     }
 
     /// Starts a probe of `query` (a pooled vector of the index's dimension, checked by the
@@ -396,8 +410,12 @@ impl Probe<'_> {
         self.stats.codes += block.n;
         if let Some(live) = self.live {
             let (isa, query, hits) = (self.ivf.isa, &self.query, &mut self.live_hits);
+            // A retrained IVF holds the written documents it covers among its own members.
+            let covers = self.ivf.covers();
             live.visit(cluster as u32, &mut |id, row| {
-                hits.push(Scored { id, score: dot_f16(isa, query, row) })
+                if id.0 >= covers {
+                    hits.push(Scored { id, score: dot_f16(isa, query, row) })
+                }
             });
         }
         Ok(())

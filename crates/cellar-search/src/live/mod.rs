@@ -24,6 +24,7 @@
 //! finds another holding the writer's lock opens the index read-only, as it was at that moment.
 
 pub mod merge;
+pub mod retrain;
 pub mod write;
 
 use std::collections::HashMap;
@@ -90,7 +91,8 @@ impl Index {
     }
 
     fn assigner(&self) -> impl Fn(&[f32]) -> Option<u32> + '_ {
-        move |pooled: &[f32]| self.ivf.as_ref().map(|ivf| ivf.assign(pooled))
+        let ivf = self.current_ivf();
+        move |pooled: &[f32]| ivf.as_ref().map(|ivf| ivf.assign(pooled))
     }
 
     fn load_live(&self, lock: Option<DirLock>, slot: &mut Option<Writer>) -> Result<()> {
@@ -100,6 +102,7 @@ impl Index {
         let base_docs = self.store.len() as u32;
         if lock.is_some() {
             sweep_orphans(live, &manifest)?;
+            retrain::remove_leftovers(&self.dir)?;
         }
         let mut view = LiveView::empty(base_docs);
         let assign = self.assigner();
@@ -347,24 +350,26 @@ impl Index {
 
     /// `LiveStats::ivf_drift` of `view`.
     fn ivf_drift(&self, view: &LiveView) -> Result<Option<f64>> {
-        let Some(ivf) = &self.ivf else { return Ok(None) };
+        let Some(ivf) = self.current_ivf() else { return Ok(None) };
+        // The documents written since the IVF was trained (a retrained one holds the earlier).
+        let covers = ivf.covers();
         let mut written: Vec<Vec<f32>> = Vec::new();
+        let since = |id: u32| id >= covers && !view.is_deleted(DocId(id));
         let records: usize = view.segments.iter().map(|s| s.len()).sum::<usize>() + view.memtable.len();
         let stride = records.div_ceil(DRIFT_SAMPLE).max(1);
         let rows = view
             .segments
             .iter()
-            .flat_map(|s| {
-                (0..s.len()).filter(|i| !view.is_deleted(DocId(s.ids[*i]))).map(|i| s.pooled.row(i))
-            })
-            .chain(view.memtable.iter().filter(|d| !view.is_deleted(d.id)).map(|d| f16_row(&d.pooled)));
+            .flat_map(|s| (0..s.len()).filter(|i| since(s.ids[*i])).map(|i| s.pooled.row(i)))
+            .chain(view.memtable.iter().filter(|d| since(d.id.0)).map(|d| f16_row(&d.pooled)));
         written.extend(rows.step_by(stride));
         if written.is_empty() {
             return Ok(None);
         }
-        let base = match self.live.base_error.get() {
-            Some(base) => *base,
-            None => {
+        let base = match (ivf.config().drift_baseline, self.live.base_error.get()) {
+            (Some(baseline), _) => baseline,
+            (None, Some(base)) => *base,
+            (None, None) => {
                 let path = self.dir.join(cellar_core::format::FileKind::Pooled.file_name());
                 let sample = crate::pooled::sample_rows(
                     &path,
@@ -372,11 +377,11 @@ impl Index {
                     self.base_len(),
                     DRIFT_SAMPLE,
                 )?;
-                let mean = mean_error(ivf, &sample);
+                let mean = mean_error(&ivf, &sample);
                 *self.live.base_error.get_or_init(|| mean)
             }
         };
-        Ok((base > 0.0).then(|| mean_error(ivf, &written) / base))
+        Ok((base > 0.0).then(|| mean_error(&ivf, &written) / base))
     }
 
     /// `Index::verify`'s part for `live/`: every segment's records, texts and pooled vectors

@@ -18,6 +18,7 @@ mod live;
 mod live_crash;
 #[path = "../../../cellar-core/tests/support/markdown.rs"]
 mod markdown;
+mod retrain;
 mod search;
 mod synthetic_ivf;
 mod versions;

@@ -1,0 +1,105 @@
+//! Re-training the IVF of a living index, once written documents have moved the distribution
+//! its clusters were trained on (`LiveStats::ivf_drift` past [`DRIFT_RETRAIN`]).
+//!
+//! `Index::retrain_ivf` holds the writer (writes wait; searches go on with the old IVF), flushes
+//! the memtable, gathers the pooled vectors of every document alive — the build's and the
+//! written ones — into a scratch `pooled.bin`, builds a new IVF over them aside (k-means, 1-bit
+//! codes, f16 rows: `ivf::build`) and swaps it in: the directory by rename, the open `Ivf` by
+//! replacing the index's handle, so a search that took the old one finishes with it. The new
+//! IVF's `covers` is the next internal id: the written documents it holds are its own members
+//! (the probe no longer joins them by assignment), and documents written later are assigned to
+//! its centroids. Its drift baseline is its own documents' mean distance to their centroids.
+
+use std::sync::Arc;
+
+use cellar_core::{CellarError, DocId, IoContext, Result};
+
+use crate::index::Index;
+use crate::ivf::build::build_ivf_of;
+use crate::ivf::{Ivf, IvfBuildOptions, IvfConfig};
+use crate::pooled::PooledWriter;
+use crate::written::state::DRIFT_RETRAIN;
+
+/// Scratch directory of a retrain's pooled vectors (removed after, and by the next retrain).
+pub const RETRAIN_DIR: &str = "ivf.cellar-retrain";
+/// Written documents (since the IVF was trained) the automatic retrain waits for: fewer give a
+/// noisy drift, and cost little to probe by assignment anyway.
+pub const RETRAIN_MIN_WRITTEN: u64 = 256;
+
+/// What a retrain cut short left (its scratch rows, its half-built IVF): removed by the next
+/// writer, which alone may retrain.
+pub(crate) fn remove_leftovers(index_dir: &std::path::Path) -> Result<()> {
+    let scratch = index_dir.join(RETRAIN_DIR);
+    if scratch.exists() {
+        std::fs::remove_dir_all(&scratch).at(&scratch)?;
+    }
+    crate::ivf::build::remove_build_leftovers(index_dir)
+}
+
+impl Index {
+    /// Whether the IVF should be retrained: at least [`RETRAIN_MIN_WRITTEN`] documents were
+    /// written since it was trained and their drift is past [`DRIFT_RETRAIN`]. The server's
+    /// background thread and `cellar add` retrain when it says so.
+    pub fn needs_retrain(&self) -> bool {
+        let Some(ivf) = self.current_ivf() else { return false };
+        let view = self.live_view();
+        let since = u64::from(view.next_id.saturating_sub(ivf.covers()));
+        since >= RETRAIN_MIN_WRITTEN && self.live_stats().ivf_drift.is_some_and(|d| d > DRIFT_RETRAIN)
+    }
+
+    /// Re-trains the IVF on every document alive now (see the module's notes), with the old
+    /// IVF's cluster size, sample and seed, and its search defaults but `nprobe`, which follows
+    /// the new cluster count. Returns the new IVF's settings.
+    pub fn retrain_ivf(&self) -> Result<IvfConfig> {
+        let old = self.ivf()?;
+        let mut slot = self.writer()?;
+        let writer = slot.as_mut().ok_or_else(|| CellarError::internal("the writer was not loaded"))?;
+        self.flush_locked(writer)?;
+        let view = self.live_view();
+        let dim = self.config.encoder.model_dim;
+        let scratch = self.dir.join(RETRAIN_DIR);
+        let _ = std::fs::remove_dir_all(&scratch);
+        std::fs::create_dir_all(&scratch).at(&scratch)?;
+        let mut rows = PooledWriter::create(&scratch, dim)?;
+        let mut ids = Vec::new();
+        let base = self.pooled()?;
+        for id in (0..view.base_docs).filter(|id| !view.is_deleted(DocId(*id))) {
+            rows.add_f16(base.row_bytes(id as usize))?;
+            ids.push(id);
+        }
+        for segment in &view.segments {
+            for (i, id) in segment.ids.iter().enumerate().filter(|(_, id)| !view.is_deleted(DocId(**id))) {
+                rows.add_f16(segment.pooled.row_bytes(i))?;
+                ids.push(*id);
+            }
+        }
+        rows.finish()?;
+        let was = old.config();
+        let mut defaults = was.search;
+        defaults.nprobe = 0;
+        let options = IvfBuildOptions {
+            cluster_size: was.cluster_size,
+            train_sample: was.train_sample,
+            seed: was.seed,
+            defaults,
+            progress: false,
+        };
+        let pooled = scratch.join(cellar_core::format::FileKind::Pooled.file_name());
+        let built = build_ivf_of(&self.dir, &pooled, dim, ids, view.next_id, &options);
+        let _ = std::fs::remove_dir_all(&scratch);
+        let config = built?;
+        let ivf = Ivf::open(&self.dir, self.base_len() as u64, dim, &self.reader_options)?
+            .ok_or_else(|| CellarError::internal("the retrained IVF is missing after its swap"))?;
+        *self.ivf.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(ivf));
+        // Drift and the other costly stats are measured again against the new IVF.
+        *self.live.measured.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        drop(slot);
+        log::info!(
+            "retrained the IVF: {} documents in {} clusters, covering ids below {}",
+            config.docs,
+            config.clusters,
+            view.next_id
+        );
+        Ok(config)
+    }
+}
