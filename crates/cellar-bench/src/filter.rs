@@ -115,9 +115,10 @@ struct Report {
     rows: Vec<Row>,
 }
 
-struct Query {
-    text: String,
-    vectors: QueryVectorsIn,
+/// A query as the benchmarks send it: its text (for BM25) and its vectors, encoded here.
+pub(crate) struct Query {
+    pub text: String,
+    pub vectors: QueryVectorsIn,
 }
 
 fn request(query: &Query, mode: Mode, k: usize, filter: Option<Filter>, exact_max: usize) -> SearchRequest {
@@ -140,7 +141,7 @@ pub fn run(args: FilterArgs) -> Result<()> {
         build(&args, &dir)?;
     }
     let index = Index::open(&dir, OpenOptions::default())?;
-    let queries = encode_queries(&args)?;
+    let queries = encode_queries(&args.data, &args.work, args.queries)?;
     println!("{} queries encoded; index of {} documents at {}", queries.len(), index.len(), dir.display());
     let variants = [
         Variant::Filtered { mode: Mode::Dense, exact_max: 0 },
@@ -241,18 +242,19 @@ fn build(args: &FilterArgs, dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-/// The collection's queries (its test split's when it has one), encoded as the build would.
-fn encode_queries(args: &FilterArgs) -> Result<Vec<Query>> {
-    let collection = Collection::locate(&args.data)?;
+/// The first `n` queries of the collection in `data` (its test split's when it has one), encoded
+/// by the default model as the build would (`work`: where a build would write, unused).
+pub(crate) fn encode_queries(data: &std::path::Path, work: &std::path::Path, n: usize) -> Result<Vec<Query>> {
+    let collection = Collection::locate(data)?;
     let mut queries = collection.queries()?;
     if let Ok(qrels) = collection.qrels("test") {
         queries.retain(|q| qrels.contains_key(&q.id));
     }
-    queries.truncate(args.queries);
+    queries.truncate(n);
     if queries.is_empty() {
-        return Err(CellarError::invalid(format!("{}: no queries", args.data.display())));
+        return Err(CellarError::invalid(format!("{}: no queries", data.display())));
     }
-    let defaults = BuildOptions::new(&args.data, &args.work);
+    let defaults = BuildOptions::new(data, work);
     let mut config = EncoderConfig::new(cellar_encode::default_model_dir()?);
     config.query_max_tokens = defaults.query_max_tokens;
     config.doc_max_tokens = defaults.doc_max_tokens;

@@ -10,6 +10,7 @@ mod harness;
 mod ivf;
 mod live;
 mod load;
+mod retrain;
 mod store;
 mod stream;
 mod synth;
@@ -41,6 +42,9 @@ enum Command {
     /// Filtered search: recall@10 against exact filtered MaxSim at 50%, 10%, 1% and 0.1%
     /// selectivity, first-stage filtering against the exact switch and a post-filter.
     Filter(filter::FilterArgs),
+    /// IVF drift of documents from the same and from another collection, and what a retrain
+    /// gives back: recall at the default nprobe before and after, its time, search beside it.
+    Retrain(retrain::RetrainArgs),
     /// Benchmark the ram, mmap and direct readers side by side, with fio and memory caps.
     Store(store::StoreArgs),
     /// Studies of the IVF first stage: recall over nprobe, the prefetcher, rerank_k, RAM caps.
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         Command::Embeddings(args) => embeddings::run(args),
         Command::Live(args) => live::run(args),
         Command::Filter(args) => filter::run(args),
+        Command::Retrain(args) => retrain::run(args),
         Command::Store(args) => store::run(args),
         Command::Ivf(args) => ivf::run(args),
         Command::Stream(args) => stream::run(args),
