@@ -132,3 +132,18 @@ def test_pylate_vectors_index_and_rank_as_pylate_ranks_them(tmp_path: Path) -> N
         for above, below in zip(ranking, ranking[1:]):
             if theirs[above] - theirs[below] > 0.02:
                 assert got.ids.index(above) < got.ids.index(below), (case["text"], above, below)
+
+
+def test_metadata_comes_with_the_embeddings_and_filters_every_mode(tmp_path: Path) -> None:
+    ids, vectors, texts = documents(40)
+    metadata = [{"topic": i % DIM, "even": i % 2 == 0} if i != 7 else None for i in range(40)]
+    index = cellar.Index.from_embeddings(tmp_path / "m", ids, vectors, texts=texts, metadata=metadata, codec="f16")
+    for mode in ["dense-exact", "dense", "ivf"]:
+        hits = index.search("", mode=mode, k=5, query_vectors=by_vector(5), filter={"eq": {"field": "even", "value": True}})
+        assert hits.ids and all(int(i[1:]) % 2 == 0 for i in hits.ids), (mode, hits.ids)
+    assert index.get("d7")["metadata"] == {}
+    with pytest.raises(cellar.InvalidInputError, match=r"metadata\[2\]"):
+        cellar.Index.from_embeddings(tmp_path / "bad", ids[:3], vectors[:3], metadata=[{}, {}, {"x": [1]}])
+    assert not (tmp_path / "bad").exists()
+    with pytest.raises(cellar.InvalidInputError, match="metadata has 2 items"):
+        cellar.Index.from_embeddings(tmp_path / "short", ids[:3], vectors[:3], metadata=[{}, {}])

@@ -17,6 +17,7 @@ pub struct Sources {
     vectors: Py<PyAny>,
     texts: Option<Py<PyAny>>,
     pooled: Option<Py<PyAny>>,
+    metadata: Option<Py<PyAny>>,
     /// The document `vectors` yielded first (read to learn the dimension).
     first: Option<(Vec<f32>, usize)>,
     dim: usize,
@@ -87,6 +88,7 @@ impl Sources {
         vectors: &Bound<'_, PyAny>,
         texts: Option<&Bound<'_, PyAny>>,
         pooled: Option<&Bound<'_, PyAny>>,
+        metadata: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Sources> {
         let vectors = iterate(vectors)?;
         let Some(first) = next_item(py, &vectors)? else {
@@ -101,6 +103,7 @@ impl Sources {
             vectors,
             texts: texts.map(iterate).transpose()?,
             pooled: pooled.map(iterate).transpose()?,
+            metadata: metadata.map(iterate).transpose()?,
             first: Some((values, rows)),
             dim,
             at: 0,
@@ -137,11 +140,13 @@ impl Sources {
         let id = next_item(py, &self.ids)?;
         let text = self.texts.as_ref().map(|t| next_item(py, t)).transpose()?;
         let pooled = self.pooled.as_ref().map(|p| next_item(py, p)).transpose()?;
+        let metadata = self.metadata.as_ref().map(|m| next_item(py, m)).transpose()?;
         let Some((tokens, _)) = vectors else {
             let longer = [
                 ("ids", id.is_some()),
                 ("texts", text.flatten().is_some()),
                 ("pooled", pooled.flatten().is_some()),
+                ("metadata", metadata.flatten().is_some()),
             ];
             if let Some((name, _)) = longer.iter().find(|(_, more)| *more) {
                 return Err(invalid(py, format!("{name} has more items than doc_vectors ({i})")));
@@ -175,8 +180,17 @@ impl Sources {
             }
             Some(None) => return Err(invalid(py, format!("pooled has {i} items, fewer than doc_vectors"))),
         };
+        let metadata = match metadata {
+            None => cellar_search::Metadata::default(),
+            Some(Some(m)) if m.is_none() => cellar_search::Metadata::default(),
+            Some(Some(m)) => {
+                let value = crate::convert::python_to_json(py, &format!("metadata[{i}]"), &m)?;
+                serde_json::from_value(value).map_err(|e| invalid(py, format!("metadata[{i}]: {e}")))?
+            }
+            Some(None) => return Err(invalid(py, format!("metadata has {i} items, fewer than doc_vectors"))),
+        };
         self.at += 1;
-        Ok(Some(EmbeddedDoc { id, title: String::new(), text, metadata: Default::default(), tokens, pooled }))
+        Ok(Some(EmbeddedDoc { id, title: String::new(), text, metadata, tokens, pooled }))
     }
 
     /// The documents as the engine takes them: each pulled with the GIL held; a Python error

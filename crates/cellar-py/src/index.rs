@@ -198,8 +198,9 @@ impl PyIndex {
     /// ``ids`` (str), ``doc_vectors`` (one ``(n_tokens, dim)`` float32 or float16 NumPy array per
     /// document), ``texts`` (str, optional: shown with hits and indexed by BM25) and ``pooled``
     /// (one ``(dim,)`` array per document, or a ``(docs, dim)`` array; default: the normalised
-    /// mean of the document's token vectors) are iterables read together, one document at a
-    /// time, so a generator keeps memory bounded. ``model`` names a model directory for text
+    /// mean of the document's token vectors) and ``metadata`` (a dict or ``None`` per document:
+    /// the values filters run on) are iterables read together, one document at a time, so a
+    /// generator keeps memory bounded. ``model`` names a model directory for text
     /// queries (its vectors must have ``dim`` values); without one, search with
     /// ``query_vectors``. Bad input (ragged or empty arrays, NaN, a wrong dtype or dimension,
     /// duplicate or missing ids, iterables of different lengths) raises before the index
@@ -207,7 +208,7 @@ impl PyIndex {
     /// :meth:`Index.build`.
     #[staticmethod]
     #[pyo3(signature = (
-        out, ids, doc_vectors, texts=None, pooled=None, *, model=None, codec=None, pca_dim=None,
+        out, ids, doc_vectors, texts=None, pooled=None, metadata=None, *, model=None, codec=None, pca_dim=None,
         reader="mmap", progress=false, ivf=true, ivf_cluster_size=256
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -218,6 +219,7 @@ impl PyIndex {
         doc_vectors: &Bound<'_, PyAny>,
         texts: Option<&Bound<'_, PyAny>>,
         pooled: Option<&Bound<'_, PyAny>>,
+        metadata: Option<&Bound<'_, PyAny>>,
         model: Option<PathBuf>,
         codec: Option<&str>,
         pca_dim: Option<i64>,
@@ -231,7 +233,7 @@ impl PyIndex {
         store_options(py, &mut options, codec, pca_dim, progress, ivf, ivf_cluster_size)?;
         let reader = parse_choice::<ReaderKind>(py, reader)?;
         let total = ids.len().ok().map(|n| n as u64);
-        let mut sources = Sources::new(py, ids, doc_vectors, texts, pooled)?;
+        let mut sources = Sources::new(py, ids, doc_vectors, texts, pooled, metadata)?;
         let dim = sources.dim();
         let built = without_gil(py, || Index::build_from_embeddings(&options, dim, total, sources.docs()));
         if let Some(failure) = sources.failure.lock().unwrap_or_else(|p| p.into_inner()).take() {

@@ -73,6 +73,7 @@ class Index:
         doc_vectors: Iterable[Any],
         texts: Iterable[str] | None = None,
         pooled: Iterable[Any] | None = None,
+        metadata: Iterable[Mapping[str, Any] | None] | None = None,
         *,
         model: _Path | None = None,
         codec: _Codec | None = None,
