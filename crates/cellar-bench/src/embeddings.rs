@@ -108,18 +108,11 @@ pub fn run(args: EmbeddingsArgs) -> Result<()> {
 
 /// `Action::Encode`: the build's encoder settings (`BuildOptions::new`) and batching.
 fn encode(data: &std::path::Path, out: &std::path::Path, shard_docs: usize, started: Instant) -> Result<()> {
-    use cellar_encode::{Encoder, EncoderConfig};
+    use cellar_encode::Encoder;
     use cellar_search::corpus::{Collection, CorpusReader};
 
     let defaults = cellar_search::BuildOptions::new(data, out);
-    let mut config = EncoderConfig::new(cellar_encode::default_model_dir()?);
-    config.query_max_tokens = defaults.query_max_tokens;
-    config.doc_max_tokens = defaults.doc_max_tokens;
-    config.skip_special = defaults.skip_special;
-    config.skip_punctuation = defaults.skip_punctuation;
-    config.threads = defaults.encode_threads;
-    config.batch_size = defaults.batch_docs;
-    let encoder = Encoder::load(config)?;
+    let encoder = Encoder::load(defaults.encoder_config()?)?;
     let dim = encoder.dim();
     std::fs::create_dir_all(out).at(out)?;
     let docs: Vec<_> = CorpusReader::open(&Collection::locate(data)?.corpus)?.collect::<Result<_>>()?;

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use cellar_core::codec::CodecKind;
 use cellar_core::{CellarError, IoContext, Result};
-use cellar_encode::{Encoder, EncoderConfig};
+use cellar_encode::Encoder;
 use cellar_search::corpus::Collection;
 use cellar_search::embeddings::EmbeddingsDir;
 use cellar_search::filter::{Range, Scalar, DEFAULT_FILTER_EXACT_MAX};
@@ -254,13 +254,7 @@ pub(crate) fn encode_queries(data: &std::path::Path, work: &std::path::Path, n: 
     if queries.is_empty() {
         return Err(CellarError::invalid(format!("{}: no queries", data.display())));
     }
-    let defaults = BuildOptions::new(data, work);
-    let mut config = EncoderConfig::new(cellar_encode::default_model_dir()?);
-    config.query_max_tokens = defaults.query_max_tokens;
-    config.doc_max_tokens = defaults.doc_max_tokens;
-    config.skip_special = defaults.skip_special;
-    config.skip_punctuation = defaults.skip_punctuation;
-    let encoder = Encoder::load(config)?;
+    let encoder = Encoder::load(BuildOptions::new(data, work).encoder_config()?)?;
     let dim = encoder.dim();
     queries
         .into_iter()

@@ -115,7 +115,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         eprintln!("WARNING: cellar serve: listening on {} without an API key", config.bind);
     }
     let indexes = match &args.data_dir {
-        Some(root) => Some(cellar_server::indexes::Indexes::open(root, open_options(&args)?)?),
+        Some(root) => Some(cellar_server::registry::Indexes::open(root, open_options(&args)?)?),
         None => None,
     };
     let mut served = Vec::new();

@@ -349,18 +349,26 @@ fn check_pca_dim(options: &BuildOptions, dim: usize) -> Result<()> {
 }
 
 fn load_encoder(options: &BuildOptions) -> Result<Encoder> {
-    let model_dir = match &options.model_dir {
-        Some(dir) => dir.clone(),
-        None => cellar_encode::default_model_dir()?,
-    };
-    let mut config = EncoderConfig::new(model_dir);
-    config.query_max_tokens = options.query_max_tokens;
-    config.doc_max_tokens = options.doc_max_tokens;
-    config.skip_special = options.skip_special;
-    config.skip_punctuation = options.skip_punctuation;
-    config.threads = options.encode_threads.max(1);
-    config.batch_size = options.batch_docs;
-    Encoder::load(config)
+    Encoder::load(options.encoder_config()?)
+}
+
+impl BuildOptions {
+    /// The encoder a build of these options runs (its model: `model_dir`, else the default one),
+    /// for whoever must encode exactly as it does (benchmarks encoding queries or corpora).
+    pub fn encoder_config(&self) -> Result<EncoderConfig> {
+        let model_dir = match &self.model_dir {
+            Some(dir) => dir.clone(),
+            None => cellar_encode::default_model_dir()?,
+        };
+        let mut config = EncoderConfig::new(model_dir);
+        config.query_max_tokens = self.query_max_tokens;
+        config.doc_max_tokens = self.doc_max_tokens;
+        config.skip_special = self.skip_special;
+        config.skip_punctuation = self.skip_punctuation;
+        config.threads = self.encode_threads.max(1);
+        config.batch_size = self.batch_docs;
+        Ok(config)
+    }
 }
 
 fn encoder_settings(options: &BuildOptions, encoder: &Encoder) -> EncoderSettings {

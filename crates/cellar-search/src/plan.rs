@@ -14,7 +14,7 @@ use crate::index::Index;
 use crate::mode::Mode;
 use crate::params::SearchParams;
 use crate::query::{PreparedQuery, QueryVectors};
-use crate::rank::EarlyReads;
+use crate::rank::{ranks_matches_exactly, EarlyReads};
 use crate::request::{
     base64_decode, QueryVectorsIn, SearchRequest, VectorDtype, MAX_QUERY_BYTES, MAX_QUERY_VECTORS,
 };
@@ -204,13 +204,6 @@ impl Index {
 fn reads_before_encoding(plan: &Plan) -> bool {
     let p = &plan.params;
     p.early_read && plan.vectors.is_none() && matches!(p.mode, Mode::Rerank | Mode::Hybrid) && p.rerank_k > 0
-}
-
-/// Whether a search ranks every document its filter matched exactly (MaxSim of each, or the
-/// pooled scan for ivf) instead of running its first stage: few enough matched, and the mode has
-/// a first stage that could miss them (BM25 filters exhaustively, the dense-exact scan is exact).
-pub(crate) fn ranks_matches_exactly(params: &SearchParams, allowed: &Allowed) -> bool {
-    allowed.count() <= params.filter_exact_max && !matches!(params.mode, Mode::Bm25 | Mode::DenseExact)
 }
 
 /// Checks a query's text: not empty, not over-long.

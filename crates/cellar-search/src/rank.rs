@@ -27,7 +27,6 @@ use crate::index::Index;
 use crate::ivf::{Ivf, LiveMembers, Probe, ProbeParams, ProbeStats};
 use crate::mode::Mode;
 use crate::params::{IvfParams, SearchParams};
-use crate::plan::ranks_matches_exactly;
 use crate::prefetch::{PrefetchStats, ScoredRecords};
 use crate::query::PreparedQuery;
 use crate::reads::Reads;
@@ -162,20 +161,7 @@ impl Index {
         timings.read_hidden_ms += scored.hidden_ms();
         timings.maxsim_ms += scored.score_ms;
         let maxsim: Vec<f32> = ids.iter().map(|id| score_of(id, &[&scored])).collect();
-        let fuse_start = Instant::now();
-        let mut hits = fusion::fuse(&candidates, &maxsim, params.alpha);
-        hits.truncate(params.k);
-        timings.fuse_ms = ms_since(fuse_start);
-        Ok(Ranking {
-            hits,
-            timings: *timings,
-            io: scored.io,
-            candidates: candidates.len(),
-            reranked: candidates.len(),
-            ivf: None,
-            prefetch: None,
-            filter: None,
-        })
+        Ok(fused(&candidates, &maxsim, params, timings, scored.io))
     }
 
     fn rank_exact(
@@ -250,20 +236,7 @@ impl Index {
         let maxsim: Vec<f32> = needed.iter().map(|id| score_of(id, &[&early, &late])).collect();
         let mut io = early.io;
         io += late.io;
-        let fuse_start = Instant::now();
-        let mut hits = fusion::fuse(&candidates, &maxsim, params.alpha);
-        hits.truncate(params.k);
-        timings.fuse_ms = ms_since(fuse_start);
-        Ok(Ranking {
-            hits,
-            timings: *timings,
-            io,
-            candidates: candidates.len(),
-            reranked: rerank_k,
-            ivf: None,
-            prefetch: None,
-            filter: None,
-        })
+        Ok(fused(&candidates, &maxsim, params, timings, io))
     }
 
     /// The IVF path: probe (joined with BM25's list for hybrid), prefetching the likely
@@ -494,6 +467,38 @@ impl Index {
             top.push(doc.id, dot_f16(self.isa, query, &doc.pooled));
         }
         Ok(top.into_sorted())
+    }
+}
+
+/// Whether a search ranks every document its filter matched exactly (MaxSim of each, or the
+/// pooled scan for ivf) instead of running its first stage: few enough matched, and the mode has
+/// a first stage that could miss them (BM25 filters exhaustively, the dense-exact scan is exact).
+pub(crate) fn ranks_matches_exactly(params: &SearchParams, allowed: &Allowed) -> bool {
+    allowed.count() <= params.filter_exact_max && !matches!(params.mode, Mode::Bm25 | Mode::DenseExact)
+}
+
+/// The ranking of `candidates` (best first-stage first) whose first `maxsim.len()` were re-scored:
+/// fused with their MaxSim, cut at `k`, the fusion timed.
+fn fused(
+    candidates: &[Scored],
+    maxsim: &[f32],
+    params: &SearchParams,
+    timings: &mut Timings,
+    io: ReadStats,
+) -> Ranking {
+    let fuse_start = Instant::now();
+    let mut hits = fusion::fuse(candidates, maxsim, params.alpha);
+    hits.truncate(params.k);
+    timings.fuse_ms = ms_since(fuse_start);
+    Ranking {
+        hits,
+        timings: *timings,
+        io,
+        candidates: candidates.len(),
+        reranked: maxsim.len(),
+        ivf: None,
+        prefetch: None,
+        filter: None,
     }
 }
 

@@ -17,9 +17,9 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
-use crate::indexes::Indexes;
 use crate::metrics::Metrics;
 use crate::pool::{CpuPool, Job};
+use crate::registry::Indexes;
 use crate::ServerConfig;
 
 /// The streams' root and the encoder for documents and queries sent without vectors.

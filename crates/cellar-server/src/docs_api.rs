@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::{delete, get, post};
 use axum::Json;
@@ -17,9 +17,9 @@ use cellar_search::{Index, Metadata, WriteOp, WriteReport, WriteRequest};
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::app::{parse_body, path, run_blocking, AppState};
+use crate::app::{parse_body, run_blocking, AppState};
 use crate::error::ApiError;
-use crate::indexes::named;
+use crate::indexes::Target;
 use crate::openapi::{schema, Api, Operation};
 
 const WRITE_ERRORS: &[(u16, &str)] = &[
@@ -29,10 +29,10 @@ const WRITE_ERRORS: &[(u16, &str)] = &[
     (503, "The model that encodes the documents' text is unavailable"),
 ];
 
-/// The write endpoints.
+/// The write endpoints, on the `--index` and on a named index of the data directory.
 pub fn api() -> Api {
     Api::default()
-        .route(
+        .route_twins(
             Operation {
                 request: Some(schema::<WriteRequest>),
                 response: Some(schema::<WriteReport>),
@@ -44,61 +44,28 @@ pub fn api() -> Api {
                     "Add, update and delete documents: one batch, all or nothing, up to 4096 operations",
                 )
             },
+            "/v1/indexes/{name}/docs",
             post(write),
         )
-        .route(
+        .route_twins(
             Operation {
                 response: Some(schema::<WriteReport>),
                 ok: "The document is deleted, durably",
                 errors: WRITE_ERRORS,
                 ..Operation::new("delete", "/v1/docs/{id}", "Delete one document by its id")
             },
+            "/v1/indexes/{name}/docs/{id}",
             delete(delete_one),
         )
-        .route(
-            Operation {
-                response: Some(schema::<StoredDoc>),
-                ok: "The document as stored",
-                errors: &[(404, "No searchable document has this id, or no index is served")],
-                ..Operation::new("get", "/v1/docs/{id}", "Read one document by its id")
-            },
-            get(get_one),
-        )
-        .route(
-            Operation {
-                request: Some(schema::<WriteRequest>),
-                response: Some(schema::<WriteReport>),
-                ok: "The batch is durable and searchable",
-                errors: WRITE_ERRORS,
-                ..Operation::new("post", "/v1/indexes/{name}/docs", "Write a batch to the named index")
-            },
-            post(write_named),
-        )
-        .route(
-            Operation {
-                response: Some(schema::<WriteReport>),
-                ok: "The document is deleted, durably",
-                errors: WRITE_ERRORS,
-                ..Operation::new(
-                    "delete",
-                    "/v1/indexes/{name}/docs/{id}",
-                    "Delete one document of the named index",
-                )
-            },
-            delete(delete_named),
-        )
-        .route(
+        .route_twins(
             Operation {
                 response: Some(schema::<StoredDoc>),
                 ok: "The document as stored",
                 errors: &[(404, "No such index, or no searchable document has this id")],
-                ..Operation::new(
-                    "get",
-                    "/v1/indexes/{name}/docs/{id}",
-                    "Read one document of the named index",
-                )
+                ..Operation::new("get", "/v1/docs/{id}", "Read one document by its id")
             },
-            get(get_named),
+            "/v1/indexes/{name}/docs/{id}",
+            get(get_one),
         )
 }
 
@@ -114,35 +81,9 @@ struct StoredDoc {
     metadata: Metadata,
 }
 
-async fn get_one(
-    State(state): State<Arc<AppState>>,
-    id: Result<Path<String>, PathRejection>,
-) -> Result<Json<StoredDoc>, ApiError> {
-    let id = path(id)?;
-    let index = state.index()?.clone();
-    get_in(&state, index, id).await
-}
-
-async fn get_named(
-    State(state): State<Arc<AppState>>,
-    ids: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Json<StoredDoc>, ApiError> {
-    let (index, id) = named_doc(&state, ids).await?;
-    get_in(&state, index, id).await
-}
-
-/// The named index and the document id of `/v1/indexes/{name}/docs/{id}`.
-async fn named_doc(
-    state: &Arc<AppState>,
-    ids: Result<Path<(String, String)>, PathRejection>,
-) -> Result<(Arc<Index>, String), ApiError> {
-    let (name, id) = path(ids)?;
-    let index = named(state, Ok(Path(name))).await?;
-    Ok((index, id))
-}
-
-async fn get_in(state: &Arc<AppState>, index: Arc<Index>, id: String) -> Result<Json<StoredDoc>, ApiError> {
-    let found = run_blocking(state, move || {
+async fn get_one(State(state): State<Arc<AppState>>, target: Target) -> Result<Json<StoredDoc>, ApiError> {
+    let (index, id) = (target.index(&state).await?, target.id()?);
+    let found = run_blocking(&state, move || {
         let internal =
             index.lookup(&id)?.ok_or_else(|| CellarError::NotFound(format!("no document {id:?}")))?;
         let doc = index.document(internal)?;
@@ -168,38 +109,19 @@ async fn run_write(
 
 async fn write(
     State(state): State<Arc<AppState>>,
+    target: Target,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<WriteReport>, ApiError> {
     let request: WriteRequest = parse_body(&headers, body)?;
-    let index = state.index()?.clone();
-    run_write(&state, index, request).await
-}
-
-async fn write_named(
-    State(state): State<Arc<AppState>>,
-    name: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<WriteReport>, ApiError> {
-    let request: WriteRequest = parse_body(&headers, body)?;
-    let index = named(&state, name).await?;
+    let index = target.index(&state).await?;
     run_write(&state, index, request).await
 }
 
 async fn delete_one(
     State(state): State<Arc<AppState>>,
-    id: Result<Path<String>, PathRejection>,
+    target: Target,
 ) -> Result<Json<WriteReport>, ApiError> {
-    let id = path(id)?;
-    let index = state.index()?.clone();
-    run_write(&state, index, WriteRequest { ops: vec![WriteOp::Delete(id)] }).await
-}
-
-async fn delete_named(
-    State(state): State<Arc<AppState>>,
-    ids: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Json<WriteReport>, ApiError> {
-    let (index, id) = named_doc(&state, ids).await?;
+    let (index, id) = (target.index(&state).await?, target.id()?);
     run_write(&state, index, WriteRequest { ops: vec![WriteOp::Delete(id)] }).await
 }

@@ -6,153 +6,26 @@
 //! 404 from then on. Indexes open on first use and stay open; a dropped one is renamed aside at
 //! once (its name is free) and removed, while searches that hold it finish.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::path::RawPathParams;
+use axum::extract::rejection::RawPathParamsRejection;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path as UrlPath, State};
+use axum::extract::{FromRequestParts, Path as UrlPath, State};
+use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::Json;
-use cellar_core::codec::CodecKind;
-use cellar_core::ids::check_name;
-use cellar_core::{CellarError, IoContext};
-type Result<T, E = CellarError> = std::result::Result<T, E>;
-use cellar_search::config::CONFIG_FILE as INDEX_FILE;
-use cellar_search::ivf::IvfBuildOptions;
-use cellar_search::{BuildOptions, DocIn, Index, OpenOptions};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use cellar_core::CellarError;
+use cellar_search::Index;
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::app::{parse_body, path, run_blocking, AppState};
 use crate::error::ApiError;
 use crate::openapi::{schema, Api, Operation};
-
-/// Prefix of a dropped index's directory until it is removed (never a valid index name).
-const DROPPED_PREFIX: &str = ".dropped-";
-
-/// The indexes under a data directory.
-pub struct Indexes {
-    root: PathBuf,
-    options: OpenOptions,
-    open: Mutex<HashMap<String, Arc<Index>>>,
-}
-
-/// `PUT /v1/indexes/{name}`: a new index of its first documents.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateIndex {
-    /// 1 to 4096 documents as writes take them: all with `vectors` (an index of the caller's
-    /// embeddings) or none (their text is encoded by the server's model).
-    pub docs: Vec<DocIn>,
-    /// Codec of the token vectors: f16, int8, residual1, residual2 or residual4 (default: the
-    /// build's).
-    #[serde(default)]
-    pub codec: Option<String>,
-    /// Also build the IVF first stage (the dense and ivf modes); default false.
-    #[serde(default)]
-    pub ivf: bool,
-}
-
-impl Indexes {
-    /// The indexes under `root` (created when missing), opened with `options` on first use.
-    /// What a crash left of a drop is removed.
-    pub fn open(root: &Path, options: OpenOptions) -> Result<Indexes> {
-        std::fs::create_dir_all(root).at(root)?;
-        for entry in std::fs::read_dir(root).at(root)?.flatten() {
-            if entry.file_name().to_string_lossy().starts_with(DROPPED_PREFIX) {
-                let path = entry.path();
-                std::fs::remove_dir_all(&path).at(&path)?;
-            }
-        }
-        Ok(Indexes { root: root.to_path_buf(), options, open: Mutex::new(HashMap::new()) })
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Index>>> {
-        self.open.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn dir(&self, name: &str) -> Result<PathBuf> {
-        check_name("index name", name)?;
-        Ok(self.root.join(name))
-    }
-
-    /// The index `name`: opened now if it is on disk and not open yet; `NotFound` when its
-    /// directory holds no index (never created, dropped, or removed on disk).
-    pub fn get(&self, name: &str) -> Result<Arc<Index>> {
-        let dir = self.dir(name)?;
-        let on_disk = dir.join(INDEX_FILE).is_file();
-        let mut open = self.lock();
-        if !on_disk {
-            open.remove(name);
-            return Err(CellarError::NotFound(format!("no index {name:?} in {}", self.root.display())));
-        }
-        if let Some(index) = open.get(name) {
-            return Ok(index.clone());
-        }
-        let index = Arc::new(Index::open(&dir, self.options.clone())?);
-        open.insert(name.to_string(), index.clone());
-        Ok(index)
-    }
-
-    /// The indexes open now.
-    pub fn opened(&self) -> Vec<Arc<Index>> {
-        self.lock().values().cloned().collect()
-    }
-
-    /// Names of the indexes on disk, sorted.
-    pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(&self.root)
-            .map(|d| d.flatten().filter(|e| e.path().join(INDEX_FILE).is_file()).collect())
-            .unwrap_or_else(|_| Vec::new())
-            .into_iter()
-            .map(|e: std::fs::DirEntry| e.file_name().to_string_lossy().into_owned())
-            .filter(|name| check_name("index name", name).is_ok())
-            .collect();
-        names.sort();
-        names
-    }
-
-    /// Builds the index `name` of `request`'s documents and opens it; refused when the name is
-    /// taken.
-    pub fn create(&self, name: &str, request: CreateIndex) -> Result<Arc<Index>> {
-        let dir = self.dir(name)?;
-        if dir.exists() {
-            return Err(CellarError::invalid(format!("index {name:?} exists; drop it first")));
-        }
-        let mut options = BuildOptions::new("", &dir);
-        options.model_dir = self.options.model_dir.clone();
-        options.encode_threads = 1;
-        if let Some(codec) = &request.codec {
-            options.codec = codec.parse::<CodecKind>()?;
-        }
-        options.ivf = request.ivf.then(IvfBuildOptions::default);
-        Index::create(&options, request.docs)?;
-        self.get(name)
-    }
-
-    /// Drops the index `name`: its directory is renamed aside at once, then removed.
-    pub fn drop_index(&self, name: &str) -> Result<()> {
-        let dir = self.dir(name)?;
-        let mut open = self.lock();
-        if !dir.join(INDEX_FILE).is_file() {
-            open.remove(name);
-            return Err(CellarError::NotFound(format!("no index {name:?} in {}", self.root.display())));
-        }
-        let aside = self.root.join(format!("{DROPPED_PREFIX}{name}-{}", std::process::id()));
-        std::fs::rename(&dir, &aside).at(&dir)?;
-        open.remove(name);
-        drop(open);
-        std::fs::remove_dir_all(&aside).at(&aside)
-    }
-}
+use crate::registry::CreateIndex;
 
 const INDEX_ERRORS: &[(u16, &str)] = &[
     (404, "No index of this name (or the server has no --data-dir)"),
@@ -196,16 +69,50 @@ pub fn api() -> Api {
         )
 }
 
-/// The named index of a request (opened off the async runtime when it is not open yet), or the
-/// 404 of a server without a data directory.
-pub async fn named(
-    state: &AppState,
-    name: Result<UrlPath<String>, PathRejection>,
-) -> Result<Arc<Index>, ApiError> {
-    let name = path(name)?;
-    let indexes = state.indexes()?.clone();
-    let opened = tokio::task::spawn_blocking(move || indexes.get(&name)).await;
-    Ok(opened.map_err(|e| CellarError::internal(format!("opening the index: {e}")))??)
+/// The index a request addresses: the `{name}` of `/v1/indexes/{name}/...`, or the server's
+/// `--index` on the routes without one; and the `{id}` of a document route. One handler serves
+/// both forms of a route. The index is resolved by [`Target::index`] after the body is read, so
+/// a bad body is a 400 before a missing index is a 404.
+pub struct Target {
+    name: Option<String>,
+    id: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Target {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Target, ApiError> {
+        let mut target = Target { name: None, id: None };
+        let params = match RawPathParams::from_request_parts(parts, state).await {
+            Ok(params) => params,
+            Err(RawPathParamsRejection::MissingPathParams(_)) => return Ok(target),
+            Err(e) => return Err(ApiError::invalid(format!("request path: {}", e.body_text()))),
+        };
+        for (key, value) in &params {
+            match key {
+                "name" => target.name = Some(value.to_string()),
+                "id" => target.id = Some(value.to_string()),
+                _ => {}
+            }
+        }
+        Ok(target)
+    }
+}
+
+impl Target {
+    /// The addressed index (a named one opened off the async runtime when it is not open yet);
+    /// 404 when the server does not serve it.
+    pub async fn index(&self, state: &AppState) -> Result<Arc<Index>, ApiError> {
+        let Some(name) = self.name.clone() else { return Ok(state.index()?.clone()) };
+        let indexes = state.indexes()?.clone();
+        let opened = tokio::task::spawn_blocking(move || indexes.get(&name)).await;
+        Ok(opened.map_err(|e| CellarError::internal(format!("opening the index: {e}")))??)
+    }
+
+    /// The `{id}` of a document route.
+    pub fn id(&self) -> Result<String, ApiError> {
+        self.id.clone().ok_or_else(|| CellarError::internal("a document route without {id}").into())
+    }
 }
 
 #[derive(Serialize)]
@@ -229,13 +136,9 @@ async fn list(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiErro
     Ok(Json(json!({ "indexes": state.indexes()?.names() })))
 }
 
-async fn info(
-    State(state): State<Arc<AppState>>,
-    name: Result<UrlPath<String>, PathRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let index = named(&state, name).await?;
-    let name = index.dir().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    Ok(Json(json!(facts(&name, &index))))
+async fn info(State(state): State<Arc<AppState>>, target: Target) -> Result<Json<Value>, ApiError> {
+    let index = target.index(&state).await?;
+    Ok(Json(json!(facts(target.name.as_deref().unwrap_or_default(), &index))))
 }
 
 async fn create(

@@ -5,7 +5,7 @@
 //! - `search_api`: `/v1/search` and `/v1/search/batch` (`SearchRequest` → `Index::plan` → pool)
 //! - `docs_api`: `/v1/docs` (writes, one document's read and delete)
 //! - `indexes`: `--data-dir DIR`: every index under DIR by name (`/v1/indexes/{name}/...`),
-//!   created and dropped over the API or on disk
+//!   created and dropped over the API or on disk; `registry`: those indexes, apart from HTTP
 //! - `streams`: the streaming collections' endpoints (`/v1/streams/...`, `--streams DIR`)
 //! - `app`: the shared state, body parsing and the one pool + deadline + 429 path
 //! - `pool`: the fixed CPU pool with its bounded queue (searches never run on the async runtime)
@@ -22,6 +22,7 @@ pub mod indexes;
 pub mod metrics;
 pub mod openapi;
 pub mod pool;
+pub mod registry;
 pub mod routes;
 pub mod search_api;
 pub mod streams;
@@ -134,7 +135,7 @@ pub fn serve(index: Index, config: ServerConfig, on_ready: impl FnOnce(SocketAdd
 /// Serves an index, streaming collections, or both, until SIGINT or SIGTERM.
 pub fn serve_with(
     index: Option<Index>,
-    indexes: Option<indexes::Indexes>,
+    indexes: Option<registry::Indexes>,
     streams: Option<StreamsState>,
     config: ServerConfig,
     on_ready: impl FnOnce(SocketAddr),

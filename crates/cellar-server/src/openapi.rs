@@ -24,6 +24,7 @@ pub fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
 }
 
 /// One endpoint as the document shows it.
+#[derive(Clone, Copy)]
 pub struct Operation {
     /// `get`, `post`, `put` or `delete`.
     pub method: &'static str,
@@ -71,6 +72,19 @@ impl Api {
         self.router = self.router.route(operation.path, handler);
         self.operations.push(operation);
         self
+    }
+
+    /// [`Api::route`], and the same operation at `named`, its `/v1/indexes/{name}/...` twin: one
+    /// handler serves both, on the `--index` or on the data directory's index `{name}`
+    /// (`indexes::Target`).
+    pub fn route_twins(
+        self,
+        operation: Operation,
+        named: &'static str,
+        handler: MethodRouter<Arc<AppState>>,
+    ) -> Api {
+        let twin = Operation { path: named, ..operation };
+        self.route(operation, handler.clone()).route(twin, handler)
     }
 
     /// Both APIs in one.

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path as UrlPath, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::Json;
@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::app::{parse_body, submit, AppState, Pending};
 use crate::error::{ApiError, ErrorBody};
-use crate::indexes::named;
+use crate::indexes::Target;
 use crate::openapi::{schema, Api, Operation};
 
 const SEARCH_ERRORS: &[(u16, &str)] = &[
@@ -28,10 +28,10 @@ const SEARCH_ERRORS: &[(u16, &str)] = &[
     (503, "The query encoder's model is unavailable"),
 ];
 
-/// The search endpoints.
+/// The search endpoints, on the `--index` and on a named index of the data directory.
 pub fn api() -> Api {
     Api::default()
-        .route(
+        .route_twins(
             Operation {
                 request: Some(schema::<SearchRequest>),
                 response: Some(schema::<SearchResponse>),
@@ -39,9 +39,10 @@ pub fn api() -> Api {
                 errors: SEARCH_ERRORS,
                 ..Operation::new("post", "/v1/search", "Search one query")
             },
+            "/v1/indexes/{name}/search",
             post(search),
         )
-        .route(
+        .route_twins(
             Operation {
                 request: Some(schema::<BatchRequest>),
                 response: Some(schema::<BatchResponse>),
@@ -49,31 +50,8 @@ pub fn api() -> Api {
                 errors: SEARCH_ERRORS,
                 ..Operation::new("post", "/v1/search/batch", "Search up to 64 queries")
             },
+            "/v1/indexes/{name}/search/batch",
             post(search_batch),
-        )
-        .route(
-            Operation {
-                request: Some(schema::<SearchRequest>),
-                response: Some(schema::<SearchResponse>),
-                ok: "Ranked hits",
-                errors: SEARCH_ERRORS,
-                ..Operation::new("post", "/v1/indexes/{name}/search", "Search one query in the named index")
-            },
-            post(search_named),
-        )
-        .route(
-            Operation {
-                request: Some(schema::<BatchRequest>),
-                response: Some(schema::<BatchResponse>),
-                ok: "One result per query, in order",
-                errors: SEARCH_ERRORS,
-                ..Operation::new(
-                    "post",
-                    "/v1/indexes/{name}/search/batch",
-                    "Search up to 64 queries in the named index",
-                )
-            },
-            post(search_batch_named),
         )
 }
 
@@ -108,34 +86,16 @@ async fn answer(
 
 async fn search(
     State(state): State<Arc<AppState>>,
+    target: Target,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SearchResponse>, ApiError> {
     let request: SearchRequest = parse_body(&headers, body)?;
-    let index = state.index()?.clone();
-    search_in(&state, &index, request).await
-}
-
-async fn search_named(
-    State(state): State<Arc<AppState>>,
-    name: Result<UrlPath<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<SearchResponse>, ApiError> {
-    let request: SearchRequest = parse_body(&headers, body)?;
-    let index = named(&state, name).await?;
-    search_in(&state, &index, request).await
-}
-
-async fn search_in(
-    state: &Arc<AppState>,
-    index: &Arc<Index>,
-    request: SearchRequest,
-) -> Result<Json<SearchResponse>, ApiError> {
+    let index = target.index(&state).await?;
     let plan = index.plan(request)?;
     let deadline = Instant::now() + state.config.deadline;
-    let pending = queue(state, index, vec![plan], deadline)?.pop().expect("one search queued");
-    Ok(Json(answer(state, pending, deadline).await?))
+    let pending = queue(&state, &index, vec![plan], deadline)?.pop().expect("one search queued");
+    Ok(Json(answer(&state, pending, deadline).await?))
 }
 
 /// One query's entry in a batch answer.
@@ -161,30 +121,12 @@ impl From<ApiError> for BatchItem {
 /// Each query of a batch succeeds or fails on its own; the batch is queued whole or refused.
 async fn search_batch(
     State(state): State<Arc<AppState>>,
+    target: Target,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<BatchResponse>, ApiError> {
     let request: BatchRequest = parse_body(&headers, body)?;
-    let index = state.index()?.clone();
-    search_batch_in(&state, &index, request).await
-}
-
-async fn search_batch_named(
-    State(state): State<Arc<AppState>>,
-    name: Result<UrlPath<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<BatchResponse>, ApiError> {
-    let request: BatchRequest = parse_body(&headers, body)?;
-    let index = named(&state, name).await?;
-    search_batch_in(&state, &index, request).await
-}
-
-async fn search_batch_in(
-    state: &Arc<AppState>,
-    index: &Arc<Index>,
-    request: BatchRequest,
-) -> Result<Json<BatchResponse>, ApiError> {
+    let index = target.index(&state).await?;
     let n = request.queries.len();
     if n == 0 || n > MAX_BATCH {
         return Err(ApiError::invalid(format!("a batch holds 1 to {MAX_BATCH} queries, got {n}")));
@@ -203,14 +145,14 @@ async fn search_batch_in(
         })
         .collect();
     let deadline = Instant::now() + state.config.deadline;
-    let mut pending = queue(state, index, plans, deadline)?.into_iter();
+    let mut pending = queue(&state, &index, plans, deadline)?.into_iter();
     let mut results = Vec::with_capacity(slots.len());
     for slot in slots {
         let item = match slot {
             Some(error) => error,
             None => {
                 let one = pending.next().expect("one answer per planned query");
-                match answer(state, one, deadline).await {
+                match answer(&state, one, deadline).await {
                     Ok(response) => BatchItem::Answer(Box::new(response)),
                     Err(e) => BatchItem::from(e),
                 }

@@ -8,7 +8,7 @@ use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use cellar_search::{BuildOptions, DocIn, Index, OpenOptions, QueryVectorsIn};
-use cellar_server::indexes::Indexes;
+use cellar_server::registry::Indexes;
 use cellar_server::{router, AppState, ServerConfig};
 use serde_json::{json, Value};
 use tower::ServiceExt;
