@@ -104,7 +104,7 @@ fn ivf_rows(config: &IndexConfig, ivf: &IvfConfig) -> Vec<RowSpec> {
 /// MaxSim over every candidate (rerank_k is capped at the candidate count).
 fn rerank_row() -> RowSpec {
     let mut row = RowSpec::new("rerank", Mode::Rerank);
-    row.request.rerank_k = Some(usize::MAX);
+    row.request.rerank_k = Some(crate::request::MAX_CANDIDATES);
     row
 }
 

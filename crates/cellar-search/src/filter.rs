@@ -85,8 +85,8 @@ pub enum Filter {
     Eq(Equals),
     In(AnyOf),
     Range(Range),
-    And(Vec<Filter>),
-    Or(Vec<Filter>),
+    And(#[schemars(length(min = 1, max = MAX_FILTER_NODES))] Vec<Filter>),
+    Or(#[schemars(length(min = 1, max = MAX_FILTER_NODES))] Vec<Filter>),
     Not(Box<Filter>),
 }
 

@@ -9,7 +9,7 @@ use crate::config::SearchDefaults;
 use crate::filter::DEFAULT_FILTER_EXACT_MAX;
 use crate::ivf::{IvfConfig, IvfDefaults, ProbeParams};
 use crate::mode::Mode;
-use crate::request::{SearchRequest, DEFAULT_K, MAX_CANDIDATES, MAX_K};
+use crate::request::{SearchRequest, DEFAULT_K, MAX_CANDIDATES, MAX_K, MAX_NPROBE};
 
 /// Fully resolved, validated parameters of one search.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -53,9 +53,9 @@ impl IvfParams {
 fn resolve_ivf(options: &SearchRequest, mode: Mode, ivf: &IvfConfig) -> Result<IvfParams> {
     let d = ivf.search;
     let nprobe = options.nprobe.unwrap_or(d.nprobe);
-    if nprobe == 0 || nprobe > ivf.clusters {
+    if nprobe == 0 || nprobe > ivf.clusters.min(MAX_NPROBE) {
         return Err(CellarError::InvalidInput(format!(
-            "nprobe must be between 1 and the IVF's {} clusters, got {nprobe}",
+            "nprobe must be between 1 and the IVF's {} clusters (at most {MAX_NPROBE}), got {nprobe}",
             ivf.clusters
         )));
     }
@@ -107,7 +107,13 @@ impl SearchParams {
             )));
         }
         let candidates = candidates.max(k);
-        let rerank_k = options.rerank_k.unwrap_or(defaults.rerank_k).min(candidates);
+        let rerank_k = options.rerank_k.unwrap_or(defaults.rerank_k);
+        if rerank_k > MAX_CANDIDATES {
+            return Err(CellarError::InvalidInput(format!(
+                "rerank_k must be at most {MAX_CANDIDATES}, got {rerank_k}"
+            )));
+        }
+        let rerank_k = rerank_k.min(candidates);
         let alpha = match mode {
             Mode::Rerank | Mode::Dense => 0.0,
             _ => options.alpha.unwrap_or(defaults.alpha),
@@ -131,6 +137,11 @@ impl SearchParams {
         }
         let early_read = options.early_read.unwrap_or(true);
         let filter_exact_max = options.filter_exact_max.unwrap_or(DEFAULT_FILTER_EXACT_MAX);
+        if filter_exact_max > MAX_CANDIDATES {
+            return Err(CellarError::InvalidInput(format!(
+                "filter_exact_max must be at most {MAX_CANDIDATES}, got {filter_exact_max}"
+            )));
+        }
         Ok(SearchParams { mode, k, candidates, rerank_k, alpha, early_read, ivf, filter_exact_max })
     }
 }

@@ -9,6 +9,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use cellar_core::codec::MAX_DIM;
+
 use crate::filter::Filter;
 use crate::mode::Mode;
 
@@ -19,6 +21,8 @@ pub const MAX_K: usize = 10_000;
 /// Deepest first stage one request may ask for (BM25's top-N heap and the IVF's shortlist are
 /// sized by it).
 pub const MAX_CANDIDATES: usize = 100_000;
+/// Most IVF clusters one request may probe (and at most the IVF's cluster count).
+pub const MAX_NPROBE: usize = 1 << 16;
 /// Longest query accepted, in bytes (queries are cut at `query_max_tokens` tokens anyway).
 pub const MAX_QUERY_BYTES: usize = 4096;
 /// Most query token vectors a caller may supply.
@@ -51,6 +55,7 @@ pub struct SearchRequest {
     #[cfg_attr(feature = "cli", arg(long))]
     pub alpha: Option<f32>,
     /// First-stage candidates read and re-scored with MaxSim (at most `candidates`).
+    #[schemars(range(max = MAX_CANDIDATES))]
     #[cfg_attr(feature = "cli", arg(long))]
     pub rerank_k: Option<usize>,
     /// First-stage depth N (raised to k when smaller).
@@ -64,7 +69,7 @@ pub struct SearchRequest {
     #[cfg_attr(feature = "cli", arg(skip))]
     pub query_vectors: Option<QueryVectorsIn>,
     /// IVF clusters probed (1 to the IVF's cluster count).
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_NPROBE))]
     #[cfg_attr(feature = "cli", arg(long))]
     pub nprobe: Option<usize>,
     /// IVF shortlist size as a multiple of the depth asked for, in [1, 100].
@@ -95,7 +100,8 @@ pub struct SearchRequest {
     #[cfg_attr(feature = "cli", arg(long, value_name = "JSON", value_parser = parse_filter))]
     pub filter: Option<Filter>,
     /// A filter matching at most this many documents ranks every match exactly instead of
-    /// running the first stage (default 1024; 0: never).
+    /// running the first stage (default 1024; 0: never; at most `MAX_CANDIDATES`).
+    #[schemars(range(max = MAX_CANDIDATES))]
     #[cfg_attr(feature = "cli", arg(long))]
     pub filter_exact_max: Option<usize>,
 }
@@ -115,10 +121,11 @@ pub struct QueryVectorsIn {
     /// One row of the model's dimension per query token. At least one for the modes that score
     /// MaxSim (dense, rerank, hybrid); may be left out by dense-exact and ivf.
     #[serde(default)]
-    #[schemars(length(max = MAX_QUERY_VECTORS))]
+    #[schemars(length(max = MAX_QUERY_VECTORS), inner(length(max = MAX_DIM)))]
     pub tokens: Vec<Vec<f32>>,
     /// The query's pooled vector: needed by dense-exact, ivf, dense, and hybrid when it joins IVF
     /// candidates.
+    #[schemars(length(max = MAX_DIM))]
     pub pooled: Option<Vec<f32>>,
     /// `tokens` in compact form, instead of them: base64 (standard alphabet, padded) of the rows'
     /// values back to back, little-endian `dtype`. A 32 x 384 query is 66 KB as f32 and 33 KB as

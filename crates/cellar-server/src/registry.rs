@@ -12,6 +12,7 @@ use cellar_core::ids::check_name;
 use cellar_core::{CellarError, IoContext, Result};
 use cellar_search::config::CONFIG_FILE as INDEX_FILE;
 use cellar_search::ivf::IvfBuildOptions;
+use cellar_search::live::write::MAX_WRITE_OPS;
 use cellar_search::{BuildOptions, DocIn, Index, OpenOptions};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -32,6 +33,7 @@ pub struct Indexes {
 pub struct CreateIndex {
     /// 1 to 4096 documents as writes take them: all with `vectors` (an index of the caller's
     /// embeddings) or none (their text is encoded by the server's model).
+    #[schemars(length(min = 1, max = MAX_WRITE_OPS))]
     pub docs: Vec<DocIn>,
     /// Codec of the token vectors: f16, int8, residual1, residual2 or residual4 (default: the
     /// build's).

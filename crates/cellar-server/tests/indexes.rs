@@ -175,3 +175,87 @@ async fn a_server_without_a_data_directory_says_so() {
         assert!(error["message"].as_str().unwrap().contains("--data-dir"), "{error}");
     }
 }
+
+/// Issue 16.5: index names are never paths. Names made of traversal, separators, NUL, dots,
+/// percent-escapes, unicode look-alikes and very long runs are refused with `InvalidInput`
+/// before any file is touched, or are one plain directory right under the data directory.
+#[test]
+fn index_names_never_reach_outside_the_data_directory() {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let data = tmp.path().join("data");
+    let indexes = Indexes::open(&data, OpenOptions::default()).unwrap();
+    let long = "x".repeat(70);
+    let pieces = [
+        "..",
+        ".",
+        "/",
+        "\\",
+        "\0",
+        "a",
+        "Z9",
+        "-",
+        "_",
+        "é",
+        "ｅ",
+        "%2e%2e",
+        "~",
+        " ",
+        "\u{202e}",
+        "\n",
+        "/etc/passwd",
+        "C:",
+        long.as_str(),
+    ];
+    // A small linear congruential generator: the names are the same on every run.
+    let mut state = 16u64;
+    let mut next = |n: usize| {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 33) as usize % n
+    };
+    let (mut refused, mut created) = (0, 0);
+    let mut live = std::collections::HashSet::new();
+    for _ in 0..400 {
+        let name: String = (0..1 + next(4)).map(|_| pieces[next(pieces.len())]).collect();
+        let valid = cellar_core::ids::check_name("index name", &name).is_ok();
+        let exists = live.contains(&name);
+        for outcome in [indexes.get(&name).map(|_| ()), indexes.drop_index(&name)] {
+            match outcome {
+                Ok(()) => assert!(exists, "{name:?} was never created"),
+                Err(cellar_core::CellarError::InvalidInput(m)) => {
+                    assert!(!valid && m.contains("index name"), "{name:?}: {m}")
+                }
+                Err(cellar_core::CellarError::NotFound(_)) => assert!(valid && !exists, "{name:?}"),
+                other => panic!("{name:?}: {other:?}"),
+            }
+        }
+        live.remove(&name);
+        if valid && created < 8 {
+            let doc = DocIn {
+                id: "d".into(),
+                vectors: Some(QueryVectorsIn { tokens: vec![axis(0)], ..Default::default() }),
+                ..DocIn::default()
+            };
+            let request = cellar_server::registry::CreateIndex {
+                docs: vec![doc],
+                codec: Some("f16".into()),
+                ivf: false,
+            };
+            indexes.create(&name, request).unwrap();
+            live.insert(name.clone());
+            created += 1;
+        } else if !valid {
+            refused += 1;
+        }
+    }
+    assert!(refused > 200 && created == 8, "{refused} refused, {created} created");
+    let outside: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(outside, vec![std::ffi::OsString::from("data")], "nothing beside the data directory");
+    for entry in std::fs::read_dir(&data).unwrap().flatten() {
+        let name = entry.file_name().into_string().unwrap();
+        assert!(
+            cellar_core::ids::check_name("index name", &name).is_ok()
+                && entry.path().join("index.json").is_file(),
+            "{name:?}"
+        );
+    }
+}

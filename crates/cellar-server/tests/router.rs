@@ -650,3 +650,82 @@ async fn the_largest_batch_is_answered_by_an_idle_server_with_default_settings()
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["results"].as_array().unwrap().len(), cellar_search::request::MAX_BATCH);
 }
+
+/// Schemas of values a document or a filter holds (data, not a count or a size).
+const DATA_VALUES: [&str; 2] = ["Scalar", "MetaValue"];
+
+/// Every integer a request body may hold that states a count or a size, and every list's
+/// length (its `maxItems` as the `maximum`), `(schema path, its schema)`, following `$ref`s into the components, through objects, arrays, `anyOf`/`oneOf`
+/// and enum variants (values of metadata and filters, data, left out).
+fn integer_fields(doc: &Value, schema: &Value, at: &str, out: &mut Vec<(String, Value)>, depth: usize) {
+    if depth > 12 || schema["$ref"].as_str().is_some_and(|r| DATA_VALUES.iter().any(|d| r.ends_with(d))) {
+        return;
+    }
+    let schema = match schema["$ref"].as_str() {
+        Some(r) => &doc["components"]["schemas"][r.trim_start_matches("#/components/schemas/")],
+        None => schema,
+    };
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    if types.contains(&"integer") {
+        out.push((at.to_string(), schema.clone()));
+    }
+    // A list's length is a count too: documented as `maxItems`.
+    if types.contains(&"array") {
+        out.push((format!("{at} (items)"), json!({ "maximum": schema["maxItems"] })));
+    }
+    if let Some(properties) = schema["properties"].as_object() {
+        for (name, property) in properties {
+            integer_fields(doc, property, &format!("{at}.{name}"), out, depth + 1);
+        }
+    }
+    if !schema["items"].is_null() {
+        integer_fields(doc, &schema["items"], &format!("{at}[]"), out, depth + 1);
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        for variant in schema[key].as_array().into_iter().flatten() {
+            integer_fields(doc, variant, at, out, depth + 1);
+        }
+    }
+}
+
+/// Issue 16.1: every count or size a request may state has its limit in the OpenAPI document
+/// (so no allocation is sized by a request beyond it), and the router refuses a value past it,
+/// or an absurd one, with a 400 naming the field, then goes on serving.
+#[tokio::test]
+async fn every_integer_of_every_request_is_bounded_in_the_openapi_document_and_by_the_router() {
+    let (_, app) = app_with(config());
+    let (_, doc, _) = call(&app, Request::get("/openapi.json").body(Body::empty()).unwrap()).await;
+    let mut unbounded = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            if let Some(schema) = operation["requestBody"]["content"]["application/json"].get("schema") {
+                let mut fields = Vec::new();
+                integer_fields(&doc, schema, "", &mut fields, 0);
+                for (field, schema) in fields {
+                    if schema["maximum"].as_f64().is_none() {
+                        unbounded.push(format!("{method} {path}: {field}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(unbounded.is_empty(), "integers without a documented maximum: {unbounded:#?}");
+
+    let (_, search_doc, _) = call(&app, Request::get("/openapi.json").body(Body::empty()).unwrap()).await;
+    let schema = &search_doc["components"]["schemas"]["SearchRequest"]["properties"];
+    for (field, property) in schema.as_object().unwrap() {
+        let types = property["type"].to_string();
+        let Some(max) = property["maximum"].as_f64().filter(|_| types.contains("integer")) else { continue };
+        for value in [json!(max as u64 + 1), json!(u64::MAX), json!(1u64 << 62)] {
+            let (status, body) = search(&app, json!({ "query": "wing", field: value })).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{field} = {value}: {body}");
+            assert!(body["message"].as_str().unwrap().contains(field.as_str()), "{field} = {value}: {body}");
+        }
+    }
+    let (status, body) = search(&app, json!({ "query": "coffee", "k": 2 })).await;
+    assert_eq!(status, StatusCode::OK, "still serving: {body}");
+}

@@ -9,8 +9,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::doc::{MetaValue, StreamDoc, MAX_KEY_BYTES, MAX_META_FIELDS, MAX_TEXT_BYTES, MAX_TOKENS};
-use crate::search::{Mode, Query, MAX_K};
+use crate::doc::{MetaValue, StreamDoc, MAX_DIM, MAX_KEY_BYTES, MAX_META_FIELDS, MAX_TEXT_BYTES, MAX_TOKENS};
+use crate::search::{Mode, Query, MAX_K, MAX_QUERY_TOKENS};
 
 /// A streaming document. `group` and `id` come from the URL on PUT (if given in the body they
 /// must agree) and from the body in a feed. Without `tokens` the server encodes `text` with its
@@ -30,9 +30,10 @@ pub struct DocJson {
     #[schemars(extend("maxProperties" = MAX_META_FIELDS))]
     pub metadata: BTreeMap<String, Value>,
     /// Token vectors, one array per token; encoded from `text` when absent.
-    #[schemars(length(min = 1, max = MAX_TOKENS))]
+    #[schemars(length(min = 1, max = MAX_TOKENS), inner(length(max = MAX_DIM)))]
     pub tokens: Option<Vec<Vec<f32>>>,
     /// Default: the normalised mean of the token vectors.
+    #[schemars(length(max = MAX_DIM))]
     pub pooled: Option<Vec<f32>>,
 }
 
@@ -42,7 +43,9 @@ pub struct DocJson {
 pub struct QueryJson {
     /// Query text, encoded by the server when `query_tokens` is absent.
     pub query: Option<String>,
+    #[schemars(length(max = MAX_QUERY_TOKENS), inner(length(max = MAX_DIM)))]
     pub query_tokens: Option<Vec<Vec<f32>>>,
+    #[schemars(length(max = MAX_DIM))]
     pub query_pooled: Option<Vec<f32>>,
     /// `maxsim` (default) or `pooled`.
     pub mode: Option<String>,
