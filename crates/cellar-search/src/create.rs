@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use cellar_core::codec::MAX_DIM;
 use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, IoContext, Result};
 
@@ -44,6 +45,11 @@ fn create_from_vectors(options: &BuildOptions, docs: Vec<DocIn>) -> Result<Index
             "docs[0].vectors: the first document gives its vectors as rows (tokens), which set the dimension",
         )
     })?;
+    if dim == 0 || dim > MAX_DIM {
+        return Err(CellarError::invalid(format!(
+            "docs[0].vectors: a vector of {dim} values; the dimension is 1 to {MAX_DIM}"
+        )));
+    }
     let embedded: Vec<Result<EmbeddedDoc>> = docs
         .into_iter()
         .enumerate()

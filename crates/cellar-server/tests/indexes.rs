@@ -122,7 +122,7 @@ async fn indexes_of_a_data_directory_are_created_searched_written_and_dropped_by
     assert_eq!((status, error["code"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")), "{error}");
 
     // Refusals: a taken name, a bad name, a bad body, mixed documents, an unknown index.
-    let refused: [(&str, &str, Value, StatusCode, &str); 5] = [
+    let refused: [(&str, &str, Value, StatusCode, &str); 6] = [
         ("PUT", "/v1/indexes/notes", create.clone(), StatusCode::BAD_REQUEST, "exists"),
         ("PUT", "/v1/indexes/bad.name", create.clone(), StatusCode::BAD_REQUEST, "index name"),
         ("PUT", "/v1/indexes/empty", json!({"docs": []}), StatusCode::BAD_REQUEST, "1 to 4096"),
@@ -134,6 +134,14 @@ async fn indexes_of_a_data_directory_are_created_searched_written_and_dropped_by
             "all of them or none",
         ),
         ("POST", "/v1/indexes/nope/search", search(1, None), StatusCode::NOT_FOUND, "no index \"nope\""),
+        // Found by schemathesis: an empty first vector set the dimension to 0 (a division by zero).
+        (
+            "PUT",
+            "/v1/indexes/zero",
+            json!({"docs": [{"id": "a", "vectors": {"pooled": [], "tokens_b64": "AAAAAA=="}}]}),
+            StatusCode::BAD_REQUEST,
+            "the dimension is 1 to",
+        ),
     ];
     for (method, path, body, expected, says) in refused {
         let (status, error) = call(&app, with_body(method, path, &body)).await;

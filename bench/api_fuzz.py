@@ -1,0 +1,88 @@
+"""The long API fuzzing run of issue 16.2: schemathesis over `cellar serve`'s own OpenAPI
+document against a real server (an index, a data directory, streams), with many examples per
+operation. Writes bench/results/api-fuzz.{md,json}: test cases, failures, wall time, the
+server's peak RSS, whether it was alive after. Run by bench/api-fuzz.sh."""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def cpu() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def main(binary: str, index: str, work: str, examples: int, out: str) -> None:
+    work_dir = Path(work)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    work_dir.mkdir(parents=True)
+    shutil.copytree(index, work_dir / "index", ignore=shutil.ignore_patterns("LOCK"))
+    log = (work_dir / "serve.log").open("w")
+    server = subprocess.Popen(
+        [binary, "serve", "--index", str(work_dir / "index"), "--data-dir", str(work_dir / "data"),
+         "--streams", str(work_dir / "streams"), "--bind", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    url = None
+    while url is None:
+        line = server.stdout.readline()
+        if not line:
+            sys.exit(f"cellar serve did not start (exit {server.poll()})")
+        found = re.search(r"listening on (http://\S+)", line)
+        url = found.group(1) if found else None
+    subprocess.Popen(["cat"], stdin=server.stdout, stdout=log)
+    start = time.monotonic()
+    command = ["st", "run", f"{url}/openapi.json", "--checks", "not_a_server_error", "--max-examples", str(examples),
+               "--seed", "16", "--workers", "2", "--no-color", "--request-timeout", "30"]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=work_dir)
+    wall = time.monotonic() - start
+    alive = server.poll() is None
+    hwm = re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{server.pid}/status").read_text()) if alive else None
+    server.terminate()
+    server.wait(timeout=60)
+    generated = re.search(r"(\d+) generated", run.stdout)
+    failures = re.search(r"(\d+) unique failures?", run.stdout)
+    report = {
+        "command": " ".join(sys.argv),
+        "schemathesis": " ".join(command[:2] + command[3:]),
+        "cpu": cpu(),
+        "cores": len(__import__("os").sched_getaffinity(0)),
+        "examples_per_operation": examples,
+        "test_cases": int(generated.group(1)) if generated else None,
+        "unique_failures": int(failures.group(1)) if failures else 0,
+        "exit_code": run.returncode,
+        "wall_s": round(wall, 1),
+        "server_alive_after": alive,
+        "server_peak_rss_mib": round(int(hwm.group(1)) / 1024, 1) if hwm else None,
+    }
+    Path(out + ".json").write_text(json.dumps(report, indent=2) + "\n")
+    summary = run.stdout[run.stdout.rfind("SUMMARY"):] if "SUMMARY" in run.stdout else run.stdout[-3000:]
+    md = (
+        "# API fuzzing: schemathesis over the OpenAPI document\n\n"
+        f"Command: `{report['command']}` (schemathesis: `{report['schemathesis']}`)\n\n"
+        f"Machine: {report['cpu']} ({report['cores']} cores), {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}.\n\n"
+        "A real `cellar serve` (SciFact residual2 index, a data directory, streams) under every operation of "
+        "its own `/openapi.json`: examples, coverage, fuzzing and stateful phases, the one check that no "
+        "answer is a 5xx.\n\n"
+        "| test cases | unique failures (5xx) | exit code | wall s | server alive after | server peak RSS MiB |\n"
+        "|---|---|---|---|---|---|\n"
+        f"| {report['test_cases']} | {report['unique_failures']} | {report['exit_code']} | {report['wall_s']} | "
+        f"{report['server_alive_after']} | {report['server_peak_rss_mib']} |\n\n"
+        "schemathesis' summary:\n\n```text\n" + summary.strip() + "\n```\n"
+    )
+    Path(out + ".md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
