@@ -31,10 +31,15 @@ fn write_collection(dir: &Path) {
 
 /// A collection and the index `cellar index` builds of it, in a temporary directory.
 fn indexed() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    indexed_at("index")
+}
+
+/// The test collection indexed into `at` (a path under a new temporary directory).
+fn indexed_at(at: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     write_collection(&data);
-    let index = tmp.path().join("index");
+    let index = tmp.path().join(at);
     let out = cellar(&["index", data.to_str().unwrap(), "--out", index.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     (tmp, data, index)
@@ -302,12 +307,8 @@ fn add_and_delete_write_durably_and_bad_lines_exit_2() {
 #[test]
 fn serve_data_dir_serves_each_index_by_name() {
     use std::io::{BufRead, BufReader};
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    write_collection(&data);
+    let (tmp, _data, _index) = indexed_at("indexes/main");
     let root = tmp.path().join("indexes");
-    let out = cellar(&["index", data.to_str().unwrap(), "--out", root.join("main").to_str().unwrap()]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
     assert_user_error(&cellar(&["serve"]), "--data-dir");
     let mut child = Command::new(env!("CARGO_BIN_EXE_cellar"))
         .args(["serve", "--data-dir", root.to_str().unwrap(), "--bind", "127.0.0.1:0"])
