@@ -91,9 +91,15 @@ impl CentroidsFile {
         let clusters = u32_at(body, 4) as usize;
         let docs = u64_at(body, 8);
         let words = u32_at(body, 16) as usize;
-        let floats = dim * dim + clusters * dim;
-        let expected = CENTROIDS_PREAMBLE_BYTES + 4 * floats + clusters * TABLE_ENTRY_BYTES;
-        if body.len() != expected || words != super::rabitq::words_for(dim) || dim == 0 || clusters == 0 {
+        // Sizes from the file itself: checked, so a crafted header is an error, not an overflow.
+        let expected = dim
+            .checked_mul(dim)
+            .and_then(|rotation| clusters.checked_mul(dim)?.checked_add(rotation))
+            .and_then(|floats| floats.checked_mul(4))
+            .and_then(|bytes| clusters.checked_mul(TABLE_ENTRY_BYTES)?.checked_add(bytes))
+            .and_then(|bytes| bytes.checked_add(CENTROIDS_PREAMBLE_BYTES))
+            .unwrap_or(usize::MAX);
+        if body.len() != expected || dim == 0 || clusters == 0 || words != super::rabitq::words_for(dim) {
             return Err(corrupt(format!(
                 "{} bytes for dim {dim}, {clusters} clusters, {words} code words: expected {expected}",
                 body.len()
@@ -235,5 +241,44 @@ mod tests {
             (2, 2, file.table.clone(), file.centroids.clone())
         );
         assert!(CentroidsFile::decode(Path::new("x"), &body[..body.len() - 1]).is_err());
+    }
+
+    /// Issue 16.3, a short pass: random mutations of a valid body (bytes changed, cut, added,
+    /// and the header's counts set to extremes) are decoded or refused, never a panic. Found: a
+    /// crafted `dim` overflowed the size arithmetic (a panic in debug builds).
+    #[test]
+    fn mutated_centroid_files_are_refused_or_read_never_a_panic() {
+        use rand::{Rng, SeedableRng};
+        let file = CentroidsFile {
+            dim: 3,
+            docs: 5,
+            words: 1,
+            rotation: vec![0.5; 9],
+            centroids: vec![0.25; 6],
+            table: vec![
+                ClusterEntry { postings_offset: 0, vectors_offset: 0, count: 2, block_crc: 1 },
+                ClusterEntry { postings_offset: 4096, vectors_offset: 4096, count: 3, block_crc: 2 },
+            ],
+        };
+        let body = file.encode();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(163);
+        let extremes = [0u32, 1, u32::MAX, u32::MAX / 2, 1 << 16, 1 << 31];
+        for round in 0..20_000 {
+            let mut bytes = body.clone();
+            match round % 4 {
+                0 => (0..rng.gen_range(1..4)).for_each(|_| {
+                    let at = rng.gen_range(0..bytes.len());
+                    bytes[at] = rng.gen();
+                }),
+                1 => bytes.truncate(rng.gen_range(0..bytes.len())),
+                2 => bytes.extend((0..rng.gen_range(1..64)).map(|_| rng.gen::<u8>())),
+                _ => {
+                    let field = [0usize, 4, 16][rng.gen_range(0..3)];
+                    let value = extremes[rng.gen_range(0..extremes.len())];
+                    bytes[field..field + 4].copy_from_slice(&value.to_le_bytes());
+                }
+            }
+            let _ = CentroidsFile::decode(Path::new("x"), &bytes);
+        }
     }
 }

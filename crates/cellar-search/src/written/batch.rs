@@ -203,4 +203,33 @@ mod tests {
         unknown[12] = 9;
         assert!(LogBatch::decode(&unknown, path).unwrap_err().to_string().contains("unknown operation"));
     }
+
+    /// Issue 16.3, a short pass: random mutations of a batch (bytes changed, lengths and counts
+    /// set to extremes, cuts, additions) decode or are refused as `Corrupted`, never a panic or
+    /// an allocation sized by a length field.
+    #[test]
+    fn mutated_batches_are_refused_or_read_never_a_panic() {
+        use rand::{Rng, SeedableRng};
+        let path = Path::new("wal.log");
+        let bytes = batch().encode();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(164);
+        for round in 0..20_000 {
+            let mut mutated = bytes.clone();
+            match round % 3 {
+                0 => (0..rng.gen_range(1..4)).for_each(|_| {
+                    let at = rng.gen_range(0..mutated.len());
+                    mutated[at] = rng.gen();
+                }),
+                1 => {
+                    let at = rng.gen_range(0..mutated.len() - 4);
+                    let value = [u32::MAX, u32::MAX / 2, 1 << 20, 0][rng.gen_range(0..4)];
+                    mutated[at..at + 4].copy_from_slice(&value.to_le_bytes());
+                }
+                _ => mutated.truncate(rng.gen_range(0..mutated.len())),
+            }
+            if let Err(e) = LogBatch::decode(&mutated, path) {
+                assert!(matches!(e, CellarError::Corrupted { .. }), "{e:?}");
+            }
+        }
+    }
 }
