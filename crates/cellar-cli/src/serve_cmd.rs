@@ -48,6 +48,10 @@ pub struct ServeArgs {
     /// default: the queue plus one per pool thread (workers and io waiters).
     #[arg(long)]
     pub max_in_flight: Option<usize>,
+    /// Connections served at once; past it new ones wait in the kernel's backlog until one
+    /// closes (an idle one is closed after --read-timeout-ms without a request).
+    #[arg(long, default_value_t = cellar_server::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
     /// Most time one request may take, queue included, before it is answered with 504.
     #[arg(long, default_value_t = 10_000)]
     pub deadline_ms: u64,
@@ -177,6 +181,7 @@ fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
     config.read_timeout =
         Duration::from_millis(positive(args.read_timeout_ms as usize, "read-timeout-ms")? as u64);
     config.api_key = api_key(args)?;
+    config.max_connections = positive(args.max_connections, "max-connections")?;
     Ok(config)
 }
 

@@ -39,6 +39,9 @@ pub use app::{AppState, StreamsState};
 pub use error::ApiError;
 pub use routes::router;
 
+/// Connections served at once by default (`ServerConfig::max_connections`).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
 /// Searches that may wait per worker by default. A search takes 5-30 ms here, so a full queue
 /// already means 100-500 ms of waiting; a deeper one only holds more request bodies in memory
 /// (a server under a memory cap was OOM-killed at 64 per worker under overload).
@@ -76,6 +79,10 @@ pub struct ServerConfig {
     pub read_timeout: Duration,
     /// When set, `/v1/*` requires it.
     pub api_key: Option<String>,
+    /// Connections served at once; past it the server accepts no more until one closes (the
+    /// kernel's backlog holds them), so idle or trickling clients cannot exhaust its file
+    /// descriptors. Each idle one is closed after `read_timeout` without a request head.
+    pub max_connections: usize,
     /// Bytes of read buffers the searches may hold at once (`cellar_core::io`'s budget; a read
     /// past it waits); `None`: [`default_read_buffer_bytes`] when serving starts.
     pub read_buffer_bytes: Option<usize>,
@@ -118,6 +125,7 @@ impl ServerConfig {
             read_timeout: Duration::from_secs(10),
             api_key: None,
             read_buffer_bytes: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 
@@ -231,10 +239,16 @@ pub async fn serve_on(
     use hyper_util::service::TowerToHyperService;
 
     let read_timeout = state.config.read_timeout;
+    let connections = Arc::new(tokio::sync::Semaphore::new(state.config.max_connections.max(1)));
     let app = router(state);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
+        // A free connection slot first: at the limit, nothing more is accepted until one closes.
+        let slot = tokio::select! {
+            slot = connections.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -258,6 +272,7 @@ pub async fn serve_on(
             if let Err(e) = connection.await {
                 log::debug!("connection closed: {e}");
             }
+            drop(slot);
         });
     }
     log::info!("shutting down: finishing requests in flight");

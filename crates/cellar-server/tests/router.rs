@@ -729,3 +729,47 @@ async fn every_integer_of_every_request_is_bounded_in_the_openapi_document_and_b
     let (status, body) = search(&app, json!({ "query": "coffee", "k": 2 })).await;
     assert_eq!(status, StatusCode::OK, "still serving: {body}");
 }
+
+/// Issue 16.6: past `max_connections` the server accepts nothing more until a connection
+/// closes, so idle clients cannot take its file descriptors; once they go (closed by the client,
+/// or by the server after `read_timeout` without a request head), a normal request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_connections_new_ones_wait_until_one_closes() {
+    let mut limited = config();
+    limited.max_connections = 2;
+    limited.read_timeout = Duration::from_secs(60);
+    let (address, stop) = serve_in_background(limited).await;
+    let idle: Vec<_> = futures_idle(address, 2).await;
+    let body = json!({ "query": "coffee", "k": 1 }).to_string();
+    let request =
+        tokio::spawn(async move { exchange(address, &search_head(body.len()), body.as_bytes()).await });
+    // Held back while both slots are taken: the server cannot accept it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!request.is_finished(), "a third connection was served past the limit of 2");
+    drop(idle);
+    let answer = request.await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    stop.send(()).unwrap();
+
+    // Idle connections that never send a head are closed after the read timeout, freeing slots.
+    let mut hasty = config();
+    hasty.max_connections = 2;
+    hasty.read_timeout = Duration::from_millis(300);
+    let (address, stop) = serve_in_background(hasty).await;
+    let _idle = futures_idle(address, 2).await;
+    let body = json!({ "query": "coffee", "k": 1 }).to_string();
+    let answer = exchange(address, &search_head(body.len()), body.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    stop.send(()).unwrap();
+}
+
+/// `n` connections that send nothing.
+async fn futures_idle(address: std::net::SocketAddr, n: usize) -> Vec<tokio::net::TcpStream> {
+    let mut idle = Vec::new();
+    for _ in 0..n {
+        idle.push(tokio::net::TcpStream::connect(address).await.unwrap());
+    }
+    // Let the server accept them (and so take the slots) before the caller goes on.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    idle
+}
