@@ -125,28 +125,27 @@ struct Source {
     next: AtomicUsize,
 }
 
+/// A document of an embeddings folder (`dim`-wide token vectors) as a write takes it.
+pub(crate) fn written_from(doc: cellar_search::EmbeddedDoc, dim: usize) -> DocIn {
+    DocIn {
+        id: doc.id,
+        title: doc.title,
+        text: doc.text,
+        metadata: doc.metadata,
+        vectors: Some(QueryVectorsIn {
+            tokens: doc.tokens.chunks(dim).map(<[f32]>::to_vec).collect(),
+            pooled: doc.pooled,
+            ..Default::default()
+        }),
+    }
+}
+
 impl Source {
     fn load(dir: &Path, n: usize) -> Result<Source> {
         let folder = EmbeddingsDir::open(dir)?;
         let dim = folder.dim();
-        let docs = folder
-            .docs()?
-            .take(n)
-            .map(|doc| {
-                let doc = doc?;
-                Ok(DocIn {
-                    id: doc.id,
-                    title: doc.title,
-                    text: doc.text,
-                    metadata: doc.metadata,
-                    vectors: Some(QueryVectorsIn {
-                        tokens: doc.tokens.chunks(dim).map(<[f32]>::to_vec).collect(),
-                        pooled: doc.pooled,
-                        ..Default::default()
-                    }),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let docs =
+            folder.docs()?.take(n).map(|doc| Ok(written_from(doc?, dim))).collect::<Result<Vec<_>>>()?;
         if docs.is_empty() {
             return Err(CellarError::invalid(format!("{}: no documents", dir.display())));
         }

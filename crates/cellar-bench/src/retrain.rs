@@ -21,6 +21,7 @@ use crate::filter::{encode_queries, Query};
 use crate::harness::output::write_report;
 use crate::harness::provenance::Provenance;
 use crate::harness::stats::{summarize, LatencySummary};
+use crate::live::written_from;
 
 #[derive(Args)]
 pub struct RetrainArgs {
@@ -159,18 +160,8 @@ fn write_from(index: &Index, folder: &Path, n: usize, tag: &str) -> Result<usize
     let mut written = 0;
     let mut batch = Vec::new();
     for doc in vectors.docs()?.take(n) {
-        let doc = doc?;
-        batch.push(WriteOp::Add(DocIn {
-            id: format!("{tag}-{}", doc.id),
-            title: doc.title,
-            text: doc.text,
-            vectors: Some(QueryVectorsIn {
-                tokens: doc.tokens.chunks(dim).map(<[f32]>::to_vec).collect(),
-                pooled: doc.pooled,
-                ..QueryVectorsIn::default()
-            }),
-            ..DocIn::default()
-        }));
+        let doc = written_from(doc?, dim);
+        batch.push(WriteOp::Add(DocIn { id: format!("{tag}-{}", doc.id), ..doc }));
         if batch.len() == 64 {
             written += batch.len();
             index.write(WriteRequest { ops: std::mem::take(&mut batch) })?;

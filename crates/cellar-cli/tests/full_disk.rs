@@ -61,8 +61,7 @@ impl SmallDisk {
             .spawn()
             .unwrap();
         let ready = BufReader::new(child.stderr.take().unwrap()).lines().next().unwrap().unwrap();
-        let port = ready.split("http://127.0.0.1:").nth(1).and_then(|r| r.split(' ').next());
-        (child, port.unwrap_or_else(|| panic!("no port in {ready:?}")).parse().unwrap())
+        (child, common::port_of(&ready))
     }
 }
 

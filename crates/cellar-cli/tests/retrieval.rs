@@ -2,7 +2,7 @@
 //! exit code 2 with a message for bad input. Needs the default model installed.
 
 mod common;
-use common::{assert_user_error, cellar, http, text};
+use common::{assert_user_error, cellar, http, port_of, text};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -145,12 +145,7 @@ fn serve_answers_over_loopback_and_stops_cleanly_on_sigterm() {
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let ready = lines.next().expect("a ready line").unwrap();
-    let port: u16 = ready
-        .split("http://127.0.0.1:")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {ready:?}"));
+    let port = port_of(&ready);
 
     let (status, health) = http(port, "GET", "/healthz", "");
     assert_eq!(status, 200, "{health}");
@@ -318,12 +313,7 @@ fn serve_data_dir_serves_each_index_by_name() {
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let ready = lines.next().expect("a ready line").unwrap();
     assert!(ready.contains("1 indexes in"), "{ready}");
-    let port: u16 = ready
-        .split("http://127.0.0.1:")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {ready:?}"));
+    let port = port_of(&ready);
     assert_eq!(http(port, "GET", "/v1/indexes", ""), (200, r#"{"indexes":["main"]}"#.to_string()));
     let (status, body) =
         http(port, "POST", "/v1/indexes/main/search", r#"{"query": "how is green tea dried", "k": 1}"#);

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::{assert_user_error, cellar, text};
+use common::{assert_user_error, cellar, port_of, text};
 use serde_json::{json, Value};
 
 const NOTES: &[(&str, &str, &str)] = &[
@@ -220,7 +220,5 @@ fn serve_streams_with(root: &Path, extra: &[&str]) -> (std::process::Child, u16)
         .spawn()
         .unwrap();
     let ready = BufReader::new(child.stderr.take().unwrap()).lines().next().unwrap().unwrap();
-    let port: u16 =
-        ready.split("http://127.0.0.1:").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
-    (child, port)
+    (child, port_of(&ready))
 }

@@ -133,7 +133,8 @@ pub fn no_metadata_field(path: &Path) -> CellarError {
     ))
 }
 
-/// Collects the internal ids of the documents a query matches (no scores).
+/// Collects the internal ids of the documents a query matches (no scores), each segment's into
+/// a list and the lists straight into one bitmap.
 struct IdsCollector;
 
 struct SegmentIds {
@@ -142,7 +143,7 @@ struct SegmentIds {
 }
 
 impl Collector for IdsCollector {
-    type Fruit = Vec<u32>;
+    type Fruit = Allowed;
     type Child = SegmentIds;
 
     fn for_segment(
@@ -157,8 +158,8 @@ impl Collector for IdsCollector {
         false
     }
 
-    fn merge_fruits(&self, fruits: Vec<Vec<u32>>) -> tantivy::Result<Vec<u32>> {
-        Ok(fruits.concat())
+    fn merge_fruits(&self, fruits: Vec<Vec<u32>>) -> tantivy::Result<Allowed> {
+        Ok(Allowed::from_ids(fruits.into_iter().flatten()))
     }
 }
 
@@ -374,12 +375,10 @@ impl Bm25Index {
     /// deletes them). The filter must have passed [`Filter::check`].
     pub fn matching(&self, filter: &Filter) -> Result<Allowed> {
         let meta = self.fields.meta.ok_or_else(|| no_metadata_field(&self.path))?;
-        let ids = self
-            .reader
+        self.reader
             .searcher()
             .search(&*filter.to_query(meta), &IdsCollector)
-            .map_err(|e| tantivy_error(&self.path, e))?;
-        Ok(Allowed::from_ids(ids))
+            .map_err(|e| tantivy_error(&self.path, e))
     }
 
     /// The sequence number of the last write batch tantivy committed (0: none since the build).

@@ -7,14 +7,12 @@
 use std::path::PathBuf;
 
 use cellar_core::codec::MAX_DIM;
-use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, IoContext, Result};
 
 use crate::build::{BuildOptions, EmbeddedDoc};
 use crate::config::IndexConfig;
 use crate::index::Index;
 use crate::live::write::{DocIn, MAX_WRITE_OPS};
-use crate::plan::flatten;
 
 impl Index {
     /// Builds `options.out` from `docs` (1 to 4096 documents with unique ids), with the codec,
@@ -53,18 +51,7 @@ fn create_from_vectors(options: &BuildOptions, docs: Vec<DocIn>) -> Result<Index
     let embedded: Vec<Result<EmbeddedDoc>> = docs
         .into_iter()
         .enumerate()
-        .map(|(i, doc)| {
-            let vectors = doc.vectors.expect("every document has vectors");
-            let flat = flatten(vectors, dim, &format!("docs[{i}].vectors"), MAX_TOKENS_PER_DOC)?;
-            Ok(EmbeddedDoc {
-                id: doc.id,
-                title: doc.title,
-                text: doc.text,
-                metadata: doc.metadata,
-                tokens: flat.tokens,
-                pooled: flat.pooled,
-            })
-        })
+        .map(|(i, doc)| doc.into_embedded(dim, &format!("docs[{i}].vectors")))
         .collect();
     Index::build_from_embeddings(options, dim, None, embedded)
 }

@@ -101,7 +101,9 @@ impl Index {
     /// the index's defaults (and its IVF's) and checked. For callers that rank one prepared
     /// query many ways (evaluation, tuning, studies).
     pub fn params(&self, request: &SearchRequest) -> Result<SearchParams> {
-        SearchParams::resolve(request, &self.config.search, self.ivf_config().as_ref())
+        // The IVF's settings borrowed from the handle searches use, not copied per request.
+        let ivf = self.current_ivf();
+        SearchParams::resolve(request, &self.config.search, ivf.as_deref().map(crate::ivf::Ivf::config))
     }
 
     /// The plan's query as the kernels take it: its text encoded when the mode needs vectors

@@ -85,7 +85,7 @@ impl Index {
         if early_bm25_ms.is_none() {
             timings.first_stage_ms += query.filter_ms;
         }
-        let exact = query.allowed.as_deref().filter(|a| ranks_matches_exactly(params, a));
+        let exact = query.allowed.as_ref().filter(|a| ranks_matches_exactly(params, a));
         let mut ranking = match (params.mode, params.ivf) {
             _ if exact.is_some() => {
                 self.rank_matches(query, params, exact.expect("matched"), bm25, &mut timings)?
@@ -125,7 +125,7 @@ impl Index {
         &self,
         query: &PreparedQuery,
         params: &SearchParams,
-        allowed: &Allowed,
+        allowed: &Arc<Allowed>,
         bm25: Option<Vec<Scored>>,
         timings: &mut Timings,
     ) -> Result<Ranking> {
@@ -143,7 +143,7 @@ impl Index {
         let lexical = match (params.mode, bm25) {
             (Mode::Dense, _) => Vec::new(),
             (_, Some(list)) => list,
-            (_, None) => self.bm25_search(&query.text, allowed.count(), Some(&Arc::new(allowed.clone())))?,
+            (_, None) => self.bm25_search(&query.text, allowed.count(), Some(allowed))?,
         };
         let floor = lexical.iter().map(|s| s.score).reduce(f32::min).unwrap_or(0.0);
         let found: HashSet<DocId> = lexical.iter().map(|s| s.id).collect();

@@ -100,11 +100,15 @@ impl<S: Send + Sync> FromRequestParts<S> for Target {
 }
 
 impl Target {
-    /// The addressed index (a named one opened off the async runtime when it is not open yet);
+    /// The addressed index (a named one opened off the async runtime when it is not open yet,
+    /// returned at once when it is);
     /// 404 when the server does not serve it.
     pub async fn index(&self, state: &AppState) -> Result<Arc<Index>, ApiError> {
         let Some(name) = self.name.clone() else { return Ok(state.index()?.clone()) };
         let indexes = state.indexes()?.clone();
+        if let Some(index) = indexes.get_open(&name)? {
+            return Ok(index);
+        }
         let opened = tokio::task::spawn_blocking(move || indexes.get(&name)).await;
         Ok(opened.map_err(|e| CellarError::internal(format!("opening the index: {e}")))??)
     }

@@ -74,19 +74,24 @@ impl Indexes {
     /// The index `name`: opened now if it is on disk and not open yet; `NotFound` when its
     /// directory holds no index (never created, dropped, or removed on disk).
     pub fn get(&self, name: &str) -> Result<Arc<Index>> {
+        if let Some(index) = self.get_open(name)? {
+            return Ok(index);
+        }
+        // Opened without the registry's lock, so requests to the other indexes go on meanwhile;
+        // of two opening it at once, the first to register wins.
+        let index = Arc::new(Index::open(&self.root.join(name), self.options.clone())?);
+        Ok(self.lock().entry(name.to_string()).or_insert(index).clone())
+    }
+
+    /// The index `name` when it is open (`None`: on disk but not open yet); `NotFound` when its
+    /// directory holds no index. Costs a `stat`, never an open.
+    pub fn get_open(&self, name: &str) -> Result<Option<Arc<Index>>> {
         let dir = self.dir(name)?;
-        let on_disk = dir.join(INDEX_FILE).is_file();
-        let mut open = self.lock();
-        if !on_disk {
-            open.remove(name);
+        if !dir.join(INDEX_FILE).is_file() {
+            self.lock().remove(name);
             return Err(CellarError::NotFound(format!("no index {name:?} in {}", self.root.display())));
         }
-        if let Some(index) = open.get(name) {
-            return Ok(index.clone());
-        }
-        let index = Arc::new(Index::open(&dir, self.options.clone())?);
-        open.insert(name.to_string(), index.clone());
-        Ok(index)
+        Ok(self.lock().get(name).cloned())
     }
 
     /// The indexes open now.

@@ -7,6 +7,16 @@ pub fn cellar(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cellar")).args(args).output().expect("run cellar")
 }
 
+/// The loopback port of `cellar serve`'s ready line (`listening on http://127.0.0.1:PORT ...`).
+pub fn port_of(ready: &str) -> u16 {
+    ready
+        .split("http://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {ready:?}"))
+}
+
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }

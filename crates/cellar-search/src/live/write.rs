@@ -104,6 +104,24 @@ fn ms_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
 }
 
+impl DocIn {
+    /// The document as a build or a write of given vectors takes it: its vectors (which it must
+    /// carry) flattened and checked against the dimension `dim`; `at` (`docs[3].vectors`) is
+    /// what errors name.
+    pub(crate) fn into_embedded(self, dim: usize, at: &str) -> Result<EmbeddedDoc> {
+        let vectors = self.vectors.ok_or_else(|| CellarError::invalid(format!("{at}: no vectors")))?;
+        let flat = flatten(vectors, dim, at, MAX_TOKENS_PER_DOC)?;
+        Ok(EmbeddedDoc {
+            id: self.id,
+            title: self.title,
+            text: self.text,
+            metadata: self.metadata,
+            tokens: flat.tokens,
+            pooled: flat.pooled,
+        })
+    }
+}
+
 fn check_doc(doc: &DocIn, at: &str) -> Result<()> {
     if doc.id.is_empty() || doc.id.len() > MAX_ID_BYTES {
         return Err(CellarError::invalid(format!(
@@ -259,17 +277,10 @@ impl Index {
             return Ok(vec![Vec::new(); ops.len()]);
         }
         waiting_on_io(|| self.commit_through(self.live.latest().seq))?;
-        let view = self.live_view();
         ops.iter()
             .map(|op| match op {
                 WriteOp::DeleteWhere(filter) => {
-                    let alive = self
-                        .bm25
-                        .matching(filter)?
-                        .ids()
-                        .filter(|id| !view.is_deleted(*id))
-                        .collect::<Vec<_>>();
-                    alive.into_iter().map(|id| Ok((self.document(id)?.id, id))).collect()
+                    self.matching(filter)?.into_iter().map(|id| Ok((self.document(id)?.id, id))).collect()
                 }
                 _ => Ok(Vec::new()),
             })
@@ -303,32 +314,23 @@ impl Index {
             if !doc.metadata.is_empty() && !self.bm25.has_metadata() {
                 return Err(crate::bm25::no_metadata_field(&self.dir));
             }
-            let document = Document {
-                id: doc.id.clone(),
-                title: doc.title.clone(),
-                text: doc.text.clone(),
-                metadata: doc.metadata.clone(),
-            };
-            match &doc.vectors {
-                Some(vectors) => {
-                    let flat = flatten(vectors.clone(), dim, &format!("{at}.vectors"), MAX_TOKENS_PER_DOC)?;
-                    let embedded = EmbeddedDoc {
-                        id: document.id.clone(),
-                        title: document.title.clone(),
-                        text: document.text.clone(),
-                        metadata: document.metadata.clone(),
-                        tokens: flat.tokens,
-                        pooled: flat.pooled,
-                    };
-                    let (document, encoded) = embedded
-                        .checked(i, dim)
-                        .map_err(|e| CellarError::invalid(format!("{at}.vectors: {e}")))?;
-                    out.push(Some(self.encode_for_store(document, &encoded)));
-                }
-                None => {
-                    to_encode.push((i, document));
-                    out.push(None);
-                }
+            if doc.vectors.is_some() {
+                let at = format!("{at}.vectors");
+                let (document, encoded) = doc
+                    .clone()
+                    .into_embedded(dim, &at)?
+                    .checked(i, dim)
+                    .map_err(|e| CellarError::invalid(format!("{at}: {e}")))?;
+                out.push(Some(self.encode_for_store(document, &encoded)));
+            } else {
+                let document = Document {
+                    id: doc.id.clone(),
+                    title: doc.title.clone(),
+                    text: doc.text.clone(),
+                    metadata: doc.metadata.clone(),
+                };
+                to_encode.push((i, document));
+                out.push(None);
             }
         }
         if !to_encode.is_empty() {
