@@ -6,6 +6,7 @@
 mod codecs;
 mod embeddings;
 mod filter;
+mod fuzz;
 mod harness;
 mod ivf;
 mod live;
@@ -18,6 +19,10 @@ mod synth;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// Allocations fail above a cap while `fuzz` runs a parser, and never otherwise.
+#[global_allocator]
+static ALLOCATOR: fuzz::CappedAlloc = fuzz::CappedAlloc;
 
 #[derive(Parser)]
 #[command(name = "cellar-bench", version, about = "Benchmarks of Cellar (not part of the cellar binary)")]
@@ -52,6 +57,9 @@ enum Command {
     /// Benchmark streaming collections: feed rate, cold per-group latency vs group size, scan
     /// rate vs disk bandwidth, RAM per document, and a global collection filtered by user.
     Stream(stream::StreamArgs),
+    /// Structure-aware random fuzzing of every byte parser: executions, refusals by error code
+    /// and panics per target.
+    Fuzz(fuzz::FuzzArgs),
     /// Write a store of clustered synthetic token vectors (scale tests without a model).
     Synth(synth::SynthArgs),
     /// Internal: one reader's measurement, run by `store` in a child process.
@@ -71,6 +79,7 @@ fn main() -> ExitCode {
         Command::Ivf(args) => ivf::run(args),
         Command::Stream(args) => stream::run(args),
         Command::Synth(args) => synth::run(args),
+        Command::Fuzz(args) => fuzz::run(args),
         Command::StoreWorker(args) => store::worker::run(args),
     };
     match result {

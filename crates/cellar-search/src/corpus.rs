@@ -136,6 +136,9 @@ impl Iterator for CorpusReader {
             self.line_no += 1;
             let line = match line {
                 Ok(line) => line,
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    return Some(Err(bad_line(&self.path, self.line_no, NOT_UTF8)))
+                }
                 Err(e) => return Some(Err(CellarError::io(&self.path, e))),
             };
             if line.trim().is_empty() {
@@ -145,6 +148,9 @@ impl Iterator for CorpusReader {
         }
     }
 }
+
+/// What a line that is not text is told (found by `cellar-bench fuzz`: it was an I/O error).
+pub const NOT_UTF8: &str = "not UTF-8 text";
 
 fn bad_line(path: &Path, line_no: usize, detail: &str) -> CellarError {
     CellarError::InvalidInput(format!("{} line {line_no}: {detail}", path.display()))
@@ -182,7 +188,11 @@ pub fn read_queries(path: &Path) -> Result<Vec<Query>> {
 
 /// Reads a qrels TSV (`query-id corpus-id score`, optional header line).
 pub fn read_qrels(path: &Path) -> Result<Qrels> {
-    let text = std::fs::read_to_string(path).at(path)?;
+    let bytes = std::fs::read(path).at(path)?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let line = 1 + e.as_bytes()[..e.utf8_error().valid_up_to()].iter().filter(|b| **b == b'\n').count();
+        bad_line(path, line, NOT_UTF8)
+    })?;
     let mut qrels = Qrels::new();
     for (i, line) in text.lines().enumerate() {
         let fields: Vec<&str> = line.split('\t').map(str::trim).collect();
@@ -196,4 +206,26 @@ pub fn read_qrels(path: &Path) -> Result<Qrels> {
         qrels.entry(query.to_string()).or_default().insert(doc.to_string(), grade);
     }
     Ok(qrels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by `cellar-bench fuzz` (targets corpus and qrels): a line that is not UTF-8 was an
+    /// I/O error naming no line; it is the caller's input, refused with its line number.
+    #[test]
+    fn a_line_that_is_not_utf8_is_bad_input_at_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = dir.path().join("corpus.jsonl");
+        std::fs::write(&corpus, b"{\"_id\": \"a\", \"text\": \"x\"}\n{\"_id\": \"b\", \"text\": \"\xff\"}\n").unwrap();
+        let results: Vec<Result<Document>> = CorpusReader::open(&corpus).unwrap().collect();
+        assert!(results[0].is_ok());
+        let err = results[1].as_ref().unwrap_err().to_string();
+        assert!(err.contains("line 2: not UTF-8"), "{err}");
+        let qrels = dir.path().join("qrels.tsv");
+        std::fs::write(&qrels, b"q1\td1\t1\nq2\td\xc3\t1\n").unwrap();
+        let err = read_qrels(&qrels).unwrap_err();
+        assert!(matches!(&err, CellarError::InvalidInput(m) if m.contains("line 2: not UTF-8")), "{err}");
+    }
 }

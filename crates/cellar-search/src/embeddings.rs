@@ -291,7 +291,7 @@ impl ArrayReader {
     }
 }
 
-fn read_doclens(path: &Path) -> Result<Vec<usize>> {
+pub(crate) fn read_doclens(path: &Path) -> Result<Vec<usize>> {
     let bytes = std::fs::read(path).at(path)?;
     let lens: Vec<usize> = serde_json::from_slice(&bytes).map_err(|e| {
         CellarError::invalid(format!("{}: not a JSON list of token counts: {e}", path.display()))

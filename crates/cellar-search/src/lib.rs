@@ -39,6 +39,8 @@ pub mod metrics;
 pub mod mode;
 pub mod names;
 pub mod params;
+#[doc(hidden)]
+pub mod parsers;
 pub mod plan;
 pub mod pooled;
 pub mod prefetch;

@@ -20,6 +20,8 @@ pub mod input;
 pub mod manifest;
 pub mod memtable;
 mod merge;
+#[doc(hidden)]
+pub mod parsers;
 pub mod registry;
 pub mod search;
 pub mod segment;

@@ -34,7 +34,7 @@ pub const HEADER_FIELDS: [(&str, usize, usize); 8] = [
     ("header_crc32c", 60, 4),
 ];
 
-fn field(name: &str) -> std::ops::Range<usize> {
+pub(crate) fn field(name: &str) -> std::ops::Range<usize> {
     let (_, offset, size) = HEADER_FIELDS.iter().find(|(n, _, _)| *n == name).expect("header field name");
     *offset..offset + size
 }

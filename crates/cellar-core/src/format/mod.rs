@@ -11,6 +11,8 @@ pub mod fsio;
 pub mod header;
 pub mod manifest;
 pub mod offsets;
+#[doc(hidden)]
+pub mod parsers;
 pub mod record;
 pub mod versioned;
 pub mod wal;

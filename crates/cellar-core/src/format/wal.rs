@@ -82,6 +82,15 @@ fn record_crc(len_field: &[u8; 4], payload: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(len_field), payload)
 }
 
+/// Appends `payload` to `out` as one record: length, checksum, payload (at most
+/// [`MAX_RECORD_BYTES`]; [`Wal::append`] checks that before framing).
+pub fn frame_record(payload: &[u8], out: &mut Vec<u8>) {
+    let len_field = (payload.len() as u32).to_le_bytes();
+    out.extend_from_slice(&len_field);
+    out.extend_from_slice(&record_crc(&len_field, payload).to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
 impl Wal {
     /// Opens (or creates) the log at `path`, hands every intact record's payload to `replay` in
     /// order, and truncates a torn tail.
@@ -191,10 +200,7 @@ impl Wal {
         }
         let mut batch = Vec::with_capacity(payloads.iter().map(|p| p.len() + RECORD_HEADER_BYTES).sum());
         for payload in payloads {
-            let len_field = (payload.len() as u32).to_le_bytes();
-            batch.extend_from_slice(&len_field);
-            batch.extend_from_slice(&record_crc(&len_field, payload).to_le_bytes());
-            batch.extend_from_slice(payload);
+            frame_record(payload, &mut batch);
         }
         if let Err(e) = self.write_batch(&batch) {
             // Best effort: drop what may have been written, so the next batch follows intact data.
