@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cellar_core::{CellarError, Result};
+use cellar_search::corpus::NOT_UTF8;
 use cellar_search::progress;
 use cellar_stream::encoding::{docs_with_vectors, write_dim, LazyEncoder};
 use cellar_stream::input::DocJson;
@@ -100,7 +101,17 @@ impl Feeder<'_> {
         for ((line, _), doc) in batch.iter().zip(&docs) {
             doc.validate(dim).map_err(|e| at_line(self.file, *line, e, self.written))?;
         }
-        let (collection, _) = self.streams.put_batch(self.name, dim, &docs)?;
+        let (collection, _) = self.streams.put_batch(self.name, dim, &docs).inspect_err(|e| {
+            // A system error (a full disk, an I/O error) keeps its type; the user learns where
+            // to feed again from.
+            eprintln!(
+                "cellar feed: stopped at line {} ({}): the {} documents before it are written and durable; \
+                 feed again from that line once the cause is fixed",
+                batch[0].0,
+                e.code(),
+                self.written
+            );
+        })?;
         self.collection = Some(collection);
         self.written += docs.len();
         Ok(())
@@ -123,7 +134,12 @@ pub fn run(args: FeedArgs) -> Result<()> {
     let start = Instant::now();
     let mut batch = Vec::new();
     for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| CellarError::Io { path: args.file.clone(), source: e })?;
+        let line = line.map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => {
+                at_line(&args.file, i + 1, CellarError::invalid(NOT_UTF8), feeder.written)
+            }
+            _ => CellarError::Io { path: args.file.clone(), source: e },
+        })?;
         bar.inc(line.len() as u64 + 1);
         if line.trim().is_empty() {
             continue;

@@ -6,6 +6,7 @@
 pub mod cluster;
 pub mod codec;
 pub mod error;
+pub mod failpoint;
 pub mod format;
 pub mod ids;
 pub mod io;

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use cellar_core::failpoint::{self, FailPoint};
 use cellar_core::format::fsio::sync_dir;
 use cellar_core::format::VersionRange;
 use cellar_core::{CellarError, IoContext, Result};
@@ -105,6 +106,7 @@ impl SegmentWriter {
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        failpoint::check(FailPoint::FileWrite, &self.path).at(&self.tmp)?;
         self.out.write_all(bytes).at(&self.tmp)?;
         self.pos += bytes.len() as u64;
         Ok(())

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use super::header::{FileHeader, HEADER_BYTES};
 use super::FileKind;
 use crate::error::{CellarError, IoContext, Result};
+use crate::failpoint::{self, FailPoint};
 
 pub const TMP_SUFFIX: &str = ".cellar-tmp";
 
@@ -30,6 +31,7 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = tmp_path_for(path);
     let mut file = File::create(&tmp).at(&tmp)?;
+    failpoint::check(FailPoint::FileWrite, path).at(&tmp)?;
     file.write_all(bytes).at(&tmp)?;
     file.sync_all().at(&tmp)?;
     drop(file);
@@ -72,6 +74,7 @@ impl BodyWriter {
     }
 
     pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        failpoint::check(FailPoint::FileWrite, &self.final_path).at(&self.tmp_path)?;
         self.out.write_all(bytes).at(&self.tmp_path)?;
         self.body_crc32c = crc32c::crc32c_append(self.body_crc32c, bytes);
         self.body_len += bytes.len() as u64;
@@ -86,6 +89,7 @@ impl BodyWriter {
     /// Writes the header, fsyncs, renames into place and fsyncs the directory.
     pub fn finish(mut self) -> Result<FileHeader> {
         let header = FileHeader::new(self.kind, self.body_offset, self.body_len, self.body_crc32c);
+        failpoint::check(FailPoint::FileWrite, &self.final_path).at(&self.tmp_path)?;
         self.out.flush().at(&self.tmp_path)?;
         let file = self.out.get_mut();
         file.seek(SeekFrom::Start(0)).at(&self.tmp_path)?;

@@ -19,6 +19,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use crate::failpoint::{self, FailPoint};
 use crate::format::fsio::sync_dir;
 use crate::format::VersionRange;
 use crate::{CellarError, IoContext, Result};
@@ -212,6 +213,7 @@ impl Wal {
     }
 
     fn write_batch(&self, batch: &[u8]) -> Result<()> {
+        failpoint::check(FailPoint::WalAppend, &self.path).at(&self.path)?;
         self.file.write_all_at(batch, self.end).at(&self.path)?;
         if self.durability == Durability::Fsync {
             self.file.sync_data().at(&self.path)?;

@@ -4,6 +4,7 @@
 
 mod build;
 mod cranfield;
+mod disk_full;
 mod embeddings;
 mod filter;
 mod fixture;
