@@ -14,6 +14,10 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 mod common;
+#[path = "../../cellar-core/tests/support/names.rs"]
+mod names;
+
+use names::generated_names;
 
 const DIM: usize = 8;
 
@@ -192,38 +196,9 @@ fn index_names_never_reach_outside_the_data_directory() {
     let tmp = tempfile::TempDir::new().unwrap();
     let data = tmp.path().join("data");
     let indexes = Indexes::open(&data, OpenOptions::default()).unwrap();
-    let long = "x".repeat(70);
-    let pieces = [
-        "..",
-        ".",
-        "/",
-        "\\",
-        "\0",
-        "a",
-        "Z9",
-        "-",
-        "_",
-        "é",
-        "ｅ",
-        "%2e%2e",
-        "~",
-        " ",
-        "\u{202e}",
-        "\n",
-        "/etc/passwd",
-        "C:",
-        long.as_str(),
-    ];
-    // A small linear congruential generator: the names are the same on every run.
-    let mut state = 16u64;
-    let mut next = |n: usize| {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (state >> 33) as usize % n
-    };
     let (mut refused, mut created) = (0, 0);
     let mut live = std::collections::HashSet::new();
-    for _ in 0..400 {
-        let name: String = (0..1 + next(4)).map(|_| pieces[next(pieces.len())]).collect();
+    for name in generated_names(400, 16) {
         let valid = cellar_core::ids::check_name("index name", &name).is_ok();
         let exists = live.contains(&name);
         for outcome in [indexes.get(&name).map(|_| ()), indexes.drop_index(&name)] {
