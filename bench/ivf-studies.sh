@@ -1,7 +1,7 @@
 #!/bin/sh
 # The IVF studies of issue 5 (`cellar-bench ivf`), on SciFact and a synthetic collection.
 # Needs: `cargo build --release -p cellar-bench -p cellar-cli`, ../shared/data beside the checkout, the SciFact f16 index in
-# bench/work/scifact (`make run` builds it; this script adds its IVF), and cgroup v1 for `ram`.
+# bench/work/scifact (`make run` builds it; this script adds its IVF), and a memory cgroup (v1 or v2) for `ram`.
 # Writes bench/results/ivf-*.{json,md}; `python3 bench/ivf_plots.py` draws the plots.
 set -eu
 C=./target/release/cellar

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The load benchmark of issue 4 on SciFact: P95 against offered QPS (open-loop Poisson arrivals),
 # the ram reader uncapped (the control) against mmap and direct under a memory cap of 10% of the
-# index (cgroup v1, page cache counted), f16 and int8 token vectors; intra-op threads 1 vs 2; and
+# index (memory cgroup, page cache counted), f16 and int8 token vectors; intra-op threads 1 vs 2; and
 # mmap/direct at caps of 100, 25, 10 and 5% of the index. Builds the three indexes it needs when
 # they are missing (f16 as `make run` does, int8, int8 + PCA-128: a few minutes each).
 # Re-run: cargo build --release -p cellar-bench -p cellar-cli && sh bench/serve-load.sh   (about 50

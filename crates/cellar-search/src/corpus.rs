@@ -218,7 +218,8 @@ mod tests {
     fn a_line_that_is_not_utf8_is_bad_input_at_its_line() {
         let dir = tempfile::tempdir().unwrap();
         let corpus = dir.path().join("corpus.jsonl");
-        std::fs::write(&corpus, b"{\"_id\": \"a\", \"text\": \"x\"}\n{\"_id\": \"b\", \"text\": \"\xff\"}\n").unwrap();
+        std::fs::write(&corpus, b"{\"_id\": \"a\", \"text\": \"x\"}\n{\"_id\": \"b\", \"text\": \"\xff\"}\n")
+            .unwrap();
         let results: Vec<Result<Document>> = CorpusReader::open(&corpus).unwrap().collect();
         assert!(results[0].is_ok());
         let err = results[1].as_ref().unwrap_err().to_string();

@@ -7,9 +7,7 @@
 //! run is then in `<scratch>/current-<target>.bin`, written before every execution. Hangs show
 //! as the slowest execution's time. The report counts executions, inputs accepted, refusals by
 //! error code and panics per target, with the CPU it ran on.
-//!
-//! Coverage-guided fuzzing of the same parsers on stable Rust is `fuzz/` (libFuzzer, sanitizer
-//! none) where it builds; this runner needs nothing but the workspace.
+
 
 mod mutate;
 mod seeds;

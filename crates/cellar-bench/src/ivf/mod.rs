@@ -5,7 +5,7 @@
 //! - `prefetch`: the prefetcher's hit rate, bytes and wait against the prefetch step (ESPN fig. 7);
 //! - `rerank-k`: nDCG@10 against rerank_k, normalised to re-ranking every candidate (ESPN fig. 5);
 //! - `ram`: IVF latency and recall against a memory cap on a synthetic collection (the DiskBBQ
-//!   table), each cap in its own cgroup-v1 child process with a cold page cache, and the build
+//!   table), each cap in its own memory-cgroup child process with a cold page cache, and the build
 //!   itself under a cap.
 //!
 //! Every study writes `PREFIX.json` and `PREFIX.md`; `bench/ivf_plots.py` draws the plots.

@@ -1,5 +1,5 @@
 //! IVF latency and recall against a memory cap (DiskBBQ's table), on a synthetic collection:
-//! each (reader, cap) runs in a child process inside a cgroup-v1 memory cgroup whose limit
+//! each (reader, cap) runs in a child process inside a memory cgroup (v1 or v2) whose limit
 //! counts the page cache, after the IVF's files were evicted from it. The build itself also runs
 //! in a capped child, to show that it streams the vectors.
 
@@ -207,7 +207,7 @@ pub fn run(args: RamArgs) -> Result<()> {
     let setup = format!(
         "Synthetic collection: {} docs of {} dims ({} topics, noise {}), pooled vectors {:.0} MiB; IVF {} clusters \
          (target {}), on disk {:.1} MiB (centroids {:.1} MiB read into RAM at open); {} queries, k {}, nprobe {nprobe}, \
-         oversample {}, rescored; each row a child process in a cgroup-v1 memory cgroup (page cache counted) after \
+         oversample {}, rescored; each row a child process in a memory cgroup (page cache counted) after \
          evicting the IVF's pages{}. Build: {}.",
         synth.docs,
         synth.dim,

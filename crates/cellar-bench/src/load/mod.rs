@@ -2,7 +2,7 @@
 //! Poisson schedule at each offered rate whether or not earlier ones returned; per level it
 //! records latency percentiles (from the scheduled send time), achieved throughput, errors, 429s
 //! and timeouts, with the warm-up excluded. Each configuration is a server this command starts
-//! itself (optionally inside a cgroup-v1 memory cap that counts page cache, with its peak RSS,
+//! itself (optionally inside a memory cgroup cap that counts page cache, with its peak RSS,
 //! the cgroup's peak and disk bytes read per query), or one already running (`--url`, loopback
 //! only). With `--qrels`, it also scores what each server answered (nDCG@10, Recall@10). Writes
 //! PREFIX.json, PREFIX.md and PREFIX.png (P95 against offered QPS).

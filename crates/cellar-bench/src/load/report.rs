@@ -216,12 +216,12 @@ impl Report {
         }
         match (sp.cap_pct, c.capped) {
             (Some(p), true) if c.footprint_bytes.is_some() => facts.push(format!(
-                "memory cap = the server's fixed footprint {} MiB (the peak charge of an uncapped server over its start and 16 warm-up queries) + {p}% of the index = {} MiB (cgroup v1, page cache counted)",
+                "memory cap = the server's fixed footprint {} MiB (the peak charge of an uncapped server over its start and 16 warm-up queries) + {p}% of the index = {} MiB (memory cgroup, page cache counted)",
                 mib(c.footprint_bytes),
                 mib(c.cap_bytes)
             )),
             (Some(p), true) => facts
-                .push(format!("memory cap {p}% = {} MiB (cgroup v1, page cache counted)", mib(c.cap_bytes))),
+                .push(format!("memory cap {p}% = {} MiB (memory cgroup, page cache counted)", mib(c.cap_bytes))),
             (Some(p), false) => facts.push(format!("memory cap {p}% NOT applied")),
             (None, _) => facts.push("no memory cap".into()),
         }

@@ -1,4 +1,4 @@
-//! A configuration whose server this command starts and stops: the memory cap (a cgroup-v1 child,
+//! A configuration whose server this command starts and stops: the memory cap (a memory cgroup,
 //! or a skip/note where cgroups are missing), a cold page cache, `cellar serve` on a free port,
 //! the sweep, and what the server showed when it stopped.
 
@@ -80,8 +80,8 @@ fn memory_cap(
             Ok(None)
         }
         Err(e) => Err(format!(
-            "a memory cap needs a cgroup-v1 memory controller, which is unavailable here ({e}); \
-             without one only the direct reader can run a capped configuration"
+            "a memory cap needs a memory cgroup (v1, or v2 with the memory controller), which is \
+             unavailable here ({e}); without one only the direct reader can run a capped configuration"
         )),
     }
 }

@@ -139,7 +139,7 @@ impl Report {
         let _ = writeln!(
             s,
             "Store: {} docs, {} tokens, dim {}, {}; {:.0} MiB on disk, offsets table {:.2} MiB in RAM. \
-             Batches: {} x {} random records, {} stream(s). Memory cap: {:.0} MiB (cgroup v1, page cache counted). \
+             Batches: {} x {} random records, {} stream(s). Memory cap: {:.0} MiB (memory cgroup, page cache counted). \
              Page cache evicted before each run. Disk: {}.\n",
             self.docs, self.tokens, self.dim, self.codec, self.store_mib, self.offsets_ram_mib, self.batches,
             self.batch_size, self.threads, self.cap_mib, self.disk_note
