@@ -8,7 +8,6 @@
 //! as the slowest execution's time. The report counts executions, inputs accepted, refusals by
 //! error code and panics per target, with the CPU it ran on.
 
-
 mod mutate;
 mod seeds;
 mod targets;
