@@ -4,6 +4,7 @@
 //! message and exit code 2.
 
 mod codecs;
+mod corpus;
 mod embeddings;
 mod filter;
 mod fuzz;
@@ -39,6 +40,9 @@ enum Command {
     /// Bytes per token against nDCG@10 for every codec, with and without PCA, each recoded
     /// from one f16 index.
     Codecs(codecs::CodecsArgs),
+    /// A synthetic retrieval collection of any size with known judgments: BEIR text, token
+    /// vectors for `cellar index --vectors`, and the queries' vectors (no encoder runs).
+    Corpus(corpus::CorpusArgs),
     /// Folders of embeddings for `cellar index --vectors`: synthetic, or an index's exported.
     Embeddings(embeddings::EmbeddingsArgs),
     /// A living index under writes: ingest rates, time to visibility, search latency beside
@@ -71,6 +75,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Load(args) => load::run(args),
         Command::Codecs(args) => codecs::run(args),
+        Command::Corpus(args) => corpus::run(args),
         Command::Embeddings(args) => embeddings::run(args),
         Command::Live(args) => live::run(args),
         Command::Filter(args) => filter::run(args),

@@ -29,6 +29,11 @@ pub struct EvalArgs {
     /// Write the rows as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Rank with the queries' own vectors instead of encoding them: an embeddings folder
+    /// (docs/embeddings.md) whose corpus.jsonl lines are the queries (`cellar-bench corpus`
+    /// writes one as query-vectors/).
+    #[arg(long)]
+    pub query_vectors: Option<PathBuf>,
     /// Evaluate only the first N judged queries.
     #[arg(long)]
     pub max_queries: Option<usize>,
@@ -50,7 +55,9 @@ pub fn run(args: EvalArgs) -> Result<()> {
             args.split
         )));
     }
-    let prepared = eval::prepare_all(&index, &queries, &progress::bar(queries.len() as u64, "queries"))?;
+    let vectors = args.query_vectors.as_deref().map(eval::read_query_vectors).transpose()?;
+    let bar = progress::bar(queries.len() as u64, "queries");
+    let prepared = eval::prepare_all_with(&index, &queries, vectors.as_ref(), &bar)?;
     let ids = eval::doc_ids(&index)?;
     let mut rows: Vec<RowResult> = Vec::new();
     for spec in eval::default_rows(index.config(), index.ivf_config().as_ref()) {

@@ -229,7 +229,7 @@ impl EmbeddedDoc {
 }
 
 /// The L2-normalised mean of `tokens` (`None` when it is zero).
-fn mean_normalized(tokens: &[f32], dim: usize) -> Option<Vec<f32>> {
+pub(crate) fn mean_normalized(tokens: &[f32], dim: usize) -> Option<Vec<f32>> {
     let mut mean = vec![0f64; dim];
     for row in tokens.chunks_exact(dim) {
         mean.iter_mut().zip(row).for_each(|(m, v)| *m += f64::from(*v));

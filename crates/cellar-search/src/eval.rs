@@ -1,5 +1,6 @@
 //! Evaluation: runs the real pipeline over judged queries and scores it against qrels.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
@@ -10,13 +11,14 @@ use serde::Serialize;
 
 use crate::config::IndexConfig;
 use crate::corpus::{Qrels, Query};
+use crate::embeddings::EmbeddingsDir;
 use crate::index::Index;
 use crate::ivf::IvfConfig;
 use crate::metrics::{mean, score_query, Metrics, QueryMetrics};
 use crate::mode::Mode;
 use crate::params::SearchParams;
 use crate::query::PreparedQuery;
-use crate::request::SearchRequest;
+use crate::request::{QueryVectorsIn, SearchRequest, VectorDtype};
 
 /// Depth every evaluated ranking is cut at (Recall@100 needs 100).
 pub const EVAL_DEPTH: usize = 100;
@@ -126,15 +128,59 @@ pub fn doc_ids(index: &Index) -> Result<Vec<String>> {
 
 /// Encodes every query once (rows then share the encodings).
 pub fn prepare_all(index: &Index, queries: &[Query], bar: &ProgressBar) -> Result<Vec<PreparedQuery>> {
+    prepare_all_with(index, queries, None, bar)
+}
+
+/// Prepares every query once; with `vectors` (by query id, from `read_query_vectors`) a query
+/// is ranked with its own vectors and never encoded, and a query without vectors is an error.
+pub fn prepare_all_with(
+    index: &Index,
+    queries: &[Query],
+    vectors: Option<&HashMap<String, QueryVectorsIn>>,
+    bar: &ProgressBar,
+) -> Result<Vec<PreparedQuery>> {
     let prepared = queries
         .iter()
         .map(|q| {
             bar.inc(1);
-            prepare(index, &q.text, Mode::Hybrid).map_err(|e| with_query(e, &q.id))
+            let mut request = SearchRequest::new(q.text.clone(), Mode::Hybrid);
+            if let Some(vectors) = vectors {
+                let given = vectors.get(&q.id).ok_or_else(|| {
+                    CellarError::invalid(format!(
+                        "query {:?} has no vectors in the query-vectors folder",
+                        q.id
+                    ))
+                })?;
+                request.query_vectors = Some(given.clone());
+            }
+            index.plan(request).and_then(|plan| index.prepare(plan)).map_err(|e| with_query(e, &q.id))
         })
         .collect();
     bar.finish_and_clear();
     prepared
+}
+
+/// The queries' own vectors from an embeddings folder whose corpus lines are the queries (ids
+/// and texts; docs/embeddings.md), by query id; a query without pooled vectors gets the
+/// normalised mean of its tokens, as documents do.
+pub fn read_query_vectors(dir: &Path) -> Result<HashMap<String, QueryVectorsIn>> {
+    let folder = EmbeddingsDir::open(dir)?;
+    let dim = folder.dim();
+    let mut vectors = HashMap::with_capacity(folder.len());
+    for doc in folder.docs()? {
+        let doc = doc?;
+        let pooled = match doc.pooled {
+            Some(pooled) => pooled,
+            None => crate::build::mean_normalized(&doc.tokens, dim).ok_or_else(|| {
+                CellarError::invalid(format!("query {:?}: its token vectors average to zero", doc.id))
+            })?,
+        };
+        let given = QueryVectorsIn::compact(&doc.tokens, Some(&pooled), VectorDtype::F32);
+        if vectors.insert(doc.id.clone(), given).is_some() {
+            return Err(CellarError::invalid(format!("{}: query {:?} appears twice", dir.display(), doc.id)));
+        }
+    }
+    Ok(vectors)
 }
 
 /// Plans and prepares (encodes) one query for `mode`, so rows can rank it many ways.
