@@ -21,7 +21,7 @@ mkdir -p "$W"
 {
   echo "# The synthetic retrieval collection on a small instance (issue 17.1)"
   echo
-  echo "Command: \`sh bench/synthetic-corpus.sh $*\` (DOCS=$DOCS QUERIES=$QUERIES)."
+  echo "Command: \`DOCS=$DOCS QUERIES=$QUERIES sh bench/synthetic-corpus.sh${*:+ $*}\`."
   echo
   echo "Machine: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1) ($(nproc) cores), commit $(git rev-parse --short HEAD), $(date -u +%Y-%m-%dT%H:%M:%SZ)."
   echo
