@@ -141,7 +141,7 @@ impl Index {
             let limit = options.max_docs.unwrap_or(usize::MAX);
             for (i, doc) in docs.into_iter().take(limit).enumerate() {
                 let (doc, encoded) = doc.and_then(|doc| doc.checked(i, dim))?;
-                run.check_unique(&doc.id, &format!("document {i}"))?;
+                run.check_unique(&doc.id, Position::Document(i as u64))?;
                 run.bar.inc(1);
                 run.accept(doc, encoded)?;
             }
@@ -394,13 +394,50 @@ struct Sinks {
     pca: Option<Pca>,
 }
 
+/// Where a document's id was read: a corpus line or the position among given documents.
+#[derive(Clone, Copy)]
+enum Position {
+    Line(u64),
+    Document(u64),
+}
+
+impl Position {
+    fn number(self) -> u64 {
+        match self {
+            Position::Line(n) | Position::Document(n) => n,
+        }
+    }
+
+    /// Position `n` of this kind, as an error names it.
+    fn describe(self, n: u64) -> String {
+        match self {
+            Position::Line(_) => format!("line {n}"),
+            Position::Document(_) => format!("document {n}"),
+        }
+    }
+}
+
+/// Two independent 64-bit SipHashes of `id`: a collision of distinct ids is a 2^-128 event.
+fn id_hash(id: &str) -> [u64; 2] {
+    use std::hash::{Hash, Hasher};
+    let one = |salt: u8| {
+        let mut hasher = std::hash::DefaultHasher::new();
+        salt.hash(&mut hasher);
+        id.hash(&mut hasher);
+        hasher.finish()
+    };
+    [one(0), one(1)]
+}
+
 /// State of one build while the documents stream through.
 struct BuildRun<'a> {
     options: &'a BuildOptions,
     /// Dimension of the token and pooled vectors (before any PCA).
     model_dim: usize,
     corpus: PathBuf,
-    seen: HashMap<String, String>,
+    /// Every id so far, by a 128-bit hash, with where it was read: 24 bytes a document (the
+    /// ids themselves cost ~120 at 2M documents, the most RAM a large build grew by).
+    seen: HashMap<[u64; 2], u64>,
     sample: Vec<(Document, Encoded)>,
     sample_tokens: usize,
     sinks: Option<Sinks>,
@@ -438,7 +475,7 @@ impl<'a> BuildRun<'a> {
             while batch.len() < self.options.batch_docs && taken < limit {
                 let Some(doc) = reader.next() else { break };
                 let doc = doc?;
-                self.check_unique(&doc.id, &format!("line {}", reader.line_no()))?;
+                self.check_unique(&doc.id, Position::Line(reader.line_no() as u64))?;
                 batch.push(doc);
                 taken += 1;
             }
@@ -449,12 +486,14 @@ impl<'a> BuildRun<'a> {
         }
     }
 
-    /// `at` is where the id was read ("line 7", "document 6"), which the error names.
-    fn check_unique(&mut self, id: &str, at: &str) -> Result<()> {
-        if let Some(first) = self.seen.insert(id.to_string(), at.to_string()) {
+    /// `at` is where the id was read, which the error names ("line 7", "document 6").
+    fn check_unique(&mut self, id: &str, at: Position) -> Result<()> {
+        if let Some(first) = self.seen.insert(id_hash(id), at.number()) {
             return Err(CellarError::InvalidInput(format!(
-                "{} {at}: duplicate id {id:?} (first seen at {first})",
-                self.corpus.display()
+                "{} {}: duplicate id {id:?} (first seen at {})",
+                self.corpus.display(),
+                at.describe(at.number()),
+                at.describe(first)
             )));
         }
         Ok(())
