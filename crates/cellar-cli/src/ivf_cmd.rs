@@ -37,10 +37,12 @@ pub struct IvfBuildFlags {
     /// Target documents per cluster.
     #[arg(long, default_value_t = 256)]
     pub cluster_size: usize,
-    /// Pooled vectors the k-means trains on (the only ones held in RAM).
+    /// Pooled vectors the k-means trains on at least (the only ones held in RAM): raised to 16
+    /// per cluster within 256 MiB; when smaller than the collection, one refinement pass over
+    /// every document follows.
     #[arg(long, default_value_t = 32_768)]
     pub train_sample: usize,
-    /// Default clusters probed per query (default: a quarter of the clusters, 4 to 64).
+    /// Default clusters probed per query (default: half of the clusters, 4 to 64).
     #[arg(long)]
     pub default_nprobe: Option<usize>,
     /// Default shortlist size as a multiple of the depth.

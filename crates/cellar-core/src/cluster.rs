@@ -163,6 +163,44 @@ pub fn nearest_each<'a>(
     nearest_each_lanes(&row, n, centroids, half_norms, range, out, false)
 }
 
+/// Rows per block and centroids per tile of [`nearest_blocked`]: at 128 dimensions a block's
+/// rows and a tile's centroids are 128 KiB each, in L2 together while the tile is scanned.
+const BLOCK_ROWS: usize = 256;
+const TILE_CENTROIDS: usize = 256;
+
+/// [`nearest`] of each of the `rows.len() / dim` rows, into `out`: the same answers (ties to
+/// the first centroid), but the centroids are scanned a tile at a time over a block of rows, so
+/// a centroid set larger than the caches (an IVF of thousands of clusters is megabytes) is read
+/// from memory once per block of rows instead of once per row or four.
+pub fn nearest_blocked(rows: &[f32], dim: usize, centroids: &[f32], half_norms: &[f32], out: &mut [usize]) {
+    let k = half_norms.len();
+    let mut found = [0usize; BLOCK_ROWS];
+    let mut best = [(0usize, f32::NEG_INFINITY); BLOCK_ROWS];
+    for (block, out) in rows.chunks(BLOCK_ROWS * dim).zip(out.chunks_mut(BLOCK_ROWS)) {
+        let n = block.len() / dim;
+        let row = |i: usize| &block[i * dim..(i + 1) * dim];
+        best[..n].fill((0, f32::NEG_INFINITY));
+        for start in (0..k).step_by(TILE_CENTROIDS) {
+            nearest_each(
+                row,
+                n,
+                centroids,
+                half_norms,
+                start..(start + TILE_CENTROIDS).min(k),
+                &mut found[..n],
+            );
+            for (i, &j) in found[..n].iter().enumerate() {
+                // The tile's winner scored again: the same bits as inside the scan.
+                let score = dot(row(i), &centroids[j * dim..(j + 1) * dim]) - half_norms[j];
+                if score > best[i].1 {
+                    best[i] = (j, score);
+                }
+            }
+        }
+        out[..n].iter_mut().zip(&best[..n]).for_each(|(o, (j, _))| *o = *j);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn nearest_each_avx2<'a>(
@@ -541,6 +579,27 @@ fn lanes(a: &[f32], b: &[f32], term: impl Fn(f32, f32) -> f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocked_nearest_answers_as_nearest_for_every_row() {
+        // 24 dims (a tail past the 8 lanes), 700 rows (blocks of 256 and a rest), 600
+        // centroids (tiles of 256 and a rest), and a duplicate centroid: the first one wins.
+        let dim = 24;
+        let mut rng = StdRng::seed_from_u64(11);
+        let rows: Vec<f32> = (0..700 * dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let mut centroids: Vec<f32> = (0..600 * dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let copy = centroids[10 * dim..11 * dim].to_vec();
+        centroids[300 * dim..301 * dim].copy_from_slice(&copy);
+        let mut rows = rows;
+        rows[5 * dim..6 * dim].copy_from_slice(&copy);
+        let halves = half_norms(&centroids, dim);
+        let mut out = vec![usize::MAX; 700];
+        nearest_blocked(&rows, dim, &centroids, &halves, &mut out);
+        for (i, row) in rows.chunks_exact(dim).enumerate() {
+            assert_eq!(out[i], nearest(row, &centroids, &halves), "row {i}");
+        }
+        assert_eq!(out[5], 10);
+    }
 
     #[test]
     fn leaves_are_near_the_target_size_and_cover_every_point() {

@@ -26,12 +26,20 @@ use rand::SeedableRng;
 use super::layout::{CentroidsFile, ClusterEntry, PostingBlock};
 use super::rabitq::{encode, words_for};
 use super::rotation::Rotation;
-use super::{IvfBuildReport, IvfConfig, IvfDefaults, IVF_DIR, IVF_FORMAT_VERSION};
+use super::{IvfBuildReport, IvfConfig, IvfDefaults, Refinement, IVF_DIR, IVF_FORMAT_VERSION};
 use crate::config::IndexConfig;
 use crate::pooled::open_pooled;
-use cellar_core::cluster::{half_norms, hierarchical, nearest_and_error, Points};
+use cellar_core::cluster::{half_norms, hierarchical, nearest_blocked, Points};
 
 const BUILDING_DIR: &str = "ivf.cellar-building";
+/// Sample rows per leaf the k-means is trained on at least: at 2M documents and 256 per cluster
+/// a sample of 32,768 rows would fit each of 7,800 leaves on 4 rows.
+const MIN_SAMPLE_PER_LEAF: usize = 16;
+/// Most bytes of sample rows held in RAM for training (as f32): 256 MiB, 524,288 rows at 128
+/// dims, which is 16 per leaf up to 8.4M documents of 256 per cluster.
+const MAX_SAMPLE_BYTES: usize = 256 << 20;
+/// Rows read, decoded and assigned at once (2 MiB of f16 at 128 dims).
+const CHUNK_ROWS: usize = 8192;
 const OLD_DIR: &str = "ivf.cellar-old";
 
 /// What an IVF build may set.
@@ -182,11 +190,26 @@ fn build_ivf_rows(
     let start = Instant::now();
     let mut report = IvfBuildReport::default();
     let rotation = Rotation::random(dim, options.seed);
-    let centroids = train(&rows, options)?;
+    let asked = sample_rows(options, docs, dim);
+    let sample = asked.min(docs);
+    let mut centroids = train(&rows, options, sample)?;
     report.train_secs = start.elapsed().as_secs_f64();
     let assign_start = Instant::now();
-    let (assignment, mean_error) = assign(&rows, &centroids, options.progress)?;
+    let (mut assignment, mut mean_error) = assign(&rows, &centroids, options.progress)?;
     report.assign_secs = assign_start.elapsed().as_secs_f64();
+    if sample < docs {
+        // The leaves were fitted on a sample: one Lloyd step over every row moves each to the
+        // mean of the rows it holds, then every row is assigned again (two more passes).
+        let refine_start = Instant::now();
+        let before = mean_error;
+        centroids = refine(&rows, centroids, &assignment, options.progress)?;
+        (assignment, mean_error) = assign(&rows, &centroids, options.progress)?;
+        report.refinement = Some(Refinement {
+            secs: refine_start.elapsed().as_secs_f64(),
+            mean_error_before: before,
+            mean_error_after: mean_error,
+        });
+    }
     let building = index_dir.join(BUILDING_DIR);
     let _ = std::fs::remove_dir_all(&building);
     std::fs::create_dir_all(&building).at(&building)?;
@@ -221,7 +244,7 @@ fn build_ivf_rows(
         docs: docs as u64,
         clusters,
         cluster_size: options.cluster_size,
-        train_sample: options.train_sample,
+        train_sample: asked,
         seed: options.seed,
         search: defaults,
         build: report,
@@ -256,10 +279,19 @@ fn check_options(options: &IvfBuildOptions) -> Result<()> {
     Ok(())
 }
 
-/// Reads an evenly spread sample of rows and clusters it. The target cluster size is scaled to
-/// the sample, so the leaves hold about `cluster_size` documents of the whole collection.
-fn train(rows: &PooledRows, options: &IvfBuildOptions) -> Result<Vec<f32>> {
-    let sample = options.train_sample.min(rows.docs);
+/// The sample the k-means asks for (recorded as the IVF's `train_sample`): `train_sample`,
+/// raised to `MIN_SAMPLE_PER_LEAF` rows per leaf within `MAX_SAMPLE_BYTES`. It trains on that
+/// many rows, or every row of a smaller collection.
+fn sample_rows(options: &IvfBuildOptions, docs: usize, dim: usize) -> usize {
+    let leaves = docs.div_ceil(options.cluster_size);
+    let most = (MAX_SAMPLE_BYTES / (dim.max(1) * 4)).max(options.train_sample);
+    options.train_sample.max(leaves * MIN_SAMPLE_PER_LEAF).min(most)
+}
+
+/// Reads an evenly spread sample of `sample` rows and clusters it. The target cluster size is
+/// scaled to the sample, so the leaves hold about `cluster_size` documents of the whole
+/// collection.
+fn train(rows: &PooledRows, options: &IvfBuildOptions, sample: usize) -> Result<Vec<f32>> {
     let ids: Vec<u32> = if sample == rows.docs {
         (0..rows.docs as u32).collect()
     } else {
@@ -278,32 +310,102 @@ fn train(rows: &PooledRows, options: &IvfBuildOptions) -> Result<Vec<f32>> {
     Ok(hierarchical(&Points { data: &data, dim: rows.dim }, scaled, options.seed))
 }
 
-/// Streams every row in order, checks the body's CRC, and returns each row's nearest centroid
-/// and the rows' mean squared distance to theirs.
-fn assign(rows: &PooledRows, centroids: &[f32], progress: bool) -> Result<(Vec<u32>, f64)> {
+/// Streams every row in order, `CHUNK_ROWS` at a time (`f` gets the chunk's first row and its
+/// rows as f32), and checks the body's CRC once all are read.
+fn stream_rows(rows: &PooledRows, bar: &ProgressBar, mut f: impl FnMut(usize, &[f32])) -> Result<()> {
     let mut file = rows.file.try_clone().at(&rows.path)?;
     file.seek(SeekFrom::Start(rows.body_offset)).at(&rows.path)?;
     let mut reader = BufReader::with_capacity(1 << 20, file.take(rows.body_len));
-    let halves = half_norms(centroids, rows.dim);
-    let bar = bar(rows.docs as u64, "assign", progress);
-    let (mut raw, mut row) = (vec![0u8; rows.row_bytes()], vec![0f32; rows.dim]);
+    let (mut raw, mut values) = (Vec::new(), Vec::new());
     let mut crc = 0u32;
-    let mut assignment = Vec::with_capacity(rows.docs);
-    let mut error_sum = 0f64;
-    for _ in 0..rows.docs {
+    let mut first = 0;
+    while first < rows.docs {
+        let n = CHUNK_ROWS.min(rows.docs - first);
+        raw.resize(n * rows.row_bytes(), 0);
         reader.read_exact(&mut raw).at(&rows.path)?;
         crc = crc32c::crc32c_append(crc, &raw);
-        decode_f16(&raw, &mut row);
-        let (nearest, error) = nearest_and_error(&row, centroids, &halves);
-        assignment.push(nearest as u32);
-        error_sum += f64::from(error);
-        bar.inc(1);
+        values.resize(n * rows.dim, 0.0);
+        decode_f16(&raw, &mut values);
+        f(first, &values);
+        first += n;
+        bar.inc(n as u64);
     }
     bar.finish_and_clear();
     if crc != rows.body_crc {
         return Err(CellarError::corrupted(&rows.path, rows.body_offset, "body checksum mismatch"));
     }
+    Ok(())
+}
+
+/// Each row's nearest centroid and the rows' mean squared distance to theirs; every chunk is
+/// split over the cores.
+fn assign(rows: &PooledRows, centroids: &[f32], progress: bool) -> Result<(Vec<u32>, f64)> {
+    let dim = rows.dim;
+    let halves = half_norms(centroids, dim);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut assignment = Vec::with_capacity(rows.docs);
+    let mut error_sum = 0f64;
+    stream_rows(rows, &bar(rows.docs as u64, "assign", progress), |_, values| {
+        let per = (values.len() / dim).div_ceil(threads).max(1) * dim;
+        let parts: Vec<(Vec<u32>, f64)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = values
+                .chunks(per)
+                .map(|part| {
+                    let halves = &halves;
+                    scope.spawn(move || {
+                        let mut found = vec![0usize; part.len() / dim];
+                        nearest_blocked(part, dim, centroids, halves, &mut found);
+                        let mut error = 0f64;
+                        let nearest: Vec<u32> = part
+                            .chunks_exact(dim)
+                            .zip(&found)
+                            .map(|(row, &c)| {
+                                let centroid = &centroids[c * dim..(c + 1) * dim];
+                                error += f64::from(
+                                    row.iter().zip(centroid).map(|(a, b)| (a - b) * (a - b)).sum::<f32>(),
+                                );
+                                c as u32
+                            })
+                            .collect();
+                        (nearest, error)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("an assign thread panicked")).collect()
+        });
+        for (nearest, error) in parts {
+            assignment.extend(nearest);
+            error_sum += error;
+        }
+    })?;
     Ok((assignment, error_sum / rows.docs.max(1) as f64))
+}
+
+/// One Lloyd step over every row: each centroid moves to the mean of the rows `assignment`
+/// gives it (one that holds none stays where it is).
+fn refine(
+    rows: &PooledRows,
+    mut centroids: Vec<f32>,
+    assignment: &[u32],
+    progress: bool,
+) -> Result<Vec<f32>> {
+    let dim = rows.dim;
+    let k = centroids.len() / dim;
+    let (mut sums, mut counts) = (vec![0f64; k * dim], vec![0u64; k]);
+    stream_rows(rows, &bar(rows.docs as u64, "refine", progress), |first, values| {
+        for (row, &c) in values.chunks_exact(dim).zip(&assignment[first..]) {
+            let c = c as usize;
+            counts[c] += 1;
+            sums[c * dim..(c + 1) * dim].iter_mut().zip(row).for_each(|(s, v)| *s += f64::from(*v));
+        }
+    })?;
+    for ((centroid, sum), &count) in centroids.chunks_exact_mut(dim).zip(sums.chunks_exact(dim)).zip(&counts)
+    {
+        if count > 0 {
+            centroid.iter_mut().zip(sum).for_each(|(c, s)| *c = (s / count as f64) as f32);
+        }
+    }
+    Ok(centroids)
 }
 
 /// Document ids per cluster, ascending (a counting sort: 4 bytes per document).

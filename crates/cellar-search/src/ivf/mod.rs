@@ -85,6 +85,19 @@ pub struct IvfBuildReport {
     pub vectors_bytes: u64,
     pub smallest_cluster: usize,
     pub largest_cluster: usize,
+    /// The refinement pass, run when the leaves were trained on a sample smaller than the
+    /// collection (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refinement: Option<Refinement>,
+}
+
+/// One Lloyd step over every row after the sample's k-means, then every row assigned again.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Refinement {
+    pub secs: f64,
+    /// Mean squared distance of the rows to their centroid before and after it.
+    pub mean_error_before: f64,
+    pub mean_error_after: f64,
 }
 
 /// `ivf/ivf.json`: the commit point of an IVF build.

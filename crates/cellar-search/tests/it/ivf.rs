@@ -259,3 +259,38 @@ fn hybrid_with_ivf_candidates_and_token_vectors_only_is_refused_at_plan() {
     let plan = index.plan(request).unwrap();
     assert_eq!(index.execute(plan).unwrap().hits.len(), 5);
 }
+
+/// When the leaves are trained on a sample smaller than the collection, the sample is raised to
+/// 16 rows per leaf and one Lloyd step over every row refines them: the rows' mean squared
+/// distance to their centroid does not grow, and every document is still in exactly one cluster.
+#[test]
+fn leaves_trained_on_a_sample_are_refined_over_every_row() {
+    use cellar_core::format::FileKind;
+    use cellar_core::io::ReaderOptions;
+    use cellar_search::ivf::{build_ivf_over, Ivf, IvfBuildOptions, ProbeParams};
+    use cellar_search::pooled::PooledWriter;
+
+    use crate::synthetic_ivf::{vector, DIM};
+    const DOCS: usize = 3000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut pooled = PooledWriter::create(dir.path(), DIM).unwrap();
+    for i in 0..DOCS {
+        pooled.add(&vector(i)).unwrap();
+    }
+    pooled.finish().unwrap();
+    // 100 leaves of 30: a sample of 50 is raised to 1,600 rows, still below the 3,000.
+    let options = IvfBuildOptions { cluster_size: 30, train_sample: 50, ..IvfBuildOptions::default() };
+    let path = dir.path().join(FileKind::Pooled.file_name());
+    let config = build_ivf_over(dir.path(), &path, DIM, DOCS, &options).unwrap();
+    assert_eq!(config.train_sample, 1600);
+    let refined = config.build.refinement.clone().expect("a sampled IVF is refined");
+    assert!(refined.mean_error_after > 0.0, "{refined:?}");
+    assert!(refined.mean_error_after <= refined.mean_error_before * (1.0 + 1e-5), "{refined:?}");
+    let ivf = Ivf::open(dir.path(), DOCS as u64, DIM, &ReaderOptions::new(ReaderKind::Ram)).unwrap().unwrap();
+    let params = ProbeParams { nprobe: ivf.clusters(), depth: 10, oversample: 100.0, rescore: true };
+    let (_, stats) = ivf.probe(&vector(7), params).finish().unwrap();
+    assert_eq!(stats.codes, DOCS, "every document in one cluster");
+    // A collection the sample covers is not refined.
+    let whole = IvfBuildOptions { cluster_size: 30, ..IvfBuildOptions::default() };
+    assert!(build_ivf_over(dir.path(), &path, DIM, DOCS, &whole).unwrap().build.refinement.is_none());
+}
