@@ -254,6 +254,35 @@ impl EmbeddingsDir {
     }
 }
 
+/// Token and pooled vectors of one document, as `read_by_id` gives them.
+pub type GivenVectors = (Vec<f32>, Vec<f32>);
+
+/// The dimension and every document's vectors by id, for a small folder such as a collection's
+/// queries (`cellar eval --query-vectors`): a pooled vector not given is the normalised mean of
+/// the tokens, as a build makes it; an id given twice is an error.
+pub fn read_by_id(dir: &Path) -> Result<(usize, std::collections::HashMap<String, GivenVectors>)> {
+    let folder = EmbeddingsDir::open(dir)?;
+    let dim = folder.dim();
+    let mut by_id = std::collections::HashMap::with_capacity(folder.len());
+    for doc in folder.docs()? {
+        let doc = doc?;
+        let pooled = match doc.pooled {
+            Some(pooled) => pooled,
+            None => crate::build::mean_normalized(&doc.tokens, dim).ok_or_else(|| {
+                CellarError::invalid(format!(
+                    "{}: {:?}: its token vectors average to zero",
+                    dir.display(),
+                    doc.id
+                ))
+            })?,
+        };
+        if by_id.insert(doc.id.clone(), (doc.tokens, pooled)).is_some() {
+            return Err(CellarError::invalid(format!("{}: {:?} appears twice", dir.display(), doc.id)));
+        }
+    }
+    Ok((dim, by_id))
+}
+
 /// Reads rows of one array in order, converting float16 to float32.
 struct ArrayReader {
     path: PathBuf,

@@ -11,7 +11,6 @@ use serde::Serialize;
 
 use crate::config::IndexConfig;
 use crate::corpus::{Qrels, Query};
-use crate::embeddings::EmbeddingsDir;
 use crate::index::Index;
 use crate::ivf::IvfConfig;
 use crate::metrics::{mean, score_query, Metrics, QueryMetrics};
@@ -161,26 +160,13 @@ pub fn prepare_all_with(
 }
 
 /// The queries' own vectors from an embeddings folder whose corpus lines are the queries (ids
-/// and texts; docs/embeddings.md), by query id; a query without pooled vectors gets the
-/// normalised mean of its tokens, as documents do.
+/// and texts; docs/embeddings.md), by query id, in the compact form.
 pub fn read_query_vectors(dir: &Path) -> Result<HashMap<String, QueryVectorsIn>> {
-    let folder = EmbeddingsDir::open(dir)?;
-    let dim = folder.dim();
-    let mut vectors = HashMap::with_capacity(folder.len());
-    for doc in folder.docs()? {
-        let doc = doc?;
-        let pooled = match doc.pooled {
-            Some(pooled) => pooled,
-            None => crate::build::mean_normalized(&doc.tokens, dim).ok_or_else(|| {
-                CellarError::invalid(format!("query {:?}: its token vectors average to zero", doc.id))
-            })?,
-        };
-        let given = QueryVectorsIn::compact(&doc.tokens, Some(&pooled), VectorDtype::F32);
-        if vectors.insert(doc.id.clone(), given).is_some() {
-            return Err(CellarError::invalid(format!("{}: query {:?} appears twice", dir.display(), doc.id)));
-        }
-    }
-    Ok(vectors)
+    let (_, by_id) = crate::embeddings::read_by_id(dir)?;
+    Ok(by_id
+        .into_iter()
+        .map(|(id, (tokens, pooled))| (id, QueryVectorsIn::compact(&tokens, Some(&pooled), VectorDtype::F32)))
+        .collect())
 }
 
 /// Plans and prepares (encodes) one query for `mode`, so rows can rank it many ways.

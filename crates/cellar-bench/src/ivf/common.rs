@@ -36,6 +36,10 @@ pub struct QueryArgs {
     /// Use only the first N judged queries.
     #[arg(long)]
     pub max_queries: Option<usize>,
+    /// Rank with the queries' own vectors from this folder instead of encoding them (`cellar
+    /// eval --query-vectors`; `cellar-bench corpus` writes one as query-vectors/).
+    #[arg(long)]
+    pub query_vectors: Option<PathBuf>,
     /// Output path prefix: writes PREFIX.json and PREFIX.md.
     #[arg(long)]
     pub out: PathBuf,
@@ -64,7 +68,9 @@ impl QueryArgs {
         if queries.is_empty() {
             return Err(CellarError::InvalidInput(format!("no judged query in {}", self.data.display())));
         }
-        let prepared = eval::prepare_all(&index, &queries, &progress::bar(queries.len() as u64, "encode"))?;
+        let vectors = self.query_vectors.as_deref().map(eval::read_query_vectors).transpose()?;
+        let bar = progress::bar(queries.len() as u64, "encode");
+        let prepared = eval::prepare_all_with(&index, &queries, vectors.as_ref(), &bar)?;
         let ids = eval::doc_ids(&index)?;
         Ok(Workload { index, queries, prepared, qrels, ids })
     }

@@ -67,6 +67,11 @@ pub struct LoadArgs {
     /// BEIR queries.jsonl ({"_id", "text"} per line).
     #[arg(long)]
     pub queries: PathBuf,
+    /// The queries' own vectors, for the configurations whose vectors come from the client:
+    /// an embeddings folder whose corpus.jsonl lines are the queries (`cellar-bench corpus`
+    /// writes one as query-vectors/), instead of encoding them with the index's model.
+    #[arg(long)]
+    pub query_vectors: Option<PathBuf>,
     /// Keep only the queries judged in this qrels TSV, and score the answers each server
     /// returned against it (nDCG@10 and Recall@10 of the first 200 answer per query).
     #[arg(long)]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use cellar_core::Result;
 use cellar_search::corpus::{read_qrels, read_queries, Qrels, Query};
+use cellar_search::embeddings::read_by_id;
 use cellar_search::request::VectorDtype;
 use cellar_search::{Index, Mode, OpenOptions, QueryVectorsIn};
 
@@ -54,6 +55,21 @@ fn encode_queries(index_dir: &Path, queries: &[Query]) -> Result<Vec<QueryVector
             let e = encoder.encode_query(&q.text)?;
             let dim = e.tokens.len() / e.n_tokens.max(1);
             Ok((e.tokens.chunks(dim.max(1)).map(<[f32]>::to_vec).collect(), e.pooled))
+        })
+        .collect()
+}
+
+/// Every query's vectors from an embeddings folder of queries (`--query-vectors`), in query
+/// order; a query missing there is an error naming it.
+fn read_query_vectors(folder: &Path, queries: &[Query]) -> Result<Vec<QueryVectors>> {
+    let (dim, mut by_id) = read_by_id(folder)?;
+    queries
+        .iter()
+        .map(|q| {
+            let (tokens, pooled) = by_id
+                .remove(&q.id)
+                .ok_or_else(|| invalid(format!("query {:?} has no vectors in {}", q.id, folder.display())))?;
+            Ok((tokens.chunks(dim).map(<[f32]>::to_vec).collect(), pooled))
         })
         .collect()
 }
@@ -113,7 +129,11 @@ impl RequestBodies {
             if bodies.by_key.contains_key(&key) {
                 continue;
             }
-            let encoded = key.0.as_deref().map(|dir| encode_queries(dir, queries)).transpose()?;
+            let encoded = match (&args.query_vectors, key.0.as_deref()) {
+                (Some(folder), Some(_)) => Some(read_query_vectors(folder, queries)?),
+                (None, Some(dir)) => Some(encode_queries(dir, queries)?),
+                (_, None) => None,
+            };
             let list = queries
                 .iter()
                 .enumerate()
