@@ -5,6 +5,7 @@
 
 mod codecs;
 mod corpus;
+mod cost;
 mod embeddings;
 mod filter;
 mod fuzz;
@@ -43,6 +44,9 @@ enum Command {
     /// A synthetic retrieval collection of any size with known judgments: BEIR text, token
     /// vectors for `cellar index --vectors`, and the queries' vectors (no encoder runs).
     Corpus(corpus::CorpusArgs),
+    /// The smallest machine that holds a collection at a P95 and QPS, and its monthly cost,
+    /// from a measured load run (ColBERT-serve's Table 1).
+    Cost(cost::CostArgs),
     /// Folders of embeddings for `cellar index --vectors`: synthetic, or an index's exported.
     Embeddings(embeddings::EmbeddingsArgs),
     /// A living index under writes: ingest rates, time to visibility, search latency beside
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
         Command::Load(args) => load::run(args),
         Command::Codecs(args) => codecs::run(args),
         Command::Corpus(args) => corpus::run(args),
+        Command::Cost(args) => cost::run(args),
         Command::Embeddings(args) => embeddings::run(args),
         Command::Live(args) => live::run(args),
         Command::Filter(args) => filter::run(args),
