@@ -7,6 +7,7 @@ mod codecs;
 mod corpus;
 mod cost;
 mod embeddings;
+mod exact;
 mod filter;
 mod fuzz;
 mod harness;
@@ -47,6 +48,9 @@ enum Command {
     /// The smallest machine that holds a collection at a P95 and QPS, and its monthly cost,
     /// from a measured load run (ColBERT-serve's Table 1).
     Cost(cost::CostArgs),
+    /// Exact MaxSim over every document for a sample of queries given as vectors, against the
+    /// served modes' rankings.
+    Exact(exact::ExactArgs),
     /// Folders of embeddings for `cellar index --vectors`: synthetic, or an index's exported.
     Embeddings(embeddings::EmbeddingsArgs),
     /// A living index under writes: ingest rates, time to visibility, search latency beside
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
         Command::Corpus(args) => corpus::run(args),
         Command::Cost(args) => cost::run(args),
         Command::Embeddings(args) => embeddings::run(args),
+        Command::Exact(args) => exact::run(args),
         Command::Live(args) => live::run(args),
         Command::Filter(args) => filter::run(args),
         Command::Retrain(args) => retrain::run(args),
