@@ -123,7 +123,11 @@ pub fn run(args: ExactArgs) -> Result<()> {
         .iter()
         .map(|q| {
             vectors.remove(&q.id).ok_or_else(|| {
-                CellarError::invalid(format!("query {:?} has no vectors in {}", q.id, args.query_vectors.display()))
+                CellarError::invalid(format!(
+                    "query {:?} has no vectors in {}",
+                    q.id,
+                    args.query_vectors.display()
+                ))
             })
         })
         .collect::<Result<_>>()?;
@@ -147,7 +151,13 @@ pub fn run(args: ExactArgs) -> Result<()> {
             .collect::<Result<_>>()?;
         rows.push(row(&format!("{mode} (served defaults)"), &queries, &qrels, &answers, &exact, &ids));
     }
-    let report = Report { provenance: Provenance::now(), documents: store.len(), queries: queries.len(), scan_secs, rows };
+    let report = Report {
+        provenance: Provenance::now(),
+        documents: store.len(),
+        queries: queries.len(),
+        scan_secs,
+        rows,
+    };
     let markdown = markdown(&report);
     write_report(&args.out, &report, &markdown)?;
     print!("{markdown}");
@@ -169,10 +179,12 @@ fn scan(store: &VectorStore, queries: &[(Vec<f32>, Vec<f32>)]) -> Result<Vec<Vec
             .map(|from| {
                 let (prepared, bar) = (&prepared, &bar);
                 scope.spawn(move || -> Result<Vec<BinaryHeap<Scored>>> {
-                    let mut best: Vec<BinaryHeap<Scored>> = prepared.iter().map(|_| BinaryHeap::new()).collect();
+                    let mut best: Vec<BinaryHeap<Scored>> =
+                        prepared.iter().map(|_| BinaryHeap::new()).collect();
                     let end = (from + per).min(docs);
                     for first in (from..end).step_by(SCAN_BATCH) {
-                        let batch_ids: Vec<DocId> = (first..(first + SCAN_BATCH as u32).min(end)).map(DocId).collect();
+                        let batch_ids: Vec<DocId> =
+                            (first..(first + SCAN_BATCH as u32).min(end)).map(DocId).collect();
                         let batch = store.read_batch(&batch_ids)?;
                         for (i, id) in batch_ids.iter().enumerate() {
                             let record = batch.record(i);
