@@ -8,4 +8,4 @@ set -eu
 W=${WORK:-/work/cellar-scale}
 cargo build --release -q -p cellar-bench
 ./target/release/cellar-bench exact --index "$W/index" --data "$W/data" \
-  --query-vectors "$W/data/query-vectors" --queries "${QUERIES:-50}" --out bench/results/scale-exact "$@"
+  --query-vectors "$W/data/query-vectors" --max-queries "${QUERIES:-50}" --out bench/results/scale-exact "$@"

@@ -9,24 +9,22 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashSet};
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use cellar_core::io::{ReaderKind, ReaderOptions};
 use cellar_core::kernels::Isa;
 use cellar_core::store::VectorStore;
 use cellar_core::{CellarError, DocId, Result};
-use cellar_search::corpus::Collection;
 use cellar_search::embeddings::read_by_id;
-use cellar_search::eval::{doc_ids, judged_queries};
 use cellar_search::metrics::score_query;
 use cellar_search::names::VECTORS_DIR;
 use cellar_search::request::VectorDtype;
-use cellar_search::{Index, Mode, OpenOptions, QueryVectorsIn, SearchRequest};
+use cellar_search::{Mode, QueryVectorsIn, SearchRequest};
 use serde::Serialize;
 
 use crate::harness::output::write_report;
 use crate::harness::provenance::Provenance;
+use crate::ivf::common::{QueryArgs, Workload};
 
 /// Depth of the exact ranking and of the modes' answers.
 const DEPTH: usize = 100;
@@ -35,26 +33,17 @@ const SCAN_BATCH: usize = 2048;
 
 #[derive(clap::Args)]
 pub struct ExactArgs {
-    #[arg(long)]
-    pub index: PathBuf,
-    /// BEIR folder with queries.jsonl and qrels/<split>.tsv.
-    #[arg(long)]
-    pub data: PathBuf,
-    #[arg(long, default_value = "test")]
-    pub split: String,
-    /// The queries' vectors (`cellar-bench corpus` writes them as query-vectors/).
-    #[arg(long)]
-    pub query_vectors: PathBuf,
-    /// Judged queries in the sample (the first ones).
-    #[arg(long, default_value_t = 50)]
-    pub queries: usize,
+    /// The index, its collection, the queries' vectors (required here) and `--max-queries`, the
+    /// sample (default 50).
+    #[command(flatten)]
+    pub queries: QueryArgs,
     /// Modes compared with the exact ranking, at their stored defaults.
     #[arg(long, value_delimiter = ',', default_value = "dense,rerank,hybrid")]
     pub modes: Vec<Mode>,
-    /// Output prefix: writes PREFIX.json and PREFIX.md.
-    #[arg(long)]
-    pub out: PathBuf,
 }
+
+/// Judged queries in the sample when `--max-queries` is not given.
+const DEFAULT_SAMPLE: usize = 50;
 
 #[derive(Serialize)]
 struct Row {
@@ -109,30 +98,23 @@ fn ranked(best: BinaryHeap<Scored>) -> Vec<u32> {
     best.into_sorted_vec().into_iter().map(|s| s.1).collect()
 }
 
-pub fn run(args: ExactArgs) -> Result<()> {
-    if args.queries == 0 {
-        return Err(CellarError::invalid("--queries must be at least 1"));
-    }
-    let index = Index::open(&args.index, OpenOptions::default())?;
-    let collection = Collection::locate(&args.data)?;
-    let qrels = collection.qrels(&args.split)?;
-    let mut queries = judged_queries(&collection.queries()?, &qrels);
-    queries.truncate(args.queries);
-    let (_, mut vectors) = read_by_id(&args.query_vectors)?;
+pub fn run(mut args: ExactArgs) -> Result<()> {
+    let folder = args.queries.query_vectors.clone().ok_or_else(|| {
+        CellarError::invalid("--query-vectors is required: the exact scan scores the queries' own vectors")
+    })?;
+    args.queries.max_queries.get_or_insert(DEFAULT_SAMPLE);
+    let Workload { index, queries, qrels, ids, .. } = args.queries.load()?;
+    let (_, mut vectors) = read_by_id(&folder)?;
     let given: Vec<(Vec<f32>, Vec<f32>)> = queries
         .iter()
         .map(|q| {
             vectors.remove(&q.id).ok_or_else(|| {
-                CellarError::invalid(format!(
-                    "query {:?} has no vectors in {}",
-                    q.id,
-                    args.query_vectors.display()
-                ))
+                CellarError::invalid(format!("query {:?} has no vectors in {}", q.id, folder.display()))
             })
         })
         .collect::<Result<_>>()?;
-    let ids = doc_ids(&index)?;
-    let store = VectorStore::open(&args.index.join(VECTORS_DIR), &ReaderOptions::new(ReaderKind::Mmap))?;
+    let store =
+        VectorStore::open(&args.queries.index.join(VECTORS_DIR), &ReaderOptions::new(ReaderKind::Mmap))?;
     let started = Instant::now();
     let exact = scan(&store, &given)?;
     let scan_secs = started.elapsed().as_secs_f64();
@@ -159,7 +141,7 @@ pub fn run(args: ExactArgs) -> Result<()> {
         rows,
     };
     let markdown = markdown(&report);
-    write_report(&args.out, &report, &markdown)?;
+    write_report(&args.queries.out, &report, &markdown)?;
     print!("{markdown}");
     Ok(())
 }
