@@ -6,8 +6,7 @@
 //! (the share of the exact top 10 and top 100 the mode returns), next to the exact ranking's own
 //! nDCG@10 and Recall@100 (MaxSim's ceiling on this collection).
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::time::Instant;
 
@@ -19,6 +18,7 @@ use cellar_search::embeddings::read_by_id;
 use cellar_search::metrics::score_query;
 use cellar_search::names::VECTORS_DIR;
 use cellar_search::request::VectorDtype;
+use cellar_search::topk::TopK;
 use cellar_search::{Mode, QueryVectorsIn, SearchRequest};
 use serde::Serialize;
 
@@ -63,39 +63,6 @@ struct Report {
     queries: usize,
     scan_secs: f64,
     rows: Vec<Row>,
-}
-
-/// A scored document in a min-heap of the best: the lowest score (then the highest id) on top.
-#[derive(PartialEq)]
-struct Scored(f32, u32);
-
-impl Eq for Scored {}
-
-impl PartialOrd for Scored {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Scored {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.0.total_cmp(&self.0).then(self.1.cmp(&other.1))
-    }
-}
-
-/// Keeps `best` to the `DEPTH` highest scores.
-fn offer(best: &mut BinaryHeap<Scored>, scored: Scored) {
-    if best.len() < DEPTH {
-        best.push(scored);
-    } else if best.peek().is_some_and(|worst| scored < *worst) {
-        best.pop();
-        best.push(scored);
-    }
-}
-
-/// Highest score first (ties: lower id first).
-fn ranked(best: BinaryHeap<Scored>) -> Vec<u32> {
-    best.into_sorted_vec().into_iter().map(|s| s.1).collect()
 }
 
 pub fn run(mut args: ExactArgs) -> Result<()> {
@@ -155,14 +122,13 @@ fn scan(store: &VectorStore, queries: &[(Vec<f32>, Vec<f32>)]) -> Result<Vec<Vec
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     let per = docs.div_ceil(threads).max(1);
     let bar = cellar_search::progress::bar(docs as u64, "exact MaxSim");
-    let parts: Vec<Result<Vec<BinaryHeap<Scored>>>> = std::thread::scope(|scope| {
+    let parts: Vec<Result<Vec<TopK>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..docs)
             .step_by(per as usize)
             .map(|from| {
                 let (prepared, bar) = (&prepared, &bar);
-                scope.spawn(move || -> Result<Vec<BinaryHeap<Scored>>> {
-                    let mut best: Vec<BinaryHeap<Scored>> =
-                        prepared.iter().map(|_| BinaryHeap::new()).collect();
+                scope.spawn(move || -> Result<Vec<TopK>> {
+                    let mut best: Vec<TopK> = prepared.iter().map(|_| TopK::new(DEPTH)).collect();
                     let end = (from + per).min(docs);
                     for first in (from..end).step_by(SCAN_BATCH) {
                         let batch_ids: Vec<DocId> =
@@ -171,7 +137,7 @@ fn scan(store: &VectorStore, queries: &[(Vec<f32>, Vec<f32>)]) -> Result<Vec<Vec
                         for (i, id) in batch_ids.iter().enumerate() {
                             let record = batch.record(i);
                             for (q, best) in prepared.iter().zip(best.iter_mut()) {
-                                offer(best, Scored(codec.maxsim(isa, q, record.tokens), id.0));
+                                best.push(*id, codec.maxsim(isa, q, record.tokens));
                             }
                         }
                         bar.inc(batch_ids.len() as u64);
@@ -183,13 +149,13 @@ fn scan(store: &VectorStore, queries: &[(Vec<f32>, Vec<f32>)]) -> Result<Vec<Vec
         handles.into_iter().map(|h| h.join().expect("a scan thread panicked")).collect()
     });
     bar.finish_and_clear();
-    let mut merged: Vec<BinaryHeap<Scored>> = queries.iter().map(|_| BinaryHeap::new()).collect();
+    let mut merged: Vec<TopK> = queries.iter().map(|_| TopK::new(DEPTH)).collect();
     for part in parts {
-        for (best, heap) in merged.iter_mut().zip(part?) {
-            heap.into_iter().for_each(|s| offer(best, s));
+        for (best, kept) in merged.iter_mut().zip(part?) {
+            kept.into_sorted().into_iter().for_each(|s| best.push(s.id, s.score));
         }
     }
-    Ok(merged.into_iter().map(ranked).collect())
+    Ok(merged.into_iter().map(|best| best.into_sorted().into_iter().map(|s| s.id.0).collect()).collect())
 }
 
 fn row(
@@ -241,22 +207,4 @@ fn markdown(r: &Report) -> String {
         );
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_heap_keeps_the_best_by_score_then_lower_id() {
-        let mut best = BinaryHeap::new();
-        for i in 0..300u32 {
-            offer(&mut best, Scored((i % 150) as f32, i));
-        }
-        let ranked = ranked(best);
-        assert_eq!(ranked.len(), DEPTH);
-        // Scores 149 down to 100, each twice: ids i and i + 150, the lower first.
-        assert_eq!(&ranked[..4], &[149, 299, 148, 298]);
-        assert_eq!(*ranked.last().unwrap(), 250);
-    }
 }
