@@ -141,7 +141,7 @@ impl Index {
             let limit = options.max_docs.unwrap_or(usize::MAX);
             for (i, doc) in docs.into_iter().take(limit).enumerate() {
                 let (doc, encoded) = doc.and_then(|doc| doc.checked(i, dim))?;
-                run.check_unique(&doc.id, Position::Document(i as u64))?;
+                run.check_unique(&doc.id, "document", i as u64)?;
                 run.bar.inc(1);
                 run.accept(doc, encoded)?;
             }
@@ -394,29 +394,6 @@ struct Sinks {
     pca: Option<Pca>,
 }
 
-/// Where a document's id was read: a corpus line or the position among given documents.
-#[derive(Clone, Copy)]
-enum Position {
-    Line(u64),
-    Document(u64),
-}
-
-impl Position {
-    fn number(self) -> u64 {
-        match self {
-            Position::Line(n) | Position::Document(n) => n,
-        }
-    }
-
-    /// Position `n` of this kind, as an error names it.
-    fn describe(self, n: u64) -> String {
-        match self {
-            Position::Line(_) => format!("line {n}"),
-            Position::Document(_) => format!("document {n}"),
-        }
-    }
-}
-
 /// Two independent 64-bit SipHashes of `id`: a collision of distinct ids is a 2^-128 event.
 fn id_hash(id: &str) -> [u64; 2] {
     use std::hash::{Hash, Hasher};
@@ -475,7 +452,7 @@ impl<'a> BuildRun<'a> {
             while batch.len() < self.options.batch_docs && taken < limit {
                 let Some(doc) = reader.next() else { break };
                 let doc = doc?;
-                self.check_unique(&doc.id, Position::Line(reader.line_no() as u64))?;
+                self.check_unique(&doc.id, "line", reader.line_no() as u64)?;
                 batch.push(doc);
                 taken += 1;
             }
@@ -486,14 +463,12 @@ impl<'a> BuildRun<'a> {
         }
     }
 
-    /// `at` is where the id was read, which the error names ("line 7", "document 6").
-    fn check_unique(&mut self, id: &str, at: Position) -> Result<()> {
-        if let Some(first) = self.seen.insert(id_hash(id), at.number()) {
+    /// The id was read at `kind` `at` ("line 7", "document 6"), which the error names.
+    fn check_unique(&mut self, id: &str, kind: &str, at: u64) -> Result<()> {
+        if let Some(first) = self.seen.insert(id_hash(id), at) {
             return Err(CellarError::InvalidInput(format!(
-                "{} {}: duplicate id {id:?} (first seen at {})",
-                self.corpus.display(),
-                at.describe(at.number()),
-                at.describe(first)
+                "{} {kind} {at}: duplicate id {id:?} (first seen at {kind} {first})",
+                self.corpus.display()
             )));
         }
         Ok(())
