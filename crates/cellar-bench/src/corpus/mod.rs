@@ -138,13 +138,12 @@ fn generate(model: &Model, docs: std::ops::Range<u64>, threads: usize) -> Vec<Ge
     let per = n.div_ceil(threads).max(1);
     let one = |i: u64| {
         let doc = model.doc(i);
-        let mut pooled = vec![0f32; model.config().dim];
-        doc.tokens
-            .chunks_exact(pooled.len())
-            .for_each(|r| pooled.iter_mut().zip(r).for_each(|(p, x)| *p += x));
-        let norm = pooled.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-        pooled.iter_mut().for_each(|x| *x /= norm);
-        Generated { id: doc_id(i), text: model::words_text(&doc.words), tokens: doc.tokens, pooled }
+        Generated {
+            id: doc_id(i),
+            text: model::words_text(&doc.words),
+            tokens: doc.tokens,
+            pooled: doc.pooled,
+        }
     };
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..n)

@@ -95,6 +95,8 @@ pub struct GenDoc {
     pub words: Vec<u32>,
     /// `words.len() * dim` values, unit rows.
     pub tokens: Vec<f32>,
+    /// The normalised sum of the tokens.
+    pub pooled: Vec<f32>,
 }
 
 /// One generated query, its vectors and its judgments (document index, grade).
@@ -152,6 +154,14 @@ fn gaussian(rng: &mut StdRng, out: &mut [f32]) {
 fn normalize(v: &mut [f32]) {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
     v.iter_mut().for_each(|x| *x /= norm);
+}
+
+/// The normalised sum of `tokens` (rows of `dim`): a document's or a query's pooled vector.
+fn pooled(tokens: &[f32], dim: usize) -> Vec<f32> {
+    let mut sum = vec![0f32; dim];
+    tokens.chunks_exact(dim).for_each(|row| sum.iter_mut().zip(row).for_each(|(p, x)| *p += x));
+    normalize(&mut sum);
+    sum
 }
 
 /// Cumulative Zipf weights of ranks 1..=n with exponent `s`, ending at 1.
@@ -420,7 +430,8 @@ impl Model {
         // Occurrence noise from a stream of its own, so a duplicate's vectors are fresh.
         let mut rng = rng_for(self.config.seed ^ 0x5EED, STREAM_DOC, i);
         let tokens = self.vectors(&plan.words, &plan.topics, &mut rng);
-        GenDoc { words: plan.words, tokens }
+        let pooled = pooled(&tokens, self.config.dim);
+        GenDoc { words: plan.words, tokens, pooled }
     }
 
     /// Query `q`: its target, words, vectors and judgments.
@@ -458,9 +469,7 @@ impl Model {
         let topics = vec![plan.primary; words.len()];
         let tokens = self.vectors(&words, &topics, &mut rng);
         let dim = c.dim;
-        let mut pooled = vec![0f32; dim];
-        tokens.chunks_exact(dim).for_each(|row| pooled.iter_mut().zip(row).for_each(|(p, x)| *p += x));
-        normalize(&mut pooled);
+        let pooled = pooled(&tokens, dim);
         let mut relevant = vec![(target, 2)];
         let last = (target + DUPLICATE_WINDOW).min(c.docs - 1);
         relevant
