@@ -14,7 +14,7 @@ use cellar_core::io::{ReaderKind, ReaderOptions};
 use cellar_core::kernels::Isa;
 use cellar_core::store::VectorStore;
 use cellar_core::{CellarError, DocId, Result};
-use cellar_search::embeddings::read_by_id;
+use cellar_search::embeddings::read_in_order;
 use cellar_search::metrics::score_query;
 use cellar_search::names::VECTORS_DIR;
 use cellar_search::request::VectorDtype;
@@ -71,15 +71,7 @@ pub fn run(mut args: ExactArgs) -> Result<()> {
     })?;
     args.queries.max_queries.get_or_insert(DEFAULT_SAMPLE);
     let Workload { index, queries, qrels, ids, .. } = args.queries.load()?;
-    let (_, mut vectors) = read_by_id(&folder)?;
-    let given: Vec<(Vec<f32>, Vec<f32>)> = queries
-        .iter()
-        .map(|q| {
-            vectors.remove(&q.id).ok_or_else(|| {
-                CellarError::invalid(format!("query {:?} has no vectors in {}", q.id, folder.display()))
-            })
-        })
-        .collect::<Result<_>>()?;
+    let (_, given) = read_in_order(&folder, queries.iter().map(|q| q.id.as_str()))?;
     let store =
         VectorStore::open(&args.queries.index.join(VECTORS_DIR), &ReaderOptions::new(ReaderKind::Mmap))?;
     let started = Instant::now();

@@ -55,9 +55,10 @@ pub fn run(args: EvalArgs) -> Result<()> {
             args.split
         )));
     }
-    let vectors = args.query_vectors.as_deref().map(eval::read_query_vectors).transpose()?;
+    let vectors =
+        args.query_vectors.as_deref().map(|dir| eval::read_query_vectors(dir, &queries)).transpose()?;
     let bar = progress::bar(queries.len() as u64, "queries");
-    let prepared = eval::prepare_all_with(&index, &queries, vectors.as_ref(), &bar)?;
+    let prepared = eval::prepare_all_with(&index, &queries, vectors.as_deref(), &bar)?;
     let ids = eval::doc_ids(&index)?;
     let mut rows: Vec<RowResult> = Vec::new();
     for spec in eval::default_rows(index.config(), index.ivf_config().as_ref()) {

@@ -254,13 +254,30 @@ impl EmbeddingsDir {
     }
 }
 
-/// Token and pooled vectors of one document, as `read_by_id` gives them.
+/// Token and pooled vectors of one document, as `read_in_order` gives them.
 pub type GivenVectors = (Vec<f32>, Vec<f32>);
 
-/// The dimension and every document's vectors by id, for a small folder such as a collection's
-/// queries (`cellar eval --query-vectors`): a pooled vector not given is the normalised mean of
-/// the tokens, as a build makes it; an id given twice is an error.
-pub fn read_by_id(dir: &Path) -> Result<(usize, std::collections::HashMap<String, GivenVectors>)> {
+/// The dimension, and the vectors of the documents `ids` in that order, of a small folder such
+/// as a collection's queries (`cellar eval --query-vectors`): a pooled vector not given is the
+/// normalised mean of the tokens, as a build makes it; an id given twice in the folder, or one
+/// of `ids` missing from it, is an error naming it.
+pub fn read_in_order<'a>(
+    dir: &Path,
+    ids: impl IntoIterator<Item = &'a str>,
+) -> Result<(usize, Vec<GivenVectors>)> {
+    let (dim, mut by_id) = read_by_id(dir)?;
+    let given = ids
+        .into_iter()
+        .map(|id| {
+            by_id
+                .remove(id)
+                .ok_or_else(|| CellarError::invalid(format!("{}: no vectors for {id:?}", dir.display())))
+        })
+        .collect::<Result<_>>()?;
+    Ok((dim, given))
+}
+
+fn read_by_id(dir: &Path) -> Result<(usize, std::collections::HashMap<String, GivenVectors>)> {
     let folder = EmbeddingsDir::open(dir)?;
     let dim = folder.dim();
     let mut by_id = std::collections::HashMap::with_capacity(folder.len());

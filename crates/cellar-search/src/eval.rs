@@ -1,6 +1,5 @@
 //! Evaluation: runs the real pipeline over judged queries and scores it against qrels.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
@@ -130,49 +129,45 @@ pub fn prepare_all(index: &Index, queries: &[Query], bar: &ProgressBar) -> Resul
     prepare_all_with(index, queries, None, bar)
 }
 
-/// Prepares every query once; with `vectors` (by query id, from `read_query_vectors`) a query
-/// is ranked with its own vectors and never encoded, and a query without vectors is an error.
+/// Prepares every query once; with `vectors` (one per query, in order: `read_query_vectors`) a
+/// query is ranked with its own vectors and never encoded.
 pub fn prepare_all_with(
     index: &Index,
     queries: &[Query],
-    vectors: Option<&HashMap<String, QueryVectorsIn>>,
+    vectors: Option<&[QueryVectorsIn]>,
     bar: &ProgressBar,
 ) -> Result<Vec<PreparedQuery>> {
     let prepared = queries
         .iter()
-        .map(|q| {
+        .enumerate()
+        .map(|(i, q)| {
             bar.inc(1);
             let mut request = SearchRequest::new(q.text.clone(), Mode::Hybrid);
-            if let Some(vectors) = vectors {
-                let given = vectors.get(&q.id).ok_or_else(|| {
-                    CellarError::invalid(format!(
-                        "query {:?} has no vectors in the query-vectors folder",
-                        q.id
-                    ))
-                })?;
-                request.query_vectors = Some(given.clone());
-            }
-            index.plan(request).and_then(|plan| index.prepare(plan)).map_err(|e| with_query(e, &q.id))
+            request.query_vectors = vectors.map(|v| v[i].clone());
+            prepare_request(index, request).map_err(|e| with_query(e, &q.id))
         })
         .collect();
     bar.finish_and_clear();
     prepared
 }
 
-/// The queries' own vectors from an embeddings folder whose corpus lines are the queries (ids
-/// and texts; docs/embeddings.md), by query id, in the compact form.
-pub fn read_query_vectors(dir: &Path) -> Result<HashMap<String, QueryVectorsIn>> {
-    let (_, by_id) = crate::embeddings::read_by_id(dir)?;
-    Ok(by_id
-        .into_iter()
-        .map(|(id, (tokens, pooled))| (id, QueryVectorsIn::compact(&tokens, Some(&pooled), VectorDtype::F32)))
+/// The vectors of `queries`, in order, from an embeddings folder whose corpus lines are the
+/// queries (ids and texts; docs/embeddings.md), in the compact form.
+pub fn read_query_vectors(dir: &Path, queries: &[Query]) -> Result<Vec<QueryVectorsIn>> {
+    let (_, given) = crate::embeddings::read_in_order(dir, queries.iter().map(|q| q.id.as_str()))?;
+    Ok(given
+        .iter()
+        .map(|(tokens, pooled)| QueryVectorsIn::compact(tokens, Some(pooled), VectorDtype::F32))
         .collect())
 }
 
 /// Plans and prepares (encodes) one query for `mode`, so rows can rank it many ways.
 pub fn prepare(index: &Index, text: &str, mode: Mode) -> Result<PreparedQuery> {
-    let plan = index.plan(SearchRequest::new(text, mode))?;
-    index.prepare(plan)
+    prepare_request(index, SearchRequest::new(text, mode))
+}
+
+fn prepare_request(index: &Index, request: SearchRequest) -> Result<PreparedQuery> {
+    index.prepare(index.plan(request)?)
 }
 
 /// Names the query in a user error.

@@ -68,9 +68,10 @@ impl QueryArgs {
         if queries.is_empty() {
             return Err(CellarError::InvalidInput(format!("no judged query in {}", self.data.display())));
         }
-        let vectors = self.query_vectors.as_deref().map(eval::read_query_vectors).transpose()?;
+        let vectors =
+            self.query_vectors.as_deref().map(|dir| eval::read_query_vectors(dir, &queries)).transpose()?;
         let bar = progress::bar(queries.len() as u64, "encode");
-        let prepared = eval::prepare_all_with(&index, &queries, vectors.as_ref(), &bar)?;
+        let prepared = eval::prepare_all_with(&index, &queries, vectors.as_deref(), &bar)?;
         let ids = eval::doc_ids(&index)?;
         Ok(Workload { index, queries, prepared, qrels, ids })
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cellar_core::Result;
 use cellar_search::corpus::{read_qrels, read_queries, Qrels, Query};
-use cellar_search::embeddings::read_by_id;
+use cellar_search::embeddings::read_in_order;
 use cellar_search::request::VectorDtype;
 use cellar_search::{Index, Mode, OpenOptions, QueryVectorsIn};
 
@@ -62,16 +62,11 @@ fn encode_queries(index_dir: &Path, queries: &[Query]) -> Result<Vec<QueryVector
 /// Every query's vectors from an embeddings folder of queries (`--query-vectors`), in query
 /// order; a query missing there is an error naming it.
 fn read_query_vectors(folder: &Path, queries: &[Query]) -> Result<Vec<QueryVectors>> {
-    let (dim, mut by_id) = read_by_id(folder)?;
-    queries
-        .iter()
-        .map(|q| {
-            let (tokens, pooled) = by_id
-                .remove(&q.id)
-                .ok_or_else(|| invalid(format!("query {:?} has no vectors in {}", q.id, folder.display())))?;
-            Ok((tokens.chunks(dim).map(<[f32]>::to_vec).collect(), pooled))
-        })
-        .collect()
+    let (dim, given) = read_in_order(folder, queries.iter().map(|q| q.id.as_str()))?;
+    Ok(given
+        .into_iter()
+        .map(|(tokens, pooled)| (tokens.chunks(dim).map(<[f32]>::to_vec).collect(), pooled))
+        .collect())
 }
 
 /// The JSON body of one search request.
