@@ -9,6 +9,7 @@ mod cost;
 mod embeddings;
 mod exact;
 mod filter;
+mod fusion;
 mod fuzz;
 mod harness;
 mod ivf;
@@ -51,6 +52,9 @@ enum Command {
     /// Exact MaxSim over every document for a sample of queries given as vectors, against the
     /// served modes' rankings.
     Exact(exact::ExactArgs),
+    /// Hybrid fusion without judgments: every fusion method at fixed weights, cross-validated
+    /// and tuned, against BM25 and rerank on each collection; the safest fixed setting.
+    Fusion(fusion::FusionArgs),
     /// Folders of embeddings for `cellar index --vectors`: synthetic, or an index's exported.
     Embeddings(embeddings::EmbeddingsArgs),
     /// A living index under writes: ingest rates, time to visibility, search latency beside
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
         Command::Cost(args) => cost::run(args),
         Command::Embeddings(args) => embeddings::run(args),
         Command::Exact(args) => exact::run(args),
+        Command::Fusion(args) => fusion::run(args),
         Command::Live(args) => live::run(args),
         Command::Filter(args) => filter::run(args),
         Command::Retrain(args) => retrain::run(args),

@@ -7,7 +7,7 @@ use cellar_core::codec::CodecKind;
 use cellar_core::Result;
 use cellar_search::embeddings::EmbeddingsDir;
 use cellar_search::ivf::IvfConfig;
-use cellar_search::{BuildOptions, Index};
+use cellar_search::{BuildOptions, Index, Overflow};
 use clap::Args;
 
 #[derive(Args)]
@@ -35,8 +35,14 @@ pub struct IndexArgs {
     /// Project token vectors to this many dimensions with PCA fitted on a sample.
     #[arg(long)]
     pub pca_dim: Option<usize>,
+    /// Longest document window in tokens ([CLS] and [SEP] included).
     #[arg(long, default_value_t = 256)]
     pub doc_max_tokens: usize,
+    /// A document longer than --doc-max-tokens: `truncate` (cut there, counted in the build
+    /// report) or `windows` (encoded whole in windows overlapping by half).
+    #[arg(long, default_value_t = Overflow::default())]
+    pub doc_overflow: Overflow,
+    /// Longest query window in tokens; a longer query is encoded whole, in overlapping windows.
     #[arg(long, default_value_t = 64)]
     pub query_max_tokens: usize,
     /// Keep [CLS]/[SEP] token vectors (dropped by default).
@@ -67,6 +73,7 @@ pub fn run(args: IndexArgs) -> Result<()> {
     options.codec = args.codec;
     options.pca_dim = args.pca_dim;
     options.doc_max_tokens = args.doc_max_tokens;
+    options.doc_overflow = args.doc_overflow;
     options.query_max_tokens = args.query_max_tokens;
     options.skip_special = !args.keep_special;
     options.skip_punctuation = !args.keep_punctuation;
@@ -112,6 +119,17 @@ pub fn run(args: IndexArgs) -> Result<()> {
         mib(b.pooled_bytes),
         mib(b.texts_bytes)
     );
+    match b.long_docs {
+        Some(long) if long.cut > 0 => println!(
+            "{} documents were longer than {} tokens and cut there ({} tokens cut); --doc-overflow windows keeps them whole",
+            long.cut, config.encoder.doc_max_tokens, long.tokens_cut
+        ),
+        Some(long) if long.windowed > 0 => println!(
+            "{} documents were longer than {} tokens and encoded whole in {} windows",
+            long.windowed, config.encoder.doc_max_tokens, long.windows
+        ),
+        _ => {}
+    }
     if let Some(ivf) = IvfConfig::load(&args.out)? {
         crate::ivf_cmd::print_report(&ivf);
     }

@@ -22,10 +22,12 @@ fn write_collection(dir: &Path) {
         }
     }
     std::fs::write(dir.join("corpus.jsonl"), corpus).unwrap();
-    std::fs::write(dir.join("queries.jsonl"), "{\"_id\": \"q\", \"text\": \"how is green tea dried\"}\n")
-        .unwrap();
+    let queries = "{\"_id\": \"q\", \"text\": \"how is green tea dried\"}\n\
+                   {\"_id\": \"m\", \"text\": \"what orbits the earth\"}\n";
+    std::fs::write(dir.join("queries.jsonl"), queries).unwrap();
     let qrels = "query-id\tcorpus-id\tscore\nq\ttea0\t1\nq\ttea1\t2\n";
-    std::fs::write(dir.join("qrels/test.tsv"), qrels).unwrap();
+    // The test split judges both queries, so it can be cross-validated in two folds.
+    std::fs::write(dir.join("qrels/test.tsv"), format!("{qrels}m\tmoon2\t1\n")).unwrap();
     std::fs::write(dir.join("qrels/train.tsv"), qrels).unwrap();
 }
 
@@ -107,6 +109,25 @@ fn index_search_tune_eval() {
         &cellar(&["tune", "--index", index_s, "--data", data_s, "--split", "test"]),
         "test split",
     );
+    // Issue 18.2: the test split only with cross-validation, reported as such.
+    let cv = ["tune", "--index", index_s, "--data", data_s, "--split", "test", "--cv", "2"];
+    let out = cellar(&cv);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("2-fold cross-validated nDCG@10"), "{}", text(&out.stdout));
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(index.join("index.json")).unwrap()).unwrap();
+    assert_eq!(config["search"]["tuned"]["cv"]["folds"], 2, "{config}");
+    assert!(["z", "rrf", "z_peak"].contains(&config["search"]["fusion"].as_str().unwrap()));
+    let out = cellar(&["eval", "--index", index_s, "--data", data_s]);
+    assert!(text(&out.stdout).contains("2-fold cross-validation"), "{}", text(&out.stdout));
+    let one = ["tune", "--index", index_s, "--data", data_s, "--split", "test", "--cv", "1"];
+    assert_user_error(&cellar(&one), "1 folds: 2 to 20 allowed");
+    let three = ["tune", "--index", index_s, "--data", data_s, "--split", "test", "--cv", "3"];
+    assert_user_error(&cellar(&three), "no more than the 2 judged queries");
+    assert_user_error(&cellar(&["search", "--index", index_s, "tea", "--fusion", "max"]), "unknown fusion");
+    let out = cellar(&["search", "--index", index_s, "green tea", "--fusion", "rrf", "--json"]);
+    let response: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(response["params"]["fusion"], "rrf");
     assert_user_error(&cellar(&["index", data_s, "--out", index_s]), "not empty");
     assert_user_error(&cellar(&["search", "--index", data_s, "tea"]), "not a Cellar index");
 

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use cellar_core::Result;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::errors::model_err;
 
@@ -12,10 +12,17 @@ use crate::errors::model_err;
 pub struct EncoderConfig {
     /// Directory holding `config.json`, `model.safetensors` and `tokenizer.json`.
     pub model_dir: PathBuf,
-    /// Longest query in tokens, [CLS] and [SEP] included; longer queries are truncated. Default 64.
+    /// Longest query window in tokens, [CLS] and [SEP] included. A longer query is encoded in
+    /// overlapping windows of this length, every token's vector kept (a ColBERT checkpoint's
+    /// queries are cut at its `query_length`, as its library does; the cut is reported).
+    /// Default 64.
     pub query_max_tokens: usize,
-    /// Longest document in tokens, [CLS] and [SEP] included; longer ones are truncated. Default 256.
+    /// Longest document window in tokens, [CLS] and [SEP] included; what happens past it is
+    /// `doc_overflow`. Default 256.
     pub doc_max_tokens: usize,
+    /// A document longer than `doc_max_tokens`: cut there, or encoded in overlapping windows.
+    /// Default [`Overflow::Truncate`].
+    pub doc_overflow: Overflow,
     /// Drop [CLS]/[SEP] (any special token) from the output token vectors. They still go through
     /// the model and into the pooled vector. Default true.
     pub skip_special: bool,
@@ -36,11 +43,51 @@ impl EncoderConfig {
             model_dir: model_dir.into(),
             query_max_tokens: 64,
             doc_max_tokens: 256,
+            doc_overflow: Overflow::Truncate,
             skip_special: true,
             skip_punctuation: true,
             threads: 1,
             batch_size: 32,
         }
+    }
+}
+
+/// What happens to a text longer than its token limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Overflow {
+    /// Its first `limit` tokens are encoded, the rest cut (and counted).
+    #[default]
+    Truncate,
+    /// It is encoded in windows of `limit` tokens overlapping by half, every token's vector
+    /// kept, taken from the window it is most central in.
+    Windows,
+}
+
+impl Overflow {
+    pub const ALL: [Overflow; 2] = [Overflow::Truncate, Overflow::Windows];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Overflow::Truncate => "truncate",
+            Overflow::Windows => "windows",
+        }
+    }
+}
+
+impl std::fmt::Display for Overflow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Overflow {
+    type Err = cellar_core::CellarError;
+
+    fn from_str(s: &str) -> Result<Overflow> {
+        Overflow::ALL.into_iter().find(|o| o.name() == s).ok_or_else(|| {
+            cellar_core::CellarError::InvalidInput(format!("overflow {s:?}: expected truncate or windows"))
+        })
     }
 }
 

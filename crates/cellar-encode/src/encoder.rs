@@ -3,16 +3,16 @@
 use std::path::Path;
 
 use candle_core::Tensor;
-use cellar_core::Result;
+use cellar_core::{CellarError, Result};
 
 use crate::bert::Bert;
 use crate::colbert::Colbert;
-use crate::config::{BertConfig, EncoderConfig};
+use crate::config::{BertConfig, EncoderConfig, Overflow};
 use crate::errors::{invalid, model_err, tensor_err};
 use crate::modernbert::{is_modernbert, ModernBert, ModernBertConfig};
 use crate::projection::Projection;
 use crate::threads::Pools;
-use crate::tokenize::{Kind, SkipRules, TokenSeq, Tokenizers};
+use crate::tokenize::{SkipRules, TokenSeq, Tokenized, Tokenizers};
 use crate::weights::Weights;
 
 /// The vectors of one encoded text.
@@ -25,7 +25,14 @@ pub struct Encoded {
     pub n_tokens: usize,
     /// `dim` values: the mean of the states of all real tokens ([CLS] and [SEP] included, as in
     /// sentence-transformers mean pooling), projected if the model has a projection, L2-normalised.
+    /// Over several windows: the mean of every window's states.
     pub pooled: Vec<f32>,
+    /// Tokens the text had, [CLS] and [SEP] included, before any cut.
+    pub text_tokens: usize,
+    /// Forward passes the text took: 1, or the windows of a text past its limit.
+    pub windows: usize,
+    /// Tokens cut off the text's end (a text past its limit under [`Overflow::Truncate`]).
+    pub tokens_cut: usize,
 }
 
 /// A loaded checkpoint. `Send + Sync`: share one between threads with `Arc<Encoder>`; each call
@@ -37,8 +44,10 @@ pub struct Encoder {
     net: Network,
     /// The linear layer after it, if the checkpoint has one.
     projection: Option<Projection>,
-    /// Query- and document-truncating tokenizers.
+    /// The tokenizer, without truncation.
     tokenizers: Tokenizers,
+    /// Longest window of a query and of a document, special tokens included.
+    limits: (usize, usize),
     /// A ColBERT checkpoint's prefixes, expansion and skiplist (PyLate's layout), if it is one.
     colbert: Option<Colbert>,
     /// Per-call thread pools.
@@ -81,9 +90,9 @@ impl Encoder {
         let (hidden, vocab, max_positions) = net.shape();
         let projection = Projection::find(&dir, &weights, hidden)?;
         drop(weights);
-        let probe = Tokenizers::load(&dir, max_positions, max_positions)?;
-        let colbert = Colbert::find(&dir, |t| probe.token_to_id(t))?;
-        let tokenizers = match &colbert {
+        let tokenizers = Tokenizers::load(&dir)?;
+        let colbert = Colbert::find(&dir, |t| tokenizers.token_to_id(t))?;
+        let limits = match &colbert {
             Some(c) => {
                 if c.query_length.max(c.document_length) > max_positions {
                     let detail = format!(
@@ -93,12 +102,11 @@ impl Encoder {
                     return Err(model_err(&dir.join(crate::colbert::ST_CONFIG), detail));
                 }
                 log::info!("ColBERT checkpoint: {c:?}");
-                let (query, doc) = c.limits();
-                Tokenizers::load(&dir, query, doc)?
+                c.limits()
             }
             None => {
                 check_limits(&config, max_positions)?;
-                Tokenizers::load(&dir, config.query_max_tokens, config.doc_max_tokens)?
+                (config.query_max_tokens, config.doc_max_tokens)
             }
         };
         if tokenizers.vocab_size() > vocab {
@@ -110,7 +118,7 @@ impl Encoder {
             "loaded encoder {summary}, output dim {}",
             projection.as_ref().map_or(hidden, |p| p.out_dim)
         );
-        Ok(Encoder { config, net, projection, tokenizers, colbert, pools, name })
+        Ok(Encoder { config, net, projection, tokenizers, limits, colbert, pools, name })
     }
 
     /// Width of every output vector (the projection's output if there is one, else hidden size).
@@ -129,21 +137,29 @@ impl Encoder {
         &self.config
     }
 
-    /// Tokens `text` has as a document after truncation, [CLS] and [SEP] included.
+    /// Tokens `text` has, [CLS] and [SEP] included, before any limit.
     pub fn tokens_of(&self, text: &str) -> Result<usize> {
-        Ok(self.tokenize(text, Kind::Doc)?.ids.len())
+        Ok(self.tokenize(text, Kind::Doc)?.total)
     }
 
-    /// `text` tokenised as `kind`, shaped as a ColBERT checkpoint's library shapes it.
-    fn tokenize(&self, text: &str, kind: Kind) -> Result<TokenSeq> {
-        let seq = self.tokenizers.encode(text, kind, self.skip_rules())?;
-        Ok(match &self.colbert {
-            Some(c) => {
-                let (ids, attend, keep) = c.shape(seq.ids, kind == Kind::Query);
-                TokenSeq { ids, attend, keep }
+    /// `text` tokenised as `kind` into its windows, each shaped as a ColBERT checkpoint's
+    /// library shapes a text. A query past its limit is windowed, but a ColBERT checkpoint's,
+    /// which is cut at its `query_length` as its library does; a document follows
+    /// `doc_overflow`.
+    fn tokenize(&self, text: &str, kind: Kind) -> Result<Tokenized> {
+        let (limit, overflow) = match kind {
+            Kind::Query if self.colbert.is_some() => (self.limits.0, Overflow::Truncate),
+            Kind::Query => (self.limits.0, Overflow::Windows),
+            Kind::Doc => (self.limits.1, self.config.doc_overflow),
+        };
+        let mut tokenized = self.tokenizers.encode(text, limit, overflow, self.skip_rules())?;
+        if let Some(c) = &self.colbert {
+            for seq in &mut tokenized.windows {
+                let (ids, attend, keep) = c.shape(std::mem::take(&mut seq.ids), kind == Kind::Query);
+                *seq = TokenSeq { ids, attend, keep };
             }
-            None => seq,
-        })
+        }
+        Ok(tokenized)
     }
 
     /// The checkpoint's ColBERT settings (PyLate layout), if it has them.
@@ -151,35 +167,49 @@ impl Encoder {
         self.colbert.is_some()
     }
 
-    /// Encodes one query (truncated at `query_max_tokens`). Empty or whitespace-only text is
-    /// `CellarError::InvalidInput`.
+    /// Encodes one query: whole, in overlapping windows of `query_max_tokens` when it is longer
+    /// (a ColBERT checkpoint's cut at its `query_length`, see [`Encoded::tokens_cut`]). Empty or
+    /// whitespace-only text is `CellarError::InvalidInput`.
     pub fn encode_query(&self, text: &str) -> Result<Encoded> {
         if text.trim().is_empty() {
             return Err(invalid("empty query"));
         }
-        let seq = self.tokenize(text, Kind::Query)?;
-        let mut out = self.pools.run(|| self.run_batch(&[&seq]))??;
-        out.pop().ok_or_else(|| invalid("query produced no output"))
+        self.encode_all(vec![self.tokenize(text, Kind::Query)?]).map(|mut out| out.remove(0))
     }
 
-    /// Encodes documents (each truncated at `doc_max_tokens`; empty text is allowed). Sorts them by
-    /// length to limit padding and runs up to `batch_size` per forward pass (fewer when that would
-    /// exceed 2048 padded tokens); the result is in input order.
+    /// Encodes documents (each past `doc_max_tokens` cut or windowed, as `doc_overflow` says;
+    /// empty text is allowed). Sorts the windows by length to limit padding and runs up to
+    /// `batch_size` per forward pass (fewer when that would exceed 2048 padded tokens); the
+    /// result is in input order.
     pub fn encode_docs(&self, texts: &[&str]) -> Result<Vec<Encoded>> {
-        let seqs = texts.iter().map(|t| self.tokenize(t, Kind::Doc)).collect::<Result<Vec<_>>>()?;
+        let texts = texts.iter().map(|t| self.tokenize(t, Kind::Doc)).collect::<Result<Vec<_>>>()?;
+        self.encode_all(texts)
+    }
+
+    /// Runs every window of `texts` through the network and puts each text together again.
+    fn encode_all(&self, texts: Vec<Tokenized>) -> Result<Vec<Encoded>> {
+        let seqs: Vec<&TokenSeq> = texts.iter().flat_map(|t| &t.windows).collect();
         let mut order: Vec<usize> = (0..seqs.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(seqs[i].ids.len()));
-        let mut out: Vec<Option<Encoded>> = vec![None; seqs.len()];
+        let mut out: Vec<Option<Window>> = vec![None; seqs.len()];
         self.pools.run(|| -> Result<()> {
             for chunk in passes(&order, &seqs, self.config.batch_size) {
-                let batch: Vec<&TokenSeq> = chunk.iter().map(|&i| &seqs[i]).collect();
-                for (&i, enc) in chunk.iter().zip(self.run_batch(&batch)?) {
-                    out[i] = Some(enc);
+                let batch: Vec<&TokenSeq> = chunk.iter().map(|&i| seqs[i]).collect();
+                for (&i, window) in chunk.iter().zip(self.run_batch(&batch)?) {
+                    out[i] = Some(window);
                 }
             }
             Ok(())
         })??;
-        Ok(out.into_iter().flatten().collect())
+        let mut windows =
+            out.into_iter().map(|w| w.ok_or_else(|| CellarError::internal("a window was not encoded")));
+        texts
+            .iter()
+            .map(|t| {
+                let parts = windows.by_ref().take(t.windows.len()).collect::<Result<Vec<Window>>>()?;
+                Ok(self.combine(parts, t))
+            })
+            .collect()
     }
 
     fn skip_rules(&self) -> SkipRules {
@@ -187,7 +217,7 @@ impl Encoder {
     }
 
     /// One forward pass over `seqs`, padded to the longest; results in the same order.
-    fn run_batch(&self, seqs: &[&TokenSeq]) -> Result<Vec<Encoded>> {
+    fn run_batch(&self, seqs: &[&TokenSeq]) -> Result<Vec<Window>> {
         let seq_len = seqs.iter().map(|s| s.ids.len()).max().unwrap_or(0);
         if seq_len == 0 {
             return Ok(Vec::new());
@@ -213,34 +243,74 @@ impl Encoder {
                 Some(p) => rows_of(p, self.dim(), b, s.ids.len()),
                 None => rows_of(&hidden, h, b, s.ids.len()),
             };
-            self.finish(&states, tokens, &s.keep)
+            self.window(&states, tokens, &s.keep)
         });
         Ok(encoded.collect())
     }
 
-    /// Builds the output of one text from its hidden `states` and (projected) token `rows`.
-    fn finish(&self, states: &[f32], rows: Vec<f32>, keep: &[bool]) -> Encoded {
+    /// What one window gives its text: the sum of its hidden `states` and its kept, normalised
+    /// (projected) token `rows`.
+    fn window(&self, states: &[f32], rows: Vec<f32>, keep: &[bool]) -> Window {
         let (h, dim) = (self.net.shape().0, self.dim());
-        let mut mean = vec![0f32; h];
+        let mut state_sum = vec![0f32; h];
         for row in states.chunks_exact(h) {
-            mean.iter_mut().zip(row).for_each(|(m, v)| *m += v);
+            state_sum.iter_mut().zip(row).for_each(|(m, v)| *m += v);
         }
-        let inv = 1.0 / (states.len() / h).max(1) as f32;
-        mean.iter_mut().for_each(|m| *m *= inv);
-        let mut pooled = match &self.projection {
-            Some(p) => p.one(&mean),
-            None => mean,
-        };
-        normalize(&mut pooled);
         let mut tokens = Vec::with_capacity(rows.len());
         for (row, _) in rows.chunks_exact(dim).zip(keep).filter(|(_, &k)| k) {
             let start = tokens.len();
             tokens.extend_from_slice(row);
             normalize(&mut tokens[start..]);
         }
-        let n_tokens = tokens.len() / dim;
-        Encoded { tokens, n_tokens, pooled }
+        Window { state_sum, states: states.len() / h, tokens }
     }
+
+    /// One text's output from its windows, in order: their kept token vectors one after the
+    /// other, and the mean of all their states, projected and normalised. A text whose windows
+    /// keep no token at all keeps every token of them (as one window does).
+    fn combine(&self, windows: Vec<Window>, text: &Tokenized) -> Encoded {
+        let (mut sum, mut count, mut tokens) = (Vec::new(), 0, Vec::new());
+        for w in windows {
+            if sum.is_empty() {
+                sum = w.state_sum;
+            } else {
+                sum.iter_mut().zip(&w.state_sum).for_each(|(s, v)| *s += v);
+            }
+            count += w.states;
+            tokens.extend(w.tokens);
+        }
+        let inv = 1.0 / count.max(1) as f32;
+        sum.iter_mut().for_each(|m| *m *= inv);
+        let mut pooled = match &self.projection {
+            Some(p) => p.one(&sum),
+            None => sum,
+        };
+        normalize(&mut pooled);
+        let n_tokens = tokens.len() / self.dim();
+        Encoded {
+            tokens,
+            n_tokens,
+            pooled,
+            text_tokens: text.total,
+            windows: text.windows.len(),
+            tokens_cut: text.cut,
+        }
+    }
+}
+
+/// One window's part of its text's output (see [`Encoder::combine`]).
+#[derive(Clone)]
+struct Window {
+    state_sum: Vec<f32>,
+    states: usize,
+    tokens: Vec<f32>,
+}
+
+/// Which input kind is being tokenised; each has its own limit and overflow rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Query,
+    Doc,
 }
 
 /// The transformer of a checkpoint: BERT, or ModernBERT (`config.json`'s `model_type`).
@@ -273,7 +343,7 @@ const PASS_TOKENS: usize = 2048;
 
 /// Splits `order` (indices into `seqs`, longest first) into forward passes of at most
 /// `batch_size` sequences and, past the first sequence, at most [`PASS_TOKENS`] padded tokens.
-fn passes<'a>(order: &'a [usize], seqs: &[TokenSeq], batch_size: usize) -> Vec<&'a [usize]> {
+fn passes<'a>(order: &'a [usize], seqs: &[&TokenSeq], batch_size: usize) -> Vec<&'a [usize]> {
     let (mut out, mut start) = (Vec::new(), 0);
     while start < order.len() {
         let longest = seqs[order[start]].ids.len().max(1);

@@ -31,7 +31,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 pub use cellar_core::{CellarError, Result};
-pub use config::EncoderConfig;
+pub use config::{EncoderConfig, Overflow};
 pub use encoder::{Encoded, Encoder};
 pub use pca::Pca;
 

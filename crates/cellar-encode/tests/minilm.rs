@@ -59,12 +59,71 @@ fn truncation_limits_are_respected() {
         c.doc_max_tokens = 100;
     });
     let text = long_text(400);
-    assert_eq!(enc.encode_query(&text).expect("query").n_tokens, 64);
-    assert_eq!(enc.encode_docs(&[&text]).expect("doc")[0].n_tokens, 100);
-    assert_eq!(enc.tokens_of(&text).expect("count"), 100);
+    let total = enc.tokens_of(&text).expect("count");
+    assert!(total > 400, "{total}");
+    // A document is cut at its limit, and says how much was cut.
+    let doc = enc.encode_docs(&[&text]).expect("doc").remove(0);
+    assert_eq!((doc.n_tokens, doc.text_tokens, doc.windows, doc.tokens_cut), (100, total, 1, total - 100));
     // The defaults: 256 per document, and [CLS]/[SEP] dropped from the output.
     let dflt = default_encoder().encode_docs(&[&text]).expect("doc");
     assert_eq!(dflt[0].n_tokens, 254);
+    assert_eq!(dflt[0].tokens_cut, total - 256);
+}
+
+/// Windows of 62 content tokens (64 less [CLS] and [SEP]) every 31, the last ending at the end.
+fn windows_over(content: usize, width: usize) -> usize {
+    (0..).map(|i| i * (width / 2)).take_while(|s| s + width < content).count() + 1
+}
+
+#[test]
+fn a_query_past_its_limit_is_encoded_whole_in_overlapping_windows() {
+    let enc = encoder_with(|c| {
+        c.skip_special = false;
+        c.skip_punctuation = false;
+        c.query_max_tokens = 64;
+        c.doc_max_tokens = 64;
+    });
+    let text = long_text(400);
+    let total = enc.tokens_of(&text).expect("count");
+    let query = enc.encode_query(&text).expect("query");
+    let windows = windows_over(total - 2, 62);
+    assert!(windows > 2, "{windows}");
+    // Every content token once, from the window it is most central in; each window's own
+    // [CLS] and [SEP] (kept: skip_special is off).
+    assert_eq!((query.n_tokens, query.windows, query.tokens_cut), (total - 2 + 2 * windows, windows, 0));
+    // Its first window is the text cut at 64 tokens: the rows of the tokens owned by the
+    // first window are that encoding's rows.
+    let cut = enc.encode_docs(&[&text]).expect("doc").remove(0);
+    assert_eq!(cut.n_tokens, 64);
+    let dim = enc.dim();
+    assert!(min_row_cosine(&query.tokens[..32 * dim], &cut.tokens[..32 * dim], dim) > 0.99999);
+    // The last rows are the last window's: its content ends the text, then its [SEP].
+    let last = enc.encode_query(&text).expect("again");
+    assert_eq!(last.tokens, query.tokens, "deterministic");
+    // Under the limit nothing changes: one window, nothing cut.
+    let short = enc.encode_query(SHORT).expect("short");
+    assert_eq!((short.windows, short.tokens_cut, short.text_tokens), (1, 0, short.n_tokens));
+}
+
+#[test]
+fn a_document_past_its_limit_can_be_windowed_instead_of_cut() {
+    let windowed = encoder_with(|c| c.doc_overflow = cellar_encode::Overflow::Windows);
+    let cut = default_encoder();
+    let text = long_text(400);
+    let total = cut.tokens_of(&text).expect("count");
+    let (w, c) = (
+        windowed.encode_docs(&[&text, SHORT]).expect("windows"),
+        cut.encode_docs(&[&text, SHORT]).expect("cut"),
+    );
+    // Default skip rules: no [CLS]/[SEP] in the output, so every content token once.
+    assert_eq!((w[0].n_tokens, w[0].windows, w[0].tokens_cut), (total - 2, windows_over(total - 2, 254), 0));
+    assert_eq!((c[0].n_tokens, c[0].windows, c[0].tokens_cut), (254, 1, total - 256));
+    assert!(
+        min_row_cosine(&w[0].tokens[..100 * cut.dim()], &c[0].tokens[..100 * cut.dim()], cut.dim()) > 0.99999
+    );
+    // A short document is the same either way (batched with other windows: equal to rounding).
+    assert_eq!((w[1].n_tokens, w[1].windows, w[1].tokens_cut), (c[1].n_tokens, 1, 0));
+    assert!(min_row_cosine(&w[1].tokens, &c[1].tokens, cut.dim()) > 0.9999);
 }
 
 #[test]

@@ -153,8 +153,8 @@ impl PyIndex {
     /// seconds) is in ``index.config["build"]``.
     #[staticmethod]
     #[pyo3(signature = (
-        source, out, *, model=None, codec=None, pca_dim=None, doc_max_tokens=256, query_max_tokens=64,
-        keep_special=false, keep_punctuation=false, max_docs=None, threads=None, reader="mmap", progress=false,
+        source, out, *, model=None, codec=None, pca_dim=None, doc_max_tokens=256, doc_overflow="truncate",
+        query_max_tokens=64, keep_special=false, keep_punctuation=false, max_docs=None, threads=None, reader="mmap", progress=false,
         ivf=true, ivf_cluster_size=256
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -166,6 +166,7 @@ impl PyIndex {
         codec: Option<&str>,
         pca_dim: Option<i64>,
         doc_max_tokens: i64,
+        doc_overflow: &str,
         query_max_tokens: i64,
         keep_special: bool,
         keep_punctuation: bool,
@@ -180,6 +181,7 @@ impl PyIndex {
         options.model_dir = model.clone().or_else(|| default_model(py));
         store_options(py, &mut options, codec, pca_dim, progress, ivf, ivf_cluster_size)?;
         options.doc_max_tokens = positive(py, "doc_max_tokens", doc_max_tokens)?;
+        options.doc_overflow = parse_choice(py, doc_overflow)?;
         options.query_max_tokens = positive(py, "query_max_tokens", query_max_tokens)?;
         options.skip_special = !keep_special;
         options.skip_punctuation = !keep_punctuation;

@@ -16,11 +16,13 @@ use cellar_core::format::fsio::{DirLock, LOCK_FILE};
 use cellar_core::format::FileKind;
 use cellar_core::store::StoreWriter;
 use cellar_core::{CellarError, IoContext, Result};
-use cellar_encode::{Encoded, Encoder, EncoderConfig, Pca};
+use cellar_encode::{Encoded, Encoder, EncoderConfig, Overflow, Pca};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::bm25::Bm25Writer;
-use crate::config::{BuildReport, EncoderSettings, IndexConfig, SearchDefaults, INDEX_FORMAT_VERSION};
+use crate::config::{
+    BuildReport, EncoderSettings, IndexConfig, LongDocs, SearchDefaults, INDEX_FORMAT_VERSION,
+};
 use crate::corpus::{Collection, CorpusReader, Document};
 use crate::disk::dir_bytes;
 use crate::index::{Index, BM25_DIR, PCA_FILE, VECTORS_DIR};
@@ -40,6 +42,8 @@ pub struct BuildOptions {
     pub model_dir: Option<PathBuf>,
     pub query_max_tokens: usize,
     pub doc_max_tokens: usize,
+    /// A document past `doc_max_tokens`: cut, or encoded in overlapping windows.
+    pub doc_overflow: Overflow,
     pub skip_special: bool,
     pub skip_punctuation: bool,
     pub codec: CodecKind,
@@ -64,6 +68,7 @@ impl BuildOptions {
             model_dir: None,
             query_max_tokens: 64,
             doc_max_tokens: 256,
+            doc_overflow: Overflow::default(),
             skip_special: true,
             skip_punctuation: true,
             codec: CodecKind::DEFAULT,
@@ -154,6 +159,7 @@ impl Index {
                     model_dim: dim,
                     query_max_tokens: options.query_max_tokens,
                     doc_max_tokens: options.doc_max_tokens,
+                    doc_overflow: options.doc_overflow,
                     skip_special: options.skip_special,
                     skip_punctuation: options.skip_punctuation,
                     external: true,
@@ -224,7 +230,15 @@ impl EmbeddedDoc {
             })?,
         };
         let doc = Document { id: self.id, title: self.title, text: self.text, metadata: self.metadata };
-        Ok((doc, Encoded { tokens: self.tokens, n_tokens, pooled }))
+        let encoded = Encoded {
+            tokens: self.tokens,
+            n_tokens,
+            pooled,
+            text_tokens: n_tokens,
+            windows: 1,
+            tokens_cut: 0,
+        };
+        Ok((doc, encoded))
     }
 }
 
@@ -363,6 +377,7 @@ impl BuildOptions {
         let mut config = EncoderConfig::new(model_dir);
         config.query_max_tokens = self.query_max_tokens;
         config.doc_max_tokens = self.doc_max_tokens;
+        config.doc_overflow = self.doc_overflow;
         config.skip_special = self.skip_special;
         config.skip_punctuation = self.skip_punctuation;
         config.threads = self.encode_threads.max(1);
@@ -379,6 +394,7 @@ fn encoder_settings(options: &BuildOptions, encoder: &Encoder) -> EncoderSetting
         model_dim: encoder.dim(),
         query_max_tokens: options.query_max_tokens,
         doc_max_tokens: options.doc_max_tokens,
+        doc_overflow: options.doc_overflow,
         skip_special: options.skip_special,
         skip_punctuation: options.skip_punctuation,
         external: false,
@@ -488,6 +504,7 @@ impl<'a> BuildRun<'a> {
     }
 
     fn accept(&mut self, doc: Document, encoded: Encoded) -> Result<()> {
+        self.report.long_docs.get_or_insert_with(LongDocs::default).count(&encoded);
         if self.sinks.is_some() {
             return self.write(&doc, &encoded);
         }

@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 use cellar_core::format::fsio::write_atomic;
 use cellar_core::format::versioned::{parse_versioned_json, VersionRange, FORMAT_VERSION_FIELD};
 use cellar_core::{CellarError, IoContext, Result};
+use cellar_encode::{Encoded, Overflow};
 use serde::{Deserialize, Serialize};
 
+use crate::fusion::Fusion;
 use crate::mode::Mode;
 
 /// Version of the index directory layout (`index.json` and the files beside it).
@@ -26,6 +28,10 @@ pub struct EncoderSettings {
     pub model_dim: usize,
     pub query_max_tokens: usize,
     pub doc_max_tokens: usize,
+    /// What a document past `doc_max_tokens` became (indexes from before it was recorded cut
+    /// them).
+    #[serde(default)]
+    pub doc_overflow: Overflow,
     pub skip_special: bool,
     pub skip_punctuation: bool,
     /// The token vectors were the caller's (`Index::build_from_embeddings`): no model encoded
@@ -42,6 +48,17 @@ pub struct TuneRecord {
     pub queries: usize,
     pub metric: String,
     pub value: f64,
+    /// When the judgments were the test split: the k-fold cross-validated estimate of the
+    /// choice (`cellar tune --cv K`), the figure to report instead of `value`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cv: Option<CvRecord>,
+}
+
+/// A cross-validated estimate of a tuning run.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CvRecord {
+    pub folds: usize,
+    pub value: f64,
 }
 
 /// Search parameters used when a request does not give them.
@@ -51,12 +68,22 @@ pub struct SearchDefaults {
     pub candidates: usize,
     pub rerank_k: usize,
     pub alpha: f32,
+    /// How hybrid fuses its two scores (indexes from before it was a setting used z).
+    #[serde(default)]
+    pub fusion: Fusion,
     pub tuned: Option<TuneRecord>,
 }
 
 impl Default for SearchDefaults {
     fn default() -> Self {
-        SearchDefaults { mode: Mode::Hybrid, candidates: 200, rerank_k: 200, alpha: 0.3, tuned: None }
+        SearchDefaults {
+            mode: Mode::Hybrid,
+            candidates: 200,
+            rerank_k: 200,
+            alpha: 0.3,
+            fusion: Fusion::default(),
+            tuned: None,
+        }
     }
 }
 
@@ -77,6 +104,36 @@ pub struct BuildReport {
     pub vectors_bytes: u64,
     pub pooled_bytes: u64,
     pub texts_bytes: u64,
+    /// Documents past the token limit, and what became of them (`None`: an index built before
+    /// they were counted).
+    #[serde(default)]
+    pub long_docs: Option<LongDocs>,
+}
+
+/// The documents of a build longer than its document limit.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LongDocs {
+    /// Documents cut at the limit, and the tokens cut off them.
+    pub cut: u64,
+    pub tokens_cut: u64,
+    /// Documents encoded in more than one window.
+    pub windowed: u64,
+    /// Windows those took in all.
+    pub windows: u64,
+}
+
+impl LongDocs {
+    /// Counts one encoded document.
+    pub fn count(&mut self, encoded: &Encoded) {
+        if encoded.tokens_cut > 0 {
+            self.cut += 1;
+            self.tokens_cut += encoded.tokens_cut as u64;
+        }
+        if encoded.windows > 1 {
+            self.windowed += 1;
+            self.windows += encoded.windows as u64;
+        }
+    }
 }
 
 /// The whole `index.json`.

@@ -110,10 +110,18 @@ fn rerank_row() -> RowSpec {
 
 fn hybrid_row(config: &IndexConfig, rerank_k: Option<usize>) -> RowSpec {
     let tuned = match &config.search.tuned {
-        Some(t) => format!("tuned on {}", t.qrels),
+        Some(t) => match t.cv {
+            Some(cv) => format!(
+                "chosen by {}-fold cross-validation on {}, CV estimate {:.3}; this row is not held out",
+                cv.folds, t.qrels, cv.value
+            ),
+            None => format!("tuned on {}", t.qrels),
+        },
         None => "untuned default".to_string(),
     };
-    let mut row = RowSpec::new(format!("hybrid α={:.2} ({tuned})", config.search.alpha), Mode::Hybrid);
+    let d = &config.search;
+    let label = format!("hybrid {} α={:.2} ({tuned})", d.fusion, d.alpha);
+    let mut row = RowSpec::new(label, Mode::Hybrid);
     row.request.alpha = Some(config.search.alpha);
     row.request.rerank_k = rerank_k.or(Some(config.search.rerank_k));
     row

@@ -1,13 +1,16 @@
-//! Stage-score fusion: `alpha * z(BM25) + (1 - alpha) * z(MaxSim)`, z-normalised over the
-//! re-ranked candidates of one query (population standard deviation), and partial re-ranking:
+//! Stage-score fusion ([`Fusion`]: by default `alpha * z(first stage) + (1 - alpha) *
+//! z(MaxSim)`, z-normalised over the re-ranked candidates of one query, population standard
+//! deviation; reciprocal ranks; or z with a per-query weight), and partial re-ranking:
 //! candidates beyond `rerank_k` keep their first-stage order below the re-ranked ones.
 
-use cellar_core::DocId;
+use cellar_core::{CellarError, DocId, Result};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use crate::scored::Scored;
 
 /// Where a ranked document's final position came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     /// Re-scored with MaxSim (and fused); `score` is the fused score.
@@ -41,19 +44,113 @@ pub fn z_scores(values: &[f32]) -> Vec<f32> {
     values.iter().map(|v| ((*v as f64 - mean) / std) as f32).collect()
 }
 
+/// How hybrid turns a re-ranked candidate's two scores into one. `alpha` is the first stage's
+/// weight in each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Fusion {
+    /// `alpha * z(first stage) + (1 - alpha) * z(MaxSim)`, z over the re-ranked candidates.
+    #[default]
+    Z,
+    /// Reciprocal-rank fusion: `alpha / (60 + rank) + (1 - alpha) / (60 + rank)` of the
+    /// candidate's rank in each list (scores ignored).
+    Rrf,
+    /// z fusion with a per-query weight: each list's `alpha` scaled by how far its best
+    /// candidate stands above the rest (its top z-score), so a flat list counts less.
+    ZPeak,
+}
+
+/// The `k` of reciprocal-rank fusion (Cormack et al.'s 60).
+pub const RRF_K: f32 = 60.0;
+
+impl Fusion {
+    pub const ALL: [Fusion; 3] = [Fusion::Z, Fusion::Rrf, Fusion::ZPeak];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fusion::Z => "z",
+            Fusion::Rrf => "rrf",
+            Fusion::ZPeak => "z_peak",
+        }
+    }
+
+    /// The fused scores of candidates whose first-stage scores are `first` (best first) and
+    /// MaxSim scores `maxsim`.
+    pub fn scores(self, first: &[f32], maxsim: &[f32], alpha: f32) -> Vec<f32> {
+        match self {
+            Fusion::Z | Fusion::ZPeak => {
+                let (z_first, z_maxsim) = (z_scores(first), z_scores(maxsim));
+                let alpha = match self {
+                    Fusion::ZPeak => peak_weight(&z_first, &z_maxsim, alpha),
+                    _ => alpha,
+                };
+                z_first.iter().zip(&z_maxsim).map(|(f, m)| alpha * f + (1.0 - alpha) * m).collect()
+            }
+            Fusion::Rrf => {
+                let (r_first, r_maxsim) = (ranks(first), ranks(maxsim));
+                let rrf = |rank: usize| 1.0 / (RRF_K + 1.0 + rank as f32);
+                r_first
+                    .iter()
+                    .zip(&r_maxsim)
+                    .map(|(f, m)| alpha * rrf(*f) + (1.0 - alpha) * rrf(*m))
+                    .collect()
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Fusion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Fusion {
+    type Err = CellarError;
+
+    fn from_str(s: &str) -> Result<Fusion> {
+        Fusion::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| {
+            CellarError::InvalidInput(format!("unknown fusion {s:?}: expected one of z, rrf, z_peak"))
+        })
+    }
+}
+
+/// The first stage's weight of one query under [`Fusion::ZPeak`]: `alpha` and `1 - alpha`
+/// scaled by each list's top z-score (a list with no spread weighs nothing; both: `alpha`).
+fn peak_weight(z_first: &[f32], z_maxsim: &[f32], alpha: f32) -> f32 {
+    let peak = |z: &[f32]| z.iter().copied().fold(0.0f32, f32::max);
+    let (first, maxsim) = (alpha * peak(z_first), (1.0 - alpha) * peak(z_maxsim));
+    if first + maxsim > 0.0 {
+        first / (first + maxsim)
+    } else {
+        alpha
+    }
+}
+
+/// Each value's rank, 0 for the highest (ties: the earlier first).
+fn ranks(values: &[f32]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| values[b].total_cmp(&values[a]).then(a.cmp(&b)));
+    let mut rank = vec![0; values.len()];
+    for (r, &i) in order.iter().enumerate() {
+        rank[i] = r;
+    }
+    rank
+}
+
 /// Fuses the first `maxsim.len()` candidates (best first-stage first) with their MaxSim scores
-/// and appends the rest in first-stage order.
-pub fn fuse(candidates: &[Scored], maxsim: &[f32], alpha: f32) -> Vec<Fused> {
+/// by `fusion` and appends the rest in first-stage order.
+pub fn fuse(candidates: &[Scored], maxsim: &[f32], alpha: f32, fusion: Fusion) -> Vec<Fused> {
     let k = maxsim.len().min(candidates.len());
     let (head, tail) = candidates.split_at(k);
     let first: Vec<f32> = head.iter().map(|c| c.score).collect();
-    let (z_first, z_maxsim) = (z_scores(&first), z_scores(&maxsim[..k]));
+    let scores = fusion.scores(&first, &maxsim[..k], alpha);
     let mut fused: Vec<Fused> = head
         .iter()
         .enumerate()
         .map(|(i, c)| Fused {
             id: c.id,
-            score: alpha * z_first[i] + (1.0 - alpha) * z_maxsim[i],
+            score: scores[i],
             first_stage: c.score,
             maxsim: Some(maxsim[i]),
             stage: Stage::Reranked,
@@ -68,4 +165,46 @@ pub fn fuse(candidates: &[Scored], maxsim: &[f32], alpha: f32) -> Vec<Fused> {
         stage: Stage::FirstStage,
     }));
     fused
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn z_fusion_is_the_weighted_sum_of_z_scores() {
+        let s = Fusion::Z.scores(&[3.0, 2.0, 1.0], &[0.0, 1.0, 2.0], 0.5);
+        assert_eq!(s, vec![0.0, 0.0, 0.0], "opposite orders cancel at alpha 0.5");
+        let s = Fusion::Z.scores(&[3.0, 2.0, 1.0], &[0.0, 1.0, 2.0], 1.0);
+        assert!(s[0] > s[1] && s[1] > s[2]);
+    }
+
+    #[test]
+    fn rrf_uses_ranks_only() {
+        let a = Fusion::Rrf.scores(&[30.0, 2.0, 1.0], &[0.1, 0.3, 0.2], 0.5);
+        let b = Fusion::Rrf.scores(&[3.0, 2.9, 2.8], &[0.0, 100.0, 50.0], 0.5);
+        assert_eq!(a, b, "the same ranks, the same fused scores");
+        // First: ranks 0 and 2; second: 1 and 0; third: 2 and 1.
+        let rrf = |r: f32| 1.0 / (RRF_K + 1.0 + r);
+        assert_eq!(a[0], 0.5 * rrf(0.0) + 0.5 * rrf(2.0));
+        assert_eq!(ranks(&[1.0, 1.0, 2.0]), vec![1, 2, 0], "ties: the earlier first");
+    }
+
+    #[test]
+    fn z_peak_moves_weight_to_the_list_whose_best_stands_out() {
+        // The first stage is flat but for noise; MaxSim has one clear winner.
+        let first = [1.01, 1.0, 0.99, 1.0];
+        let maxsim = [0.1, 0.1, 0.9, 0.1];
+        let w = peak_weight(&z_scores(&first), &z_scores(&maxsim), 0.5);
+        assert!(w < 0.5, "{w}");
+        assert_eq!(peak_weight(&[0.0; 3], &[0.0; 3], 0.3), 0.3, "no spread anywhere: alpha");
+        assert_eq!(
+            peak_weight(&[0.0; 3], &z_scores(&maxsim[..3]), 0.3),
+            0.0,
+            "a list without spread weighs nothing"
+        );
+        let fused = Fusion::ZPeak.scores(&first, &maxsim, 0.5);
+        let best = (0..4).max_by(|&a, &b| fused[a].total_cmp(&fused[b])).unwrap();
+        assert_eq!(best, 2);
+    }
 }

@@ -257,6 +257,7 @@ impl Index {
         let mut config = EncoderConfig::new(&model_dir);
         config.query_max_tokens = settings.query_max_tokens;
         config.doc_max_tokens = settings.doc_max_tokens;
+        config.doc_overflow = settings.doc_overflow;
         config.skip_special = settings.skip_special;
         config.skip_punctuation = settings.skip_punctuation;
         config.threads = self.options.encoder_threads.max(1);

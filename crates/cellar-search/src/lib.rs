@@ -59,6 +59,7 @@ pub mod verify;
 pub mod written;
 
 pub use build::{BuildOptions, EmbeddedDoc};
+pub use cellar_encode::Overflow;
 pub use config::IndexConfig;
 pub use filter::Filter;
 pub use index::{Index, OpenOptions};

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::SearchDefaults;
 use crate::filter::DEFAULT_FILTER_EXACT_MAX;
+use crate::fusion::Fusion;
 use crate::ivf::{IvfConfig, IvfDefaults, ProbeParams};
 use crate::mode::Mode;
 use crate::request::{SearchRequest, DEFAULT_K, MAX_CANDIDATES, MAX_K, MAX_NPROBE};
@@ -21,6 +22,8 @@ pub struct SearchParams {
     /// How many of the N candidates are read and re-scored (at most N).
     pub rerank_k: usize,
     pub alpha: f32,
+    /// How hybrid fuses the first stage's and MaxSim's scores.
+    pub fusion: Fusion,
     /// Rerank and hybrid text queries read BM25's best `rerank_k` records while the text is
     /// encoded.
     pub early_read: bool,
@@ -121,6 +124,7 @@ impl SearchParams {
         if !(0.0..=1.0).contains(&alpha) {
             return Err(CellarError::InvalidInput(format!("alpha must be within [0, 1], got {alpha}")));
         }
+        let fusion = options.fusion.unwrap_or(defaults.fusion);
         let ivf = match ivf {
             Some(config) if mode.needs_ivf() || mode == Mode::Hybrid => {
                 Some(resolve_ivf(options, mode, config)?)
@@ -142,6 +146,6 @@ impl SearchParams {
                 "filter_exact_max must be at most {MAX_CANDIDATES}, got {filter_exact_max}"
             )));
         }
-        Ok(SearchParams { mode, k, candidates, rerank_k, alpha, early_read, ivf, filter_exact_max })
+        Ok(SearchParams { mode, k, candidates, rerank_k, alpha, fusion, early_read, ivf, filter_exact_max })
     }
 }

@@ -13,7 +13,7 @@ use crate::filter::{Allowed, Filter};
 use crate::index::Index;
 use crate::mode::Mode;
 use crate::params::SearchParams;
-use crate::query::{PreparedQuery, QueryVectors};
+use crate::query::{PreparedQuery, QueryEncoding, QueryVectors};
 use crate::rank::{ranks_matches_exactly, EarlyReads};
 use crate::request::{
     base64_decode, QueryVectorsIn, SearchRequest, VectorDtype, MAX_QUERY_BYTES, MAX_QUERY_VECTORS,
@@ -129,6 +129,7 @@ impl Index {
                 encode_ms: 0.0,
                 allowed: None,
                 filter_ms: 0.0,
+                encoding: None,
             });
         }
         if !params.mode.needs_encoder() {
@@ -140,10 +141,12 @@ impl Index {
                 encode_ms: 0.0,
                 allowed: None,
                 filter_ms: 0.0,
+                encoding: None,
             });
         }
         let start = Instant::now();
         let encoded = self.encoder()?.encode_query(&text)?;
+        let encoding = Some(QueryEncoding::of(&encoded));
         let tokens = self.project(encoded.tokens, encoded.n_tokens);
         Ok(PreparedQuery {
             text,
@@ -153,6 +156,7 @@ impl Index {
             encode_ms: ms_since(start),
             allowed: None,
             filter_ms: 0.0,
+            encoding,
         })
     }
 
@@ -175,15 +179,16 @@ impl Index {
         let bm25 = self.bm25_search(&plan.text, params.candidates, allowed.as_ref())?;
         let bm25_ms = ms_since(start);
         let ids: Vec<DocId> = bm25.iter().take(params.rerank_k).map(|s| s.id).collect();
-        let mut ranking = std::thread::scope(|scope| {
+        let (mut ranking, encoding) = std::thread::scope(|scope| {
             // Nothing can be scored before the query is encoded: several chunks may wait.
             let reads = self.start_reads(scope, ids, crate::reads::EARLY_AHEAD)?;
             let mut query = self.prepare_vectors(plan)?;
             (query.allowed, query.filter_ms) = (allowed, filter_ms);
-            self.rank_with(&query, &params, Some(EarlyReads { bm25, bm25_ms, reads }))
+            let ranking = self.rank_with(&query, &params, Some(EarlyReads { bm25, bm25_ms, reads }))?;
+            Ok::<_, CellarError>((ranking, query.encoding))
         })?;
         ranking.timings.total_ms = ms_since(start);
-        self.answer(ranking, &params, include_text)
+        self.answer(ranking, encoding, &params, include_text)
     }
 
     /// Plans and executes `request`.

@@ -18,6 +18,32 @@ pub struct PreparedQuery {
     pub allowed: Option<Arc<Allowed>>,
     /// Evaluating the filter.
     pub filter_ms: f64,
+    /// How its text was encoded (`None`: it was not, the caller gave vectors or the mode
+    /// needs none).
+    pub encoding: Option<QueryEncoding>,
+}
+
+/// How a query's text went through the encoder: whole, in windows, or cut (a ColBERT
+/// checkpoint's fixed query length), so a response never hides a cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct QueryEncoding {
+    /// Tokens of the text, [CLS] and [SEP] included.
+    pub tokens: usize,
+    /// Windows it was encoded in (1 unless it was longer than the query limit).
+    pub windows: usize,
+    /// Tokens cut off its end and never seen by the model (0 but for a ColBERT checkpoint's
+    /// fixed query length).
+    pub tokens_cut: usize,
+}
+
+impl QueryEncoding {
+    pub fn of(encoded: &cellar_encode::Encoded) -> QueryEncoding {
+        QueryEncoding {
+            tokens: encoded.text_tokens,
+            windows: encoded.windows,
+            tokens_cut: encoded.tokens_cut,
+        }
+    }
 }
 
 /// Query vectors a caller computed itself, in the model's output space (before any PCA), used

@@ -339,7 +339,7 @@ impl Index {
             let maxsim: Vec<f32> =
                 needed.iter().map(|id| score_of(id, &[&before, &prefetched, &late])).collect();
             let fuse_start = Instant::now();
-            let hits = fusion::fuse(&candidates, &maxsim, params.alpha);
+            let hits = fusion::fuse(&candidates, &maxsim, params.alpha, params.fusion);
             timings.fuse_ms = ms_since(fuse_start);
             let mut io = before.io;
             io += prefetched.io;
@@ -487,7 +487,7 @@ fn fused(
     io: ReadStats,
 ) -> Ranking {
     let fuse_start = Instant::now();
-    let mut hits = fusion::fuse(candidates, maxsim, params.alpha);
+    let mut hits = fusion::fuse(candidates, maxsim, params.alpha, params.fusion);
     hits.truncate(params.k);
     timings.fuse_ms = ms_since(fuse_start);
     Ranking {

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use cellar_core::codec::MAX_DIM;
 
 use crate::filter::Filter;
+use crate::fusion::Fusion;
 use crate::mode::Mode;
 
 /// Results per query when the request does not say.
@@ -54,6 +55,10 @@ pub struct SearchRequest {
     #[schemars(range(min = 0.0, max = 1.0))]
     #[cfg_attr(feature = "cli", arg(long))]
     pub alpha: Option<f32>,
+    /// How hybrid fuses its two scores: z (alpha-weighted z-scores), rrf (alpha-weighted
+    /// reciprocal ranks) or z_peak (z with a per-query weight). Default: the index's.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub fusion: Option<Fusion>,
     /// First-stage candidates read and re-scored with MaxSim (at most `candidates`).
     #[schemars(range(max = MAX_CANDIDATES))]
     #[cfg_attr(feature = "cli", arg(long))]

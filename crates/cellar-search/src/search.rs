@@ -14,7 +14,7 @@ use crate::ivf::ProbeStats;
 use crate::meta::Metadata;
 use crate::params::SearchParams;
 use crate::prefetch::PrefetchStats;
-use crate::query::PreparedQuery;
+use crate::query::{PreparedQuery, QueryEncoding};
 
 /// Milliseconds spent in each stage of one search.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -143,6 +143,10 @@ pub struct SearchResponse {
     pub prefetch: Option<Box<PrefetchStats>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<FilterReport>,
+    /// How the query's text was encoded, when it was: its tokens, the windows a long one took,
+    /// and any tokens cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<QueryEncoding>,
 }
 
 pub(crate) fn ms_since(start: Instant) -> f64 {
@@ -158,13 +162,14 @@ impl Index {
         params: &SearchParams,
         include_text: bool,
     ) -> Result<SearchResponse> {
-        self.answer(self.rank(query, params)?, params, include_text)
+        self.answer(self.rank(query, params)?, query.encoding, params, include_text)
     }
 
     /// A ranking with each hit's id, and its title and text when `include_text`.
     pub(crate) fn answer(
         &self,
         mut ranking: Ranking,
+        encoding: Option<QueryEncoding>,
         params: &SearchParams,
         include_text: bool,
     ) -> Result<SearchResponse> {
@@ -190,6 +195,7 @@ impl Index {
             ivf: ranking.ivf.map(Box::new),
             prefetch: ranking.prefetch.map(Box::new),
             filter: ranking.filter,
+            query: encoding,
         })
     }
 

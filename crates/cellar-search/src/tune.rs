@@ -1,4 +1,5 @@
-//! `cellar tune`: sweeps alpha and rerank_k on a development split and keeps the cheapest pair
+//! `cellar tune`: sweeps the fusion method, alpha and rerank_k on a development split (or, with
+//! `--cv K`, cross-validates the choice on the only split there is) and keeps the cheapest point
 //! within `epsilon` of the best.
 //!
 //! Each query's BM25 candidates and their MaxSim scores are computed once; every (alpha,
@@ -11,14 +12,14 @@ use cellar_core::{CellarError, Result};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use crate::config::{SearchDefaults, TuneRecord};
+use crate::config::{CvRecord, SearchDefaults, TuneRecord};
 use crate::corpus::{Qrels, Query};
 use crate::eval::{score_all, EVAL_DEPTH};
-use crate::fusion;
+use crate::fusion::{self, Fusion};
 use crate::index::Index;
-use crate::metrics::Metrics;
+use crate::metrics::{mean, score_query, Metrics};
 use crate::mode::Mode;
-use crate::query::PreparedQuery;
+use crate::query::{PreparedQuery, QueryEncoding};
 use crate::scored::Scored;
 
 /// Alphas tried: 0, 0.05, ..., 1.
@@ -36,6 +37,7 @@ pub const MAX_EPSILON: f64 = 0.05;
 /// One point of the sweep.
 #[derive(Clone, Debug, Serialize)]
 pub struct TunePoint {
+    pub fusion: Fusion,
     pub alpha: f32,
     pub rerank_k: usize,
     pub metrics: Metrics,
@@ -50,23 +52,146 @@ pub struct TuneReport {
     /// The point of highest nDCG@10.
     pub top: TunePoint,
     pub epsilon: f64,
+    /// With cross-validation: the folds and what the choice made on the other folds scored on
+    /// each held-out fold, over all queries (an estimate of the procedure, not a held-out set).
+    pub cv: Option<CvEstimate>,
     pub defaults: SearchDefaults,
 }
 
-struct QueryStages {
-    id: String,
-    candidates: Vec<Scored>,
-    maxsim: Vec<f32>,
+/// A k-fold cross-validated estimate of tuning.
+#[derive(Clone, Debug, Serialize)]
+pub struct CvEstimate {
+    pub folds: usize,
+    pub metrics: Metrics,
 }
 
-/// Sweeps the grid on `queries` (judged in `qrels`, which must not be the test split) and
-/// returns the new defaults; the caller decides whether to save them.
+/// Most folds of `cellar tune --cv`.
+pub const MAX_FOLDS: usize = 20;
+
+/// One query's first-stage candidates and the MaxSim scores of every one of them, computed once
+/// and fused many ways.
+pub struct QueryStages {
+    pub id: String,
+    pub candidates: Vec<Scored>,
+    pub maxsim: Vec<f32>,
+    /// How its text was encoded (whole, in windows, cut).
+    pub encoding: Option<QueryEncoding>,
+}
+
+/// The stages of every query, with the hybrid defaults' candidates (`candidates` deep).
+pub fn stages(index: &Index, queries: &[Query], bar: &ProgressBar) -> Result<Vec<QueryStages>> {
+    let depth = index.config().search.candidates;
+    let mut stages = Vec::with_capacity(queries.len());
+    for query in queries {
+        let prepared: PreparedQuery = crate::eval::prepare(index, &query.text, Mode::Hybrid)?;
+        let (candidates, maxsim) = index.candidates_with_maxsim(&prepared, depth)?;
+        let encoding = prepared.encoding;
+        stages.push(QueryStages { id: query.id.clone(), candidates, maxsim, encoding });
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(stages)
+}
+
+/// Each query's ranking (collection ids, `EVAL_DEPTH` deep) under one setting.
+pub fn rankings(
+    stages: &[QueryStages],
+    ids: &[String],
+    fusion: Fusion,
+    alpha: f32,
+    rerank_k: usize,
+) -> Vec<(String, Vec<String>)> {
+    stages
+        .iter()
+        .map(|s| {
+            let k = rerank_k.min(s.maxsim.len());
+            let fused = fusion::fuse(&s.candidates, &s.maxsim[..k], alpha, fusion);
+            let ranked = fused.iter().take(EVAL_DEPTH).map(|f| ids[f.id.0 as usize].clone()).collect();
+            (s.id.clone(), ranked)
+        })
+        .collect()
+}
+
+/// Every point of the grid (`fusions` × alphas × rerank_k up to `depth`) on `stages`.
+pub fn sweep(
+    stages: &[QueryStages],
+    qrels: &Qrels,
+    ids: &[String],
+    fusions: &[Fusion],
+    depth: usize,
+) -> Vec<TunePoint> {
+    let mut points = Vec::new();
+    for &fusion in fusions {
+        for rerank_k in RERANK_K_GRID.into_iter().filter(|k| *k <= depth) {
+            for alpha in alpha_grid() {
+                let metrics = score_all(&rankings(stages, ids, fusion, alpha, rerank_k), qrels);
+                points.push(TunePoint { fusion, alpha, rerank_k, metrics });
+            }
+        }
+    }
+    points
+}
+
+/// k-fold cross-validation of the choice of [`choose`]: query `i` is in fold `i % folds`; each
+/// fold is ranked with the point chosen on the others, and the per-query metrics of all folds
+/// are averaged.
+pub fn cross_validate(
+    stages: &[QueryStages],
+    qrels: &Qrels,
+    ids: &[String],
+    fusions: &[Fusion],
+    depth: usize,
+    folds: usize,
+    epsilon: f64,
+) -> Result<CvEstimate> {
+    if !(2..=MAX_FOLDS).contains(&folds) || folds > stages.len() {
+        return Err(CellarError::invalid(format!(
+            "{folds} folds: 2 to {MAX_FOLDS} allowed, and no more than the {} judged queries",
+            stages.len()
+        )));
+    }
+    let mut per_query = Vec::with_capacity(stages.len());
+    for fold in 0..folds {
+        let in_fold = |want: bool| -> Vec<QueryStages> {
+            stages
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| (i % folds == fold) == want)
+                .map(|(_, s)| s.clone())
+                .collect()
+        };
+        let (held, rest) = (in_fold(true), in_fold(false));
+        let points = sweep(&rest, qrels, ids, fusions, depth);
+        let (chosen, _) = choose(&points, epsilon);
+        for (qid, ranked) in rankings(&held, ids, chosen.fusion, chosen.alpha, chosen.rerank_k) {
+            let refs: Vec<&str> = ranked.iter().map(String::as_str).collect();
+            per_query.push(score_query(&refs, &qrels[&qid]));
+        }
+    }
+    Ok(CvEstimate { folds, metrics: mean(&per_query) })
+}
+
+impl Clone for QueryStages {
+    fn clone(&self) -> Self {
+        QueryStages {
+            id: self.id.clone(),
+            candidates: self.candidates.clone(),
+            maxsim: self.maxsim.clone(),
+            encoding: self.encoding,
+        }
+    }
+}
+
+/// Sweeps the grid on `queries` (judged in `qrels`) over every fusion method and returns the
+/// new defaults; the caller decides whether to save them. With `cv`, the report also holds the
+/// k-fold estimate of the choice (for collections whose only judgments are the test split).
 pub fn tune(
     index: &Index,
     queries: &[Query],
     qrels: &Qrels,
     qrels_name: &str,
     epsilon: f64,
+    cv: Option<usize>,
     bar: &ProgressBar,
 ) -> Result<TuneReport> {
     if queries.is_empty() {
@@ -76,31 +201,13 @@ pub fn tune(
         return Err(CellarError::InvalidInput(format!("epsilon {epsilon}: 0 to {MAX_EPSILON} allowed")));
     }
     let depth = index.config().search.candidates;
-    let mut stages = Vec::with_capacity(queries.len());
-    for query in queries {
-        let prepared: PreparedQuery = crate::eval::prepare(index, &query.text, Mode::Hybrid)?;
-        let (candidates, maxsim) = index.candidates_with_maxsim(&prepared, depth)?;
-        stages.push(QueryStages { id: query.id.clone(), candidates, maxsim });
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
+    let stages = stages(index, queries, bar)?;
     let ids = crate::eval::doc_ids(index)?;
-    let mut points = Vec::new();
-    for rerank_k in RERANK_K_GRID.into_iter().filter(|k| *k <= depth) {
-        for alpha in alpha_grid() {
-            let rankings: Vec<(String, Vec<String>)> = stages
-                .iter()
-                .map(|s| {
-                    let k = rerank_k.min(s.maxsim.len());
-                    let fused = fusion::fuse(&s.candidates, &s.maxsim[..k], alpha);
-                    let ranked =
-                        fused.iter().take(EVAL_DEPTH).map(|f| ids[f.id.0 as usize].clone()).collect();
-                    (s.id.clone(), ranked)
-                })
-                .collect();
-            points.push(TunePoint { alpha, rerank_k, metrics: score_all(&rankings, qrels) });
-        }
-    }
+    let points = sweep(&stages, qrels, &ids, &Fusion::ALL, depth);
+    let cv = match cv {
+        Some(folds) => Some(cross_validate(&stages, qrels, &ids, &Fusion::ALL, depth, folds, epsilon)?),
+        None => None,
+    };
     let (best, top) = choose(&points, epsilon);
     let (best, top) = (best.clone(), top.clone());
     let defaults = SearchDefaults {
@@ -108,28 +215,33 @@ pub fn tune(
         candidates: depth,
         rerank_k: best.rerank_k,
         alpha: best.alpha,
+        fusion: best.fusion,
         tuned: Some(TuneRecord {
             qrels: qrels_name.to_string(),
             queries: queries.len(),
             metric: "nDCG@10".into(),
             value: best.metrics.ndcg_at_10,
+            cv: cv.as_ref().map(|c| CvRecord { folds: c.folds, value: c.metrics.ndcg_at_10 }),
         }),
     };
-    Ok(TuneReport { points, best, top, epsilon, defaults })
+    Ok(TuneReport { points, best, top, epsilon, cv, defaults })
 }
 
-/// Highest nDCG@10; on ties, the smaller rerank_k (cheaper), then the smaller alpha.
+/// Highest nDCG@10; on ties, the smaller rerank_k (cheaper), then the smaller alpha, then the
+/// earlier fusion method of [`Fusion::ALL`].
 fn better(a: &TunePoint, b: &TunePoint) -> std::cmp::Ordering {
+    let order = |f: Fusion| Fusion::ALL.iter().position(|g| *g == f);
     a.metrics
         .ndcg_at_10
         .total_cmp(&b.metrics.ndcg_at_10)
         .then(b.rerank_k.cmp(&a.rerank_k))
         .then(b.alpha.total_cmp(&a.alpha))
+        .then(order(b.fusion).cmp(&order(a.fusion)))
 }
 
 /// (chosen, top): `top` has the highest nDCG@10; the chosen point has the smallest rerank_k
 /// among the points within `epsilon` of it, and the best nDCG@10 at that rerank_k.
-fn choose(points: &[TunePoint], epsilon: f64) -> (&TunePoint, &TunePoint) {
+pub fn choose(points: &[TunePoint], epsilon: f64) -> (&TunePoint, &TunePoint) {
     let top = points.iter().max_by(|a, b| better(a, b)).expect("the grid is never empty");
     let floor = top.metrics.ndcg_at_10 - epsilon;
     let close = points.iter().filter(|p| p.metrics.ndcg_at_10 >= floor);
@@ -141,9 +253,53 @@ fn choose(points: &[TunePoint], epsilon: f64) -> (&TunePoint, &TunePoint) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cellar_core::DocId;
+
+    /// Query `q` has two candidates: BM25 prefers document 0, MaxSim document 1, and the
+    /// judgments say `relevant`.
+    fn two_way(q: usize) -> QueryStages {
+        let candidates = vec![Scored { id: DocId(0), score: 2.0 }, Scored { id: DocId(1), score: 1.0 }];
+        QueryStages { id: format!("q{q}"), candidates, maxsim: vec![0.1, 0.9], encoding: None }
+    }
+
+    fn judged(relevant: &[&str]) -> Qrels {
+        relevant
+            .iter()
+            .enumerate()
+            .map(|(q, doc)| (format!("q{q}"), [(doc.to_string(), 1)].into_iter().collect()))
+            .collect()
+    }
+
+    #[test]
+    fn cross_validation_ranks_each_fold_with_the_choice_made_on_the_others() {
+        let ids = vec!["d0".to_string(), "d1".to_string()];
+        let stages: Vec<QueryStages> = (0..4).map(two_way).collect();
+        // Every query wants MaxSim's document: any fold's choice gets all of them right.
+        let qrels = judged(&["d1", "d1", "d1", "d1"]);
+        let cv = cross_validate(&stages, &qrels, &ids, &Fusion::ALL, 200, 2, 0.0).unwrap();
+        assert_eq!((cv.folds, cv.metrics.queries, cv.metrics.ndcg_at_10), (2, 4, 1.0));
+        // Folds disagree: fold 0 (q0, q2) wants BM25's document, fold 1 MaxSim's. Each fold is
+        // ranked with the other's choice, so the estimate is 0.63 (the second place of every
+        // query), below what one choice on all queries gets in-sample (half right, half second).
+        let qrels = judged(&["d0", "d1", "d0", "d1"]);
+        let cv = cross_validate(&stages, &qrels, &ids, &Fusion::ALL, 200, 2, 0.0).unwrap();
+        let second = 1.0 / 3f64.log2();
+        assert!((cv.metrics.ndcg_at_10 - second).abs() < 1e-9, "{:?}", cv.metrics);
+        let points = sweep(&stages, &qrels, &ids, &Fusion::ALL, 200);
+        let (chosen, _) = choose(&points, 0.0);
+        assert!((chosen.metrics.ndcg_at_10 - (1.0 + second) / 2.0).abs() < 1e-9);
+        for folds in [1, 5, 21] {
+            assert!(cross_validate(&stages, &qrels, &ids, &Fusion::ALL, 200, folds, 0.0).is_err(), "{folds}");
+        }
+    }
 
     fn point(alpha: f32, rerank_k: usize, ndcg: f64) -> TunePoint {
-        TunePoint { alpha, rerank_k, metrics: Metrics { ndcg_at_10: ndcg, ..Metrics::default() } }
+        TunePoint {
+            fusion: Fusion::Z,
+            alpha,
+            rerank_k,
+            metrics: Metrics { ndcg_at_10: ndcg, ..Metrics::default() },
+        }
     }
 
     #[test]

@@ -188,3 +188,33 @@ fn text_queries_read_bm25_candidates_under_the_encoding_and_rank_as_with_given_v
         }
     }
 }
+
+#[test]
+fn a_long_query_is_encoded_whole_and_the_response_says_how() {
+    let index = open(ReaderKind::Mmap);
+    let short = index
+        .search(crate::fixture::ask("magma rising through the crust", &options(5, Mode::Rerank)))
+        .unwrap();
+    let encoding = short.query.expect("a text query reports its encoding");
+    assert_eq!((encoding.windows, encoding.tokens_cut), (1, 0));
+    // Past the fixture's 64-token query limit: windows, nothing cut, and the tail still counts.
+    let filler = "the committee discussed the schedule of the meeting at length ".repeat(12);
+    let long = format!("{filler} magma rising through the crust");
+    for mode in [Mode::Rerank, Mode::Hybrid, Mode::Dense] {
+        let response = index.search(crate::fixture::ask(&long, &options(5, mode))).unwrap();
+        let encoding = response.query.expect("encoded");
+        assert!(
+            encoding.tokens > 64 && encoding.windows > 1 && encoding.tokens_cut == 0,
+            "{mode}: {encoding:?}"
+        );
+    }
+    let rerank = index.search(crate::fixture::ask(&long, &options(3, Mode::Rerank))).unwrap();
+    assert!(
+        rerank.hits.iter().any(|h| h.id.starts_with("volcano-")),
+        "the query's last words, past the first window, still find their topic: {:?}",
+        rerank.hits.iter().map(|h| &h.id).collect::<Vec<_>>()
+    );
+    // BM25 encodes nothing and reports nothing.
+    let bm25 = index.search(crate::fixture::ask(&long, &options(3, Mode::Bm25))).unwrap();
+    assert!(bm25.query.is_none());
+}

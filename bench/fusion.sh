@@ -1,0 +1,27 @@
+#!/bin/sh
+# Issue 18.2 and 18.1: hybrid fusion without judgments, and what long documents should become.
+# Builds SciFact, cranfield and cisi three ways (documents cut at 256 tokens, the default; cut at
+# 512; encoded whole in 256-token windows), then runs `cellar-bench fusion` on each set: BM25,
+# dense and rerank alone, every fusion method at fixed weights, 5-fold cross-validated, tuned on
+# SciFact's train split, and the test optimum, with query and document truncation counts.
+# About 45 minutes on 2 cores (almost all of it encoding). Indexes go to $WORK (default
+# bench/work/long-texts); reports to bench/results/fusion-<variant>.{md,json}.
+set -eu
+cd "$(dirname "$0")/.."
+DATA=${DATA:-../shared/data}
+WORK=${WORK:-bench/work/long-texts}
+cargo build --release -p cellar-cli -p cellar-bench
+mkdir -p "$WORK"
+for variant in t256 t512 w256; do
+  case $variant in
+    t256) flags="" ;;
+    t512) flags="--doc-max-tokens 512" ;;
+    w256) flags="--doc-overflow windows" ;;
+  esac
+  args=""
+  for c in scifact cranfield cisi; do
+    test -f "$WORK/$c-$variant/index.json" || ./target/release/cellar index "$DATA/$c" --out "$WORK/$c-$variant" $flags
+    args="$args --collection $c=$WORK/$c-$variant,$DATA/$c"
+  done
+  ./target/release/cellar-bench fusion $args --out "bench/results/fusion-$variant"
+done
