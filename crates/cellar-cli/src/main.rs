@@ -9,6 +9,7 @@ mod inspect;
 mod ivf_cmd;
 mod search_cmd;
 mod serve_cmd;
+mod splade_cmd;
 mod stream_search_cmd;
 mod tune_cmd;
 mod write_cmd;
@@ -30,6 +31,8 @@ enum Command {
     Index(index_cmd::IndexArgs),
     /// Build the IVF (the dense first stage on disk) of an existing index.
     Ivf(ivf_cmd::IvfArgs),
+    /// Build the learned-sparse (SPLADE) first stage of an index.
+    Splade(splade_cmd::SpladeArgs),
     /// Answer one query: bm25, dense-exact, ivf, dense, rerank or hybrid.
     Search(search_cmd::SearchArgs),
     /// Evaluate every mode against a split's relevance judgments and print one table.
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Index(args) => index_cmd::run(args),
         Command::Ivf(args) => ivf_cmd::run(args),
+        Command::Splade(args) => splade_cmd::run(args),
         Command::Search(args) => search_cmd::run(args),
         Command::Eval(args) => eval_cmd::run(args),
         Command::Tune(args) => tune_cmd::run(args),

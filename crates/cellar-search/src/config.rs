@@ -10,7 +10,7 @@ use cellar_encode::{Encoded, Overflow};
 use serde::{Deserialize, Serialize};
 
 use crate::fusion::Fusion;
-use crate::mode::Mode;
+use crate::mode::{Lexical, Mode};
 
 /// Version of the index directory layout (`index.json` and the files beside it).
 pub const INDEX_FORMAT_VERSION: u32 = 1;
@@ -71,6 +71,9 @@ pub struct SearchDefaults {
     /// How hybrid fuses its two scores (indexes from before it was a setting used z).
     #[serde(default)]
     pub fusion: Fusion,
+    /// The sparse first stage (indexes from before it was a setting used BM25).
+    #[serde(default)]
+    pub lexical: Lexical,
     pub tuned: Option<TuneRecord>,
 }
 
@@ -82,6 +85,7 @@ impl Default for SearchDefaults {
             rerank_k: 200,
             alpha: 0.3,
             fusion: Fusion::default(),
+            lexical: Lexical::default(),
             tuned: None,
         }
     }

@@ -13,10 +13,11 @@ use crate::corpus::{Qrels, Query};
 use crate::index::Index;
 use crate::ivf::IvfConfig;
 use crate::metrics::{mean, score_query, Metrics, QueryMetrics};
-use crate::mode::Mode;
+use crate::mode::{Lexical, Mode};
 use crate::params::SearchParams;
 use crate::query::PreparedQuery;
 use crate::request::{QueryVectorsIn, SearchRequest, VectorDtype};
+use crate::splade::SpladeConfig;
 
 /// Depth every evaluated ranking is cut at (Recall@100 needs 100).
 pub const EVAL_DEPTH: usize = 100;
@@ -59,8 +60,8 @@ pub fn judged_queries(queries: &[Query], qrels: &Qrels) -> Vec<Query> {
 }
 
 /// The rows of `cellar eval`'s table, from the index's stored (tuned) defaults; the IVF rows
-/// when the index has an IVF.
-pub fn default_rows(config: &IndexConfig, ivf: Option<&IvfConfig>) -> Vec<RowSpec> {
+/// when the index has an IVF, the SPLADE rows when it has a SPLADE stage.
+pub fn default_rows(config: &IndexConfig, ivf: Option<&IvfConfig>, splade: bool) -> Vec<RowSpec> {
     let alpha = config.search.alpha;
     let mut rows = vec![
         RowSpec::new("bm25", Mode::Bm25),
@@ -70,6 +71,9 @@ pub fn default_rows(config: &IndexConfig, ivf: Option<&IvfConfig>) -> Vec<RowSpe
     ];
     if let Some(ivf) = ivf {
         rows.extend(ivf_rows(config, ivf));
+    }
+    if splade {
+        rows.extend(splade_rows(config));
     }
     for rerank_k in [16, 32, 64, 128, 200] {
         let mut row = hybrid_row(config, Some(rerank_k));
@@ -98,6 +102,36 @@ fn ivf_rows(config: &IndexConfig, ivf: &IvfConfig) -> Vec<RowSpec> {
         RowSpec::new(format!("ivf nprobe={} ({rescore}, {} clusters)", d.nprobe, ivf.clusters), Mode::Ivf),
         dense,
         joined,
+    ]
+}
+
+/// SPLADE alone, as rerank's candidates, as hybrid's, and joined with BM25 for hybrid (each
+/// with BM25's candidates only: the IVF's joined ones are the IVF rows' question).
+fn splade_rows(config: &IndexConfig) -> Vec<RowSpec> {
+    let with = |mut row: RowSpec, label: &str, lexical: Lexical| {
+        row.label = label.to_string();
+        row.request.lexical = Some(lexical);
+        row.request.hybrid_candidates = Some(0);
+        row
+    };
+    let hybrid = || hybrid_row(config, None);
+    vec![
+        with(RowSpec::new("", Mode::Bm25), "splade", Lexical::Splade),
+        with(rerank_row(), "splade → rerank", Lexical::Splade),
+        with(
+            hybrid(),
+            &format!("hybrid {} α={:.2}, SPLADE candidates", config.search.fusion, config.search.alpha),
+            Lexical::Splade,
+        ),
+        with(RowSpec::new("", Mode::Bm25), "bm25 + splade (joined)", Lexical::Both),
+        with(
+            hybrid(),
+            &format!(
+                "hybrid {} α={:.2}, BM25 + SPLADE candidates",
+                config.search.fusion, config.search.alpha
+            ),
+            Lexical::Both,
+        ),
     ]
 }
 
@@ -214,7 +248,8 @@ pub fn evaluate_row(
         run.push((query.id.clone(), ranked));
     }
     let n = queries.len().max(1) as f64;
-    let (size_bytes, build_secs) = row_cost(index.config(), index.ivf_config().as_ref(), &params);
+    let (size_bytes, build_secs) =
+        row_cost(index.config(), index.ivf_config().as_ref(), index.splade_config(), &params);
     Ok(RowResult {
         label: spec.label.clone(),
         params,
@@ -230,7 +265,29 @@ pub fn evaluate_row(
 
 /// Bytes on disk and build seconds of what a search needs. Encoding is one pass that yields both
 /// token and pooled vectors, so the dense and MaxSim rows both carry its full time.
-pub fn row_cost(config: &IndexConfig, ivf: Option<&IvfConfig>, params: &SearchParams) -> (u64, f64) {
+/// The sparse stage's share is BM25's, SPLADE's (its files and its own encoding pass) or both.
+pub fn row_cost(
+    config: &IndexConfig,
+    ivf: Option<&IvfConfig>,
+    splade: Option<&SpladeConfig>,
+    params: &SearchParams,
+) -> (u64, f64) {
+    let (bytes, secs) = bm25_row_cost(config, ivf, params);
+    let b = &config.build;
+    let lexical = matches!(params.mode, Mode::Bm25 | Mode::Rerank | Mode::Hybrid);
+    match (splade, params.lexical) {
+        (Some(s), Lexical::Splade) if lexical => {
+            (bytes - b.bm25_bytes + s.terms_bytes + s.postings_bytes, secs - b.bm25_secs + s.total_secs)
+        }
+        (Some(s), Lexical::Both) if lexical => {
+            (bytes + s.terms_bytes + s.postings_bytes, secs + s.total_secs)
+        }
+        _ => (bytes, secs),
+    }
+}
+
+/// [`row_cost`] with BM25 as the sparse stage.
+fn bm25_row_cost(config: &IndexConfig, ivf: Option<&IvfConfig>, params: &SearchParams) -> (u64, f64) {
     let b = &config.build;
     let encode = b.encode_secs + b.fit_secs + b.write_secs;
     let (ivf_bytes, ivf_secs) = ivf.map_or((0, 0.0), |i| {

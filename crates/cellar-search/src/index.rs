@@ -60,6 +60,8 @@ pub struct Index {
     /// The dense first stage, when the index has one (`ivf/`); replaced whole by a retrain,
     /// while searches that took the old one finish with it.
     pub(crate) ivf: RwLock<Option<Arc<Ivf>>>,
+    /// The learned-sparse first stage, when `cellar splade build` made one.
+    pub(crate) splade: Option<crate::splade::SpladeIndex>,
     options: OpenOptions,
     /// How the store (and every segment written later) is read.
     pub(crate) reader_options: ReaderOptions,
@@ -93,6 +95,7 @@ impl Index {
         let texts = TextsReader::open(dir)?;
         open_pooled(&dir.join(FileKind::Pooled.file_name()), config.encoder.model_dim, config.build.docs)?;
         let ivf = Ivf::open(dir, config.build.docs, config.encoder.model_dim, &reader_options)?;
+        let splade = crate::splade::SpladeIndex::open(dir, config.build.docs, &reader_options)?;
         let pca = match config.pca_dim {
             Some(_) => Some(Pca::load(&dir.join(PCA_FILE))?),
             None => None,
@@ -107,6 +110,7 @@ impl Index {
             pca,
             isa: Isa::detected(),
             ivf: RwLock::new(ivf.map(Arc::new)),
+            splade,
             options,
             reader_options,
             live,
@@ -212,6 +216,11 @@ impl Index {
     /// The IVF's settings, when the index has one.
     pub fn ivf_config(&self) -> Option<IvfConfig> {
         self.current_ivf().map(|ivf| ivf.config().clone())
+    }
+
+    /// The SPLADE stage's build record, when the index has one.
+    pub fn splade_config(&self) -> Option<&crate::splade::SpladeConfig> {
+        self.splade.as_ref().map(crate::splade::SpladeIndex::config)
     }
 
     pub fn reader_kind(&self) -> ReaderKind {

@@ -52,6 +52,7 @@ pub mod recode;
 pub mod request;
 pub mod scored;
 pub mod search;
+pub mod splade;
 pub mod texts;
 pub mod topk;
 pub mod tune;

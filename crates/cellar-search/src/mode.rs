@@ -88,6 +88,53 @@ impl<'de> Deserialize<'de> for Mode {
     }
 }
 
+/// Which sparse first stage feeds the bm25, rerank and hybrid modes: BM25 (tantivy), the
+/// learned-sparse SPLADE stage (`cellar splade build`), or both joined (each document's
+/// z-scores in the two lists summed, as the IVF's candidates join BM25's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Lexical {
+    #[default]
+    Bm25,
+    Splade,
+    Both,
+}
+
+impl Lexical {
+    pub const ALL: [Lexical; 3] = [Lexical::Bm25, Lexical::Splade, Lexical::Both];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Lexical::Bm25 => "bm25",
+            Lexical::Splade => "splade",
+            Lexical::Both => "both",
+        }
+    }
+
+    /// Whether it needs the SPLADE stage.
+    pub fn needs_splade(self) -> bool {
+        self != Lexical::Bm25
+    }
+}
+
+impl fmt::Display for Lexical {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Lexical {
+    type Err = CellarError;
+
+    fn from_str(s: &str) -> Result<Lexical> {
+        Lexical::ALL.into_iter().find(|l| l.name() == s).ok_or_else(|| {
+            CellarError::InvalidInput(format!(
+                "unknown lexical stage {s:?}: expected one of bm25, splade, both"
+            ))
+        })
+    }
+}
+
 fn unknown(name: &str) -> String {
     format!("unknown mode {name:?}: expected one of bm25, dense-exact, ivf, dense, rerank, hybrid")
 }

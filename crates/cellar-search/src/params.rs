@@ -9,7 +9,7 @@ use crate::config::SearchDefaults;
 use crate::filter::DEFAULT_FILTER_EXACT_MAX;
 use crate::fusion::Fusion;
 use crate::ivf::{IvfConfig, IvfDefaults, ProbeParams};
-use crate::mode::Mode;
+use crate::mode::{Lexical, Mode};
 use crate::request::{SearchRequest, DEFAULT_K, MAX_CANDIDATES, MAX_K, MAX_NPROBE};
 
 /// Fully resolved, validated parameters of one search.
@@ -24,6 +24,8 @@ pub struct SearchParams {
     pub alpha: f32,
     /// How hybrid fuses the first stage's and MaxSim's scores.
     pub fusion: Fusion,
+    /// The sparse first stage of bm25, rerank and hybrid.
+    pub lexical: Lexical,
     /// Rerank and hybrid text queries read BM25's best `rerank_k` records while the text is
     /// encoded.
     pub early_read: bool,
@@ -97,6 +99,7 @@ impl SearchParams {
         options: &SearchRequest,
         defaults: &SearchDefaults,
         ivf: Option<&IvfConfig>,
+        has_splade: bool,
     ) -> Result<SearchParams> {
         let k = options.k.unwrap_or(DEFAULT_K);
         if k == 0 || k > MAX_K {
@@ -125,6 +128,12 @@ impl SearchParams {
             return Err(CellarError::InvalidInput(format!("alpha must be within [0, 1], got {alpha}")));
         }
         let fusion = options.fusion.unwrap_or(defaults.fusion);
+        let lexical = options.lexical.unwrap_or(defaults.lexical);
+        if lexical.needs_splade() && !has_splade {
+            return Err(CellarError::InvalidInput(format!(
+                "lexical stage {lexical} needs a SPLADE stage and this index has none: build one with `cellar splade build --index DIR`"
+            )));
+        }
         let ivf = match ivf {
             Some(config) if mode.needs_ivf() || mode == Mode::Hybrid => {
                 Some(resolve_ivf(options, mode, config)?)
@@ -146,6 +155,17 @@ impl SearchParams {
                 "filter_exact_max must be at most {MAX_CANDIDATES}, got {filter_exact_max}"
             )));
         }
-        Ok(SearchParams { mode, k, candidates, rerank_k, alpha, fusion, early_read, ivf, filter_exact_max })
+        Ok(SearchParams {
+            mode,
+            k,
+            candidates,
+            rerank_k,
+            alpha,
+            fusion,
+            lexical,
+            early_read,
+            ivf,
+            filter_exact_max,
+        })
     }
 }

@@ -103,7 +103,8 @@ impl Index {
     pub fn params(&self, request: &SearchRequest) -> Result<SearchParams> {
         // The IVF's settings borrowed from the handle searches use, not copied per request.
         let ivf = self.current_ivf();
-        SearchParams::resolve(request, &self.config.search, ivf.as_deref().map(crate::ivf::Ivf::config))
+        let ivf = ivf.as_deref().map(crate::ivf::Ivf::config);
+        SearchParams::resolve(request, &self.config.search, ivf, self.splade.is_some())
     }
 
     /// The plan's query as the kernels take it: its text encoded when the mode needs vectors
@@ -176,7 +177,7 @@ impl Index {
             (query.allowed, query.filter_ms) = (allowed, filter_ms);
             return self.respond(&query, &params, include_text);
         }
-        let bm25 = self.bm25_search(&plan.text, params.candidates, allowed.as_ref())?;
+        let bm25 = self.lexical_search(&plan.text, params.candidates, allowed.as_ref(), params.lexical)?;
         let bm25_ms = ms_since(start);
         let ids: Vec<DocId> = bm25.iter().take(params.rerank_k).map(|s| s.id).collect();
         let (mut ranking, encoding) = std::thread::scope(|scope| {

@@ -25,7 +25,7 @@ use crate::filter::Allowed;
 use crate::fusion::{self, Fused, Stage};
 use crate::index::Index;
 use crate::ivf::{Ivf, LiveMembers, Probe, ProbeParams, ProbeStats};
-use crate::mode::Mode;
+use crate::mode::{Lexical, Mode};
 use crate::params::{IvfParams, SearchParams};
 use crate::prefetch::{PrefetchStats, ScoredRecords};
 use crate::query::PreparedQuery;
@@ -143,7 +143,7 @@ impl Index {
         let lexical = match (params.mode, bm25) {
             (Mode::Dense, _) => Vec::new(),
             (_, Some(list)) => list,
-            (_, None) => self.bm25_search(&query.text, allowed.count(), Some(allowed))?,
+            (_, None) => self.lexical_search(&query.text, allowed.count(), Some(allowed), params.lexical)?,
         };
         let floor = lexical.iter().map(|s| s.score).reduce(f32::min).unwrap_or(0.0);
         let found: HashSet<DocId> = lexical.iter().map(|s| s.id).collect();
@@ -220,7 +220,7 @@ impl Index {
             None => {
                 let start = Instant::now();
                 let depth = if params.mode == Mode::Bm25 { params.k } else { params.candidates };
-                let list = self.bm25_search(&query.text, depth, query.allowed.as_ref())?;
+                let list = self.lexical_search(&query.text, depth, query.allowed.as_ref(), params.lexical)?;
                 timings.first_stage_ms = ms_since(start);
                 list
             }
@@ -252,9 +252,12 @@ impl Index {
     ) -> Result<Ranking> {
         let start = Instant::now();
         let bm25 = match (params.mode, bm25) {
-            (Mode::Hybrid, None) => {
-                Some(self.bm25_search(&query.text, params.candidates, query.allowed.as_ref())?)
-            }
+            (Mode::Hybrid, None) => Some(self.lexical_search(
+                &query.text,
+                params.candidates,
+                query.allowed.as_ref(),
+                params.lexical,
+            )?),
             (_, given) => given,
         };
         timings.first_stage_ms += ms_since(start);
@@ -365,8 +368,8 @@ impl Index {
     /// (for tuning, which then fuses them many ways with [`fusion::fuse`], exactly as
     /// [`Index::rank`] does).
     pub fn candidates_with_maxsim(&self, query: &PreparedQuery, n: usize) -> Result<(Vec<Scored>, Vec<f32>)> {
-        let bm25 = self.bm25_search(&query.text, n, None)?;
         let request = crate::request::SearchRequest { mode: Some(Mode::Hybrid), ..Default::default() };
+        let bm25 = self.lexical_search(&query.text, n, None, self.params(&request)?.lexical)?;
         let candidates = match self.params(&request)?.ivf.filter(|p| p.hybrid_candidates > 0) {
             Some(ivf) => {
                 let probe = ivf.probe(ivf.hybrid_candidates);
@@ -431,6 +434,43 @@ impl Index {
         let allowed = allowed.cloned();
         let accept = move |id| !view.is_deleted(id) && allowed.as_ref().is_none_or(|a| a.contains(id));
         self.bm25.search_accepting(text, n, Some(Arc::new(accept)))
+    }
+
+    /// The sparse first stage's `n` best for `text`: BM25's, SPLADE's, or both lists joined.
+    pub(crate) fn lexical_search(
+        &self,
+        text: &str,
+        n: usize,
+        allowed: Option<&Arc<Allowed>>,
+        lexical: Lexical,
+    ) -> Result<Vec<Scored>> {
+        match lexical {
+            Lexical::Bm25 => self.bm25_search(text, n, allowed),
+            Lexical::Splade => self.splade_search(text, n, allowed),
+            Lexical::Both => {
+                let bm25 = self.bm25_search(text, n, allowed)?;
+                Ok(first_stage(Some(&bm25), &self.splade_search(text, n, allowed)?))
+            }
+        }
+    }
+
+    /// SPLADE's `n` best, skipping deleted documents and those a filter excludes. Refused on an
+    /// index with documents written since its build: the SPLADE stage does not hold them.
+    fn splade_search(&self, text: &str, n: usize, allowed: Option<&Arc<Allowed>>) -> Result<Vec<Scored>> {
+        let splade = self.splade.as_ref().ok_or_else(|| {
+            CellarError::invalid(
+                "this index has no SPLADE stage: build one with `cellar splade build --index DIR`",
+            )
+        })?;
+        let view = self.live_view();
+        if view.written() > 0 {
+            return Err(CellarError::invalid(format!(
+                "the SPLADE stage holds the {} documents of the build and {} were written since: rebuild it with `cellar splade build`, or search with lexical bm25",
+                splade.config().docs,
+                view.written()
+            )));
+        }
+        splade.search(text, n, &|id| view.is_deleted(id) || allowed.is_some_and(|a| !a.contains(id)))
     }
 
     /// A probe of the IVF that also visits the view's written documents and skips the

@@ -13,7 +13,7 @@ use cellar_core::codec::MAX_DIM;
 
 use crate::filter::Filter;
 use crate::fusion::Fusion;
-use crate::mode::Mode;
+use crate::mode::{Lexical, Mode};
 
 /// Results per query when the request does not say.
 pub const DEFAULT_K: usize = 10;
@@ -55,6 +55,10 @@ pub struct SearchRequest {
     #[schemars(range(min = 0.0, max = 1.0))]
     #[cfg_attr(feature = "cli", arg(long))]
     pub alpha: Option<f32>,
+    /// The sparse first stage of the bm25, rerank and hybrid modes: bm25, splade (the
+    /// learned-sparse stage of `cellar splade build`) or both (joined). Default: the index's.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub lexical: Option<Lexical>,
     /// How hybrid fuses its two scores: z (alpha-weighted z-scores), rrf (alpha-weighted
     /// reciprocal ranks) or z_peak (z with a per-query weight). Default: the index's.
     #[cfg_attr(feature = "cli", arg(long))]

@@ -216,6 +216,7 @@ pub fn tune(
         rerank_k: best.rerank_k,
         alpha: best.alpha,
         fusion: best.fusion,
+        lexical: index.config().search.lexical,
         tuned: Some(TuneRecord {
             qrels: qrels_name.to_string(),
             queries: queries.len(),

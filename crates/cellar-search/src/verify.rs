@@ -69,6 +69,16 @@ impl Index {
             let vectors = format!("{rows} vectors against their checksums, body checksum");
             done(dir.join(FileKind::IvfVectors.file_name()), vectors);
         }
+        if let Some(splade) = &self.splade {
+            let dir = Path::new(crate::splade::SPLADE_DIR);
+            done(dir.join(crate::splade::SPLADE_CONFIG), "agrees with the index and its files".into());
+            done(dir.join(FileKind::SpladeTerms.file_name()), "header and body checksum".into());
+            let postings = splade.verify()?;
+            done(
+                dir.join(FileKind::SpladePostings.file_name()),
+                format!("{postings} postings, body checksum"),
+            );
+        }
         let bm25 = Bm25Index::verify(&self.dir.join(BM25_DIR))?;
         done(BM25_DIR.into(), format!("{bm25} documents, every file's footer checksum"));
         self.verify_live(&mut done)

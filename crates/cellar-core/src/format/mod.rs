@@ -61,10 +61,14 @@ pub enum FileKind {
     IvfVectors = 9,
     /// The internal ids of a living index's segment, ascending u32 (`ids.bin`).
     SegmentIds = 10,
+    /// The SPLADE first stage's term directory and quantisation scale (`splade_terms.bin`).
+    SpladeTerms = 11,
+    /// The SPLADE first stage's impact-ordered postings (`splade_postings.bin`).
+    SpladePostings = 12,
 }
 
 impl FileKind {
-    pub const ALL: [FileKind; 10] = [
+    pub const ALL: [FileKind; 12] = [
         FileKind::Vectors,
         FileKind::Offsets,
         FileKind::CodecParams,
@@ -75,6 +79,8 @@ impl FileKind {
         FileKind::IvfPostings,
         FileKind::IvfVectors,
         FileKind::SegmentIds,
+        FileKind::SpladeTerms,
+        FileKind::SpladePostings,
     ];
 
     /// The files of a token-vector store directory (the others belong to a search index).
@@ -97,6 +103,8 @@ impl FileKind {
             FileKind::IvfPostings => "ivf_postings",
             FileKind::IvfVectors => "ivf_vectors",
             FileKind::SegmentIds => "segment_ids",
+            FileKind::SpladeTerms => "splade_terms",
+            FileKind::SpladePostings => "splade_postings",
         }
     }
 
@@ -130,6 +138,8 @@ impl FileKind {
             FileKind::IvfPostings => "ivf_postings.bin",
             FileKind::IvfVectors => "ivf_vectors.bin",
             FileKind::SegmentIds => "ids.bin",
+            FileKind::SpladeTerms => "splade_terms.bin",
+            FileKind::SpladePostings => "splade_postings.bin",
         }
     }
 }

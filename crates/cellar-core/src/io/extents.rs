@@ -113,6 +113,11 @@ impl ExtentReader {
         &self.path
     }
 
+    /// The file's length in bytes at open.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
     /// Reads every extent (duplicates and overlaps allowed).
     pub fn read(&self, extents: &[Extent]) -> Result<ExtentBatch> {
         self.check_bounds(extents)?;

@@ -26,7 +26,7 @@ const SEARCH_TEST: &str = "crates/cellar-search/tests/it/format_docs.rs";
 const STREAM_TEST: &str = "crates/cellar-stream/tests/format/docs.rs";
 
 /// Every page of `docs/format/` and the test that holds it to the code.
-const PAGES: [(&str, &str); 10] = [
+const PAGES: [(&str, &str); 11] = [
     ("README.md", THIS_TEST),
     ("codec.md", THIS_TEST),
     ("header.md", THIS_TEST),
@@ -35,6 +35,7 @@ const PAGES: [(&str, &str); 10] = [
     ("vectors.md", THIS_TEST),
     ("ivf.md", SEARCH_TEST),
     ("live.md", SEARCH_TEST),
+    ("splade.md", SEARCH_TEST),
     ("stream.md", STREAM_TEST),
     ("texts.md", SEARCH_TEST),
 ];

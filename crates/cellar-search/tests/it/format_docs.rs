@@ -138,6 +138,13 @@ fn readme_names_the_search_index_files_and_their_versions() {
             "testdata/ivf-v1/",
         ),
         version_row(
+            &format!("{}/{}", cellar_search::splade::SPLADE_DIR, cellar_search::splade::SPLADE_CONFIG),
+            FORMAT_VERSION_FIELD,
+            cellar_search::splade::SPLADE_FORMAT_VERSION,
+            cellar_search::splade::SPLADE_READABLE_VERSIONS,
+            "",
+        ),
+        version_row(
             &format!("{LIVE_DIR}/{LIVE_MANIFEST}"),
             "version",
             LIVE_VERSION,
@@ -190,4 +197,30 @@ fn live_page_matches_the_code_and_a_written_index() {
         on_disk,
         BTreeSet::from([lock.to_string(), LIVE_MANIFEST.to_string(), WAL_FILE.to_string(), segment])
     );
+}
+
+#[test]
+fn splade_page_names_the_files_a_build_writes_and_their_kinds() {
+    use cellar_search::splade::{build_splade, SpladeBuildOptions, SPLADE_CONFIG, SPLADE_DIR};
+    let text = page("splade.md");
+    let rows = table(&text, "file");
+    let files: Vec<String> = rows.iter().map(|r| r[0].clone()).collect();
+    let kinds = [FileKind::SpladeTerms, FileKind::SpladePostings];
+    let mut expected = vec![SPLADE_CONFIG.to_string()];
+    expected.extend(kinds.iter().map(|k| k.file_name().to_string()));
+    assert_eq!(files, expected);
+    for (row, kind) in rows[1..].iter().zip(kinds) {
+        assert_eq!(row[1], format!("{} {}", kind as u32, kind.name()), "the table cell without its code marks");
+    }
+    let (_tmp, dir) = crate::fixture::copy_index();
+    build_splade(&dir, &SpladeBuildOptions { threads: 1, ..SpladeBuildOptions::default() }).unwrap();
+    let mut written: Vec<String> = std::fs::read_dir(dir.join(SPLADE_DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    expected.sort();
+    assert_eq!(written, expected, "the page lists what a build writes");
+    let bytes = std::fs::read(dir.join(SPLADE_DIR).join(FileKind::SpladePostings.file_name())).unwrap();
+    assert_eq!(bytes.len() % 4096, 0, "the postings are whole pages, as the page says");
 }

@@ -21,5 +21,6 @@ mod live_crash;
 mod markdown;
 mod retrain;
 mod search;
+mod splade;
 mod synthetic_ivf;
 mod versions;
