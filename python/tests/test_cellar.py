@@ -157,6 +157,31 @@ def test_ivf_modes_without_an_ivf_say_how_to_build_one(collection: Path, tmp_pat
     assert len(idx.search("volcano lava", k=3, mode="hybrid")) >= 1
 
 
+def test_a_splade_stage_ranks_alone_and_feeds_the_modes(collection: Path, tmp_path: Path) -> None:
+    idx = cellar.Index.build(collection, tmp_path / "sparse", max_docs=12, ivf=False, splade=True)
+    assert idx.config["search"]["lexical"] == "bm25"
+    for lexical in ("splade", "both"):
+        for mode in ("bm25", "rerank", "hybrid"):
+            result = idx.search("volcano lava", k=3, mode=mode, lexical=lexical)
+            assert len(result) >= 1
+    with pytest.raises(cellar.InvalidInputError, match="unknown variant"):
+        idx.search("volcano lava", lexical="colbert")
+    plain = cellar.Index.build(collection, tmp_path / "plain", max_docs=8, ivf=False)
+    with pytest.raises(cellar.InvalidInputError, match="cellar splade build"):
+        plain.search("volcano lava", k=3, lexical="splade")
+
+
+def test_long_documents_are_cut_and_counted_or_windowed(collection: Path, tmp_path: Path) -> None:
+    cut = cellar.Index.build(collection, tmp_path / "cut", max_docs=4, ivf=False, doc_max_tokens=8)
+    whole = cellar.Index.build(collection, tmp_path / "whole", max_docs=4, ivf=False, doc_max_tokens=8,
+                               doc_overflow="windows")
+    assert cut.config["build"]["long_docs"]["cut"] == 4
+    assert whole.config["build"]["long_docs"]["windowed"] == 4
+    assert whole.config["build"]["tokens"] > cut.config["build"]["tokens"]
+    with pytest.raises(cellar.InvalidInputError, match="truncate or windows"):
+        cellar.Index.build(collection, tmp_path / "bad", max_docs=4, doc_overflow="split")
+
+
 def test_concurrent_searches_agree_with_serial_ones(index: cellar.Index) -> None:
     texts = [text for text, _ in QUERIES.values()] * 3
     expected = [index.search(t, k=5).ids for t in texts]

@@ -17,6 +17,7 @@ use cellar_search::corpus::Collection;
 use cellar_search::eval::{self, RowSpec};
 use cellar_search::fusion::Fusion;
 use cellar_search::metrics::Metrics;
+use cellar_search::mode::Lexical;
 use cellar_search::tune::{self, TunePoint};
 use cellar_search::{progress, Index, Mode, OpenOptions};
 use serde::Serialize;
@@ -176,6 +177,9 @@ fn measure(c: &CollectionArg, args: &FusionArgs) -> Result<CollectionReport> {
         rows.push(input_row(label, &row.metrics));
     }
     let better = rows[0].ndcg_at_10.max(rows[2].ndcg_at_10);
+    if index.splade_config().is_some() {
+        rows.extend(splade_rows(&index, &queries, &prepared, &qrels, &ids)?);
+    }
     let bar = progress::bar(queries.len() as u64, &format!("{} stages", c.name));
     let stages = tune::stages(&index, &queries, &bar)?;
     let depth = index.config().search.candidates;
@@ -247,6 +251,39 @@ fn measure(c: &CollectionArg, args: &FusionArgs) -> Result<CollectionReport> {
         vectors_bytes: index.config().build.vectors_bytes,
     };
     Ok(CollectionReport { name: c.name.clone(), index: c.index.clone(), rows, truncation })
+}
+
+/// The SPLADE stage alone, feeding rerank, joined with BM25, and feeding the default hybrid
+/// (BM25 candidates only, as the fused rows: the IVF's joined ones are not the question here).
+fn splade_rows(
+    index: &Index,
+    queries: &[cellar_search::corpus::Query],
+    prepared: &[cellar_search::query::PreparedQuery],
+    qrels: &cellar_search::corpus::Qrels,
+    ids: &[String],
+) -> Result<Vec<Row>> {
+    let d = &index.config().search;
+    let hybrid = format!("hybrid {} α={:.2} over BM25 + SPLADE candidates", d.fusion, d.alpha);
+    let specs = [
+        ("SPLADE", Mode::Bm25, Lexical::Splade),
+        ("BM25 + SPLADE (joined)", Mode::Bm25, Lexical::Both),
+        ("rerank over SPLADE's candidates", Mode::Rerank, Lexical::Splade),
+        ("rerank over BM25 + SPLADE candidates", Mode::Rerank, Lexical::Both),
+        (hybrid.as_str(), Mode::Hybrid, Lexical::Both),
+    ];
+    specs
+        .into_iter()
+        .map(|(label, mode, lexical)| {
+            let mut spec = RowSpec::new(label, mode);
+            spec.request.lexical = Some(lexical);
+            spec.request.hybrid_candidates = Some(0);
+            if mode == Mode::Rerank {
+                spec.request.rerank_k = Some(cellar_search::request::MAX_CANDIDATES);
+            }
+            let row = eval::evaluate_row(index, queries, prepared, qrels, ids, &spec)?;
+            Ok(input_row(label, &row.metrics))
+        })
+        .collect()
 }
 
 fn input_row(label: &str, m: &Metrics) -> Row {

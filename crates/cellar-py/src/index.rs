@@ -155,7 +155,7 @@ impl PyIndex {
     #[pyo3(signature = (
         source, out, *, model=None, codec=None, pca_dim=None, doc_max_tokens=256, doc_overflow="truncate",
         query_max_tokens=64, keep_special=false, keep_punctuation=false, max_docs=None, threads=None, reader="mmap", progress=false,
-        ivf=true, ivf_cluster_size=256
+        ivf=true, ivf_cluster_size=256, splade=false, splade_model=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn build(
@@ -176,6 +176,8 @@ impl PyIndex {
         progress: bool,
         ivf: bool,
         ivf_cluster_size: i64,
+        splade: bool,
+        splade_model: Option<PathBuf>,
     ) -> PyResult<PyIndex> {
         let mut options = BuildOptions::new(source, &out);
         options.model_dir = model.clone().or_else(|| default_model(py));
@@ -191,6 +193,15 @@ impl PyIndex {
         }
         let reader = parse_choice::<ReaderKind>(py, reader)?;
         without_gil(py, || cellar_search::Index::build(&options))?;
+        if splade {
+            let mut sparse = cellar_search::splade::SpladeBuildOptions {
+                model_dir: splade_model,
+                progress,
+                ..Default::default()
+            };
+            sparse.threads = options.encode_threads;
+            without_gil(py, || cellar_search::splade::build_splade(&out, &sparse))?;
+        }
         open_index(py, out, OpenOptions { reader, model_dir: model, ..Default::default() })
     }
 

@@ -66,6 +66,8 @@ class Index:
         progress: bool = False,
         ivf: bool = True,
         ivf_cluster_size: int = 256,
+        splade: bool = False,
+        splade_model: str | PathLike[str] | None = None,
     ) -> Index: ...
     @staticmethod
     def from_embeddings(

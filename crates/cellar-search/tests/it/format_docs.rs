@@ -210,7 +210,11 @@ fn splade_page_names_the_files_a_build_writes_and_their_kinds() {
     expected.extend(kinds.iter().map(|k| k.file_name().to_string()));
     assert_eq!(files, expected);
     for (row, kind) in rows[1..].iter().zip(kinds) {
-        assert_eq!(row[1], format!("{} {}", kind as u32, kind.name()), "the table cell without its code marks");
+        assert_eq!(
+            row[1],
+            format!("{} {}", kind as u32, kind.name()),
+            "the table cell without its code marks"
+        );
     }
     let (_tmp, dir) = crate::fixture::copy_index();
     build_splade(&dir, &SpladeBuildOptions { threads: 1, ..SpladeBuildOptions::default() }).unwrap();
