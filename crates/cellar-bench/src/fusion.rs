@@ -40,7 +40,7 @@ pub struct FusionArgs {
     #[arg(long, default_value_t = 5)]
     pub cv: usize,
     /// Fixed first-stage weights every method is shown at.
-    #[arg(long, value_delimiter = ',', default_value = "0.3,0.5")]
+    #[arg(long, value_delimiter = ',', default_value = "0.3,0.4,0.5")]
     pub alphas: Vec<f32>,
     /// Output path prefix: writes PREFIX.json and PREFIX.md.
     #[arg(long)]
