@@ -38,7 +38,7 @@ def test_open_reports_size_config_and_repr(index: cellar.Index, index_dir: Path)
     assert config["build"]["docs"] == N_DOCS
     assert config["codec"] == "residual2", "the default codec"
     assert config["search"]["mode"] == "hybrid"
-    assert config["search"]["alpha"] == 0.3, "f32 values reach Python in their shortest form"
+    assert config["search"]["alpha"] == 0.4, "f32 values reach Python in their shortest form"
     assert config["encoder"]["skip_special"] is True
     assert Path(index.path) == index_dir
     assert "docs=36" in repr(index) and "mmap" in repr(index)
