@@ -106,6 +106,8 @@ def test_search_defaults_and_parameters(index: cellar.Index) -> None:
         "candidates": 20,
         "rerank_k": 5,
         "alpha": 0.5,
+        "fusion": "z",
+        "lexical": "bm25",
         "early_read": True,
         "filter_exact_max": 1024,
     }
