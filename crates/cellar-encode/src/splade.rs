@@ -144,13 +144,20 @@ impl SparseEncoder {
         self.vocab_bias.len()
     }
 
-    /// The term weights of each text (documents and queries alike), in input order. An empty
-    /// text gives the weights of [CLS] [SEP].
+    /// The term weights of each text (documents and queries alike), in input order; a text past
+    /// the window is pooled over windows (nothing cut). An empty text gives the weights of
+    /// [CLS] [SEP].
     pub fn encode(&self, texts: &[&str]) -> Result<Vec<SparseVector>> {
+        self.encode_with(texts, Overflow::Windows)
+    }
+
+    /// [`SparseEncoder::encode`], a text past the window cut there (`Overflow::Truncate`, as
+    /// SPLADE's own libraries encode documents) or pooled over windows.
+    pub fn encode_with(&self, texts: &[&str], overflow: Overflow) -> Result<Vec<SparseVector>> {
         let skip = SkipRules { special: false, punctuation: false };
         let tokenized = texts
             .iter()
-            .map(|t| self.tokenizers.encode(t, self.window, Overflow::Windows, skip))
+            .map(|t| self.tokenizers.encode(t, self.window, overflow, skip))
             .collect::<Result<Vec<_>>>()?;
         let seqs: Vec<(usize, &TokenSeq)> =
             tokenized.iter().enumerate().flat_map(|(i, t)| t.windows.iter().map(move |w| (i, w))).collect();
