@@ -54,6 +54,45 @@ pub fn ivf_config(scratch: &Path, bytes: &[u8]) -> Result<()> {
     IvfConfig::load(scratch).map(drop)
 }
 
+/// `splade/splade.json`, the SPLADE stage's commit point.
+pub fn splade_config(scratch: &Path, bytes: &[u8]) -> Result<()> {
+    let path = scratch.join(crate::splade::SPLADE_CONFIG);
+    std::fs::write(&path, bytes).at(&path)?;
+    crate::splade::SpladeConfig::load(scratch).map(drop)
+}
+
+/// The body of `splade_terms.bin` (head and term directory), held to a `splade.json` that
+/// agrees with its head and its counts, as the open holds it, and to a postings file of the
+/// length the input's last 8 bytes give.
+pub fn splade_terms(bytes: &[u8]) -> Result<()> {
+    let Some(at) = bytes.len().checked_sub(8) else { return Ok(()) };
+    let (body, len) = bytes.split_at(at);
+    let postings_len = u64::from_le_bytes(len.try_into().expect("8 bytes"));
+    let word = |i: usize| body.get(i..i + 4).map_or([0; 4], |b| b.try_into().expect("4 bytes"));
+    let postings = body
+        .get(16..)
+        .unwrap_or_default()
+        .chunks_exact(16)
+        .map(|e| u64::from(u32::from_le_bytes(e[8..12].try_into().expect("4 bytes"))))
+        .sum();
+    let config = crate::splade::SpladeConfig {
+        format_version: crate::splade::SPLADE_FORMAT_VERSION,
+        model_dir: Default::default(),
+        window: 256,
+        doc_overflow: Default::default(),
+        docs: u32::from_le_bytes(word(4)).into(),
+        vocab: u32::from_le_bytes(word(0)) as usize,
+        scale: f32::from_le_bytes(word(8)),
+        postings,
+        dropped: 0,
+        encode_secs: 0.0,
+        total_secs: 0.0,
+        terms_bytes: 0,
+        postings_bytes: 0,
+    };
+    crate::splade::parse_terms(Path::new(FUZZ_PATH), body, &config, postings_len).map(drop)
+}
+
 /// `index.json`, an index's settings.
 pub fn index_config(scratch: &Path, bytes: &[u8]) -> Result<()> {
     let path = scratch.join(CONFIG_FILE);

@@ -82,6 +82,13 @@ pub struct SpladeConfig {
 }
 
 impl SpladeConfig {
+    /// Reads `dir/splade.json`, version first.
+    pub fn load(dir: &Path) -> Result<SpladeConfig> {
+        let path = dir.join(SPLADE_CONFIG);
+        let bytes = std::fs::read(&path).at(&path)?;
+        parse_versioned_json(&path, &bytes, FORMAT_VERSION_FIELD, SPLADE_READABLE_VERSIONS)
+    }
+
     /// Mean terms kept per document.
     pub fn terms_per_doc(&self) -> f64 {
         self.postings as f64 / self.docs.max(1) as f64
@@ -108,9 +115,7 @@ impl SpladeIndex {
         if !config_path.is_file() {
             return Ok(None);
         }
-        let bytes = std::fs::read(&config_path).at(&config_path)?;
-        let config: SpladeConfig =
-            parse_versioned_json(&config_path, &bytes, FORMAT_VERSION_FIELD, SPLADE_READABLE_VERSIONS)?;
+        let config = SpladeConfig::load(&dir)?;
         if config.docs != docs {
             return Err(CellarError::corrupted(
                 &config_path,
@@ -205,7 +210,7 @@ impl SpladeIndex {
     }
 }
 
-fn parse_terms(
+pub(crate) fn parse_terms(
     path: &Path,
     body: &[u8],
     config: &SpladeConfig,

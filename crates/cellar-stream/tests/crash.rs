@@ -175,7 +175,20 @@ fn run_feeder(dir: &Path, seed: u64, kill_after: Duration) -> Vec<String> {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).collect());
+    let (started, start) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line == "START" {
+                let _ = started.send(());
+            }
+            lines.push(line);
+        }
+        lines
+    });
+    // The kill is timed from the feeder's start, not its spawn: on a loaded machine starting a
+    // test binary alone can take longer than the longest kill delay.
+    let _ = start.recv_timeout(Duration::from_secs(30));
     std::thread::sleep(kill_after);
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();

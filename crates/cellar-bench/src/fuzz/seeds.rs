@@ -89,6 +89,17 @@ fn index_seeds(dir: &Path, seeds: &mut Seeds) -> Result<()> {
     seeds.entry("index-log").or_default().push(log);
     index.flush()?;
     drop(index);
+    // The SPLADE stage of the build's documents (SPLADE-tiny, which the set-up installs).
+    let splade = cellar_search::splade::SpladeBuildOptions { threads: 1, ..Default::default() };
+    cellar_search::splade::build_splade(&index_dir, &splade)?;
+    let splade_dir = index_dir.join(cellar_search::splade::SPLADE_DIR);
+    let splade_json = read(&splade_dir.join(cellar_search::splade::SPLADE_CONFIG))?;
+    seeds.entry("splade-config").or_default().push(splade_json);
+    let terms_path = splade_dir.join(FileKind::SpladeTerms.file_name());
+    let mut terms = body(&read(&terms_path)?, &terms_path, FileKind::SpladeTerms)?;
+    let postings_path = splade_dir.join(FileKind::SpladePostings.file_name());
+    terms.extend_from_slice(&(read(&postings_path)?.len() as u64).to_le_bytes());
+    seeds.entry("splade-terms").or_default().push(terms);
 
     for (name, target) in [
         ("vectors/manifest.json", "manifest"),

@@ -39,18 +39,20 @@ const fn fixed(mut target: Target, fixup: fn(&mut Vec<u8>)) -> Target {
     target
 }
 
-pub const TARGETS: [Target; 20] = [
+pub const TARGETS: [Target; 22] = [
     fixed(bytes("file-header", "file headers", |_, b| core::file_header(b)), |b| core::fixup::header_led(b)),
     fixed(bytes("small-file", "file headers", core::small_file), |b| core::fixup::header_led(b)),
     text("manifest", "manifests", core::manifest),
     text("index-config", "manifests", search::index_config),
     text("ivf-config", "manifests", search::ivf_config),
     text("live-manifest", "manifests", search::live_manifest),
+    text("splade-config", "manifests", search::splade_config),
     text("stream-manifest", "manifests", stream::manifest),
     bytes("offsets", "offsets", |_, b| core::offsets(b)),
     bytes("record", "records", |_, b| core::record(b)),
     bytes("ivf-centroids", "IVF", |_, b| search::ivf_centroids(b)),
     infallible(bytes("ivf-postings", "IVF", |_, b| search::ivf_postings(b))),
+    bytes("splade-terms", "SPLADE", |_, b| search::splade_terms(b)),
     fixed(bytes("index-log", "WAL records", search::log), core::fixup::wal_records),
     bytes("log-batch", "WAL records", |_, b| search::log_batch(b)),
     fixed(bytes("stream-log", "WAL records", stream::log), core::fixup::wal_records),
