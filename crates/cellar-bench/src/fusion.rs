@@ -180,15 +180,15 @@ fn measure(c: &CollectionArg, args: &FusionArgs) -> Result<CollectionReport> {
     if index.splade_config().is_some() {
         rows.extend(splade_rows(&index, &queries, &prepared, &qrels, &ids)?);
     }
-    let bar = progress::bar(queries.len() as u64, &format!("{} stages", c.name));
-    let stages = tune::stages(&index, &queries, &bar)?;
+    let stages = tune::stages(&index, &queries, &prepared)?;
     let depth = index.config().search.candidates;
     let test_points = tune::sweep(&stages, &qrels, &ids, &Fusion::ALL, depth);
     let tuning = match collection.qrels(&args.tune_split) {
         Ok(dev) => {
             let dev_queries = eval::judged_queries(&collection.queries()?, &dev);
             let bar = progress::bar(dev_queries.len() as u64, &format!("{} {}", c.name, args.tune_split));
-            let dev_stages = tune::stages(&index, &dev_queries, &bar)?;
+            let dev_prepared = eval::prepare_all(&index, &dev_queries, &bar)?;
+            let dev_stages = tune::stages(&index, &dev_queries, &dev_prepared)?;
             Some(tune::sweep(&dev_stages, &dev, &ids, &Fusion::ALL, depth))
         }
         Err(_) => None,

@@ -191,7 +191,7 @@ impl Encoder {
         let seqs: Vec<&TokenSeq> = texts.iter().flat_map(|t| &t.windows).collect();
         let mut order: Vec<usize> = (0..seqs.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(seqs[i].ids.len()));
-        let mut out: Vec<Option<Window>> = vec![None; seqs.len()];
+        let mut out: Vec<Option<Window>> = seqs.iter().map(|_| None).collect();
         self.pools.run(|| -> Result<()> {
             for chunk in passes(&order, &seqs, self.config.batch_size) {
                 let batch: Vec<&TokenSeq> = chunk.iter().map(|&i| seqs[i]).collect();
@@ -235,22 +235,24 @@ impl Encoder {
         };
         let hidden = flat(&hidden).map_err(|e| tensor_err(dir, e))?;
         let h = self.net.shape().0;
-        let rows_of =
-            |v: &[f32], width: usize, b: usize, n: usize| v[b * seq_len * width..][..n * width].to_vec();
+        // The first `n` rows of sequence `b` in a `(batch * seq_len, width)` matrix.
+        fn rows_of(v: &[f32], seq_len: usize, width: usize, b: usize, n: usize) -> &[f32] {
+            &v[b * seq_len * width..][..n * width]
+        }
         let encoded = seqs.iter().enumerate().map(|(b, s)| {
-            let states = rows_of(&hidden, h, b, s.attend);
+            let states = rows_of(&hidden, seq_len, h, b, s.attend);
             let tokens = match &projected {
-                Some(p) => rows_of(p, self.dim(), b, s.ids.len()),
-                None => rows_of(&hidden, h, b, s.ids.len()),
+                Some(p) => rows_of(p, seq_len, self.dim(), b, s.ids.len()),
+                None => rows_of(&hidden, seq_len, h, b, s.ids.len()),
             };
-            self.window(&states, tokens, &s.keep)
+            self.window(states, tokens, &s.keep)
         });
         Ok(encoded.collect())
     }
 
     /// What one window gives its text: the sum of its hidden `states` and its kept, normalised
     /// (projected) token `rows`.
-    fn window(&self, states: &[f32], rows: Vec<f32>, keep: &[bool]) -> Window {
+    fn window(&self, states: &[f32], rows: &[f32], keep: &[bool]) -> Window {
         let (h, dim) = (self.net.shape().0, self.dim());
         let mut state_sum = vec![0f32; h];
         for row in states.chunks_exact(h) {
@@ -266,18 +268,18 @@ impl Encoder {
     }
 
     /// One text's output from its windows, in order: their kept token vectors one after the
-    /// other, and the mean of all their states, projected and normalised. A text whose windows
-    /// keep no token at all keeps every token of them (as one window does).
+    /// other, and the mean of all their states, projected and normalised. A single window's
+    /// vectors are moved, not copied.
     fn combine(&self, windows: Vec<Window>, text: &Tokenized) -> Encoded {
         let (mut sum, mut count, mut tokens) = (Vec::new(), 0, Vec::new());
         for w in windows {
             if sum.is_empty() {
-                sum = w.state_sum;
+                (sum, tokens) = (w.state_sum, w.tokens);
             } else {
                 sum.iter_mut().zip(&w.state_sum).for_each(|(s, v)| *s += v);
+                tokens.extend(w.tokens);
             }
             count += w.states;
-            tokens.extend(w.tokens);
         }
         let inv = 1.0 / count.max(1) as f32;
         sum.iter_mut().for_each(|m| *m *= inv);
@@ -299,7 +301,6 @@ impl Encoder {
 }
 
 /// One window's part of its text's output (see [`Encoder::combine`]).
-#[derive(Clone)]
 struct Window {
     state_sum: Vec<f32>,
     states: usize,

@@ -369,8 +369,9 @@ impl Index {
     /// [`Index::rank`] does).
     pub fn candidates_with_maxsim(&self, query: &PreparedQuery, n: usize) -> Result<(Vec<Scored>, Vec<f32>)> {
         let request = crate::request::SearchRequest { mode: Some(Mode::Hybrid), ..Default::default() };
-        let bm25 = self.lexical_search(&query.text, n, None, self.params(&request)?.lexical)?;
-        let candidates = match self.params(&request)?.ivf.filter(|p| p.hybrid_candidates > 0) {
+        let params = self.params(&request)?;
+        let bm25 = self.lexical_search(&query.text, n, None, params.lexical)?;
+        let candidates = match params.ivf.filter(|p| p.hybrid_candidates > 0) {
             Some(ivf) => {
                 let probe = ivf.probe(ivf.hybrid_candidates);
                 let view = self.live_view();

@@ -70,6 +70,7 @@ pub const MAX_FOLDS: usize = 20;
 
 /// One query's first-stage candidates and the MaxSim scores of every one of them, computed once
 /// and fused many ways.
+#[derive(Clone)]
 pub struct QueryStages {
     pub id: String,
     pub candidates: Vec<Scored>,
@@ -78,19 +79,18 @@ pub struct QueryStages {
     pub encoding: Option<QueryEncoding>,
 }
 
-/// The stages of every query, with the hybrid defaults' candidates (`candidates` deep).
-pub fn stages(index: &Index, queries: &[Query], bar: &ProgressBar) -> Result<Vec<QueryStages>> {
+/// The stages of every query (`prepared`: each one's encoding, from `eval::prepare_all`), with
+/// the hybrid defaults' candidates (`candidates` deep).
+pub fn stages(index: &Index, queries: &[Query], prepared: &[PreparedQuery]) -> Result<Vec<QueryStages>> {
     let depth = index.config().search.candidates;
-    let mut stages = Vec::with_capacity(queries.len());
-    for query in queries {
-        let prepared: PreparedQuery = crate::eval::prepare(index, &query.text, Mode::Hybrid)?;
-        let (candidates, maxsim) = index.candidates_with_maxsim(&prepared, depth)?;
-        let encoding = prepared.encoding;
-        stages.push(QueryStages { id: query.id.clone(), candidates, maxsim, encoding });
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    Ok(stages)
+    queries
+        .iter()
+        .zip(prepared)
+        .map(|(query, prepared)| {
+            let (candidates, maxsim) = index.candidates_with_maxsim(prepared, depth)?;
+            Ok(QueryStages { id: query.id.clone(), candidates, maxsim, encoding: prepared.encoding })
+        })
+        .collect()
 }
 
 /// Each query's ranking (collection ids, `EVAL_DEPTH` deep) under one setting.
@@ -171,17 +171,6 @@ pub fn cross_validate(
     Ok(CvEstimate { folds, metrics: mean(&per_query) })
 }
 
-impl Clone for QueryStages {
-    fn clone(&self) -> Self {
-        QueryStages {
-            id: self.id.clone(),
-            candidates: self.candidates.clone(),
-            maxsim: self.maxsim.clone(),
-            encoding: self.encoding,
-        }
-    }
-}
-
 /// Sweeps the grid on `queries` (judged in `qrels`) over every fusion method and returns the
 /// new defaults; the caller decides whether to save them. With `cv`, the report also holds the
 /// k-fold estimate of the choice (for collections whose only judgments are the test split).
@@ -201,7 +190,8 @@ pub fn tune(
         return Err(CellarError::InvalidInput(format!("epsilon {epsilon}: 0 to {MAX_EPSILON} allowed")));
     }
     let depth = index.config().search.candidates;
-    let stages = stages(index, queries, bar)?;
+    let prepared = crate::eval::prepare_all(index, queries, bar)?;
+    let stages = stages(index, queries, &prepared)?;
     let ids = crate::eval::doc_ids(index)?;
     let points = sweep(&stages, qrels, &ids, &Fusion::ALL, depth);
     let cv = match cv {
