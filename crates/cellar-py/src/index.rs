@@ -543,6 +543,41 @@ impl PyIndex {
         self.index.reader_kind().name()
     }
 
+    /// A write request (JSON: ``{"ops": [...]}``, as ``POST /v1/docs`` takes it), for a
+    /// sharded collection's router, which sends each shard the operations on its ids.
+    fn _write_ops<'py>(&self, py: Python<'py>, request: &str) -> PyResult<Bound<'py, PyAny>> {
+        let request: Value =
+            serde_json::from_str(request).map_err(|e| invalid(py, format!("request: {e}")))?;
+        match request.get("ops") {
+            Some(Value::Array(ops)) => self.write(py, ops.clone()),
+            _ => Err(invalid(py, "request: expected {\"ops\": [...]}")),
+        }
+    }
+
+    /// A sharded search's first phase on this shard (``cellar.cluster``): the request (JSON)
+    /// checked, its resolved parameters, BM25's statistics for its terms and, when ``encode``,
+    /// the query's vectors. Returns JSON.
+    fn _shard_prepare(&self, py: Python<'_>, request: &str, encode: bool) -> PyResult<String> {
+        crate::shard::prepare(py, &self.index, request, encode)
+    }
+
+    /// This shard's first-stage lists (JSON), BM25 scored with the collection's ``stats``.
+    #[pyo3(signature = (request, stats=None))]
+    fn _shard_candidates(&self, py: Python<'_>, request: &str, stats: Option<&str>) -> PyResult<String> {
+        crate::shard::candidates(py, &self.index, request, stats)
+    }
+
+    /// MaxSim scores (JSON) of ``docs`` (this shard's internal ids) for the request's query.
+    fn _shard_maxsim(&self, py: Python<'_>, request: &str, docs: Vec<u32>) -> PyResult<String> {
+        crate::shard::maxsim(py, &self.index, request, docs)
+    }
+
+    /// ``hits`` (JSON, this shard's) with ids and, when ``include_text``, text: JSON list of
+    /// ``[internal id, hit]``.
+    fn _shard_hits(&self, py: Python<'_>, hits: &str, include_text: bool) -> PyResult<String> {
+        crate::shard::hits(py, &self.index, hits, include_text)
+    }
+
     /// Number of documents.
     fn __len__(&self) -> usize {
         self.index.len()

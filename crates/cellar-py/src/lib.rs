@@ -5,6 +5,8 @@
 //!   the GIL released; `embeddings`: the caller's arrays read one document at a time
 //! - `result`: `SearchResult`
 //! - `stream`: `Stream`, a streaming collection (put, get, delete, exact per-group search)
+//! - `shard`: the phases of a sharded search, a shard's and the router's (`Gather`), for
+//!   `cellar.cluster`
 //! - `evaluate`: scoring judged queries with `cellar-search`'s evaluation code
 //! - `args`, `convert`, `errors`: Python ⇄ Rust conversions and exception mapping
 //!
@@ -17,6 +19,7 @@ mod errors;
 mod evaluate;
 mod index;
 mod result;
+mod shard;
 mod stream;
 
 use pyo3::prelude::*;
@@ -35,6 +38,8 @@ fn _cellar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<index::PyIndex>()?;
     m.add_class::<result::PySearchResult>()?;
     m.add_class::<stream::PyStream>()?;
+    m.add_class::<shard::PyGather>()?;
+    m.add_function(wrap_pyfunction!(shard::merge_stats, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MAX_K", cellar_search::request::MAX_K)?;
     let codecs: Vec<&str> = cellar_core::codec::CodecKind::ALL.iter().map(|c| c.name()).collect();

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use cellar_core::{CellarError, DocId, IoContext, Result};
+use serde::{Deserialize, Serialize};
 use tantivy::collector::{Collector, SegmentCollector};
 use tantivy::collector::{FilterCollector, TopDocs};
 use tantivy::query::{BooleanQuery, Occur, Query, RangeQuery, TermQuery};
@@ -177,6 +178,56 @@ impl SegmentCollector for SegmentIds {
     }
 }
 
+/// The collection statistics BM25 scores with, for one query's terms: what a sharded
+/// collection's shards sum so that each scores its documents as one index of them all would.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bm25Stats {
+    /// Documents (tantivy's `max_doc`: deleted ones count until their segment is merged).
+    pub docs: u64,
+    /// Tokens of the `body` field over all documents.
+    pub tokens: u64,
+    /// Documents holding each analyzed term of the query.
+    pub doc_freq: std::collections::BTreeMap<String, u64>,
+}
+
+impl Bm25Stats {
+    /// Adds another shard's statistics for the same query.
+    pub fn merge(&mut self, other: &Bm25Stats) {
+        self.docs += other.docs;
+        self.tokens += other.tokens;
+        for (term, df) in &other.doc_freq {
+            *self.doc_freq.entry(term.clone()).or_default() += df;
+        }
+    }
+}
+
+impl tantivy::query::Bm25StatisticsProvider for Bm25Stats {
+    fn total_num_tokens(&self, _field: Field) -> tantivy::Result<u64> {
+        Ok(self.tokens)
+    }
+
+    fn total_num_docs(&self) -> tantivy::Result<u64> {
+        Ok(self.docs)
+    }
+
+    fn doc_freq(&self, term: &tantivy::Term) -> tantivy::Result<u64> {
+        let value = term.value();
+        let text = value.as_str().unwrap_or_default();
+        let df = self.doc_freq.get(text).copied().ok_or_else(|| {
+            tantivy::TantivyError::InvalidArgument(format!(
+                "the collection statistics have no document frequency for the term {text:?}"
+            ))
+        })?;
+        if df > self.docs {
+            return Err(tantivy::TantivyError::InvalidArgument(format!(
+                "the collection statistics give the term {text:?} {df} documents of {}",
+                self.docs
+            )));
+        }
+        Ok(df)
+    }
+}
+
 /// Streams documents into a new BM25 index.
 pub struct Bm25Writer {
     path: PathBuf,
@@ -323,6 +374,38 @@ impl Bm25Index {
     /// tantivy collects them (a fast-field filter), so `n` accepted documents come back when
     /// there are that many.
     pub fn search_accepting(&self, text: &str, n: usize, accept: Option<Accept>) -> Result<Vec<Scored>> {
+        self.search_scored_by(text, n, accept, None)
+    }
+
+    /// The collection statistics BM25 scores `text` with in this index: its document and token
+    /// counts and the document frequency of each of the query's terms (a sharded collection's
+    /// router sums them over its shards, [`Bm25Stats::merge`]).
+    pub fn stats(&self, text: &str) -> Result<Bm25Stats> {
+        use tantivy::query::Bm25StatisticsProvider;
+        let searcher = self.reader.searcher();
+        let error = |e| tantivy_error(&self.path, e);
+        let mut doc_freq = std::collections::BTreeMap::new();
+        for term in self.terms(text) {
+            let df =
+                searcher.doc_freq(&tantivy::Term::from_field_text(self.fields.body, &term)).map_err(error)?;
+            doc_freq.insert(term, df);
+        }
+        Ok(Bm25Stats {
+            docs: searcher.total_num_docs().map_err(error)?,
+            tokens: searcher.total_num_tokens(self.fields.body).map_err(error)?,
+            doc_freq,
+        })
+    }
+
+    /// [`Bm25Index::search_accepting`], scored with `stats` (a whole sharded collection's, which
+    /// must cover every term of `text`) instead of this index's own, when given.
+    pub fn search_scored_by(
+        &self,
+        text: &str,
+        n: usize,
+        accept: Option<Accept>,
+        stats: Option<&Bm25Stats>,
+    ) -> Result<Vec<Scored>> {
         let terms = self.terms(text);
         if terms.is_empty() || n == 0 {
             return Ok(Vec::new());
@@ -340,15 +423,19 @@ impl Bm25Index {
         let searcher = self.reader.searcher();
         let query = BooleanQuery::new(clauses);
         let top_docs = TopDocs::with_limit(n).order_by_score();
+        let provider: &dyn tantivy::query::Bm25StatisticsProvider = match stats {
+            Some(stats) => stats,
+            None => &searcher,
+        };
         let top = match accept {
-            None => searcher.search(&query, &top_docs),
+            None => searcher.search_with_statistics_provider(&query, &top_docs, provider),
             Some(accept) => {
                 let filter = FilterCollector::new(
                     "doc".to_string(),
                     move |doc: u64| u32::try_from(doc).is_ok_and(|d| accept(DocId(d))),
                     top_docs,
                 );
-                searcher.search(&query, &filter)
+                searcher.search_with_statistics_provider(&query, &filter, provider)
             }
         };
         let top = top.map_err(|e| tantivy_error(&self.path, e))?;

@@ -11,6 +11,8 @@
 //!   the IVF of `ivf`, or both) → read records (`reads`: chunks on an I/O thread, each scored as
 //!   it arrives; `prefetch` overlaps the reads with the probe) → MaxSim → fusion (`fusion`)
 //!   → top-k, with timings
+//! - `shard`: a collection split over shards: the phases of a search a router runs over them,
+//!   and its merge and fusion (`Gather`), so a sharded search ranks as one index would
 //! - `eval`, `metrics`, `tune`: quality against qrels, and the alpha / rerank_k sweep
 //! - `live`: writes after the build (`Index::write`, replay, flush, merge); `written`: what they
 //!   leave, as the search path reads it (segments, memtable, tombstones)
@@ -52,6 +54,7 @@ pub mod recode;
 pub mod request;
 pub mod scored;
 pub mod search;
+pub mod shard;
 pub mod splade;
 pub mod texts;
 pub mod topk;

@@ -428,13 +428,24 @@ impl Index {
         n: usize,
         allowed: Option<&Arc<Allowed>>,
     ) -> Result<Vec<Scored>> {
+        self.bm25_search_scored(text, n, allowed, None)
+    }
+
+    /// [`Index::bm25_search`], scored with a sharded collection's statistics when given.
+    pub(crate) fn bm25_search_scored(
+        &self,
+        text: &str,
+        n: usize,
+        allowed: Option<&Arc<Allowed>>,
+        stats: Option<&crate::bm25::Bm25Stats>,
+    ) -> Result<Vec<Scored>> {
         let view = self.live_view();
         if !view.has_deletes() && allowed.is_none() {
-            return self.bm25.search(text, n);
+            return self.bm25.search_scored_by(text, n, None, stats);
         }
         let allowed = allowed.cloned();
         let accept = move |id| !view.is_deleted(id) && allowed.as_ref().is_none_or(|a| a.contains(id));
-        self.bm25.search_accepting(text, n, Some(Arc::new(accept)))
+        self.bm25.search_scored_by(text, n, Some(Arc::new(accept)), stats)
     }
 
     /// The sparse first stage's `n` best for `text`: BM25's, SPLADE's, or both lists joined.
@@ -457,7 +468,12 @@ impl Index {
 
     /// SPLADE's `n` best, skipping deleted documents and those a filter excludes. Refused on an
     /// index with documents written since its build: the SPLADE stage does not hold them.
-    fn splade_search(&self, text: &str, n: usize, allowed: Option<&Arc<Allowed>>) -> Result<Vec<Scored>> {
+    pub(crate) fn splade_search(
+        &self,
+        text: &str,
+        n: usize,
+        allowed: Option<&Arc<Allowed>>,
+    ) -> Result<Vec<Scored>> {
         let splade = self.splade.as_ref().ok_or_else(|| {
             CellarError::invalid(
                 "this index has no SPLADE stage: build one with `cellar splade build --index DIR`",

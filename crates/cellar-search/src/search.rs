@@ -121,7 +121,7 @@ pub struct Hit {
 }
 
 /// Reads and bytes of a search, in a serialisable form.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct IoReport {
     pub read_calls: u64,
     pub pages: u64,
@@ -207,7 +207,7 @@ impl Index {
         }
     }
 
-    fn hit(&self, fused: &Fused, include_text: bool) -> Result<Hit> {
+    pub(crate) fn hit(&self, fused: &Fused, include_text: bool) -> Result<Hit> {
         let mut doc = self.document(fused.id)?;
         if !include_text {
             doc.title.clear();

@@ -1,0 +1,422 @@
+//! A collection split over shards (`cellar.cluster`): the phases of one search a router runs
+//! over its shards, so that the merged answer ranks as one index of all their documents would.
+//!
+//! 1. [`Index::shard_prepare`], on every shard: the request checked and its parameters
+//!    resolved, BM25's statistics for the query's terms, and — from the one shard asked — the
+//!    query's vectors, encoded once for all shards.
+//! 2. [`Index::shard_candidates`], on every shard: each first-stage list with its raw scores,
+//!    BM25 scored with the statistics summed over the shards ([`Bm25Stats::merge`]), so a
+//!    document scores what it would in one index.
+//! 3. [`Gather::new`], on the router: each list merged over the shards and cut where one index
+//!    cuts it, the lists joined as [`crate::rank`] joins them; the global best `rerank_k` are
+//!    re-scored by their own shards ([`Index::shard_maxsim`]) and [`Gather::fuse`] fuses them
+//!    over the global candidate list (z-normalised over all shards' candidates, not each
+//!    shard's).
+//! 4. [`Index::shard_hits`]: each shard names (and gives the text of) its hits;
+//!    [`Gather::respond`] answers in the shape of [`SearchResponse`].
+//!
+//! Rankings equal one index's up to ties (documents of equal score may come in another
+//! order) wherever the first stage is exact: BM25, SPLADE, the pooled scan; the IVF is an
+//! approximation per shard (each shard has its own clusters), equal only when its probe is
+//! exhaustive. Filters are not taken yet: their exact-match path decides on each index's count
+//! of matches, which a shard alone does not know.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use cellar_core::{CellarError, DocId, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::bm25::Bm25Stats;
+use crate::fusion::{self, Fused, Stage};
+use crate::index::Index;
+use crate::mode::{Lexical, Mode};
+use crate::params::SearchParams;
+use crate::query::QueryEncoding;
+use crate::rank::{first_stage, Searchable};
+use crate::request::{QueryVectorsIn, SearchRequest, VectorDtype};
+use crate::scored::{better, Scored};
+use crate::search::{ms_since, Hit, IoReport, SearchResponse, Timings};
+
+/// One candidate of a shard's list: the shard's internal id and its raw first-stage score.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShardScored {
+    pub doc: u32,
+    pub score: f32,
+}
+
+/// Phase 1's answer from the shard asked to prepare the query (phase 0 in the module's list).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Prepared {
+    /// The request's settings resolved against the shard's defaults (the same on every shard
+    /// of a collection built in one go).
+    pub params: SearchParams,
+    /// BM25's statistics for the query's terms in this shard; `None` when BM25 does not run.
+    pub stats: Option<Bm25Stats>,
+    /// The query's vectors in the model's space, when asked for and the mode needs them.
+    pub query_vectors: Option<QueryVectorsIn>,
+    /// How the text was encoded, when it was.
+    pub query: Option<QueryEncoding>,
+    pub encode_ms: f64,
+}
+
+/// A shard's first-stage lists for one query, best first, each as deep as one index's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShardCandidates {
+    pub bm25: Option<Vec<ShardScored>>,
+    pub splade: Option<Vec<ShardScored>>,
+    /// The IVF's list, or the pooled scan's (dense-exact).
+    pub dense: Option<Vec<ShardScored>>,
+    pub first_stage_ms: f64,
+    /// The IVF probe's reads.
+    pub io: IoReport,
+}
+
+/// A shard's MaxSim scores of the documents it was asked for, in their order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShardMaxsim {
+    pub scores: Vec<f32>,
+    pub read_ms: f64,
+    pub maxsim_ms: f64,
+    pub io: IoReport,
+}
+
+/// One hit of a sharded ranking: the shard holding it and its place in the fused order.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShardHit {
+    pub shard: u32,
+    pub doc: u32,
+    pub score: f32,
+    pub first_stage: f32,
+    pub maxsim: Option<f32>,
+    pub stage: Stage,
+}
+
+impl ShardHit {
+    fn fused(&self) -> Fused {
+        Fused {
+            id: DocId(self.doc),
+            score: self.score,
+            first_stage: self.first_stage,
+            maxsim: self.maxsim,
+            stage: self.stage,
+        }
+    }
+}
+
+fn shard_list(list: Vec<Scored>) -> Vec<ShardScored> {
+    list.into_iter().map(|s| ShardScored { doc: s.id.0, score: s.score }).collect()
+}
+
+/// Whether the mode's first stage is the sparse one (BM25, SPLADE or both).
+fn uses_lexical(mode: Mode) -> bool {
+    matches!(mode, Mode::Bm25 | Mode::Rerank | Mode::Hybrid)
+}
+
+impl Index {
+    /// Phase 1: checks `request` as a search of this shard would, and returns its resolved
+    /// parameters, BM25's statistics for its terms and, when `encode` (one shard of the
+    /// collection is asked), the query's vectors for every shard's later phases.
+    pub fn shard_prepare(&self, request: SearchRequest, encode: bool) -> Result<Prepared> {
+        if request.filter.is_some() {
+            return Err(CellarError::Unsupported(
+                "filters are not taken by a sharded collection yet: search its shards one by one, or one index"
+                    .into(),
+            ));
+        }
+        let given = request.query_vectors.is_some();
+        let plan = self.plan(self.fitted(request))?;
+        let params = *plan.params();
+        let stats = (uses_lexical(params.mode) && params.lexical != Lexical::Splade)
+            .then(|| self.bm25.stats(plan.text()))
+            .transpose()?;
+        let mut prepared = Prepared { params, stats, query_vectors: None, query: None, encode_ms: 0.0 };
+        if encode && !given && params.mode.needs_encoder() {
+            let start = Instant::now();
+            let encoded = self.encoder()?.encode_query(plan.text())?;
+            prepared.query = Some(QueryEncoding::of(&encoded));
+            prepared.query_vectors =
+                Some(QueryVectorsIn::compact(&encoded.tokens, Some(&encoded.pooled), VectorDtype::F32));
+            prepared.encode_ms = ms_since(start);
+        }
+        Ok(prepared)
+    }
+
+    /// Phase 2: this shard's first-stage lists for `request` (with the query's vectors when
+    /// the mode needs them), BM25 scored with `stats`, the whole collection's.
+    pub fn shard_candidates(
+        &self,
+        request: SearchRequest,
+        stats: Option<&Bm25Stats>,
+    ) -> Result<ShardCandidates> {
+        if request.filter.is_some() {
+            return Err(CellarError::Unsupported("filters are not taken by a sharded collection yet".into()));
+        }
+        let plan = self.plan(self.fitted(request))?;
+        let params = *plan.params();
+        let text = plan.text().to_string();
+        let query = self.prepare(plan)?;
+        let start = Instant::now();
+        let mut out = ShardCandidates::default();
+        if uses_lexical(params.mode) {
+            let depth = if params.mode == Mode::Bm25 { params.k } else { params.candidates };
+            if params.lexical != Lexical::Splade {
+                let stats = stats.ok_or_else(|| {
+                    CellarError::invalid("a sharded BM25 search needs the collection's statistics")
+                })?;
+                check_stats(stats, &self.bm25.stats(&text)?)?;
+                out.bm25 = Some(shard_list(self.bm25_search_scored(&text, depth, None, Some(stats))?));
+            }
+            if params.lexical.needs_splade() {
+                out.splade = Some(shard_list(self.splade_search(&text, depth, None)?));
+            }
+        }
+        let depth = match (params.mode, params.ivf) {
+            (Mode::DenseExact, _) => {
+                out.dense = Some(shard_list(self.dense_scan(&query.pooled, params.k, None)?));
+                None
+            }
+            (Mode::Ivf, Some(_)) => Some(params.k),
+            (Mode::Dense, Some(_)) => Some(params.candidates),
+            (Mode::Hybrid, Some(ivf)) => Some(ivf.hybrid_candidates),
+            _ => None,
+        };
+        if let (Some(depth), Some(ivf)) = (depth, params.ivf) {
+            let view = self.live_view();
+            let searchable = Searchable::new(&view, None);
+            let index_ivf = self.ivf()?;
+            let (hits, probe) =
+                self.ivf_probe(&index_ivf, &searchable, &query.pooled, ivf.probe(depth)).finish()?;
+            out.io = IoReport {
+                read_calls: probe.read_calls,
+                pages: probe.bytes_read / 4096,
+                bytes_read: probe.bytes_read,
+            };
+            out.dense = Some(shard_list(hits));
+        }
+        out.first_stage_ms = ms_since(start);
+        Ok(out)
+    }
+
+    /// Phase 3: the MaxSim scores of `docs` (this shard's internal ids) for `request`'s query.
+    pub fn shard_maxsim(&self, request: SearchRequest, docs: &[u32]) -> Result<ShardMaxsim> {
+        let plan = self.plan(self.fitted(request))?;
+        let query = self.prepare(plan)?;
+        let ids: Vec<DocId> = docs.iter().map(|d| DocId(*d)).collect();
+        let scored = self.read_and_score(&query, &ids)?;
+        let scores = ids.iter().map(|id| scored.scores.get(id).copied().unwrap_or(0.0)).collect();
+        Ok(ShardMaxsim {
+            scores,
+            read_ms: scored.read_ms,
+            maxsim_ms: scored.score_ms,
+            io: IoReport {
+                read_calls: scored.io.read_calls,
+                pages: scored.io.pages,
+                bytes_read: scored.io.bytes,
+            },
+        })
+    }
+
+    /// `request` with its `nprobe` at most this shard's IVF clusters: in a sharded collection
+    /// it is a count per shard, and a shard may hold fewer clusters than the request names
+    /// (an exhaustive probe of the whole collection probes every cluster of every shard).
+    fn fitted(&self, mut request: SearchRequest) -> SearchRequest {
+        if let (Some(nprobe), Some(ivf)) = (request.nprobe, self.current_ivf()) {
+            request.nprobe = Some(nprobe.min(ivf.config().clusters.min(crate::request::MAX_NPROBE)).max(1));
+        }
+        request
+    }
+
+    /// Phase 4: each of `hits` (this shard's) with its collection id, and its title and text
+    /// when `include_text`; a document deleted since phase 2 is left out.
+    pub fn shard_hits(&self, hits: &[ShardHit], include_text: bool) -> Result<Vec<(u32, Hit)>> {
+        let view = self.live_view();
+        hits.iter()
+            .filter(|h| !view.is_deleted(DocId(h.doc)))
+            .map(|h| Ok((h.doc, self.hit(&h.fused(), include_text)?)))
+            .collect()
+    }
+}
+
+/// Refuses statistics that do not cover this shard's own: each term's count over the
+/// collection is at least the shard's, as are the document and token counts.
+fn check_stats(global: &Bm25Stats, local: &Bm25Stats) -> Result<()> {
+    let short = |what: String| {
+        CellarError::invalid(format!(
+            "the collection's BM25 statistics do not cover this shard's ({what}): sum every shard's for this query"
+        ))
+    };
+    if global.docs < local.docs || global.tokens < local.tokens {
+        return Err(short(format!(
+            "{} documents and {} tokens against its {} and {}",
+            global.docs, global.tokens, local.docs, local.tokens
+        )));
+    }
+    for (term, df) in &local.doc_freq {
+        match global.doc_freq.get(term) {
+            Some(g) if g >= df && *g <= global.docs => {}
+            found => return Err(short(format!("term {term:?}: {found:?} documents against its {df}"))),
+        }
+    }
+    Ok(())
+}
+
+/// The dense list of a shard's candidates (the IVF's or the pooled scan's).
+fn dense(c: &ShardCandidates) -> Option<&Vec<ShardScored>> {
+    c.dense.as_ref()
+}
+
+/// Merges one kind of list over the shards, giving each document one global id (its row of
+/// `table`), the same in every list it is in, so the lists join on it.
+struct Merger<'a> {
+    shards: &'a [ShardCandidates],
+    table: Vec<(u32, u32)>,
+    ids: HashMap<(u32, u32), u32>,
+}
+
+impl Merger<'_> {
+    /// The best `depth` of every shard's list `pick` takes, best first.
+    fn merge(
+        &mut self,
+        pick: fn(&ShardCandidates) -> Option<&Vec<ShardScored>>,
+        depth: usize,
+    ) -> Vec<Scored> {
+        let mut all = Vec::new();
+        for (s, shard) in self.shards.iter().enumerate() {
+            for c in pick(shard).into_iter().flatten() {
+                let next = self.table.len() as u32;
+                let id = *self.ids.entry((s as u32, c.doc)).or_insert(next);
+                if id == next {
+                    self.table.push((s as u32, c.doc));
+                }
+                all.push(Scored { id: DocId(id), score: c.score });
+            }
+        }
+        all.sort_by(better);
+        all.truncate(depth);
+        all
+    }
+}
+
+/// The router's side of a sharded search: the shards' lists merged into the candidate list
+/// one index would have made, the re-ranked candidates' MaxSim gathered, the fusion.
+#[derive(Clone, Debug)]
+pub struct Gather {
+    params: SearchParams,
+    /// (shard, internal id) of each global id.
+    table: Vec<(u32, u32)>,
+    /// Global candidates, best first-stage first.
+    candidates: Vec<Scored>,
+    /// How many of them are re-scored with MaxSim.
+    rerank: usize,
+}
+
+impl Gather {
+    /// Merges the shards' lists (`shards[s]` from shard `s`) as one index's search with
+    /// `params` would have ranked them.
+    pub fn new(params: SearchParams, shards: &[ShardCandidates]) -> Gather {
+        let mut merger = Merger { shards, table: Vec::new(), ids: HashMap::new() };
+        let lexical = |merger: &mut Merger, depth| match params.lexical {
+            Lexical::Bm25 => merger.merge(|c| c.bm25.as_ref(), depth),
+            Lexical::Splade => merger.merge(|c| c.splade.as_ref(), depth),
+            Lexical::Both => {
+                let bm25 = merger.merge(|c| c.bm25.as_ref(), depth);
+                first_stage(Some(&bm25), &merger.merge(|c| c.splade.as_ref(), depth))
+            }
+        };
+        let candidates = match (params.mode, params.ivf) {
+            (Mode::DenseExact | Mode::Ivf, _) => merger.merge(dense, params.k),
+            (Mode::Bm25, _) => lexical(&mut merger, params.k),
+            (Mode::Dense, _) => merger.merge(dense, params.candidates),
+            (Mode::Hybrid, Some(ivf)) => {
+                let lexical = lexical(&mut merger, params.candidates);
+                first_stage(Some(&lexical), &merger.merge(dense, ivf.hybrid_candidates))
+            }
+            (Mode::Rerank, _) | (Mode::Hybrid, None) => lexical(&mut merger, params.candidates),
+        };
+        let rerank = match params.mode {
+            Mode::DenseExact | Mode::Ivf | Mode::Bm25 => 0,
+            _ => params.rerank_k.min(candidates.len()),
+        };
+        Gather { params, table: merger.table, candidates, rerank }
+    }
+
+    /// The documents each shard re-scores with MaxSim (`[s]`: shard `s`'s internal ids), in
+    /// the global candidate order; `shards` is the collection's shard count.
+    pub fn rerank(&self, shards: usize) -> Vec<Vec<u32>> {
+        let mut out = vec![Vec::new(); shards];
+        for c in &self.candidates[..self.rerank] {
+            let (s, doc) = self.table[c.id.0 as usize];
+            if let Some(list) = out.get_mut(s as usize) {
+                list.push(doc);
+            }
+        }
+        out
+    }
+
+    /// The fused ranking's best `k`, given each shard's MaxSim scores of the documents
+    /// [`Gather::rerank`] gave it, in that order.
+    pub fn fuse(&self, maxsim: &[Vec<f32>]) -> Result<Vec<ShardHit>> {
+        let wanted = self.rerank(maxsim.len());
+        if let Some(s) = (0..maxsim.len()).find(|&s| maxsim[s].len() != wanted[s].len()) {
+            return Err(CellarError::invalid(format!(
+                "shard {s} sent {} MaxSim scores for {} documents",
+                maxsim[s].len(),
+                wanted[s].len()
+            )));
+        }
+        let mut next = vec![0usize; maxsim.len()];
+        let scores: Vec<f32> = self.candidates[..self.rerank]
+            .iter()
+            .map(|c| {
+                let s = self.table[c.id.0 as usize].0 as usize;
+                next[s] += 1;
+                maxsim[s][next[s] - 1]
+            })
+            .collect();
+        let mut hits = fusion::fuse(&self.candidates, &scores, self.params.alpha, self.params.fusion);
+        hits.truncate(self.params.k);
+        Ok(hits
+            .iter()
+            .map(|f| {
+                let (shard, doc) = self.table[f.id.0 as usize];
+                ShardHit {
+                    shard,
+                    doc,
+                    score: f.score,
+                    first_stage: f.first_stage,
+                    maxsim: f.maxsim,
+                    stage: f.stage,
+                }
+            })
+            .collect())
+    }
+
+    /// First-stage candidates considered, over all shards.
+    pub fn candidates(&self) -> usize {
+        self.candidates.len()
+    }
+
+    /// The answer, in the shape one index's search gives: `hits` in ranked order, the
+    /// parameters, the candidate counts, and the timings and reads the router summed.
+    pub fn respond(
+        &self,
+        hits: Vec<Hit>,
+        timings: Timings,
+        io: IoReport,
+        query: Option<QueryEncoding>,
+    ) -> SearchResponse {
+        SearchResponse {
+            hits,
+            params: self.params,
+            candidates: self.candidates.len(),
+            reranked: self.rerank,
+            timings,
+            io,
+            ivf: None,
+            prefetch: None,
+            filter: None,
+            query,
+        }
+    }
+}
