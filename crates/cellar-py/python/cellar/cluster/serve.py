@@ -188,16 +188,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reader", default="direct", choices=["direct", "mmap", "ram"])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--shard-cpus", type=float, default=1.0)
+    parser.add_argument(
+        "--shard-cpus", type=float, default=None,
+        help="CPUs reserved per shard replica (default: this machine's cores shared by all replicas)",
+    )
     args = parser.parse_args(argv)
     try:
-        Manifest.load(args.collection)
+        manifest = Manifest.load(args.collection)
     except _errors.CellarError as e:
         print(f"cellar: error: {e}", file=sys.stderr)
         return 2
+    if args.replicas < 1:
+        print("cellar: error: --replicas must be at least 1", file=sys.stderr)
+        return 2
+    import os
+
     import ray
 
     ray.init()
+    cores = float(os.cpu_count() or 1)
+    if args.shard_cpus is None:
+        args.shard_cpus = max(0.05, (cores - 0.5) / (manifest.count * args.replicas))
     serve.start(http_options={"host": args.host, "port": args.port})
     serve.run(
         app(args.collection, replicas=args.replicas, reader=args.reader, shard_cpus=args.shard_cpus),
