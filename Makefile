@@ -9,7 +9,7 @@ CELLAR := ./target/release/cellar
 # The benchmarks' binary (crates/cellar-bench); built with `cellar` beside it, which `load` starts.
 CELLAR_BENCH := ./target/release/cellar-bench
 
-.PHONY: run test setup python eval-% bench-store bench-stream fmt
+.PHONY: run test setup python eval-% bench-store bench-stream fmt demo-cluster
 
 # Main job: install what is needed, build, index SciFact, tune alpha and rerank_k on its train
 # qrels, and print the evaluation table on its test qrels (also written to bench/results/).
@@ -70,6 +70,13 @@ bench-stream:
 	$(CELLAR_BENCH) stream
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore --target $(WORK)/py faiss-cpu qdrant-edge-py || echo "faiss-cpu / qdrant-edge-py could not be installed: the report will say so"
 	PYTHONPATH=$(WORK)/py $(PYTHON) bench/stream_global.py
+
+# A local sharded demo (issue 19): SciFact split into 3 shards (built once), served on Ray Serve
+# at 127.0.0.1:8000 with `cellar serve`'s HTTP API until interrupted.
+demo-cluster: setup
+	@test -f $(DATA)/scifact/corpus.jsonl || { echo "cellar: error: $(DATA)/scifact/corpus.jsonl is missing" >&2; exit 2; }
+	@test -f $(WORK)/scifact-3shards/cluster.json || $(PYTHON) -c "from cellar import cluster; cluster.build('$(DATA)/scifact', '$(WORK)/scifact-3shards', shards=3)"
+	$(PYTHON) -m cellar.cluster.serve --collection $(WORK)/scifact-3shards --port 8000
 
 fmt:
 	$(CARGO) fmt --all

@@ -20,6 +20,11 @@ SHARDS = 3
 TIE = 1e-4
 
 
+def metadata(n: int, seed: int = 2) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    return [{"lang": str(rng.choice(["en", "de", "fr"])), "year": int(rng.integers(1990, 2025))} for _ in range(n)]
+
+
 def corpus(n: int, seed: int = 0) -> tuple[list[str], list[np.ndarray], list[str], np.ndarray]:
     """`n` documents: 2 to 8 random unit token vectors, a text of 5 to 60 words drawn with a
     skew (so word counts, and BM25's statistics, differ from shard to shard)."""
@@ -69,8 +74,11 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     ids, vectors, texts, pooled = corpus(300)
     root = tmp_path_factory.mktemp("cluster")
     options = {"codec": "f16", "ivf_cluster_size": 16}
-    cellar.Index.from_embeddings(root / "one", ids, vectors, texts=texts, pooled=pooled, **options)
-    manifest = cluster.from_embeddings(root / "sharded", ids, vectors, texts=texts, pooled=pooled, shards=SHARDS, **options)
+    meta = metadata(300)
+    cellar.Index.from_embeddings(root / "one", ids, vectors, texts=texts, pooled=pooled, metadata=meta, **options)
+    manifest = cluster.from_embeddings(
+        root / "sharded", ids, vectors, texts=texts, pooled=pooled, metadata=meta, shards=SHARDS, **options
+    )
     assert manifest.count == SHARDS and sum(s.docs for s in manifest.shards) == 300
     assert all(s.docs > 0 for s in manifest.shards)
     return root / "one", root / "sharded"
@@ -81,10 +89,10 @@ def ties_at_a_cut(one: cellar.Index, text: str, params: dict) -> bool:
     `rerank_k` or at `candidates`; for rrf, anywhere among the re-ranked): which of the tied
     documents is kept there is an order of ties, and it moves every fused score (the
     z-normalisation is over the kept ones, reciprocal ranks follow the order)."""
-    if params["mode"] in ("bm25", "dense-exact", "ivf"):
+    if params["mode"] in ("bm25", "dense-exact", "ivf") or params.pop("_exact", False):
         return False
     first = "dense" if params["mode"] == "dense" else "bm25"
-    listed = {k: v for k, v in params.items() if k in ("query_vectors", "nprobe", "oversample", "rescore")}
+    listed = {k: v for k, v in params.items() if k in ("query_vectors", "nprobe", "oversample", "rescore", "filter", "filter_exact_max")}
     if first == "dense":
         listed.update(rerank_k=0, candidates=400)
     hits = one.search(text, mode=first, k=400, **listed).to_dict()["hits"]
@@ -199,8 +207,8 @@ def test_bad_requests_raise_as_one_index_would(built: tuple[Path, Path]) -> None
     with cluster.LocalCluster(sharded_dir) as shards:
         with pytest.raises(cellar.InvalidInputError, match="k must be"):
             shards.search("w1", mode="bm25", k=0)
-        with pytest.raises(cellar.UnsupportedError, match="filters"):
-            shards.search("w1", mode="bm25", filter={"eq": {"field": "lang", "value": "en"}})
+        with pytest.raises(cellar.InvalidInputError, match="filter"):
+            shards.search("w1", mode="bm25", filter={"eq": {"field": "lang"}})
         with pytest.raises(cellar.InvalidInputError, match="ops"):
             shards.write({"ops": []})
         with pytest.raises(cellar.InvalidInputError, match="unknown operation"):
@@ -237,3 +245,41 @@ def test_partitioning_is_stable_and_spread() -> None:
     assert [cluster.shard_of(x, 1000) for x in ("a", "doc-42", "é")] == [343, 295, 743]
     with pytest.raises(cellar.InvalidInputError):
         cluster.shard_of("a", 0)
+
+
+FILTERS = [
+    # Broad: the first stages take only the matches: 97 matched, more than filter_exact_max,
+    # though each shard's own count (28, 37, 32) is below it — the choice is the collection's.
+    ({"eq": {"field": "lang", "value": "en"}}, 40),
+    # Selective: every match ranked exactly (no more than filter_exact_max over the collection,
+    # though no single shard would know it from its own count).
+    ({"and": [{"eq": {"field": "lang", "value": "de"}}, {"range": {"field": "year", "gte": 2010}}]}, 60),
+]
+
+
+@pytest.mark.parametrize("mode", ["bm25", "rerank", "hybrid", "dense", "dense-exact", "ivf"])
+@pytest.mark.parametrize("which", [0, 1], ids=["broad", "selective"])
+def test_filtered_searches_rank_as_one_index(built: tuple[Path, Path], mode: str, which: int) -> None:
+    one_dir, sharded_dir = built
+    one = cellar.Index.open(one_dir)
+    clusters = json.loads((one_dir / "ivf" / "ivf.json").read_text())["clusters"]
+    flt, exact_max = FILTERS[which]
+    checked = 0
+    with cluster.LocalCluster(sharded_dir) as shards:
+        for q, (text, vectors) in enumerate(queries(10)):
+            params = {"k": 10, "mode": mode, "query_vectors": vectors, "nprobe": clusters, "oversample": 100.0,
+                      "rescore": True, "filter": flt, "filter_exact_max": exact_max, "rerank_k": 40}
+            if mode == "bm25":
+                params.pop("query_vectors")
+            single = one.search(text, **params).to_dict()
+            if ties_at_a_cut(one, text, {**params, "_exact": single["filter"]["exact"]}):
+                continue
+            checked += 1
+            merged = shards.search(text, **params)
+            assert merged["filter"]["matched"] == single["filter"]["matched"]
+            assert merged["filter"]["exact"] == single["filter"]["exact"]
+            assert merged["filter"]["exact"] == (which == 1 and mode not in ("bm25", "dense-exact"))
+            assert_same_ranking(ranking(single), ranking(merged), f"{mode} {flt} query {q} {text!r}")
+            meta = {h["id"]: h.get("metadata", {}) for h in merged["hits"]}
+            assert all(m.get("lang") == ("en" if which == 0 else "de") for m in meta.values()), meta
+    assert checked >= 5, f"only {checked} of 10 queries had no tie at a cut"

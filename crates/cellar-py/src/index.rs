@@ -561,10 +561,17 @@ impl PyIndex {
         crate::shard::prepare(py, &self.index, request, encode)
     }
 
-    /// This shard's first-stage lists (JSON), BM25 scored with the collection's ``stats``.
-    #[pyo3(signature = (request, stats=None))]
-    fn _shard_candidates(&self, py: Python<'_>, request: &str, stats: Option<&str>) -> PyResult<String> {
-        crate::shard::candidates(py, &self.index, request, stats)
+    /// This shard's first-stage lists (JSON), BM25 scored with the collection's ``stats``;
+    /// under a filter, ``matched`` is the collection's count of matches.
+    #[pyo3(signature = (request, stats=None, matched=None))]
+    fn _shard_candidates(
+        &self,
+        py: Python<'_>,
+        request: &str,
+        stats: Option<&str>,
+        matched: Option<usize>,
+    ) -> PyResult<String> {
+        crate::shard::candidates(py, &self.index, request, stats, matched)
     }
 
     /// MaxSim scores (JSON) of ``docs`` (this shard's internal ids) for the request's query.

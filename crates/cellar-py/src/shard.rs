@@ -37,10 +37,11 @@ pub(crate) fn candidates(
     index: &Index,
     request_json: &str,
     stats: Option<&str>,
+    matched: Option<usize>,
 ) -> PyResult<String> {
     without_gil(py, || {
         let stats: Option<Bm25Stats> = stats.map(|s| parse(s, "stats")).transpose()?;
-        json(&index.shard_candidates(request(request_json)?, stats.as_ref())?)
+        json(&index.shard_candidates(request(request_json)?, stats.as_ref(), matched)?)
     })
 }
 
@@ -70,7 +71,8 @@ pub(crate) fn merge_stats(py: Python<'_>, stats: Vec<String>) -> PyResult<String
 }
 
 /// The router's merge of one sharded search: built from the resolved parameters and every
-/// shard's first-stage lists (JSON, in shard order), it says which documents each shard
+/// shard's first-stage lists (JSON, in shard order) and, under a filter, its matches summed
+/// over the shards, it says which documents each shard
 /// re-scores (`rerank`), fuses their MaxSim scores over the global candidate list (`fuse`) and
 /// answers in the shape of one index's search (`respond`).
 #[pyclass(frozen, module = "cellar", name = "Gather")]
@@ -82,14 +84,21 @@ pub struct PyGather {
 #[pymethods]
 impl PyGather {
     #[new]
-    fn new(py: Python<'_>, params: &str, candidates: Vec<String>) -> PyResult<PyGather> {
+    #[pyo3(signature = (params, candidates, matched=None, filter_ms=0.0))]
+    fn new(
+        py: Python<'_>,
+        params: &str,
+        candidates: Vec<String>,
+        matched: Option<usize>,
+        filter_ms: f64,
+    ) -> PyResult<PyGather> {
         let built = (|| {
             let params: SearchParams = parse(params, "params")?;
             let lists = candidates
                 .iter()
                 .map(|c| parse::<ShardCandidates>(c, "candidates"))
                 .collect::<Result<Vec<_>>>()?;
-            Ok(PyGather { gather: Gather::new(params, &lists), shards: lists.len() })
+            Ok(PyGather { gather: Gather::new(params, &lists, matched, filter_ms), shards: lists.len() })
         })();
         built.map_err(|e| to_py(py, e))
     }

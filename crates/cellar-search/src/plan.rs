@@ -90,7 +90,7 @@ impl Index {
     }
 
     /// The documents `filter` matches, and how long finding them took (`None`: no filter).
-    fn evaluate(&self, filter: Option<&Filter>) -> Result<(Option<Arc<Allowed>>, f64)> {
+    pub(crate) fn evaluate(&self, filter: Option<&Filter>) -> Result<(Option<Arc<Allowed>>, f64)> {
         let Some(filter) = filter else { return Ok((None, 0.0)) };
         let start = Instant::now();
         let allowed = self.bm25.matching(filter)?;

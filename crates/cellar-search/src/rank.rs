@@ -531,7 +531,13 @@ impl Index {
 /// pooled scan for ivf) instead of running its first stage: few enough matched, and the mode has
 /// a first stage that could miss them (BM25 filters exhaustively, the dense-exact scan is exact).
 pub(crate) fn ranks_matches_exactly(params: &SearchParams, allowed: &Allowed) -> bool {
-    allowed.count() <= params.filter_exact_max && !matches!(params.mode, Mode::Bm25 | Mode::DenseExact)
+    ranks_count_exactly(params, allowed.count())
+}
+
+/// [`ranks_matches_exactly`] for a filter that matched `matched` documents (a sharded
+/// collection decides on the count over all its shards).
+pub fn ranks_count_exactly(params: &SearchParams, matched: usize) -> bool {
+    matched <= params.filter_exact_max && !matches!(params.mode, Mode::Bm25 | Mode::DenseExact)
 }
 
 /// The ranking of `candidates` (best first-stage first) whose first `maxsim.len()` were re-scored:

@@ -18,8 +18,9 @@
 //! Rankings equal one index's up to ties (documents of equal score may come in another
 //! order) wherever the first stage is exact: BM25, SPLADE, the pooled scan; the IVF is an
 //! approximation per shard (each shard has its own clusters), equal only when its probe is
-//! exhaustive. Filters are not taken yet: their exact-match path decides on each index's count
-//! of matches, which a shard alone does not know.
+//! exhaustive. A filter is evaluated on every shard in phase 1 and its matches counted over
+//! the collection, so the choice one index makes on its count (rank every match exactly when
+//! no more than `filter_exact_max` matched) is made on the collection's count.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -33,10 +34,10 @@ use crate::index::Index;
 use crate::mode::{Lexical, Mode};
 use crate::params::SearchParams;
 use crate::query::QueryEncoding;
-use crate::rank::{first_stage, Searchable};
+use crate::rank::{first_stage, ranks_count_exactly, Searchable};
 use crate::request::{QueryVectorsIn, SearchRequest, VectorDtype};
 use crate::scored::{better, Scored};
-use crate::search::{ms_since, Hit, IoReport, SearchResponse, Timings};
+use crate::search::{ms_since, FilterReport, Hit, IoReport, SearchResponse, Timings};
 
 /// One candidate of a shard's list: the shard's internal id and its raw first-stage score.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -58,6 +59,10 @@ pub struct Prepared {
     /// How the text was encoded, when it was.
     pub query: Option<QueryEncoding>,
     pub encode_ms: f64,
+    /// Documents of this shard the request's filter matched, when it has one.
+    pub matched: Option<usize>,
+    /// Evaluating the filter.
+    pub filter_ms: f64,
 }
 
 /// A shard's first-stage lists for one query, best first, each as deep as one index's.
@@ -70,6 +75,9 @@ pub struct ShardCandidates {
     pub first_stage_ms: f64,
     /// The IVF probe's reads.
     pub io: IoReport,
+    /// Under a filter ranked exactly: the matching documents no first-stage list holds,
+    /// ascending (each ranked with the lowest first-stage score of the collection's list).
+    pub rest: Option<Vec<u32>>,
 }
 
 /// A shard's MaxSim scores of the documents it was asked for, in their order.
@@ -118,19 +126,23 @@ impl Index {
     /// parameters, BM25's statistics for its terms and, when `encode` (one shard of the
     /// collection is asked), the query's vectors for every shard's later phases.
     pub fn shard_prepare(&self, request: SearchRequest, encode: bool) -> Result<Prepared> {
-        if request.filter.is_some() {
-            return Err(CellarError::Unsupported(
-                "filters are not taken by a sharded collection yet: search its shards one by one, or one index"
-                    .into(),
-            ));
-        }
         let given = request.query_vectors.is_some();
+        let filter = request.filter.clone();
         let plan = self.plan(self.fitted(request))?;
         let params = *plan.params();
         let stats = (uses_lexical(params.mode) && params.lexical != Lexical::Splade)
             .then(|| self.bm25.stats(plan.text()))
             .transpose()?;
-        let mut prepared = Prepared { params, stats, query_vectors: None, query: None, encode_ms: 0.0 };
+        let (allowed, filter_ms) = self.evaluate(filter.as_ref())?;
+        let mut prepared = Prepared {
+            params,
+            stats,
+            query_vectors: None,
+            query: None,
+            encode_ms: 0.0,
+            matched: allowed.map(|a| a.count()),
+            filter_ms,
+        };
         if encode && !given && params.mode.needs_encoder() {
             let start = Instant::now();
             let encoded = self.encoder()?.encode_query(plan.text())?;
@@ -143,20 +155,30 @@ impl Index {
     }
 
     /// Phase 2: this shard's first-stage lists for `request` (with the query's vectors when
-    /// the mode needs them), BM25 scored with `stats`, the whole collection's.
+    /// the mode needs them), BM25 scored with `stats`, the whole collection's; under a filter,
+    /// `matched` is the collection's count of matches (the sum of phase 1's).
     pub fn shard_candidates(
         &self,
         request: SearchRequest,
         stats: Option<&Bm25Stats>,
+        matched: Option<usize>,
     ) -> Result<ShardCandidates> {
-        if request.filter.is_some() {
-            return Err(CellarError::Unsupported("filters are not taken by a sharded collection yet".into()));
-        }
         let plan = self.plan(self.fitted(request))?;
         let params = *plan.params();
         let text = plan.text().to_string();
         let query = self.prepare(plan)?;
         let start = Instant::now();
+        let allowed = query.allowed.as_ref();
+        if allowed.is_some() && matched.is_none() {
+            return Err(CellarError::invalid(
+                "a sharded search under a filter needs the collection's count of matches",
+            ));
+        }
+        if let (Some(allowed), Some(total)) = (allowed, matched) {
+            if ranks_count_exactly(&params, total) {
+                return self.shard_matches(&text, &query, &params, allowed, stats, start);
+            }
+        }
         let mut out = ShardCandidates::default();
         if uses_lexical(params.mode) {
             let depth = if params.mode == Mode::Bm25 { params.k } else { params.candidates };
@@ -165,15 +187,16 @@ impl Index {
                     CellarError::invalid("a sharded BM25 search needs the collection's statistics")
                 })?;
                 check_stats(stats, &self.bm25.stats(&text)?)?;
-                out.bm25 = Some(shard_list(self.bm25_search_scored(&text, depth, None, Some(stats))?));
+                out.bm25 = Some(shard_list(self.bm25_search_scored(&text, depth, allowed, Some(stats))?));
             }
             if params.lexical.needs_splade() {
-                out.splade = Some(shard_list(self.splade_search(&text, depth, None)?));
+                out.splade = Some(shard_list(self.splade_search(&text, depth, allowed)?));
             }
         }
         let depth = match (params.mode, params.ivf) {
             (Mode::DenseExact, _) => {
-                out.dense = Some(shard_list(self.dense_scan(&query.pooled, params.k, None)?));
+                out.dense =
+                    Some(shard_list(self.dense_scan(&query.pooled, params.k, allowed.map(|a| &**a))?));
                 None
             }
             (Mode::Ivf, Some(_)) => Some(params.k),
@@ -183,7 +206,7 @@ impl Index {
         };
         if let (Some(depth), Some(ivf)) = (depth, params.ivf) {
             let view = self.live_view();
-            let searchable = Searchable::new(&view, None);
+            let searchable = Searchable::new(&view, allowed.map(|a| &**a));
             let index_ivf = self.ivf()?;
             let (hits, probe) =
                 self.ivf_probe(&index_ivf, &searchable, &query.pooled, ivf.probe(depth)).finish()?;
@@ -194,6 +217,51 @@ impl Index {
             };
             out.dense = Some(shard_list(hits));
         }
+        out.first_stage_ms = ms_since(start);
+        Ok(out)
+    }
+
+    /// Phase 2 under a filter that matched few enough documents over the collection: as
+    /// `rank_matches` ranks them in one index, every match is a candidate — those of the
+    /// lexical list with their scores (none for dense), the rest (`rest`) at the list's lowest.
+    fn shard_matches(
+        &self,
+        text: &str,
+        query: &crate::query::PreparedQuery,
+        params: &SearchParams,
+        allowed: &std::sync::Arc<crate::filter::Allowed>,
+        stats: Option<&Bm25Stats>,
+        start: Instant,
+    ) -> Result<ShardCandidates> {
+        let mut out = ShardCandidates::default();
+        if params.mode == Mode::Ivf {
+            out.dense = Some(shard_list(self.dense_scan(&query.pooled, params.k, Some(allowed))?));
+            out.first_stage_ms = ms_since(start);
+            return Ok(out);
+        }
+        let depth = allowed.count();
+        if params.mode != Mode::Dense {
+            if params.lexical != Lexical::Splade {
+                let stats = stats.ok_or_else(|| {
+                    CellarError::invalid("a sharded BM25 search needs the collection's statistics")
+                })?;
+                out.bm25 =
+                    Some(shard_list(self.bm25_search_scored(text, depth, Some(allowed), Some(stats))?));
+            }
+            if params.lexical.needs_splade() {
+                out.splade = Some(shard_list(self.splade_search(text, depth, Some(allowed))?));
+            }
+        }
+        let listed: std::collections::HashSet<u32> =
+            out.bm25.iter().chain(&out.splade).flatten().map(|c| c.doc).collect();
+        let view = self.live_view();
+        out.rest = Some(
+            allowed
+                .ids()
+                .filter(|id| !listed.contains(&id.0) && !view.is_deleted(*id))
+                .map(|id| id.0)
+                .collect(),
+        );
         out.first_stage_ms = ms_since(start);
         Ok(out)
     }
@@ -275,6 +343,16 @@ struct Merger<'a> {
 }
 
 impl Merger<'_> {
+    /// The global id of shard `s`'s document `doc`, given on first sight.
+    fn lift(&mut self, s: usize, doc: u32) -> DocId {
+        let next = self.table.len() as u32;
+        let id = *self.ids.entry((s as u32, doc)).or_insert(next);
+        if id == next {
+            self.table.push((s as u32, doc));
+        }
+        DocId(id)
+    }
+
     /// The best `depth` of every shard's list `pick` takes, best first.
     fn merge(
         &mut self,
@@ -282,14 +360,10 @@ impl Merger<'_> {
         depth: usize,
     ) -> Vec<Scored> {
         let mut all = Vec::new();
-        for (s, shard) in self.shards.iter().enumerate() {
+        let shards = self.shards;
+        for (s, shard) in shards.iter().enumerate() {
             for c in pick(shard).into_iter().flatten() {
-                let next = self.table.len() as u32;
-                let id = *self.ids.entry((s as u32, c.doc)).or_insert(next);
-                if id == next {
-                    self.table.push((s as u32, c.doc));
-                }
-                all.push(Scored { id: DocId(id), score: c.score });
+                all.push(Scored { id: self.lift(s, c.doc), score: c.score });
             }
         }
         all.sort_by(better);
@@ -309,12 +383,24 @@ pub struct Gather {
     candidates: Vec<Scored>,
     /// How many of them are re-scored with MaxSim.
     rerank: usize,
+    filter: Option<FilterReport>,
 }
 
 impl Gather {
     /// Merges the shards' lists (`shards[s]` from shard `s`) as one index's search with
-    /// `params` would have ranked them.
-    pub fn new(params: SearchParams, shards: &[ShardCandidates]) -> Gather {
+    /// `params` would have ranked them; under a filter, `matched` is its matches summed over
+    /// the shards (phase 1's) and `filter_ms` the longest evaluation of it.
+    pub fn new(
+        params: SearchParams,
+        shards: &[ShardCandidates],
+        matched: Option<usize>,
+        filter_ms: f64,
+    ) -> Gather {
+        let filter = matched.map(|matched| FilterReport {
+            matched,
+            exact: ranks_count_exactly(&params, matched),
+            ms: filter_ms,
+        });
         let mut merger = Merger { shards, table: Vec::new(), ids: HashMap::new() };
         let lexical = |merger: &mut Merger, depth| match params.lexical {
             Lexical::Bm25 => merger.merge(|c| c.bm25.as_ref(), depth),
@@ -324,21 +410,37 @@ impl Gather {
                 first_stage(Some(&bm25), &merger.merge(|c| c.splade.as_ref(), depth))
             }
         };
-        let candidates = match (params.mode, params.ivf) {
-            (Mode::DenseExact | Mode::Ivf, _) => merger.merge(dense, params.k),
-            (Mode::Bm25, _) => lexical(&mut merger, params.k),
-            (Mode::Dense, _) => merger.merge(dense, params.candidates),
-            (Mode::Hybrid, Some(ivf)) => {
+        let exact = filter.filter(|f| f.exact && params.mode != Mode::Ivf);
+        let candidates = match (params.mode, params.ivf, exact) {
+            (Mode::Dense | Mode::Rerank | Mode::Hybrid, _, Some(f)) => {
+                // Every match: the lexical list's with their scores, the rest at its lowest.
+                let mut listed = match params.mode {
+                    Mode::Dense => Vec::new(),
+                    _ => lexical(&mut merger, f.matched),
+                };
+                let floor = listed.iter().map(|s| s.score).reduce(f32::min).unwrap_or(0.0);
+                for (s, shard) in shards.iter().enumerate() {
+                    for doc in shard.rest.iter().flatten() {
+                        listed.push(Scored { id: merger.lift(s, *doc), score: floor });
+                    }
+                }
+                listed
+            }
+            (Mode::DenseExact | Mode::Ivf, _, _) => merger.merge(dense, params.k),
+            (Mode::Bm25, _, _) => lexical(&mut merger, params.k),
+            (Mode::Dense, _, None) => merger.merge(dense, params.candidates),
+            (Mode::Hybrid, Some(ivf), None) => {
                 let lexical = lexical(&mut merger, params.candidates);
                 first_stage(Some(&lexical), &merger.merge(dense, ivf.hybrid_candidates))
             }
-            (Mode::Rerank, _) | (Mode::Hybrid, None) => lexical(&mut merger, params.candidates),
+            (Mode::Rerank, _, None) | (Mode::Hybrid, None, None) => lexical(&mut merger, params.candidates),
         };
         let rerank = match params.mode {
             Mode::DenseExact | Mode::Ivf | Mode::Bm25 => 0,
+            _ if exact.is_some() => candidates.len(),
             _ => params.rerank_k.min(candidates.len()),
         };
-        Gather { params, table: merger.table, candidates, rerank }
+        Gather { params, table: merger.table, candidates, rerank, filter }
     }
 
     /// The documents each shard re-scores with MaxSim (`[s]`: shard `s`'s internal ids), in
@@ -415,7 +517,7 @@ impl Gather {
             io,
             ivf: None,
             prefetch: None,
-            filter: None,
+            filter: self.filter,
             query,
         }
     }

@@ -94,12 +94,15 @@ async def search(call: Call, shards: int, request: dict[str, Any], *, retries: i
     encoding = next((p["query"] for p in prepared.values() if p.get("query")), None)
     stats_parts = [json.dumps(p["stats"]) for p in prepared.values() if p.get("stats") is not None]
     stats = _cellar.merge_stats(stats_parts) if stats_parts else None
+    filtered = request.get("filter") is not None
+    matched = sum(prepared[s]["matched"] or 0 for s in living) if filtered else None
+    filter_ms = max((p.get("filter_ms", 0.0) for p in prepared.values()), default=0.0)
     if vectors is not None:
         request = {**request, "query_vectors": vectors}
     body = json.dumps(request)
 
     t = time.perf_counter()
-    lists = await _phase(call, "candidates", {s: (body, stats) for s in living}, retries, missing)
+    lists = await _phase(call, "candidates", {s: (body, stats, matched) for s in living}, retries, missing)
     phases["candidates_ms"] = _ms(t)
 
     # A shard failing MaxSim or its hits is left out and the merge made again without it.
@@ -107,7 +110,7 @@ async def search(call: Call, shards: int, request: dict[str, Any], *, retries: i
         living = [s for s in living if s in lists and s not in missing]
         if not living:
             raise ShardsUnavailable(f"no shard of {shards} answered: {missing}")
-        gather = _cellar.Gather(json.dumps(params), [json.dumps(lists[s]) for s in living])
+        gather = _cellar.Gather(json.dumps(params), [json.dumps(lists[s]) for s in living], matched, filter_ms)
         rerank = gather.rerank()
         t = time.perf_counter()
         asked = {living[i]: (body, docs) for i, docs in enumerate(rerank) if docs}
