@@ -182,16 +182,7 @@ impl Index {
         let mut out = ShardCandidates::default();
         if uses_lexical(params.mode) {
             let depth = if params.mode == Mode::Bm25 { params.k } else { params.candidates };
-            if params.lexical != Lexical::Splade {
-                let stats = stats.ok_or_else(|| {
-                    CellarError::invalid("a sharded BM25 search needs the collection's statistics")
-                })?;
-                check_stats(stats, &self.bm25.stats(&text)?)?;
-                out.bm25 = Some(shard_list(self.bm25_search_scored(&text, depth, allowed, Some(stats))?));
-            }
-            if params.lexical.needs_splade() {
-                out.splade = Some(shard_list(self.splade_search(&text, depth, allowed)?));
-            }
+            self.lexical_lists(&text, depth, allowed, params.lexical, stats, &mut out)?;
         }
         let depth = match (params.mode, params.ivf) {
             (Mode::DenseExact, _) => {
@@ -221,6 +212,30 @@ impl Index {
         Ok(out)
     }
 
+    /// The sparse first stage's lists into `out`: BM25's (scored with `stats`, which must
+    /// cover this shard's own), SPLADE's, or both, `depth` deep, over the documents `allowed`.
+    fn lexical_lists(
+        &self,
+        text: &str,
+        depth: usize,
+        allowed: Option<&std::sync::Arc<crate::filter::Allowed>>,
+        lexical: Lexical,
+        stats: Option<&Bm25Stats>,
+        out: &mut ShardCandidates,
+    ) -> Result<()> {
+        if lexical != Lexical::Splade {
+            let stats = stats.ok_or_else(|| {
+                CellarError::invalid("a sharded BM25 search needs the collection's statistics")
+            })?;
+            check_stats(stats, &self.bm25.stats(text)?)?;
+            out.bm25 = Some(shard_list(self.bm25_search_scored(text, depth, allowed, Some(stats))?));
+        }
+        if lexical.needs_splade() {
+            out.splade = Some(shard_list(self.splade_search(text, depth, allowed)?));
+        }
+        Ok(())
+    }
+
     /// Phase 2 under a filter that matched few enough documents over the collection: as
     /// `rank_matches` ranks them in one index, every match is a candidate — those of the
     /// lexical list with their scores (none for dense), the rest (`rest`) at the list's lowest.
@@ -239,18 +254,8 @@ impl Index {
             out.first_stage_ms = ms_since(start);
             return Ok(out);
         }
-        let depth = allowed.count();
         if params.mode != Mode::Dense {
-            if params.lexical != Lexical::Splade {
-                let stats = stats.ok_or_else(|| {
-                    CellarError::invalid("a sharded BM25 search needs the collection's statistics")
-                })?;
-                out.bm25 =
-                    Some(shard_list(self.bm25_search_scored(text, depth, Some(allowed), Some(stats))?));
-            }
-            if params.lexical.needs_splade() {
-                out.splade = Some(shard_list(self.splade_search(text, depth, Some(allowed))?));
-            }
+            self.lexical_lists(text, allowed.count(), Some(allowed), params.lexical, stats, &mut out)?;
         }
         let listed: std::collections::HashSet<u32> =
             out.bm25.iter().chain(&out.splade).flatten().map(|c| c.doc).collect();
@@ -520,5 +525,89 @@ impl Gather {
             filter: self.filter,
             query,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SearchDefaults;
+    use crate::params::IvfParams;
+
+    fn list(items: &[(u32, f32)]) -> Option<Vec<ShardScored>> {
+        Some(items.iter().map(|&(doc, score)| ShardScored { doc, score }).collect())
+    }
+
+    fn params(mode: Mode, hybrid_candidates: usize) -> SearchParams {
+        let request = SearchRequest { mode: Some(mode), k: Some(3), rerank_k: Some(2), ..Default::default() };
+        let mut params = SearchParams::resolve(&request, &SearchDefaults::default(), None, false).unwrap();
+        params.ivf = (hybrid_candidates > 0).then_some(IvfParams {
+            nprobe: 1,
+            oversample: 1.0,
+            rescore: true,
+            prefetch: false,
+            prefetch_step: 0.5,
+            hybrid_candidates,
+        });
+        params
+    }
+
+    #[test]
+    fn a_document_in_two_lists_is_one_candidate_and_each_shard_scores_its_own() {
+        let shards = [
+            ShardCandidates {
+                bm25: list(&[(7, 9.0), (3, 2.0)]),
+                dense: list(&[(7, 0.9)]),
+                ..Default::default()
+            },
+            ShardCandidates {
+                bm25: list(&[(7, 5.0)]),
+                dense: list(&[(1, 0.8), (7, 0.1)]),
+                ..Default::default()
+            },
+        ];
+        let gather = Gather::new(params(Mode::Hybrid, 10), &shards, None, 0.0);
+        // (0,7), (0,3), (1,7), (1,1): four documents, whatever lists they are in.
+        assert_eq!(gather.candidates(), 4);
+        let rerank = gather.rerank(2);
+        assert_eq!(rerank.iter().map(Vec::len).sum::<usize>(), 2);
+        assert_eq!(rerank[0], vec![7], "shard 0's doc 7 leads both of its lists: {rerank:?}");
+        let maxsim: Vec<Vec<f32>> = rerank.iter().map(|docs| docs.iter().map(|_| 1.0).collect()).collect();
+        let hits = gather.fuse(&maxsim).unwrap();
+        assert_eq!(hits.len(), 3);
+        assert!(hits.iter().any(|h| (h.shard, h.doc) == (0, 7)));
+        let bad = vec![vec![1.0; rerank[0].len() + 1], vec![1.0; rerank[1].len()]];
+        assert!(gather.fuse(&bad).is_err(), "a shard sending the wrong count is refused");
+    }
+
+    #[test]
+    fn bm25_lists_merge_to_the_global_top_and_rerank_in_global_order() {
+        let shards = [
+            ShardCandidates { bm25: list(&[(1, 9.0), (2, 1.0)]), ..Default::default() },
+            ShardCandidates { bm25: list(&[(5, 8.0), (6, 7.0)]), ..Default::default() },
+        ];
+        let gather = Gather::new(params(Mode::Rerank, 0), &shards, None, 0.0);
+        assert_eq!(gather.rerank(2), vec![vec![1], vec![5]]);
+        let hits = gather.fuse(&[vec![0.2], vec![0.9]]).unwrap();
+        let order: Vec<(u32, u32)> = hits.iter().map(|h| (h.shard, h.doc)).collect();
+        assert_eq!(
+            order,
+            [(1, 5), (0, 1), (1, 6)],
+            "MaxSim orders the re-ranked, the rest keep BM25's order"
+        );
+        assert_eq!(hits[2].stage, Stage::FirstStage);
+    }
+
+    #[test]
+    fn statistics_that_do_not_cover_a_shard_are_refused() {
+        let local = Bm25Stats { docs: 10, tokens: 100, doc_freq: [("vitamin".to_string(), 3)].into() };
+        let mut global = local.clone();
+        global.merge(&Bm25Stats { docs: 5, tokens: 40, doc_freq: [("vitamin".to_string(), 1)].into() });
+        assert_eq!((global.docs, global.tokens, global.doc_freq["vitamin"]), (15, 140, 4));
+        check_stats(&global, &local).unwrap();
+        let short = Bm25Stats { doc_freq: [("vitamin".to_string(), 2)].into(), ..global.clone() };
+        assert!(check_stats(&short, &local).is_err());
+        let missing = Bm25Stats { doc_freq: Default::default(), ..global };
+        assert!(check_stats(&missing, &local).is_err());
     }
 }
