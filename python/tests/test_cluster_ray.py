@@ -97,6 +97,16 @@ def test_the_router_answers_as_the_in_process_shards_do(ray_serve: str, sharded:
     assert status == 400 and "mode" in error["message"]
     status, error = call(ray_serve, "GET", "/v1/nowhere")
     assert status == 404 and error["code"] == "not_found"
+    text, vectors = queries(1)[0]
+    status, batch = call(ray_serve, "POST", "/v1/search/batch", {"queries": [
+        {"query": text, "mode": "rerank", "k": 4, "query_vectors": vectors}, {"query": "w1", "k": 0}]})
+    assert status == 200 and len(batch["results"]) == 2
+    with cluster.LocalCluster(sharded) as local:
+        expected = local.search(text, mode="rerank", k=4, query_vectors=vectors)
+    assert [h["id"] for h in batch["results"][0]["hits"]] == [h["id"] for h in expected["hits"]]
+    assert batch["results"][1]["error"]["code"] == "invalid_input"
+    status, error = call(ray_serve, "POST", "/v1/search/batch", {"queries": []})
+    assert status == 400 and "1 to 64" in error["message"]
 
 
 def test_a_killed_replica_is_restarted_answers_name_the_missing_shard_and_acknowledged_writes_survive(
@@ -140,6 +150,12 @@ def test_a_killed_replica_is_restarted_answers_name_the_missing_shard_and_acknow
     assert status == 200 and found["id"] == "written-1" and "acknowledged" in found["text"], found
     status, served = call(ray_serve, "POST", "/v1/search", {"query": "acknowledged", "mode": "bm25", "k": 3})
     assert served["hits"][0]["id"] == "written-1"
+    status, report = call(ray_serve, "DELETE", "/v1/docs/written-1")
+    assert status == 200 and report["deleted"] == 1
+    status, gone = call(ray_serve, "GET", "/v1/docs/written-1")
+    assert status == 404 and gone["code"] == "not_found"
+    status, gone = call(ray_serve, "DELETE", "/v1/docs/written-1")
+    assert status == 404, gone
     print(f"answers while {name} was down: {partial} partial")
 
 
@@ -154,6 +170,18 @@ def test_with_two_replicas_a_killed_one_costs_no_answer(ray_serve: str, sharded:
     for _ in range(20):
         status, served = call(ray_serve, "POST", "/v1/search", {"query": text, "mode": "rerank", "k": 5, "query_vectors": vectors})
         assert status == 200 and served["partial"] is False, served["shards"]
+
+
+def test_shards_from_embeddings_build_as_ray_tasks_as_they_do_here(ray_serve: str, sharded: Path, tmp_path: Path) -> None:
+    ids, vectors, texts, pooled = corpus(300)
+    cluster.from_embeddings(tmp_path / "on-ray", ids, vectors, texts=texts, pooled=pooled, shards=3, ray=True,
+                            task_cpus=0.5, codec="f16", ivf_cluster_size=16)
+    text, q = queries(1)[0]
+    with cluster.LocalCluster(tmp_path / "on-ray") as on_ray, cluster.LocalCluster(sharded) as here:
+        assert [len(s) for s in on_ray.shards] == [len(s) for s in here.shards]
+        a = on_ray.search(text, mode="hybrid", k=10, query_vectors=q, hybrid_candidates=0)
+        b = here.search(text, mode="hybrid", k=10, query_vectors=q, hybrid_candidates=0)
+        assert [(h["id"], h["score"]) for h in a["hits"]] == [(h["id"], h["score"]) for h in b["hits"]]
 
 
 def test_shards_build_as_ray_tasks(ray_serve: str, collection: Path, tmp_path: Path) -> None:

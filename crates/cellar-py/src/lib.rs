@@ -42,6 +42,7 @@ fn _cellar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(shard::merge_stats, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MAX_K", cellar_search::request::MAX_K)?;
+    m.add("MAX_BATCH", cellar_search::request::MAX_BATCH)?;
     let codecs: Vec<&str> = cellar_core::codec::CodecKind::ALL.iter().map(|c| c.name()).collect();
     m.add("CODECS", pyo3::types::PyTuple::new(m.py(), codecs)?)?;
     m.add("MAX_QUERY_BYTES", cellar_search::request::MAX_QUERY_BYTES)?;

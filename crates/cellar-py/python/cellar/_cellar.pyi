@@ -14,6 +14,7 @@ _Id = str | int
 __version__: str
 CODECS: tuple[str, ...]
 MAX_K: int
+MAX_BATCH: int
 MAX_QUERY_BYTES: int
 #: The JSON schema of a search request: the fields `Index.search` takes as keyword arguments.
 SEARCH_REQUEST_SCHEMA: dict[str, Any]
@@ -173,6 +174,18 @@ class Index:
     @property
     def reader(self) -> _Reader: ...
     def __len__(self) -> int: ...
+
+def merge_stats(stats: list[str]) -> str: ...
+
+class Gather:
+    """The router's merge of one sharded search (``cellar.cluster``)."""
+
+    def __init__(self, params: str, candidates: list[str], matched: int | None = None, filter_ms: float = 0.0) -> None: ...
+    def rerank(self) -> list[list[int]]: ...
+    @property
+    def candidates(self) -> int: ...
+    def fuse(self, maxsim: list[list[float]]) -> str: ...
+    def respond(self, hits: str, timings: str, io: str, query: str | None = None) -> str: ...
 
 class Stream:
     """A streaming collection: documents keyed by (group, id), exact search inside one group."""

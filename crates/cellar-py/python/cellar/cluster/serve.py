@@ -114,14 +114,12 @@ class Router:
                 return JSONResponse({"status": "ok", "shards": self.manifest.count, "partition": self.manifest.partition})
             if path == "/v1/search" and verb == "POST":
                 return JSONResponse(await search(self._call, self.manifest.count, await self._body(request)))
+            if path == "/v1/search/batch" and verb == "POST":
+                return JSONResponse(await self._batch(await self._body(request)))
             if path == "/v1/docs" and verb == "POST":
-                if not self.writable:
-                    raise _errors.UnsupportedError(
-                        "writes need one replica per shard (each replica holds its own view of its index); "
-                        "this collection is served with more"
-                    )
-                report = await write(self._call, self.manifest, await self._body(request))
-                return JSONResponse(report, status_code=503 if report["partial"] else 200)
+                return await self._write(await self._body(request))
+            if path.startswith("/v1/docs/") and verb == "DELETE":
+                return await self._write({"ops": [{"delete": path[len("/v1/docs/"):]}]})
             if path.startswith("/v1/docs/") and verb == "GET":
                 doc_id = path[len("/v1/docs/"):]
                 found = json.loads(await self._call(self.manifest.shard_of(doc_id), "get", doc_id))
@@ -135,6 +133,36 @@ class Router:
             return _error(e)
         except asyncio.TimeoutError:
             return _error(ShardsUnavailable(f"a shard did not answer within {self.timeout} s"))
+
+    async def _batch(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Each query of a batch searched at once, each answering or failing on its own (an
+        error is ``{"error": {code, message, details}}`` in its place), as ``cellar serve``."""
+        queries = body.get("queries")
+        if set(body) != {"queries"} or not isinstance(queries, list):
+            raise _errors.InvalidInputError('a batch is {"queries": [...]}')
+        if not 1 <= len(queries) <= _cellar.MAX_BATCH:
+            raise _errors.InvalidInputError(f"a batch holds 1 to {_cellar.MAX_BATCH} queries, got {len(queries)}")
+
+        async def one(query: Any) -> dict[str, Any]:
+            try:
+                if not isinstance(query, dict):
+                    raise _errors.InvalidInputError("each query of a batch is a search request object")
+                return await search(self._call, self.manifest.count, query)
+            except (_errors.CellarError, asyncio.TimeoutError) as e:
+                if isinstance(e, asyncio.TimeoutError):
+                    e = ShardsUnavailable(f"a shard did not answer within {self.timeout} s")
+                return {"error": {"code": getattr(e, "code", "internal"), "message": str(e), "details": {}}}
+
+        return {"results": list(await asyncio.gather(*(one(q) for q in queries)))}
+
+    async def _write(self, body: dict[str, Any]) -> JSONResponse:
+        if not self.writable:
+            raise _errors.UnsupportedError(
+                "writes need one replica per shard (each replica holds its own view of its index); "
+                "this collection is served with more"
+            )
+        report = await write(self._call, self.manifest, body)
+        return JSONResponse(report, status_code=503 if report["partial"] else 200)
 
     async def _body(self, request: Request) -> dict[str, Any]:
         try:
