@@ -145,6 +145,11 @@ def test_three_shards_rank_as_one_index(built: tuple[Path, Path], mode: str, ext
             assert unprobed[0] == unprobed[1], (merged["params"], single["params"])
             assert_same_ranking(ranking(single), ranking(merged), f"{mode} {extra} query {q} {text!r}")
             assert {h["stage"] for h in merged["hits"]} == {h["stage"] for h in single["hits"]}
+            texts = {h["id"]: (h["text"], h.get("metadata")) for h in single["hits"]}
+            assert all(texts.get(h["id"], (h["text"], h.get("metadata"))) == (h["text"], h.get("metadata")) for h in merged["hits"])
+            assert all(h["text"] for h in merged["hits"]), "each hit carries its text"
+            # The re-ranked named the hits with their scores: no fourth round trip.
+            assert ("hits_ms" in merged["shards"]["phases_ms"]) == (merged["reranked"] < 10)
     assert checked >= 8, f"only {checked} of 16 queries had no tie at a cut"
 
 

@@ -574,9 +574,17 @@ impl PyIndex {
         crate::shard::candidates(py, &self.index, request, stats, matched)
     }
 
-    /// MaxSim scores (JSON) of ``docs`` (this shard's internal ids) for the request's query.
-    fn _shard_maxsim(&self, py: Python<'_>, request: &str, docs: Vec<u32>) -> PyResult<String> {
-        crate::shard::maxsim(py, &self.index, request, docs)
+    /// MaxSim scores (JSON) of ``docs`` (this shard's internal ids) for the request's query;
+    /// with ``describe`` (include_text), the documents as hits too.
+    #[pyo3(signature = (request, docs, describe=None))]
+    fn _shard_maxsim(
+        &self,
+        py: Python<'_>,
+        request: &str,
+        docs: Vec<u32>,
+        describe: Option<bool>,
+    ) -> PyResult<String> {
+        crate::shard::maxsim(py, &self.index, request, docs, describe)
     }
 
     /// ``hits`` (JSON, this shard's) with ids and, when ``include_text``, text: JSON list of

@@ -45,8 +45,14 @@ pub(crate) fn candidates(
     })
 }
 
-pub(crate) fn maxsim(py: Python<'_>, index: &Index, request_json: &str, docs: Vec<u32>) -> PyResult<String> {
-    without_gil(py, || json(&index.shard_maxsim(request(request_json)?, &docs)?))
+pub(crate) fn maxsim(
+    py: Python<'_>,
+    index: &Index,
+    request_json: &str,
+    docs: Vec<u32>,
+    describe: Option<bool>,
+) -> PyResult<String> {
+    without_gil(py, || json(&index.shard_maxsim(request(request_json)?, &docs, describe)?))
 }
 
 pub(crate) fn hits(py: Python<'_>, index: &Index, hits_json: &str, include_text: bool) -> PyResult<String> {

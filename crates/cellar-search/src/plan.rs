@@ -118,7 +118,7 @@ impl Index {
     }
 
     /// [`Index::prepare`] but for the filter.
-    fn prepare_vectors(&self, plan: Plan) -> Result<PreparedQuery> {
+    pub(crate) fn prepare_vectors(&self, plan: Plan) -> Result<PreparedQuery> {
         let Plan { params, text, vectors, .. } = plan;
         if let Some(vectors) = vectors {
             let tokens = self.project(vectors.tokens, vectors.n_tokens);

@@ -81,9 +81,12 @@ pub struct ShardCandidates {
 }
 
 /// A shard's MaxSim scores of the documents it was asked for, in their order.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ShardMaxsim {
     pub scores: Vec<f32>,
+    /// The documents as hits (internal id, hit), when asked for; deleted ones left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hits: Option<Vec<(u32, Hit)>>,
     pub read_ms: f64,
     pub maxsim_ms: f64,
     pub io: IoReport,
@@ -272,13 +275,37 @@ impl Index {
     }
 
     /// Phase 3: the MaxSim scores of `docs` (this shard's internal ids) for `request`'s query.
-    pub fn shard_maxsim(&self, request: SearchRequest, docs: &[u32]) -> Result<ShardMaxsim> {
+    ///
+    /// With `describe` (`Some(include_text)`), also each document as a hit (its fused fields
+    /// left for the router to fill): the re-ranked hold the best `k` whenever `k` is at most
+    /// their number, so the router then needs no fourth round trip for the hits.
+    pub fn shard_maxsim(
+        &self,
+        request: SearchRequest,
+        docs: &[u32],
+        describe: Option<bool>,
+    ) -> Result<ShardMaxsim> {
         let plan = self.plan(self.fitted(request))?;
-        let query = self.prepare(plan)?;
+        let query = self.prepare_vectors(plan)?;
         let ids: Vec<DocId> = docs.iter().map(|d| DocId(*d)).collect();
         let scored = self.read_and_score(&query, &ids)?;
         let scores = ids.iter().map(|id| scored.scores.get(id).copied().unwrap_or(0.0)).collect();
+        let hits = match describe {
+            Some(include_text) => {
+                let unfused = |doc: u32| ShardHit {
+                    shard: 0,
+                    doc,
+                    score: 0.0,
+                    first_stage: 0.0,
+                    maxsim: None,
+                    stage: Stage::Reranked,
+                };
+                Some(self.shard_hits(&docs.iter().map(|d| unfused(*d)).collect::<Vec<_>>(), include_text)?)
+            }
+            None => None,
+        };
         Ok(ShardMaxsim {
+            hits,
             scores,
             read_ms: scored.read_ms,
             maxsim_ms: scored.score_ms,

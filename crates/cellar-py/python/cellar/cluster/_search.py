@@ -113,34 +113,43 @@ async def search(call: Call, shards: int, request: dict[str, Any], *, retries: i
         gather = _cellar.Gather(json.dumps(params), [json.dumps(lists[s]) for s in living], matched, filter_ms)
         rerank = gather.rerank()
         t = time.perf_counter()
-        asked = {living[i]: (body, docs) for i, docs in enumerate(rerank) if docs}
+        # The re-ranked hold the best k whenever k is at most their number: their shards name
+        # them (with their text) along with their scores, and the fourth round trip is skipped.
+        describe = include_text if sum(len(d) for d in rerank) >= params["k"] else None
+        asked = {living[i]: (body, docs, describe) for i, docs in enumerate(rerank) if docs}
         scored = await _phase(call, "maxsim", asked, retries, missing)
         phases["maxsim_ms"] = _ms(t)
         if any(s not in scored for s in asked):
             continue
         maxsim = [scored[s]["scores"] if s in scored else [] for s in living]
         fused = json.loads(gather.fuse(maxsim))
+        named: dict[tuple[int, int], dict[str, Any]] = {
+            (s, doc): hit for s, answer in scored.items() for doc, hit in answer.get("hits") or []
+        }
         by_shard: dict[int, list[dict[str, Any]]] = {}
-        for h in fused:
-            by_shard.setdefault(living[h["shard"]], []).append(h)
-        t = time.perf_counter()
-        named = await _phase(
-            call, "hits", {s: (json.dumps(hs), include_text) for s, hs in by_shard.items()}, retries, missing
-        )
-        phases["hits_ms"] = _ms(t)
-        if any(s not in named for s in by_shard):
-            continue
+        if describe is None:
+            for h in fused:
+                by_shard.setdefault(living[h["shard"]], []).append(h)
+        if by_shard:
+            t = time.perf_counter()
+            more = await _phase(
+                call, "hits", {s: (json.dumps(hs), include_text) for s, hs in by_shard.items()}, retries, missing
+            )
+            phases["hits_ms"] = _ms(t)
+            if any(s not in more for s in by_shard):
+                continue
+            named.update({(s, doc): hit for s, pairs in more.items() for doc, hit in pairs})
         break
     else:
         raise ShardsUnavailable(f"no shard of {shards} answered: {missing}")
 
-    hit_of = {(s, doc): hit for s, pairs in named.items() for doc, hit in pairs}
     hits = []
     for h in fused:
         s = living[h["shard"]]
-        hit = hit_of.get((s, h["doc"]))
-        if hit is not None:
-            hits.append({**hit, "shard": s})
+        hit = named.get((s, h["doc"]))
+        if hit is not None:  # None: deleted since its first stage
+            fields = {"score": h["score"], "stage": h["stage"], "first_stage_score": h["first_stage"], "maxsim": h["maxsim"]}
+            hits.append({**hit, **fields, "shard": s})
     parts = list(lists[s] for s in living)
     ms = list(scored.values())
     timings = {
@@ -150,7 +159,7 @@ async def search(call: Call, shards: int, request: dict[str, Any], *, retries: i
         "read_hidden_ms": 0.0,
         "maxsim_ms": max((m["maxsim_ms"] for m in ms), default=0.0),
         "fuse_ms": 0.0,
-        "text_ms": phases.get("hits_ms", 0.0),
+        "text_ms": phases.get("hits_ms", 0.0),  # 0 when the MaxSim phase named the hits
         "total_ms": 0.0,
         "queue_ms": 0.0,
     }
