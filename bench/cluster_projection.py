@@ -114,10 +114,11 @@ def main() -> int:
                     continue
                 lines.append(f"| {docs:,} | {qps:g} | {g} | {row['shard_docs']:,} | {row['shards']} | {row['replicas']} | "
                              f"{row['cores']} | {row['machines']} | {row['ram_gib']:.0f} | {row['disk_tb']:.1f} | {row['overhead_ms']:.1f} |")
-    lines += ["", "Every query visits every shard, so the router's cost grows with the shard count and caps how "
-              "small shards can be; replicas, not shards, buy QPS. Left out: network hops between machines "
-              "(here the shards share one host), the build's machines, and redundancy beyond the replicas the "
-              "QPS needs.", ""]
+    lines += ["", "Every query visits every shard, so the shards' work per query adds up (the g = 1 rows: small "
+              "shards, many of them, each busy with every query) and replicas, not shards, buy QPS. Left out: "
+              "that a query waits for the slowest of its shards (the tail of a maximum over hundreds of shards; "
+              "the fan-out was measured up to 4), network hops between machines (here the shards share one "
+              "host), the build's machines, and redundancy beyond the replicas the QPS needs.", ""]
     text = "\n".join(lines)
     out = Path(args.out)
     body = out.read_text() if out.exists() else ""
