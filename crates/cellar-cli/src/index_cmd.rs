@@ -39,7 +39,9 @@ pub struct IndexArgs {
     #[arg(long, default_value_t = 256)]
     pub doc_max_tokens: usize,
     /// A document longer than --doc-max-tokens: `truncate` (cut there, counted in the build
-    /// report) or `windows` (encoded whole in windows overlapping by half).
+    /// report), `windows` (encoded whole in windows overlapping by half) or `passages` (split
+    /// into consecutive passages, each encoded on its own; a document scores its best passage's
+    /// MaxSim, MaxP).
     #[arg(long, default_value_t = Overflow::default())]
     pub doc_overflow: Overflow,
     /// Longest query window in tokens; a longer query is encoded whole, in overlapping windows.
@@ -131,8 +133,11 @@ pub fn run(args: IndexArgs) -> Result<()> {
             long.cut, config.encoder.doc_max_tokens, long.tokens_cut
         ),
         Some(long) if long.windowed > 0 => println!(
-            "{} documents were longer than {} tokens and encoded whole in {} windows",
-            long.windowed, config.encoder.doc_max_tokens, long.windows
+            "{} documents were longer than {} tokens and encoded whole in {} {}",
+            long.windowed,
+            config.encoder.doc_max_tokens,
+            long.windows,
+            if config.encoder.doc_overflow == cellar_search::Overflow::Passages { "passages" } else { "windows" }
         ),
         _ => {}
     }

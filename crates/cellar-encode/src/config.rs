@@ -62,15 +62,19 @@ pub enum Overflow {
     /// It is encoded in windows of `limit` tokens overlapping by half, every token's vector
     /// kept, taken from the window it is most central in.
     Windows,
+    /// It is split into consecutive passages of `limit` tokens, each encoded on its own, every
+    /// token kept; the document's score is its best passage's (MaxP). Documents only.
+    Passages,
 }
 
 impl Overflow {
-    pub const ALL: [Overflow; 2] = [Overflow::Truncate, Overflow::Windows];
+    pub const ALL: [Overflow; 3] = [Overflow::Truncate, Overflow::Windows, Overflow::Passages];
 
     pub fn name(self) -> &'static str {
         match self {
             Overflow::Truncate => "truncate",
             Overflow::Windows => "windows",
+            Overflow::Passages => "passages",
         }
     }
 }

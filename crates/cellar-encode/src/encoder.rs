@@ -33,6 +33,10 @@ pub struct Encoded {
     pub windows: usize,
     /// Tokens cut off the text's end (a text past its limit under [`Overflow::Truncate`]).
     pub tokens_cut: usize,
+    /// A document split into passages ([`Overflow::Passages`]): where each passage's rows end
+    /// in `tokens` (increasing, the last `n_tokens`; passages that kept no token left out).
+    /// Empty for a text of one passage.
+    pub passages: Vec<u32>,
 }
 
 /// A loaded checkpoint. `Send + Sync`: share one between threads with `Arc<Encoder>`; each call
@@ -272,6 +276,7 @@ impl Encoder {
     /// vectors are moved, not copied.
     fn combine(&self, windows: Vec<Window>, text: &Tokenized) -> Encoded {
         let (mut sum, mut count, mut tokens) = (Vec::new(), 0, Vec::new());
+        let mut passages: Vec<u32> = Vec::new();
         for w in windows {
             if sum.is_empty() {
                 (sum, tokens) = (w.state_sum, w.tokens);
@@ -280,6 +285,13 @@ impl Encoder {
                 tokens.extend(w.tokens);
             }
             count += w.states;
+            let end = (tokens.len() / self.dim()) as u32;
+            if text.passages && passages.last().is_none_or(|&last| end > last) && end > 0 {
+                passages.push(end);
+            }
+        }
+        if passages.len() < 2 {
+            passages.clear();
         }
         let inv = 1.0 / count.max(1) as f32;
         sum.iter_mut().for_each(|m| *m *= inv);
@@ -296,6 +308,7 @@ impl Encoder {
             text_tokens: text.total,
             windows: text.windows.len(),
             tokens_cut: text.cut,
+            passages,
         }
     }
 }

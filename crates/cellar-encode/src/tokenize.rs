@@ -32,6 +32,9 @@ pub(crate) struct Tokenized {
     pub total: usize,
     /// Tokens cut off its end ([`Overflow::Truncate`] past the limit); 0 otherwise.
     pub cut: usize,
+    /// Its windows are passages ([`Overflow::Passages`] past the limit): consecutive, each
+    /// token in one, scored apart.
+    pub passages: bool,
 }
 
 /// What to drop from the output token vectors.
@@ -91,7 +94,7 @@ impl Tokenizers {
         let total = ids.len();
         if total <= limit {
             let windows = vec![TokenSeq { ids: ids.to_vec(), attend: total, keep }];
-            return Ok(Tokenized { windows: keep_some(windows), total, cut: 0 });
+            return Ok(Tokenized { windows: keep_some(windows), total, cut: 0, passages: false });
         }
         // [CLS] … [SEP]: the special tokens at either end frame every window.
         let lead = special.iter().take_while(|&&s| s != 0).count().min(total);
@@ -101,7 +104,9 @@ impl Tokenizers {
         let starts = match overflow {
             Overflow::Truncate => vec![0],
             Overflow::Windows => window_starts(content.len(), width),
+            Overflow::Passages => (0..content.len()).step_by(width).collect(),
         };
+        let passages = overflow == Overflow::Passages;
         let centre = |start: usize| start + width / 2;
         let windows: Vec<TokenSeq> = starts
             .iter()
@@ -116,10 +121,15 @@ impl Tokenizers {
                 };
                 (0..lead).for_each(|at| push(at, keep[at]));
                 for p in start..end {
-                    // The token's vector comes from the window whose centre is nearest.
-                    let owner = (0..starts.len())
-                        .min_by_key(|&o| centre(starts[o]).abs_diff(p))
-                        .expect("at least one window");
+                    // The token's vector comes from the window whose centre is nearest (a
+                    // passage holds its tokens alone).
+                    let owner = if passages {
+                        w
+                    } else {
+                        (0..starts.len())
+                            .min_by_key(|&o| centre(starts[o]).abs_diff(p))
+                            .expect("at least one window")
+                    };
                     push(content.start + p, keep[content.start + p] && owner == w);
                 }
                 (content.end..total).for_each(|at| push(at, keep[at]));
@@ -129,9 +139,9 @@ impl Tokenizers {
             .collect();
         let cut = match overflow {
             Overflow::Truncate => content.len().saturating_sub(width),
-            Overflow::Windows => 0,
+            Overflow::Windows | Overflow::Passages => 0,
         };
-        Ok(Tokenized { windows: keep_some(windows), total, cut })
+        Ok(Tokenized { windows: keep_some(windows), total, cut, passages })
     }
 
     /// The id of `token` (added tokens included), as `convert_tokens_to_ids` finds it.

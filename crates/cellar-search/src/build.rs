@@ -237,6 +237,7 @@ impl EmbeddedDoc {
             text_tokens: n_tokens,
             windows: 1,
             tokens_cut: 0,
+            passages: Vec::new(),
         };
         Ok((doc, encoded))
     }
@@ -552,7 +553,11 @@ impl<'a> BuildRun<'a> {
         let sinks = self.sinks.as_mut().expect("sinks are open before any write");
         let start = Instant::now();
         let projected = sinks.pca.as_ref().map(|pca| project_tokens(pca, &encoded.tokens, encoded.n_tokens));
-        let id = sinks.store.add(projected.as_deref().unwrap_or(&encoded.tokens), None)?;
+        let id = sinks.store.add_passages(
+            projected.as_deref().unwrap_or(&encoded.tokens),
+            None,
+            &encoded.passages,
+        )?;
         sinks.pooled.add(&encoded.pooled)?;
         sinks.texts.add(doc)?;
         self.report.write_secs += start.elapsed().as_secs_f64();

@@ -78,9 +78,16 @@ pub fn recode(options: &RecodeOptions) -> Result<IndexConfig> {
     for chunk in ids.chunks(BATCH_DOCS) {
         let batch = source.read_batch(chunk)?;
         for i in 0..chunk.len() {
+            let record = batch.record(i);
             let mut tokens = Vec::new();
-            source.codec().decode(batch.record(i).tokens, &mut tokens);
-            writer.add(&project(tokens), None)?;
+            source.codec().decode(record.tokens, &mut tokens);
+            // A record of passages keeps them.
+            let ends: Vec<u32> = record
+                .passages()
+                .skip_while(|_| record.passage_ends.is_none())
+                .map(|p| p.end as u32)
+                .collect();
+            writer.add_passages(&project(tokens), None, &ends)?;
         }
     }
     writer.finish()?;

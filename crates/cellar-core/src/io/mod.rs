@@ -137,6 +137,8 @@ struct RecordSpan {
     len: usize,
     n_tokens: usize,
     pooled_bytes: usize,
+    /// The passage table's bytes (its count included); 0 without one.
+    table_bytes: usize,
 }
 
 /// The records of one batch, in the order their ids were asked for; all verified.
@@ -167,7 +169,8 @@ impl RecordBatch {
             }
             let view = record::parse(rec, context.bytes_per_vector, context.path, entry.offset)?;
             let pooled_bytes = view.pooled.map_or(0, <[u8]>::len);
-            checked.push(RecordSpan { start, len, n_tokens: view.n_tokens, pooled_bytes });
+            let table_bytes = view.passage_ends.map_or(0, |e| e.len() + 4);
+            checked.push(RecordSpan { start, len, n_tokens: view.n_tokens, pooled_bytes, table_bytes });
         }
         Ok(RecordBatch { bytes, spans: checked, stats })
     }
@@ -184,8 +187,14 @@ impl RecordBatch {
     pub fn record(&self, i: usize) -> RecordView<'_> {
         let span = self.spans[i];
         let body = &self.bytes.as_slice()[span.start + record::RECORD_HEADER_BYTES..span.start + span.len];
-        let (pooled, tokens) = body.split_at(span.pooled_bytes);
-        RecordView { n_tokens: span.n_tokens, pooled: (span.pooled_bytes > 0).then_some(pooled), tokens }
+        let (pooled, rest) = body.split_at(span.pooled_bytes);
+        let (table, tokens) = rest.split_at(span.table_bytes);
+        RecordView {
+            n_tokens: span.n_tokens,
+            pooled: (span.pooled_bytes > 0).then_some(pooled),
+            tokens,
+            passage_ends: (span.table_bytes > 0).then(|| &table[4..]),
+        }
     }
 
     pub fn stats(&self) -> ReadStats {

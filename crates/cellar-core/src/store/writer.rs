@@ -78,13 +78,24 @@ impl StoreWriter {
     /// given exactly when the store was created with pooled vectors. Returns the document's id.
     /// A rejected document leaves the writer usable and writes nothing.
     pub fn add(&mut self, tokens: &[f32], pooled: Option<&[f32]>) -> Result<DocId> {
+        self.add_passages(tokens, pooled, &[])
+    }
+
+    /// [`StoreWriter::add`] of a document split into passages ending at `ends` (increasing
+    /// token counts, the last the document's; none or one: a single passage, no table).
+    pub fn add_passages(&mut self, tokens: &[f32], pooled: Option<&[f32]>, ends: &[u32]) -> Result<DocId> {
         self.validate(tokens, pooled)?;
         let dim = self.codec.dim();
         let n_tokens = tokens.len() / dim;
+        let table = record::check_passages(ends, n_tokens)
+            .map_err(|detail| CellarError::invalid(format!("document {}: {detail}", self.docs)))?;
         self.record.clear();
-        record::encode_header(n_tokens as u32, self.has_pooled, &mut self.record);
+        record::encode_header(n_tokens as u32, self.has_pooled, table.is_some(), &mut self.record);
         if let Some(p) = pooled {
             self.codec.encode(p, &mut self.record);
+        }
+        if let Some(ends) = table {
+            record::encode_passages(ends, &mut self.record);
         }
         self.encode_tokens(tokens, n_tokens);
         self.write_record(n_tokens)
@@ -133,7 +144,7 @@ impl StoreWriter {
             return Err(CellarError::invalid("a store holds at most 2^32 - 1 documents"));
         }
         self.record.clear();
-        record::encode_header(n_tokens as u32, false, &mut self.record);
+        record::encode_header(n_tokens as u32, false, false, &mut self.record);
         self.record.extend_from_slice(encoded);
         self.write_record(n_tokens)
     }

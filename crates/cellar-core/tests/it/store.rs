@@ -275,3 +275,66 @@ fn documents_given_encoded_are_written_byte_for_byte_as_encoded_ones() {
         }
     }
 }
+
+#[test]
+fn a_record_of_passages_scores_its_best_passage_through_every_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = fixture::docs(12, 5);
+    let codec = fixture::codec(CodecKind::F16, &docs);
+    let mut writer = StoreWriter::create(dir.path(), codec.clone(), true).unwrap();
+    let mut tables = Vec::new();
+    for (i, d) in docs.iter().enumerate() {
+        let n = (d.tokens.len() / DIM) as u32;
+        // Every other document in passages: three when it has the tokens, else two.
+        let ends: Vec<u32> = match (i % 2, n) {
+            (1, n) if n >= 3 => vec![1, n / 2 + 1, n],
+            (1, n) if n >= 2 => vec![1, n],
+            _ => vec![],
+        };
+        writer.add_passages(&d.tokens, Some(&d.pooled), &ends).unwrap();
+        tables.push(ends);
+    }
+    writer.finish().unwrap();
+    let query: Vec<f32> = docs[3].tokens[..DIM].to_vec();
+    let prepared = codec.prepare_query(&query);
+    let ids: Vec<DocId> = (0..12).map(DocId).collect();
+    for options in fixture::all_reader_options() {
+        let store = VectorStore::open(dir.path(), &options).unwrap();
+        let batch = store.read_batch(&ids).unwrap();
+        for (i, ends) in tables.iter().enumerate() {
+            let rec = batch.record(i);
+            let whole = codec.maxsim(Isa::Scalar, &prepared, rec.tokens);
+            let score = codec.score_record(Isa::Scalar, &prepared, &rec);
+            let ranges: Vec<_> = rec.passages().collect();
+            if ends.len() < 2 {
+                assert!(rec.passage_ends.is_none());
+                assert_eq!(ranges, vec![std::ops::Range { start: 0, end: rec.n_tokens }]);
+                assert_eq!(score, whole);
+            } else {
+                let starts: Vec<usize> = std::iter::once(0).chain(ends.iter().map(|e| *e as usize)).collect();
+                assert_eq!(
+                    ranges,
+                    starts.windows(2).map(|w| w[0]..w[1]).collect::<Vec<_>>(),
+                    "{options:?} doc {i}"
+                );
+                let b = codec.bytes_per_vector();
+                let best = ranges
+                    .iter()
+                    .map(|r| codec.maxsim(Isa::Scalar, &prepared, &rec.tokens[r.start * b..r.end * b]))
+                    .fold(f32::NEG_INFINITY, f32::max);
+                assert_eq!(score, best, "{options:?} doc {i}");
+                assert!(score <= whole + 1e-6, "a passage never beats its whole document's MaxSim");
+            }
+        }
+    }
+    // Bad tables are refused and write nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let mut writer = StoreWriter::create(dir.path(), codec, true).unwrap();
+    let d = &docs[0];
+    let n = (d.tokens.len() / DIM) as u32;
+    for bad in [vec![0, n], vec![2, 1, n], vec![1, n + 1], vec![n + 1]] {
+        let err = writer.add_passages(&d.tokens, Some(&d.pooled), &bad).unwrap_err();
+        assert!(matches!(err, CellarError::InvalidInput(_)), "{bad:?}: {err}");
+    }
+    assert_eq!(writer.add_passages(&d.tokens, Some(&d.pooled), &[n]).unwrap(), DocId(0));
+}

@@ -57,7 +57,7 @@ class Index:
         codec: _Codec | None = None,
         pca_dim: int | None = None,
         doc_max_tokens: int = 256,
-        doc_overflow: Literal["truncate", "windows"] = "truncate",
+        doc_overflow: Literal["truncate", "windows", "passages"] = "truncate",
         query_max_tokens: int = 64,
         keep_special: bool = False,
         keep_punctuation: bool = False,

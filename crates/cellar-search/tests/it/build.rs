@@ -112,3 +112,58 @@ fn a_missing_model_is_a_model_error_naming_the_path() {
         other => panic!("expected a Model error, got {other:?}"),
     }
 }
+
+#[test]
+fn long_documents_split_into_passages_keep_them_in_their_records() {
+    use cellar_core::io::{ReaderKind, ReaderOptions};
+    use cellar_core::store::VectorStore;
+    use cellar_core::DocId;
+    use cellar_search::{BuildOptions, DocIn, Overflow, WriteOp, WriteRequest};
+
+    let tmp = TempDir::new().unwrap();
+    let data = tmp.path().join("data");
+    write_collection(&data);
+    let out = tmp.path().join("passages");
+    let mut opts = options(&data, &out);
+    opts.doc_max_tokens = 12;
+    opts.doc_overflow = Overflow::Passages;
+    opts.codec = CodecKind::F16;
+    let report = Index::build(&opts).unwrap();
+    let long = report.build.long_docs.expect("counted");
+    assert!(long.windowed > 0 && long.cut == 0, "{long:?}");
+    // Each document split in several passages carries its table; the others none.
+    let store = VectorStore::open(&out.join("vectors"), &ReaderOptions::new(ReaderKind::Mmap)).unwrap();
+    let ids: Vec<DocId> = (0..store.len() as u32).map(DocId).collect();
+    let batch = store.read_batch(&ids).unwrap();
+    let tabled = (0..ids.len()).filter(|&i| batch.record(i).passage_ends.is_some()).count();
+    assert!(tabled > 0 && tabled as u64 <= long.windowed, "{tabled} records with passages, {long:?}");
+    for i in 0..ids.len() {
+        let record = batch.record(i);
+        let ranges: Vec<_> = record.passages().collect();
+        assert_eq!(ranges.last().unwrap().end, record.n_tokens);
+        // 12 tokens with [CLS] and [SEP]: at most 10 kept per passage.
+        assert!(ranges.iter().all(|r| r.len() <= 10), "doc {i}: {ranges:?}");
+    }
+    // Every token is in one passage: as many as windows overlapping by half keep, each once.
+    let windowed = tmp.path().join("windows");
+    Index::build(&BuildOptions { out: windowed.clone(), doc_overflow: Overflow::Windows, ..opts.clone() })
+        .unwrap();
+    let other = VectorStore::open(&windowed.join("vectors"), &ReaderOptions::new(ReaderKind::Mmap)).unwrap();
+    let other_batch = other.read_batch(&ids).unwrap();
+    for i in 0..ids.len() {
+        assert_eq!(batch.record(i).n_tokens, other_batch.record(i).n_tokens, "doc {i}");
+    }
+    let index = Index::open(&out, OpenOptions::default()).unwrap();
+    assert_eq!(index.config().encoder.doc_overflow, Overflow::Passages);
+    for mode in [Mode::Rerank, Mode::Hybrid] {
+        let found = index.search(SearchRequest::new("harpsichord strings plucked", mode).with_k(3)).unwrap();
+        assert!(!found.hits.is_empty() && found.hits[0].maxsim.is_some());
+    }
+    // A written document within the limit is one passage; a longer one is refused, clearly.
+    let short = DocIn { id: "short".into(), text: "a harp".into(), ..DocIn::default() };
+    index.write(WriteRequest { ops: vec![WriteOp::Add(short)] }).unwrap();
+    let long_text = "the harpsichord is a keyboard instrument whose strings are plucked by quills ".repeat(4);
+    let long_doc = DocIn { id: "long".into(), text: long_text, ..DocIn::default() };
+    let err = index.write(WriteRequest { ops: vec![WriteOp::Add(long_doc)] }).unwrap_err();
+    assert!(matches!(err, CellarError::Unsupported(_)) && err.to_string().contains("passages"), "{err}");
+}
