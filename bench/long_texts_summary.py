@@ -1,10 +1,11 @@
 """The document-length choice of issue 18.1 side by side: reads the `cellar-bench fusion` reports
-of bench/fusion.sh (one per variant: cut at 256, cut at 512, windows of 256) and prints, per
+of bench/fusion.sh (one per variant: cut at 256, cut at 512, windows of 256, passages of 256
+scored by the best one) and prints, per
 collection, what each variant stored and how rerank and hybrid scored, then the worst margin of
 every fixed fusion setting over all collections and variants.
 
     python3 bench/long_texts_summary.py bench/results/fusion-t256.json bench/results/fusion-t512.json \
-        bench/results/fusion-w256.json > bench/results/long-texts.md
+        bench/results/fusion-w256.json bench/results/fusion-p256.json > bench/results/long-texts.md
 """
 import json
 import sys
@@ -23,7 +24,7 @@ def row(collection, name):
     return next((r for r in collection["rows"] if r["system"] == name), None)
 
 
-print("# Long documents: cut at 256, cut at 512, or windows of 256 (issue 18.1)\n")
+print("# Long documents: cut at 256, cut at 512, windows of 256, or passages of 256 (MaxP) (issue 18.1)\n")
 print("From `bench/fusion.sh` (the reports `bench/results/fusion-*.md`), summarised by")
 print(f"`python3 bench/long_texts_summary.py {' '.join(sys.argv[1:])}`.")
 print(f"Machine: {reports[0]['cpu_model']}, {reports[0]['cores']} cores; commit {reports[0]['git_commit']}.\n")
@@ -32,7 +33,7 @@ print("index's default candidates; nDCG@10 on each collection's test split.\n")
 names = [c["name"] for c in reports[0]["collections"]]
 for name in names:
     print(f"## {name}\n")
-    print("| documents | cut | tokens cut | windowed | token vectors | vectors MiB | BM25 | dense | rerank | hybrid z α=0.30 | hybrid z α=0.40 | hybrid z α=0.50 | hybrid z_peak α=0.30 | hybrid rrf α=0.50 |")
+    print("| documents | cut | tokens cut | windowed or split | token vectors | vectors MiB | BM25 | dense | rerank | hybrid z α=0.30 | hybrid z α=0.40 | hybrid z α=0.50 | hybrid z_peak α=0.30 | hybrid rrf α=0.50 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in reports:
         c = next(c for c in r["collections"] if c["name"] == name)
