@@ -216,9 +216,9 @@ def reading(r: dict) -> list[str]:
         "sharding costs on machines of their own.",
         "- **Quality**: nDCG@10 " + ", ".join(
             f"{(c.get('quality') or {}).get('ndcg_at_10', float('nan')):.3f} ({name})" for name, c in load.items())
-        + ". The layouts differ because each shard trains its own residual codec and IVF (hybrid joins IVF "
-        "candidates, per shard); with a codec that needs no training and an exhaustive probe the rankings are "
-        "one index's (`python/tests/test_cluster.py`).",
+        + ". The shards share one codec; each has its own IVF, whose candidates hybrid joins, so the layouts "
+        "differ a little; with an exhaustive probe and the one index's codec the rankings are one index's "
+        "(`python/tests/test_cluster.py`).",
     ]
     return out
 

@@ -288,3 +288,29 @@ def test_filtered_searches_rank_as_one_index(built: tuple[Path, Path], mode: str
             meta = {h["id"]: h.get("metadata", {}) for h in merged["hits"]}
             assert all(m.get("lang") == ("en" if which == 0 else "de") for m in meta.values()), meta
     assert checked >= 5, f"only {checked} of 10 queries had no tie at a cut"
+
+
+def test_shards_share_one_codec_and_score_maxsim_as_one_index(tmp_path: Path) -> None:
+    """With a trained codec (residual2, the default) the shards take one codec — shard 0's, or
+    an existing index's — so MaxSim is the same wherever a document lives."""
+    ids, vectors, texts, pooled = corpus(300)
+    one = cellar.Index.from_embeddings(tmp_path / "one", ids, vectors, texts=texts, pooled=pooled, ivf=False)
+    cluster.from_embeddings(tmp_path / "own", ids, vectors, texts=texts, pooled=pooled, shards=SHARDS, ivf=False)
+    codecs = {(p / "vectors" / "codec.bin").read_bytes() for p in cluster.Manifest.load(tmp_path / "own").paths(tmp_path / "own")}
+    assert len(codecs) == 1, "one codec for every shard"
+    cluster.from_embeddings(tmp_path / "shared", ids, vectors, texts=texts, pooled=pooled, shards=SHARDS, ivf=False,
+                            codec_from=tmp_path / "one")
+    checked = 0
+    with cluster.LocalCluster(tmp_path / "shared") as shards:
+        for text, q in queries(16):
+            params = {"k": 10, "mode": "rerank", "query_vectors": q, "rerank_k": 40}
+            if ties_at_a_cut(one, text, params):
+                continue
+            checked += 1
+            single = one.search(text, **params).to_dict()
+            merged = shards.search(text, **params)
+            assert_same_ranking(ranking(single), ranking(merged), f"residual2 rerank {text!r}")
+            assert [h["maxsim"] for h in single["hits"]] == pytest.approx([h["maxsim"] for h in merged["hits"]], abs=1e-5)
+    assert checked >= 8
+    with pytest.raises(cellar.InvalidInputError, match="codec"):
+        cellar.Index.from_embeddings(tmp_path / "bad", ids, vectors, codec="f16", codec_from=tmp_path / "one")

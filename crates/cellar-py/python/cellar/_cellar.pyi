@@ -69,6 +69,7 @@ class Index:
         ivf_cluster_size: int = 256,
         splade: bool = False,
         splade_model: str | PathLike[str] | None = None,
+        codec_from: _Path | None = None,
     ) -> Index: ...
     @staticmethod
     def from_embeddings(
@@ -86,6 +87,7 @@ class Index:
         progress: bool = False,
         ivf: bool = True,
         ivf_cluster_size: int = 256,
+        codec_from: _Path | None = None,
     ) -> Index: ...
     @staticmethod
     def open(

@@ -84,6 +84,19 @@ def _run(tasks: list[tuple[Any, tuple]], use_ray: bool, cpus: float) -> list[Any
     return ray.get(refs)
 
 
+def _run_sharing_codec(
+    tasks: list[tuple[Any, tuple]], out: Path, options: dict[str, Any], use_ray: bool, cpus: float
+) -> list[Any]:
+    """Runs the shard builds so that they share one codec (and PCA): the caller's
+    ``codec_from`` when given; else shard 0 fits one and the others, in parallel, take it."""
+    if options.get("codec_from") is not None:
+        return _run(tasks, use_ray, cpus)
+    first = _run(tasks[:1], use_ray, cpus)
+    shared = {**options, "codec_from": str(out / shard_name(0))}
+    rest = [(fn, (*args[:-1], shared)) for fn, args in tasks[1:]]
+    return first + _run(rest, use_ray, cpus)
+
+
 def build(
     source: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -99,8 +112,9 @@ def build(
     ``ray``, else one after the other), and ``cluster.json`` is written last, so a folder with
     a manifest is complete. Returns the manifest.
 
-    Each shard trains its own codec and IVF on its own documents; MaxSim scores then equal one
-    index's only with a codec that needs no training (``codec="f16"``).
+    The shards share one codec (and PCA): shard 0 fits it and the others take it
+    (``codec_from``), or all take an existing index's when ``codec_from`` names one, so a
+    document's MaxSim is the same on any shard; each shard has its own IVF.
     """
     out = Path(out)
     _check_out(out, shards)
@@ -112,7 +126,7 @@ def build(
             f"shard {counts.index(0)} of {shards} would be empty: {sum(counts)} documents are too few for {shards} shards"
         )
     tasks = [(_build_shard, (str(split / shard_name(i)), str(out / shard_name(i)), index_options)) for i in range(shards)]
-    docs = _run(tasks, ray, task_cpus)
+    docs = _run_sharing_codec(tasks, out, index_options, ray, task_cpus)
     shutil.rmtree(split, ignore_errors=True)
     manifest = Manifest(shards=[ShardEntry(shard_name(i), int(d), _now()) for i, d in enumerate(docs)])
     manifest.save(out)
@@ -133,7 +147,7 @@ def from_embeddings(
     **index_options: Any,
 ) -> Manifest:
     """:func:`build` from the caller's vectors: the columns of :meth:`cellar.Index.from_embeddings`
-    split by id over ``shards`` shards, each built by it."""
+    split by id over ``shards`` shards, each built by it, sharing one codec as :func:`build`'s."""
     out = Path(out)
     _check_out(out, shards)
     ids = [str(i) for i in ids]
@@ -157,7 +171,7 @@ def from_embeddings(
             if column is not None:
                 part[name] = [column[r] for r in rows]
         tasks.append((_embed_shard, (str(out / shard_name(s)), part, index_options)))
-    docs = _run(tasks, ray, task_cpus)
+    docs = _run_sharing_codec(tasks, out, index_options, ray, task_cpus)
     manifest = Manifest(shards=[ShardEntry(shard_name(i), int(d), _now()) for i, d in enumerate(docs)])
     out.mkdir(parents=True, exist_ok=True)
     manifest.save(out)
