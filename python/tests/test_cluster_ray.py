@@ -63,6 +63,11 @@ def call(base: str, verb: str, path: str, body: dict | None = None) -> tuple[int
         return e.code, json.loads(e.read())
 
 
+def call_text(base: str, path: str) -> tuple[int, str]:
+    with urllib.request.urlopen(base + path, timeout=60) as r:
+        return r.status, r.read().decode()
+
+
 def deploy(collection: Path, **options) -> None:
     options = {"shard_cpus": 0.5, "router_cpus": 0.25, "reader": "mmap", "shard_timeout_s": 3.0, **options}
     serve.run(app(collection, **options), name="cellar", route_prefix="/")
@@ -157,6 +162,13 @@ def test_a_killed_replica_is_restarted_answers_name_the_missing_shard_and_acknow
     status, gone = call(ray_serve, "DELETE", "/v1/docs/written-1")
     assert status == 404, gone
     print(f"answers while {name} was down: {partial} partial")
+    status, metrics = call_text(ray_serve, "/metrics")
+    assert status == 200
+    counts = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line and not line.startswith("#")}
+    assert counts["cellar_cluster_partial_total"] == partial
+    assert counts.get(f'cellar_cluster_shard_missing_total{{shard="{owner}"}}', 0) == partial
+    assert counts['cellar_cluster_requests_total{endpoint="/v1/search",status="200"}'] >= 4
+    assert counts['cellar_cluster_phase_seconds_count{phase="candidates"}'] >= 4
 
 
 def test_with_two_replicas_a_killed_one_costs_no_answer(ray_serve: str, sharded: Path) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 
 from .. import _cellar, _errors
 from ._manifest import Manifest
@@ -83,9 +83,61 @@ class Shard:
         self.index.live_stats()
 
 
+class RouterMetrics:
+    """The router's counters, rendered in Prometheus' text format (each router replica its own;
+    the shards' work is in the phase times)."""
+
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, int], int] = {}
+        self.partial = 0
+        self.missing: dict[int, int] = {}
+        self.phase_sum: dict[str, float] = {}
+        self.phase_count: dict[str, int] = {}
+        self.search_sum = 0.0
+        self.search_count = 0
+
+    def request(self, endpoint: str, status: int) -> None:
+        self.requests[(endpoint, status)] = self.requests.get((endpoint, status), 0) + 1
+
+    def search(self, answer: dict[str, Any]) -> None:
+        self.search_count += 1
+        self.search_sum += answer["timings"]["total_ms"] / 1e3
+        self.partial += bool(answer.get("partial"))
+        for m in answer["shards"]["missing"]:
+            self.missing[m["shard"]] = self.missing.get(m["shard"], 0) + 1
+        for phase, ms in answer["shards"]["phases_ms"].items():
+            name = phase.removesuffix("_ms")
+            self.phase_sum[name] = self.phase_sum.get(name, 0.0) + ms / 1e3
+            self.phase_count[name] = self.phase_count.get(name, 0) + 1
+
+    def render(self) -> str:
+        lines = ["# HELP cellar_cluster_requests_total HTTP requests by endpoint and status",
+                 "# TYPE cellar_cluster_requests_total counter"]
+        lines += [f'cellar_cluster_requests_total{{endpoint="{e}",status="{s}"}} {n}' for (e, s), n in sorted(self.requests.items())]
+        lines += ["# HELP cellar_cluster_searches_total Searches answered", "# TYPE cellar_cluster_searches_total counter",
+                  f"cellar_cluster_searches_total {self.search_count}",
+                  "# HELP cellar_cluster_search_seconds_sum Router time of the searches answered",
+                  "# TYPE cellar_cluster_search_seconds_sum counter", f"cellar_cluster_search_seconds_sum {self.search_sum:.6f}",
+                  "# HELP cellar_cluster_partial_total Searches answered without every shard",
+                  "# TYPE cellar_cluster_partial_total counter", f"cellar_cluster_partial_total {self.partial}",
+                  "# HELP cellar_cluster_shard_missing_total Searches a shard was left out of",
+                  "# TYPE cellar_cluster_shard_missing_total counter"]
+        lines += [f'cellar_cluster_shard_missing_total{{shard="{s}"}} {n}' for s, n in sorted(self.missing.items())]
+        lines += ["# HELP cellar_cluster_phase_seconds Time in each phase of a sharded search (sum and count)",
+                  "# TYPE cellar_cluster_phase_seconds summary"]
+        for phase in sorted(self.phase_sum):
+            lines.append(f'cellar_cluster_phase_seconds_sum{{phase="{phase}"}} {self.phase_sum[phase]:.6f}')
+            lines.append(f'cellar_cluster_phase_seconds_count{{phase="{phase}"}} {self.phase_count[phase]}')
+        return "\n".join(lines) + "\n"
+
+
 def _raise(error: dict[str, str]) -> None:
     cls = getattr(_errors, error["class"], _errors.CellarError)
     raise cls(error["message"])
+
+
+#: The router's endpoints (others count as "other" in its metrics).
+ENDPOINTS = ("/healthz", "/metrics", "/v1/search", "/v1/search/batch", "/v1/docs")
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.5})
@@ -100,6 +152,7 @@ class Router:
         self.shards = list(shards)
         self.timeout = shard_timeout_s
         self.writable = writable
+        self.metrics = RouterMetrics()
 
     async def _call(self, shard: int, method: str, *args: Any) -> str:
         answer = await asyncio.wait_for(self.shards[shard].call.remote(method, *args), self.timeout)
@@ -107,13 +160,26 @@ class Router:
             _raise(answer["error"])
         return answer["ok"]
 
-    async def __call__(self, request: Request) -> JSONResponse:
+    async def __call__(self, request: Request) -> JSONResponse | PlainTextResponse:
         path, verb = request.url.path.rstrip("/"), request.method
+        response = await self._answer(path, verb, request)
+        if path.startswith("/v1/docs/"):
+            endpoint = "/v1/docs/{id}"
+        else:
+            endpoint = path if path in ENDPOINTS else "other"
+        self.metrics.request(endpoint, response.status_code)
+        return response
+
+    async def _answer(self, path: str, verb: str, request: Request) -> JSONResponse | PlainTextResponse:
         try:
             if path == "/healthz" and verb == "GET":
                 return JSONResponse({"status": "ok", "shards": self.manifest.count, "partition": self.manifest.partition})
+            if path == "/metrics" and verb == "GET":
+                return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4")
             if path == "/v1/search" and verb == "POST":
-                return JSONResponse(await search(self._call, self.manifest.count, await self._body(request)))
+                answer = await search(self._call, self.manifest.count, await self._body(request))
+                self.metrics.search(answer)
+                return JSONResponse(answer)
             if path == "/v1/search/batch" and verb == "POST":
                 return JSONResponse(await self._batch(await self._body(request)))
             if path == "/v1/docs" and verb == "POST":
