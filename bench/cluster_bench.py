@@ -147,6 +147,7 @@ def main() -> int:
     from ray import serve
     from cellar.cluster.serve import app
 
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -5,6 +5,7 @@ processes on loopback; every wait is bounded."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 import urllib.error
@@ -37,6 +38,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def ray_serve():
+    # Nothing leaves the machine: Ray's usage report is off.
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})

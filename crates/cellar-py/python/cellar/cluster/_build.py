@@ -79,6 +79,7 @@ def _run(tasks: list[tuple[Any, tuple]], use_ray: bool, cpus: float) -> list[Any
     import ray
 
     if not ray.is_initialized():
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         ray.init()
     refs = [ray.remote(num_cpus=cpus)(fn).remote(*args) for fn, args in tasks]
     return ray.get(refs)

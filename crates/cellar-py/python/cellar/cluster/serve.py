@@ -299,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
+    # Nothing leaves the machine unless the user asks: Ray's usage report is off by default.
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init()
     cores = float(os.cpu_count() or 1)
     if args.shard_cpus is None:
