@@ -129,7 +129,7 @@ fn scan(store: &VectorStore, queries: &[(Vec<f32>, Vec<f32>)]) -> Result<Vec<Vec
                         for (i, id) in batch_ids.iter().enumerate() {
                             let record = batch.record(i);
                             for (q, best) in prepared.iter().zip(best.iter_mut()) {
-                                best.push(*id, codec.score_record(isa, q, &record));
+                                best.push(*id, record.score(codec.as_ref(), isa, q));
                             }
                         }
                         bar.inc(batch_ids.len() as u64);

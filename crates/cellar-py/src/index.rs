@@ -552,10 +552,10 @@ impl PyIndex {
     /// A write request (JSON: ``{"ops": [...]}``, as ``POST /v1/docs`` takes it), for a
     /// sharded collection's router, which sends each shard the operations on its ids.
     fn _write_ops<'py>(&self, py: Python<'py>, request: &str) -> PyResult<Bound<'py, PyAny>> {
-        let request: Value =
+        let mut request: Value =
             serde_json::from_str(request).map_err(|e| invalid(py, format!("request: {e}")))?;
-        match request.get("ops") {
-            Some(Value::Array(ops)) => self.write(py, ops.clone()),
+        match request.get_mut("ops").map(Value::take) {
+            Some(Value::Array(ops)) => self.write(py, ops),
             _ => Err(invalid(py, "request: expected {\"ops\": [...]}")),
         }
     }

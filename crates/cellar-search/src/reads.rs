@@ -163,7 +163,7 @@ impl Index {
             out.read_ms += ms_since(read_start);
             out.io += batch.stats();
             for (i, id) in globals.iter().enumerate() {
-                out.scores.insert(*id, codec.score_record(self.isa, &query.tokens, &batch.record(i)));
+                out.scores.insert(*id, batch.record(i).score(codec.as_ref(), self.isa, &query.tokens));
             }
         }
         out.score_ms += ms_since(start);
@@ -174,7 +174,7 @@ impl Index {
         let start = Instant::now();
         let codec = self.store.codec();
         for (i, id) in ids[chunk.range].iter().enumerate() {
-            out.scores.insert(*id, codec.score_record(self.isa, &query.tokens, &chunk.batch.record(i)));
+            out.scores.insert(*id, chunk.batch.record(i).score(codec.as_ref(), self.isa, &query.tokens));
         }
         out.read_ms += chunk.read_ms;
         out.io += chunk.batch.stats();

@@ -16,8 +16,9 @@ use crate::params::SearchParams;
 use crate::prefetch::PrefetchStats;
 use crate::query::{PreparedQuery, QueryEncoding};
 
-/// Milliseconds spent in each stage of one search.
+/// Milliseconds spent in each stage of one search (a stage left out of a JSON form is 0).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
 pub struct Timings {
     pub encode_ms: f64,
     pub first_stage_ms: f64,

@@ -168,8 +168,8 @@ impl Index {
     ) -> Result<ShardCandidates> {
         let plan = self.plan(self.fitted(request))?;
         let params = *plan.params();
-        let text = plan.text().to_string();
         let query = self.prepare(plan)?;
+        let text = query.text.as_str();
         let start = Instant::now();
         let allowed = query.allowed.as_ref();
         if allowed.is_some() && matched.is_none() {
@@ -179,13 +179,13 @@ impl Index {
         }
         if let (Some(allowed), Some(total)) = (allowed, matched) {
             if ranks_count_exactly(&params, total) {
-                return self.shard_matches(&text, &query, &params, allowed, stats, start);
+                return self.shard_matches(text, &query, &params, allowed, stats, start);
             }
         }
         let mut out = ShardCandidates::default();
         if uses_lexical(params.mode) {
             let depth = if params.mode == Mode::Bm25 { params.k } else { params.candidates };
-            self.lexical_lists(&text, depth, allowed, params.lexical, stats, &mut out)?;
+            self.lexical_lists(text, depth, allowed, params.lexical, stats, &mut out)?;
         }
         let depth = match (params.mode, params.ivf) {
             (Mode::DenseExact, _) => {
@@ -290,20 +290,15 @@ impl Index {
         let ids: Vec<DocId> = docs.iter().map(|d| DocId(*d)).collect();
         let scored = self.read_and_score(&query, &ids)?;
         let scores = ids.iter().map(|id| scored.scores.get(id).copied().unwrap_or(0.0)).collect();
-        let hits = match describe {
-            Some(include_text) => {
-                let unfused = |doc: u32| ShardHit {
-                    shard: 0,
-                    doc,
-                    score: 0.0,
-                    first_stage: 0.0,
-                    maxsim: None,
-                    stage: Stage::Reranked,
-                };
-                Some(self.shard_hits(&docs.iter().map(|d| unfused(*d)).collect::<Vec<_>>(), include_text)?)
-            }
-            None => None,
-        };
+        // Named as re-ranked hits; the router fills in their fused fields.
+        let reranked = docs.iter().map(|&doc| Fused {
+            id: DocId(doc),
+            score: 0.0,
+            first_stage: 0.0,
+            maxsim: None,
+            stage: Stage::Reranked,
+        });
+        let hits = describe.map(|include_text| self.hits_of(reranked, include_text)).transpose()?;
         Ok(ShardMaxsim {
             hits,
             scores,
@@ -330,11 +325,13 @@ impl Index {
     /// Phase 4: each of `hits` (this shard's) with its collection id, and its title and text
     /// when `include_text`; a document deleted since phase 2 is left out.
     pub fn shard_hits(&self, hits: &[ShardHit], include_text: bool) -> Result<Vec<(u32, Hit)>> {
+        self.hits_of(hits.iter().map(ShardHit::fused), include_text)
+    }
+
+    /// `fused` as (internal id, hit), deleted documents left out.
+    fn hits_of(&self, fused: impl Iterator<Item = Fused>, include_text: bool) -> Result<Vec<(u32, Hit)>> {
         let view = self.live_view();
-        hits.iter()
-            .filter(|h| !view.is_deleted(DocId(h.doc)))
-            .map(|h| Ok((h.doc, self.hit(&h.fused(), include_text)?)))
-            .collect()
+        fused.filter(|f| !view.is_deleted(f.id)).map(|f| Ok((f.id.0, self.hit(&f, include_text)?))).collect()
     }
 }
 

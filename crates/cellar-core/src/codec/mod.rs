@@ -110,23 +110,6 @@ pub trait Codec: Send + Sync + Debug {
     fn prepare_query(&self, query: &[f32]) -> Vec<f32>;
     /// MaxSim of a prepared query against `nd` encoded token vectors.
     fn maxsim(&self, isa: Isa, prepared: &[f32], doc: &[u8]) -> f32;
-    /// A record's score: MaxSim of its tokens, or, for a record of passages, its best
-    /// passage's (MaxP).
-    fn score_record(
-        &self,
-        isa: Isa,
-        prepared: &[f32],
-        record: &crate::format::record::RecordView<'_>,
-    ) -> f32 {
-        if record.passage_ends.is_none() {
-            return self.maxsim(isa, prepared, record.tokens);
-        }
-        let b = self.bytes_per_vector();
-        record
-            .passages()
-            .map(|p| self.maxsim(isa, prepared, &record.tokens[p.start * b..p.end * b]))
-            .fold(f32::NEG_INFINITY, f32::max)
-    }
     /// Parameters persisted in `codec.bin` (may be empty).
     fn params(&self) -> Vec<u8>;
     /// Whether encoding a token costs enough (a centroid search) that the store writer spreads

@@ -20,8 +20,10 @@
 
 use std::path::Path;
 
+use crate::codec::Codec;
 use crate::error::{CellarError, Result};
 use crate::format::PAGE_BYTES;
+use crate::kernels::Isa;
 
 pub const RECORD_HEADER_BYTES: usize = 8;
 pub const RECORD_ALIGN: u64 = 8;
@@ -47,6 +49,18 @@ impl<'a> RecordView<'a> {
     /// The token ranges of the record's passages, in order (one range when it has no table).
     pub fn passages(&self) -> Passages<'a> {
         Passages { ends: self.passage_ends, n_tokens: self.n_tokens, start: 0, next: 0 }
+    }
+
+    /// The record's score for a query `prepared` by `codec`: MaxSim of its tokens, or, for a
+    /// record of passages, its best passage's (MaxP).
+    pub fn score(&self, codec: &dyn Codec, isa: Isa, prepared: &[f32]) -> f32 {
+        if self.passage_ends.is_none() {
+            return codec.maxsim(isa, prepared, self.tokens);
+        }
+        let b = codec.bytes_per_vector();
+        self.passages()
+            .map(|p| codec.maxsim(isa, prepared, &self.tokens[p.start * b..p.end * b]))
+            .fold(f32::NEG_INFINITY, f32::max)
     }
 }
 
@@ -104,14 +118,31 @@ pub fn check_passages(ends: &[u32], n_tokens: usize) -> std::result::Result<Opti
             _ => Ok(None),
         };
     }
-    if ends.len() > MAX_PASSAGES {
-        return Err(format!("{} passages (at most {MAX_PASSAGES})", ends.len()));
-    }
-    let increasing = ends.windows(2).all(|w| w[0] < w[1]) && ends[0] > 0;
-    if !increasing || *ends.last().unwrap() as usize != n_tokens {
-        return Err(format!("passage ends {ends:?} are not increasing up to the {n_tokens} tokens"));
-    }
+    check_table(ends.iter().copied(), ends.len(), n_tokens)?;
     Ok(Some(ends))
+}
+
+/// Checks a table of `count` passage ends: at most [`MAX_PASSAGES`], each above the one before
+/// (the first above 0), the last `n_tokens`.
+fn check_table(
+    ends: impl Iterator<Item = u32>,
+    count: usize,
+    n_tokens: usize,
+) -> std::result::Result<(), String> {
+    if count > MAX_PASSAGES {
+        return Err(format!("{count} passages (at most {MAX_PASSAGES})"));
+    }
+    let mut last = 0u32;
+    for (i, end) in ends.enumerate() {
+        if end <= last {
+            return Err(format!("passage {i} ends at {end}, not after {last}"));
+        }
+        last = end;
+    }
+    if last as usize != n_tokens {
+        return Err(format!("the last passage ends at {last}, not at the {n_tokens} tokens"));
+    }
+    Ok(())
 }
 
 /// Parses and checks a record read from `path` at `offset`.
@@ -154,9 +185,9 @@ pub fn parse<'a>(
     }
     let passage_ends = (table_bytes > 0).then(|| &bytes[table_at + 4..table_at + table_bytes]);
     if let Some(ends) = passage_ends {
-        let ends: Vec<u32> =
-            ends.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect();
-        check_passages(&ends, n_tokens).map_err(|detail| corrupted(format!("passage table: {detail}")))?;
+        let values = ends.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+        check_table(values, ends.len() / 4, n_tokens)
+            .map_err(|detail| corrupted(format!("passage table: {detail}")))?;
     }
     let pooled = &bytes[RECORD_HEADER_BYTES..table_at];
     let tokens = &bytes[table_at + table_bytes..];

@@ -304,7 +304,7 @@ fn a_record_of_passages_scores_its_best_passage_through_every_reader() {
         for (i, ends) in tables.iter().enumerate() {
             let rec = batch.record(i);
             let whole = codec.maxsim(Isa::Scalar, &prepared, rec.tokens);
-            let score = codec.score_record(Isa::Scalar, &prepared, &rec);
+            let score = rec.score(codec.as_ref(), Isa::Scalar, &prepared);
             let ranges: Vec<_> = rec.passages().collect();
             if ends.len() < 2 {
                 assert!(rec.passage_ends.is_none());

@@ -338,8 +338,8 @@ impl Index {
             let contents: Vec<String> = to_encode.iter().map(|(_, d)| d.content()).collect();
             let refs: Vec<&str> = contents.iter().map(String::as_str).collect();
             let encoded = encoder.encode_docs(&refs)?;
-            if let Some((_, document)) =
-                to_encode.iter().zip(&encoded).find(|(_, e)| !e.passages.is_empty()).map(|(d, _)| d)
+            if let Some(((_, document), _)) =
+                to_encode.iter().zip(&encoded).find(|(_, e)| !e.passages.is_empty())
             {
                 return Err(CellarError::Unsupported(format!(
                     "document {:?} is longer than this index's {}-token limit, and it splits long documents into passages: written documents are not kept as passages yet; shorten it, send its vectors, or rebuild the index with it",

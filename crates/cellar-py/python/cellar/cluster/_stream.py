@@ -12,7 +12,6 @@ another shard than the old version removes the old one)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -29,8 +28,9 @@ STREAMS_VERSION = 1
 
 
 def _placement(group: str, doc_id: str, width: int) -> int:
-    digest = hashlib.blake2b(f"{group}\0{doc_id}".encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % width
+    """Which of a widened group's ``width`` shards holds (group, id): the partitioning rule
+    applied to the pair."""
+    return shard_of(f"{group}\0{doc_id}", width)
 
 
 class StreamCluster:
