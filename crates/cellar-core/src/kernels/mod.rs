@@ -119,9 +119,7 @@ pub fn decode_residual(isa: Isa, tables: &residual::ResidualTables, doc: &[u8], 
     match isa {
         Isa::Scalar => residual::decode_scalar(tables, doc, nd, out),
         #[cfg(target_arch = "x86_64")]
-        // AVX-512 CPUs run the AVX2 decoder: decoding is `dim` operations per token against
-        // `nq * dim` for its scoring, which runs at the full level.
-        Isa::Avx2 | Isa::Avx512 => x86::decode_residual(tables, doc, nd, out),
+        Isa::Avx2 | Isa::Avx512 => x86::decode_residual(isa, tables, doc, nd, out),
         #[cfg(not(target_arch = "x86_64"))]
         _ => residual::decode_scalar(tables, doc, nd, out),
     }

@@ -59,10 +59,20 @@ pub fn maxsim_f32(isa: Isa, query: &[f32], dim: usize, doc: &[f32]) -> f32 {
     dispatch::<{ Elem::F32 }>(isa, query, dim, doc.as_ptr().cast(), doc.len() / dim)
 }
 
-/// Decodes residual-coded tokens (see `kernels::residual`); panics without AVX2.
-pub fn decode_residual(tables: &super::residual::ResidualTables, doc: &[u8], nd: usize, out: &mut [f32]) {
-    assert!(has_avx2(), "kernel level avx2 is not supported by this CPU");
-    residual::decode(tables, doc, nd, out);
+/// Decodes residual-coded tokens (see `kernels::residual`) at level `isa`; panics where this
+/// CPU lacks it.
+pub fn decode_residual(
+    isa: Isa,
+    tables: &super::residual::ResidualTables,
+    doc: &[u8],
+    nd: usize,
+    out: &mut [f32],
+) {
+    match isa {
+        Isa::Avx512 if has_avx512() => residual::decode_avx512(tables, doc, nd, out),
+        Isa::Avx2 if has_avx2() => residual::decode_avx2(tables, doc, nd, out),
+        _ => panic!("kernel level {} is not supported by this CPU", isa.name()),
+    }
 }
 
 /// `doc` holds `nd * dim` elements of kind `E` ([`Elem`]).

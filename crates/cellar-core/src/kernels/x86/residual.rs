@@ -1,14 +1,16 @@
-//! AVX2 decoder of residual-coded tokens (layout: `kernels::residual`): per group of 8
-//! dimensions, the `bits`-byte word is broadcast, shifted per lane and masked into bucket
-//! indices, which pick the bucket values with a lane permute (two permutes and a blend for the
-//! 16 buckets of 4 bits); then `centroid + scale * weight`, exactly as the scalar reference.
+//! AVX2 and AVX-512 decoders of residual-coded tokens (layout: `kernels::residual`): per group
+//! of 8 dimensions, the `bits`-byte word is broadcast, shifted per lane and masked into bucket
+//! indices, which pick the bucket values with a lane permute (AVX2: two permutes and a blend
+//! for the 16 buckets of 4 bits; AVX-512: two groups per register and one permute for any
+//! width); then `centroid + scale * weight`, a multiply then an add, exactly as the scalar
+//! reference.
 
 use core::arch::x86_64::*;
 
 use super::super::residual::{ResidualTables, CENTROID_ID_BYTES};
 
-/// Entry point; `tables.check` has run and this CPU has AVX2.
-pub(super) fn decode(tables: &ResidualTables, doc: &[u8], nd: usize, out: &mut [f32]) {
+/// Entry point of the AVX2 decoder; `tables.check` has run and this CPU has AVX2.
+pub(super) fn decode_avx2(tables: &ResidualTables, doc: &[u8], nd: usize, out: &mut [f32]) {
     // SAFETY: AVX2 was detected by the caller (`x86::decode_residual`); the shapes were checked.
     unsafe {
         match tables.bits {
@@ -58,6 +60,81 @@ unsafe fn decode_bits<const B: usize>(tables: &ResidualTables, doc: &[u8], nd: u
             }
             let scaled = _mm256_mul_ps(_mm256_loadu_ps(scales.add(8 * g)), w);
             _mm256_storeu_ps(row.add(8 * g), _mm256_add_ps(_mm256_loadu_ps(centroid.add(8 * g)), scaled));
+        }
+    }
+}
+
+/// Entry point of the AVX-512 decoder; `tables.check` has run and this CPU has AVX-512 F.
+pub(super) fn decode_avx512(tables: &ResidualTables, doc: &[u8], nd: usize, out: &mut [f32]) {
+    // SAFETY: AVX-512 F was detected by the caller (`x86::decode_residual`); the shapes were
+    // checked.
+    unsafe {
+        match tables.bits {
+            1 => decode_bits_avx512::<1>(tables, doc, nd, out),
+            2 => decode_bits_avx512::<2>(tables, doc, nd, out),
+            _ => decode_bits_avx512::<4>(tables, doc, nd, out),
+        }
+    }
+}
+
+/// Two groups of 8 dimensions per step: lanes 0..8 take group `2h`'s word, lanes 8..16 group
+/// `2h + 1`'s, each shifted per lane and masked into a bucket index; all 16 buckets (4 bits)
+/// sit in one register, so a single permute picks every weight. An odd last group runs with
+/// the upper half masked off.
+#[target_feature(enable = "avx512f,avx2")]
+unsafe fn decode_bits_avx512<const B: usize>(
+    tables: &ResidualTables,
+    doc: &[u8],
+    nd: usize,
+    out: &mut [f32],
+) {
+    let dim = tables.dim;
+    let b = B as i32;
+    let shifts = _mm512_setr_epi32(
+        0,
+        b,
+        2 * b,
+        3 * b,
+        4 * b,
+        5 * b,
+        6 * b,
+        7 * b,
+        0,
+        b,
+        2 * b,
+        3 * b,
+        4 * b,
+        5 * b,
+        6 * b,
+        7 * b,
+    );
+    let mask = _mm512_set1_epi32((1 << B) - 1);
+    let mut padded = [0f32; 16];
+    padded[..1 << B].copy_from_slice(tables.weights);
+    let buckets = _mm512_loadu_ps(padded.as_ptr());
+    let token_bytes = tables.token_bytes();
+    let scales = tables.scales.as_ptr();
+    let groups = dim / 8;
+    for j in 0..nd {
+        let token = &doc[j * token_bytes..(j + 1) * token_bytes];
+        let centroid = tables.centroid(token).as_ptr();
+        let codes = token.as_ptr().add(CENTROID_ID_BYTES);
+        let row = out.as_mut_ptr().add(j * dim);
+        let mut g = 0;
+        while g < groups {
+            let (lanes, upper) =
+                if g + 1 < groups { (0xFFFF_u16, word::<B>(codes, g + 1)) } else { (0x00FF, 0) };
+            let words = _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_set1_epi32(word::<B>(codes, g))),
+                _mm256_set1_epi32(upper),
+            );
+            let idx = _mm512_and_si512(_mm512_srlv_epi32(words, shifts), mask);
+            let w = _mm512_permutexvar_ps(idx, buckets);
+            let at = 8 * g;
+            let scaled = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, scales.add(at)), w);
+            let value = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, centroid.add(at)), scaled);
+            _mm512_mask_storeu_ps(row.add(at), lanes, value);
+            g += 2;
         }
     }
 }
