@@ -69,8 +69,8 @@ pub fn decode_residual(
     out: &mut [f32],
 ) {
     match isa {
-        Isa::Avx512 if has_avx512() => residual::decode_avx512(tables, doc, nd, out),
-        Isa::Avx2 if has_avx2() => residual::decode_avx2(tables, doc, nd, out),
+        Isa::Avx512 if has_avx512() => residual::decode(true, tables, doc, nd, out),
+        Isa::Avx2 if has_avx2() => residual::decode(false, tables, doc, nd, out),
         _ => panic!("kernel level {} is not supported by this CPU", isa.name()),
     }
 }

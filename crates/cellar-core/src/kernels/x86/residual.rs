@@ -9,16 +9,27 @@ use core::arch::x86_64::*;
 
 use super::super::residual::{ResidualTables, CENTROID_ID_BYTES};
 
-/// Entry point of the AVX2 decoder; `tables.check` has run and this CPU has AVX2.
-pub(super) fn decode_avx2(tables: &ResidualTables, doc: &[u8], nd: usize, out: &mut [f32]) {
-    // SAFETY: AVX2 was detected by the caller (`x86::decode_residual`); the shapes were checked.
-    unsafe {
-        match tables.bits {
-            1 => decode_bits::<1>(tables, doc, nd, out),
-            2 => decode_bits::<2>(tables, doc, nd, out),
-            _ => decode_bits::<4>(tables, doc, nd, out),
+/// A decoder of `B`-bit codes at one level.
+type Decoder = unsafe fn(&ResidualTables, &[u8], usize, &mut [f32]);
+
+/// Entry point: the AVX-512 decoder where `avx512`, else the AVX2 one; `tables.check` has run
+/// and this CPU has the level asked for.
+pub(super) fn decode(avx512: bool, tables: &ResidualTables, doc: &[u8], nd: usize, out: &mut [f32]) {
+    fn pick<const B: usize>(avx512: bool) -> Decoder {
+        if avx512 {
+            decode_bits_avx512::<B>
+        } else {
+            decode_bits::<B>
         }
     }
+    let decoder = match tables.bits {
+        1 => pick::<1>(avx512),
+        2 => pick::<2>(avx512),
+        _ => pick::<4>(avx512),
+    };
+    // SAFETY: the level was detected by the caller (`x86::decode_residual`); the shapes were
+    // checked.
+    unsafe { decoder(tables, doc, nd, out) }
 }
 
 /// The `B`-bit word of group `g` of a token's codes.
@@ -60,19 +71,6 @@ unsafe fn decode_bits<const B: usize>(tables: &ResidualTables, doc: &[u8], nd: u
             }
             let scaled = _mm256_mul_ps(_mm256_loadu_ps(scales.add(8 * g)), w);
             _mm256_storeu_ps(row.add(8 * g), _mm256_add_ps(_mm256_loadu_ps(centroid.add(8 * g)), scaled));
-        }
-    }
-}
-
-/// Entry point of the AVX-512 decoder; `tables.check` has run and this CPU has AVX-512 F.
-pub(super) fn decode_avx512(tables: &ResidualTables, doc: &[u8], nd: usize, out: &mut [f32]) {
-    // SAFETY: AVX-512 F was detected by the caller (`x86::decode_residual`); the shapes were
-    // checked.
-    unsafe {
-        match tables.bits {
-            1 => decode_bits_avx512::<1>(tables, doc, nd, out),
-            2 => decode_bits_avx512::<2>(tables, doc, nd, out),
-            _ => decode_bits_avx512::<4>(tables, doc, nd, out),
         }
     }
 }
