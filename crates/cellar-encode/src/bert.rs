@@ -4,12 +4,12 @@
 //! [`crate::ops`]. Sequences of a batch are padded at the end, and the attention softmax gives
 //! padding keys probability zero, so a sequence's states do not depend on what it is batched with.
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use cellar_core::Result;
 
 use crate::config::BertConfig;
 use crate::ops::{Act, AddNorm, BiasAct, LayerNorm, MaskedSoftmax};
-use crate::weights::Weights;
+use crate::weights::{DiskRows, Weights};
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -42,8 +42,10 @@ struct Layer {
 pub(crate) struct Bert {
     /// Shapes and sizes from `config.json`.
     pub cfg: BertConfig,
-    /// Word embeddings, `(vocab, hidden)`.
-    word: Tensor,
+    /// Word embeddings, `(vocab, hidden)`, left in the model file: a batch reads the rows of
+    /// its tokens (30,522 x 384 f32 is 45 MiB of all-MiniLM-L6-v2's 87, which a query touches a
+    /// few dozen rows of).
+    word: DiskRows,
     /// Position embeddings plus the token-type-0 embedding, `(max_positions, hidden)`.
     pos_type: Tensor,
     /// LayerNorm of the embedding sum.
@@ -148,7 +150,7 @@ impl Bert {
     /// Builds the network from `cfg` and the tensors in `w`.
     pub fn load(cfg: BertConfig, w: &Weights) -> Result<Bert> {
         let h = cfg.hidden_size;
-        let word = w.get("embeddings.word_embeddings.weight", &[cfg.vocab_size, h])?;
+        let word = w.rows("embeddings.word_embeddings.weight", [cfg.vocab_size, h])?;
         let pos = w.get("embeddings.position_embeddings.weight", &[cfg.max_position_embeddings, h])?;
         let pos_type = match w.get_opt("embeddings.token_type_embeddings.weight") {
             Some(t) => prep(w, t.narrow(0, 0, 1).and_then(|t0| pos.broadcast_add(&t0)))?,
@@ -162,9 +164,8 @@ impl Bert {
     /// Runs `batch` sequences of `seq` token ids each (row-major in `ids`, padded at the end;
     /// `lens[b]` real tokens in sequence `b`). Returns the last hidden states, `(batch * seq, hidden)`.
     pub fn forward(&self, ids: &[u32], seq: usize, lens: &[usize]) -> CResult<Tensor> {
-        let ids = Tensor::from_slice(ids, ids.len(), &Device::Cpu)?;
         let pos = self.pos_type.narrow(0, 0, seq)?;
-        let mut x = self.word.index_select(&ids, 0)?;
+        let mut x = self.word.select(ids)?;
         x.inplace_op2(&pos, &AddNorm { bias: None, norm: &self.ln_emb })?;
         for layer in &self.layers {
             x = layer.forward(&x, &self.cfg, seq, lens)?;

@@ -162,7 +162,7 @@ pub(crate) struct ModernBert {
 impl ModernBert {
     pub fn load(cfg: ModernBertConfig, w: &Weights) -> Result<ModernBert> {
         let (h, inter) = (cfg.hidden_size, cfg.intermediate_size);
-        let prefix = if w.raw("model.embeddings.tok_embeddings.weight").is_some() { "model." } else { "" };
+        let prefix = if w.has("model.embeddings.tok_embeddings.weight") { "model." } else { "" };
         let get = |name: &str, shape: &[usize]| -> Result<Tensor> {
             let full = format!("{prefix}{name}");
             let t = w.raw(&full).ok_or_else(|| model_err(w.path(), format!("missing tensor {full}")))?;

@@ -54,7 +54,7 @@ struct Module {
 impl Projection {
     /// Finds and loads the projection of the model in `dir` (see the module docs), if any.
     pub fn find(dir: &Path, bert: &Weights, hidden: usize) -> Result<Option<Projection>> {
-        if bert.raw("linear.weight").is_some() {
+        if bert.has("linear.weight") {
             return Projection::from_weights(bert, hidden, Act::Identity).map(Some);
         }
         let Some(dense_dir) = dense_dir(dir)? else { return Ok(None) };

@@ -106,16 +106,16 @@ impl SparseEncoder {
         let dense_b = values(head("cls.predictions.transform.dense.bias", &[h])?)?;
         let norm = |a: &str, b: &str| -> Result<Vec<f32>> {
             let name = format!("cls.predictions.transform.LayerNorm.{a}");
-            match weights.raw(&name) {
-                Some(_) => values(head(&name, &[h])?),
-                None => values(head(&format!("cls.predictions.transform.LayerNorm.{b}"), &[h])?),
+            match weights.has(&name) {
+                true => values(head(&name, &[h])?),
+                false => values(head(&format!("cls.predictions.transform.LayerNorm.{b}"), &[h])?),
             }
         };
         let (gamma, beta) = (norm("weight", "gamma")?, norm("bias", "beta")?);
         let vocab_bias = values(head("cls.predictions.bias", &[vocab])?)?;
-        let decoder = match weights.raw("cls.predictions.decoder.weight") {
-            Some(_) => head("cls.predictions.decoder.weight", &[vocab, h])?,
-            None => weights.get("embeddings.word_embeddings.weight", &[vocab, h])?,
+        let decoder = match weights.has("cls.predictions.decoder.weight") {
+            true => head("cls.predictions.decoder.weight", &[vocab, h])?,
+            false => weights.get("embeddings.word_embeddings.weight", &[vocab, h])?,
         };
         let decoder = decoder.t().and_then(|t| t.contiguous()).map_err(|e| tensor_err(dir, e))?;
         let tokenizers = Tokenizers::load(dir)?;
