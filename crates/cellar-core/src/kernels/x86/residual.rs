@@ -88,24 +88,9 @@ unsafe fn decode_bits_avx512<const B: usize>(
 ) {
     let dim = tables.dim;
     let b = B as i32;
-    let shifts = _mm512_setr_epi32(
-        0,
-        b,
-        2 * b,
-        3 * b,
-        4 * b,
-        5 * b,
-        6 * b,
-        7 * b,
-        0,
-        b,
-        2 * b,
-        3 * b,
-        4 * b,
-        5 * b,
-        6 * b,
-        7 * b,
-    );
+    // Lane t of either half shifts its group's word by (t mod 8) * B bits.
+    let lanes: [i32; 16] = core::array::from_fn(|t| (t % 8) as i32 * b);
+    let shifts = _mm512_loadu_si512(lanes.as_ptr().cast());
     let mask = _mm512_set1_epi32((1 << B) - 1);
     let mut padded = [0f32; 16];
     padded[..1 << B].copy_from_slice(tables.weights);
