@@ -152,7 +152,7 @@ impl Bert {
         let h = cfg.hidden_size;
         let word = w.rows("embeddings.word_embeddings.weight", [cfg.vocab_size, h])?;
         let pos = w.get("embeddings.position_embeddings.weight", &[cfg.max_position_embeddings, h])?;
-        let pos_type = match w.get_opt("embeddings.token_type_embeddings.weight") {
+        let pos_type = match w.get_opt("embeddings.token_type_embeddings.weight")? {
             Some(t) => prep(w, t.narrow(0, 0, 1).and_then(|t0| pos.broadcast_add(&t0)))?,
             None => pos,
         };

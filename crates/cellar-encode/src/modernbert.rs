@@ -165,14 +165,14 @@ impl ModernBert {
         let prefix = if w.has("model.embeddings.tok_embeddings.weight") { "model." } else { "" };
         let get = |name: &str, shape: &[usize]| -> Result<Tensor> {
             let full = format!("{prefix}{name}");
-            let t = w.raw(&full).ok_or_else(|| model_err(w.path(), format!("missing tensor {full}")))?;
+            let t = w.raw(&full)?.ok_or_else(|| model_err(w.path(), format!("missing tensor {full}")))?;
             if t.dims() != shape {
                 return Err(model_err(
                     w.path(),
                     format!("tensor {full} has shape {:?}, expected {shape:?}", t.dims()),
                 ));
             }
-            Ok(t.clone())
+            Ok(t)
         };
         let prep = |r: CResult<Tensor>| r.map_err(|e| model_err(w.path(), format!("preparing weights: {e}")));
         let vec = |name: &str| -> Result<Vec<f32>> {

@@ -83,7 +83,7 @@ impl Projection {
     /// Builds the layer from `linear.weight` / `linear.bias` in `w`.
     fn from_weights(w: &Weights, hidden: usize, act: Act) -> Result<Projection> {
         let bad = |d: String| model_err(w.path(), d);
-        let weight = w.raw("linear.weight").ok_or_else(|| bad("missing tensor linear.weight".into()))?;
+        let weight = w.raw("linear.weight")?.ok_or_else(|| bad("missing tensor linear.weight".into()))?;
         let (out_dim, inp) = weight.dims2().map_err(|e| bad(format!("linear.weight: {e}")))?;
         if inp != hidden || out_dim == 0 {
             return Err(bad(format!(
@@ -92,7 +92,7 @@ impl Projection {
         }
         let flat = weight.flatten_all().and_then(|t| t.to_vec1::<f32>()).map_err(|e| bad(e.to_string()))?;
         let weight_t = weight.t().and_then(|t| t.contiguous()).map_err(|e| bad(e.to_string()))?;
-        let bias = match w.raw("linear.bias") {
+        let bias = match w.raw("linear.bias")? {
             Some(b) => Some(b.to_vec1::<f32>().map_err(|e| bad(format!("linear.bias: {e}")))?),
             None => None,
         };

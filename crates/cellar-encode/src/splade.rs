@@ -89,7 +89,7 @@ impl SparseEncoder {
         let weights = Weights::load_bert(&path)?;
         let (h, vocab) = (cfg.hidden_size, cfg.vocab_size);
         let head = |name: &str, shape: &[usize]| -> Result<Tensor> {
-            let t = weights.raw(name).ok_or_else(|| {
+            let t = weights.raw(name)?.ok_or_else(|| {
                 model_err(&path, format!("missing tensor {name}: not a masked-LM (SPLADE) checkpoint"))
             })?;
             if t.dims() != shape {
@@ -98,7 +98,7 @@ impl SparseEncoder {
                     format!("tensor {name} has shape {:?}, expected {shape:?}", t.dims()),
                 ));
             }
-            Ok(t.clone())
+            Ok(t)
         };
         let values = |t: Tensor| t.to_vec1::<f32>().map_err(|e| tensor_err(dir, e));
         let dense_w = head("cls.predictions.transform.dense.weight", &[h, h])?;
@@ -106,16 +106,16 @@ impl SparseEncoder {
         let dense_b = values(head("cls.predictions.transform.dense.bias", &[h])?)?;
         let norm = |a: &str, b: &str| -> Result<Vec<f32>> {
             let name = format!("cls.predictions.transform.LayerNorm.{a}");
-            match weights.has(&name) {
-                true => values(head(&name, &[h])?),
-                false => values(head(&format!("cls.predictions.transform.LayerNorm.{b}"), &[h])?),
-            }
+            let name =
+                if weights.has(&name) { name } else { format!("cls.predictions.transform.LayerNorm.{b}") };
+            values(head(&name, &[h])?)
         };
         let (gamma, beta) = (norm("weight", "gamma")?, norm("bias", "beta")?);
         let vocab_bias = values(head("cls.predictions.bias", &[vocab])?)?;
-        let decoder = match weights.has("cls.predictions.decoder.weight") {
-            true => head("cls.predictions.decoder.weight", &[vocab, h])?,
-            false => weights.get("embeddings.word_embeddings.weight", &[vocab, h])?,
+        let decoder = if weights.has("cls.predictions.decoder.weight") {
+            head("cls.predictions.decoder.weight", &[vocab, h])?
+        } else {
+            weights.get("embeddings.word_embeddings.weight", &[vocab, h])?
         };
         let decoder = decoder.t().and_then(|t| t.contiguous()).map_err(|e| tensor_err(dir, e))?;
         let tokenizers = Tokenizers::load(dir)?;

@@ -1,26 +1,31 @@
 //! Named tensors of a safetensors file, looked up with or without the `bert.` prefix.
 //!
-//! The file is memory-mapped while a network is built and each tensor is copied out (as f32)
-//! only when asked for, so loading holds the network being built plus one tensor, not the
-//! file and every tensor besides. A large embedding table can stay on disk instead
-//! ([`Weights::rows`]): its rows are read when a batch names them.
+//! The file is memory-mapped while a network is built and its header parsed once; each tensor
+//! is copied out (as f32) only when asked for, so loading holds the network being built plus
+//! one tensor, not the file and every tensor besides. A large embedding table can stay on disk
+//! instead ([`Weights::rows`]): its rows are read when a batch names them.
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use candle_core::safetensors::MmapedSafetensors;
+use candle_core::safetensors::Load;
 use candle_core::{DType, Device, Tensor};
 use cellar_core::Result;
+use memmap2::Mmap;
+use safetensors::tensor::{Dtype, Metadata, SafeTensors, TensorView};
 
 use crate::errors::model_err;
 
 /// The tensors of one safetensors file, copied out as f32 on the CPU when asked for.
 pub(crate) struct Weights {
     /// The mapped file.
-    file: MmapedSafetensors,
+    map: Mmap,
+    /// Its header: every tensor's dtype, shape and byte range.
+    meta: Metadata,
+    /// Where the tensors' bytes start (after the header's length and the header).
+    data_start: usize,
     /// Prefix in front of the BERT tensors' names: `"bert."` or `""`.
     prefix: &'static str,
     /// The file, for error messages.
@@ -48,18 +53,20 @@ impl Weights {
         if !path.is_file() {
             return Err(model_err(path, "missing (a model directory needs model.safetensors)"));
         }
+        let file = File::open(path).map_err(|e| model_err(path, format!("cannot open: {e}")))?;
         // SAFETY: the mapping lives only while a network is built from it, and every tensor is
         // copied out of it; a model file truncated by another process during those seconds could
         // fault, as any reader of a file that shrinks under it.
-        let file = unsafe { MmapedSafetensors::new(path) }
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| model_err(path, format!("cannot map: {e}")))?;
+        let (header_len, meta) = SafeTensors::read_metadata(&map)
             .map_err(|e| model_err(path, format!("not a readable safetensors file: {e}")))?;
-        Ok(Weights { file, prefix: "", path: path.to_path_buf() })
+        Ok(Weights { map, meta, data_start: 8 + header_len, prefix: "", path: path.to_path_buf() })
     }
 
     /// The BERT tensor `name` (prefix added), checked to have `shape`.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let full = format!("{}{name}", self.prefix);
-        let t = self.raw(&full).ok_or_else(|| model_err(&self.path, format!("missing tensor {full}")))?;
+        let t = self.raw(&full)?.ok_or_else(|| model_err(&self.path, format!("missing tensor {full}")))?;
         if t.dims() != shape {
             let detail = format!("tensor {full} has shape {:?}, config.json implies {shape:?}", t.dims());
             return Err(model_err(&self.path, detail));
@@ -74,29 +81,65 @@ impl Weights {
     }
 
     /// The BERT tensor `name` (prefix added), if the file has it.
-    pub fn get_opt(&self, name: &str) -> Option<Tensor> {
+    pub fn get_opt(&self, name: &str) -> Result<Option<Tensor>> {
         self.raw(&format!("{}{name}", self.prefix))
     }
 
     /// Whether the file has a tensor under exactly `name`.
     pub fn has(&self, name: &str) -> bool {
-        self.file.get(name).is_ok()
+        self.meta.info(name).is_some()
     }
 
-    /// The tensor stored under exactly `name`, as f32 (integer tensors as they are), if any
-    /// can be read.
-    pub fn raw(&self, name: &str) -> Option<Tensor> {
-        let t = self.file.load(name, &Device::Cpu).ok()?;
-        match t.dtype() {
-            DType::F16 | DType::BF16 | DType::F64 => t.to_dtype(DType::F32).ok(),
-            _ => Some(t), // f32, and integer buffers (e.g. position_ids) that are never read as weights
-        }
+    /// The tensor stored under exactly `name`, as f32 (integer tensors as they are), if the file
+    /// has it.
+    pub fn raw(&self, name: &str) -> Result<Option<Tensor>> {
+        let Some(info) = self.meta.info(name) else { return Ok(None) };
+        let (begin, end) = info.data_offsets;
+        let bytes = &self.map[self.data_start + begin..self.data_start + end];
+        let bad = |e: String| model_err(&self.path, format!("tensor {name}: {e}"));
+        let view = TensorView::new(info.dtype, info.shape.clone(), bytes).map_err(|e| bad(e.to_string()))?;
+        let t = view.load(&Device::Cpu).map_err(|e| bad(e.to_string()))?;
+        let t = match t.dtype() {
+            DType::F16 | DType::BF16 | DType::F64 => {
+                t.to_dtype(DType::F32).map_err(|e| bad(format!("cannot convert to f32: {e}")))?
+            }
+            _ => t, // f32, and integer buffers (e.g. position_ids) that are never read as weights
+        };
+        Ok(Some(t))
     }
 
     /// The BERT table `name` (prefix added) of `shape` (rows, columns), left on disk: its rows
     /// are read from the file when a batch names them.
     pub fn rows(&self, name: &str, shape: [usize; 2]) -> Result<DiskRows> {
-        DiskRows::open(&self.path, &format!("{}{name}", self.prefix), shape)
+        let full = format!("{}{name}", self.prefix);
+        let bad = |detail: String| model_err(&self.path, detail);
+        let info = self.meta.info(&full).ok_or_else(|| bad(format!("missing tensor {full}")))?;
+        let dtype = match info.dtype {
+            Dtype::F32 => DType::F32,
+            Dtype::F16 => DType::F16,
+            Dtype::BF16 => DType::BF16,
+            other => {
+                return Err(bad(format!(
+                    "tensor {full} has dtype {other:?}; an embedding table is F32, F16 or BF16"
+                )))
+            }
+        };
+        if info.shape != shape {
+            return Err(bad(format!(
+                "tensor {full} has shape {:?}, config.json implies {shape:?}",
+                info.shape
+            )));
+        }
+        let file = File::open(&self.path).map_err(|e| bad(format!("cannot open: {e}")))?;
+        Ok(DiskRows {
+            file,
+            path: self.path.clone(),
+            name: full,
+            start: (self.data_start + info.data_offsets.0) as u64,
+            dtype,
+            rows: shape[0],
+            cols: shape[1],
+        })
     }
 
     /// The file the tensors came from.
@@ -119,64 +162,7 @@ pub(crate) struct DiskRows {
     cols: usize,
 }
 
-/// The largest safetensors header read (the format's own limit is 100 MB).
-const MAX_HEADER: u64 = 100 << 20;
-
 impl DiskRows {
-    fn open(path: &Path, name: &str, shape: [usize; 2]) -> Result<DiskRows> {
-        let bad = |detail: String| model_err(path, detail);
-        let mut file = File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
-        let file_len = file.metadata().map_err(|e| bad(format!("cannot stat: {e}")))?.len();
-        let mut len = [0u8; 8];
-        file.read_exact(&mut len).map_err(|e| bad(format!("no safetensors header: {e}")))?;
-        let header_len = u64::from_le_bytes(len);
-        if header_len > MAX_HEADER || 8 + header_len > file_len {
-            return Err(bad(format!("safetensors header of {header_len} bytes does not fit the file")));
-        }
-        let mut header = vec![0u8; header_len as usize];
-        file.read_exact(&mut header).map_err(|e| bad(format!("cannot read the safetensors header: {e}")))?;
-        let header: HashMap<String, serde_json::Value> = serde_json::from_slice(&header)
-            .map_err(|e| bad(format!("safetensors header is not a JSON map: {e}")))?;
-        let entry = header.get(name).ok_or_else(|| bad(format!("missing tensor {name}")))?;
-        let dtype = match entry["dtype"].as_str() {
-            Some("F32") => DType::F32,
-            Some("F16") => DType::F16,
-            Some("BF16") => DType::BF16,
-            other => {
-                return Err(bad(format!(
-                    "tensor {name} has dtype {other:?}; an embedding table is F32, F16 or BF16"
-                )))
-            }
-        };
-        let dims: Option<Vec<usize>> = entry["shape"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|d| d.as_u64().map(|d| d as usize)).collect());
-        if dims.as_deref() != Some(&shape[..]) {
-            return Err(bad(format!("tensor {name} has shape {dims:?}, config.json implies {shape:?}")));
-        }
-        let offsets: Option<Vec<u64>> =
-            entry["data_offsets"].as_array().map(|a| a.iter().filter_map(|o| o.as_u64()).collect());
-        let [begin, end] = offsets.as_deref().unwrap_or(&[]) else {
-            return Err(bad(format!("tensor {name} has no data_offsets pair")));
-        };
-        let start = 8 + header_len + begin;
-        let want = (shape[0] * shape[1] * dtype.size_in_bytes()) as u64;
-        if end.checked_sub(*begin) != Some(want) || 8 + header_len + end > file_len {
-            return Err(bad(format!(
-                "tensor {name}'s data ({begin}..{end}) is not {want} bytes inside the file"
-            )));
-        }
-        Ok(DiskRows {
-            file,
-            path: path.to_path_buf(),
-            name: name.to_string(),
-            start,
-            dtype,
-            rows: shape[0],
-            cols: shape[1],
-        })
-    }
-
     /// The rows named by `ids`, in order, as an `(ids.len(), cols)` f32 tensor; each distinct id
     /// is read once.
     pub fn select(&self, ids: &[u32]) -> candle_core::Result<Tensor> {
@@ -272,8 +258,6 @@ mod tests {
         // A header that claims more bytes than the file has.
         let cut = dir.path().join("cut.safetensors");
         std::fs::write(&cut, 10_000u64.to_le_bytes()).unwrap();
-        let err = DiskRows::open(&cut, "t32", [5, 3]).err().unwrap().to_string();
-        assert!(err.contains("does not fit the file"), "{err}");
         let err = Weights::load_plain(&cut).err().unwrap().to_string();
         assert!(err.contains("not a readable safetensors file"), "{err}");
     }
