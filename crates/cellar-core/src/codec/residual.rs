@@ -4,8 +4,8 @@
 //! Fitting is bounded: at most [`MAX_FIT_TOKENS`] sample tokens, a two-level k-means tree of at
 //! most [`MAX_CENTROIDS`] leaves (a token is assigned by descending the tree: about
 //! `2 * sqrt(k)` dot products instead of `k`), then per-dimension residual scales (their RMS)
-//! and `2^bits` buckets of the scaled residuals: cutoffs at equal quantiles, each bucket's value
-//! the mean of its members. A dimension decodes to `centroid + scale * bucket value`
+//! and `2^bits` buckets of the scaled residuals placed for the least squared error (Lloyd-Max:
+//! each bucket's value the mean of its members, cutoffs halfway between values). A dimension decodes to `centroid + scale * bucket value`
 //! (`kernels::residual`), and MaxSim runs on the decoded f32 tokens.
 
 use std::cell::Cell;
@@ -28,6 +28,8 @@ pub const MAX_CENTROIDS: usize = 4_096;
 /// Scaled residual values kept to place the bucket cutoffs.
 const MAX_BUCKET_VALUES: usize = 1 << 20;
 const MIN_SCALE: f32 = 1e-12;
+/// Most refinement passes of the bucket values (they settle in a few dozen on token residuals).
+const LLOYD_MAX_PASSES: usize = 200;
 const SEED: u64 = 0x5e51_d0a1;
 
 #[derive(Debug, Clone)]
@@ -123,7 +125,7 @@ impl ResidualCodec {
         }
     }
 
-    /// Per-dimension RMS of the residuals, then equal-quantile buckets of the scaled residuals.
+    /// Per-dimension RMS of the residuals, then Lloyd-Max buckets of the scaled residuals.
     fn fit_buckets(&mut self, points: &Points) {
         let dim = self.dim;
         let mut residuals = Vec::with_capacity(points.len() * dim);
@@ -140,17 +142,7 @@ impl ResidualCodec {
         let mut values: Vec<f32> =
             (0..residuals.len()).step_by(step).map(|i| residuals[i] / self.scales[i % dim]).collect();
         values.sort_by(f32::total_cmp);
-        let buckets = 1usize << self.bits;
-        let bounds: Vec<usize> = (0..=buckets).map(|b| b * values.len() / buckets).collect();
-        self.cutoffs = bounds[1..buckets].iter().map(|&i| values[i]).collect();
-        self.weights = bounds
-            .windows(2)
-            .map(|w| {
-                // A bucket left empty by a tiny sample takes the value at its start.
-                let members = &values[w[0]..w[1].max(w[0] + 1)];
-                (members.iter().map(|v| f64::from(*v)).sum::<f64>() / members.len() as f64) as f32
-            })
-            .collect();
+        (self.cutoffs, self.weights) = lloyd_max(&values, 1 << self.bits);
     }
 
     pub fn from_params(kind: CodecKind, dim: usize, params: &[u8], path: &Path) -> Result<Self> {
@@ -264,6 +256,46 @@ impl ResidualCodec {
             weights: &self.weights,
         }
     }
+}
+
+/// Cutoffs and values of `buckets` buckets for `sorted` values that minimise the squared error
+/// (Lloyd-Max): start from equal quantiles, each bucket's value the mean of its members, then
+/// alternate cutoffs halfway between neighbouring values and values at their members' means
+/// until nothing moves. Token residuals have heavier tails than a normal distribution, which
+/// equal-quantile buckets cut too coarsely (SciFact's MiniLM residuals: 23% less squared error at
+/// 2 bits, 65% at 4).
+fn lloyd_max(sorted: &[f32], buckets: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut prefix = Vec::with_capacity(sorted.len() + 1);
+    prefix.push(0f64);
+    for v in sorted {
+        prefix.push(prefix[prefix.len() - 1] + f64::from(*v));
+    }
+    // A bucket left empty keeps the value it had (at the start: the value at its start).
+    let mean_of = |lo: usize, hi: usize, old: f32| {
+        if hi > lo {
+            ((prefix[hi] - prefix[lo]) / (hi - lo) as f64) as f32
+        } else {
+            old
+        }
+    };
+    let n = sorted.len();
+    let mut bounds: Vec<usize> = (0..=buckets).map(|b| b * n / buckets).collect();
+    let mut weights: Vec<f32> =
+        bounds.windows(2).map(|w| mean_of(w[0], w[1], sorted[w[0].min(n - 1)])).collect();
+    let midpoints = |w: &[f32]| -> Vec<f32> { w.windows(2).map(|p| (p[0] + p[1]) / 2.0).collect() };
+    for _ in 0..LLOYD_MAX_PASSES {
+        // A value at or above a cutoff is in the bucket above it, as `quantize` counts.
+        for (b, cut) in midpoints(&weights).iter().enumerate() {
+            bounds[b + 1] = sorted.partition_point(|v| v < cut);
+        }
+        let next: Vec<f32> =
+            bounds.windows(2).zip(&weights).map(|(w, old)| mean_of(w[0], w[1], *old)).collect();
+        if next == weights {
+            break;
+        }
+        weights = next;
+    }
+    (midpoints(&weights), weights)
 }
 
 /// The centroid tree: top centroids, each one's range of leaves, the leaves.
@@ -459,6 +491,34 @@ mod tests {
         );
         assert_eq!(centroid_count(10_000), 1024);
         assert_eq!(centroid_count(10_000_000), MAX_CENTROIDS);
+    }
+
+    #[test]
+    fn buckets_reach_the_lloyd_max_quantizer_of_a_normal_distribution() {
+        // Normal values by Box-Muller, sorted as `fit_buckets` hands them over.
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut values: Vec<f32> = (0..200_000)
+            .map(|_| {
+                let (u, v): (f64, f64) = (rng.gen_range(f64::EPSILON..1.0), rng.gen());
+                ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+            })
+            .collect();
+        values.sort_by(f32::total_cmp);
+        // Max (1960): the 2-bit quantizer of N(0, 1) has values ±0.4528, ±1.510, cutoffs 0, ±0.9816.
+        let (cutoffs, weights) = lloyd_max(&values, 4);
+        for (got, want) in weights.iter().zip([-1.510, -0.4528, 0.4528, 1.510]) {
+            assert!((got - want).abs() < 0.02, "values {weights:?}");
+        }
+        for (got, want) in cutoffs.iter().zip([-0.9816, 0.0, 0.9816]) {
+            assert!((got - want).abs() < 0.02, "cutoffs {cutoffs:?}");
+        }
+        // Fewer values than buckets: ascending cutoffs, every value finite.
+        for tiny in [&[0.5f32][..], &[-1.0, 2.0]] {
+            let (cutoffs, weights) = lloyd_max(tiny, 16);
+            assert_eq!((cutoffs.len(), weights.len()), (15, 16));
+            assert!(cutoffs.windows(2).all(|w| w[0] <= w[1]), "{cutoffs:?}");
+            assert!(weights.iter().all(|w| w.is_finite()), "{weights:?}");
+        }
     }
 
     #[test]
