@@ -263,7 +263,7 @@ impl ResidualCodec {
 /// alternate cutoffs halfway between neighbouring values and values at their members' means
 /// until nothing moves. Token residuals have heavier tails than a normal distribution, which
 /// equal-quantile buckets cut too coarsely (SciFact's MiniLM residuals: 23% less squared error at
-/// 2 bits, 65% at 4).
+/// 2 bits, 70% at 4).
 fn lloyd_max(sorted: &[f32], buckets: usize) -> (Vec<f32>, Vec<f32>) {
     let mut prefix = Vec::with_capacity(sorted.len() + 1);
     prefix.push(0f64);
