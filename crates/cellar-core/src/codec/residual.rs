@@ -5,8 +5,9 @@
 //! most [`MAX_CENTROIDS`] leaves (a token is assigned by descending the tree: about
 //! `2 * sqrt(k)` dot products instead of `k`), then per-dimension residual scales (their RMS)
 //! and `2^bits` buckets of the scaled residuals placed for the least squared error (Lloyd-Max:
-//! each bucket's value the mean of its members, cutoffs halfway between values). A dimension decodes to `centroid + scale * bucket value`
-//! (`kernels::residual`), and MaxSim runs on the decoded f32 tokens.
+//! each bucket's value the mean of its members, cutoffs halfway between values). A dimension
+//! decodes to `centroid + scale * bucket value` (`kernels::residual`), and MaxSim runs on the
+//! decoded f32 tokens.
 
 use std::cell::Cell;
 use std::path::Path;
@@ -28,7 +29,7 @@ pub const MAX_CENTROIDS: usize = 4_096;
 /// Scaled residual values kept to place the bucket cutoffs.
 const MAX_BUCKET_VALUES: usize = 1 << 20;
 const MIN_SCALE: f32 = 1e-12;
-/// Most refinement passes of the bucket values (they settle in a few dozen on token residuals).
+/// Most refinement passes of the bucket values (a bound: the loop ends once no value moves).
 const LLOYD_MAX_PASSES: usize = 200;
 const SEED: u64 = 0x5e51_d0a1;
 
