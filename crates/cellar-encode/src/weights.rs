@@ -5,7 +5,6 @@
 //! one tensor, not the file and every tensor besides. A large embedding table can stay on disk
 //! instead ([`Weights::rows`]): its rows are read when a batch names them.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -96,15 +95,8 @@ impl Weights {
         let Some(info) = self.meta.info(name) else { return Ok(None) };
         let (begin, end) = info.data_offsets;
         let bytes = &self.map[self.data_start + begin..self.data_start + end];
-        let bad = |e: String| model_err(&self.path, format!("tensor {name}: {e}"));
-        let view = TensorView::new(info.dtype, info.shape.clone(), bytes).map_err(|e| bad(e.to_string()))?;
-        let t = view.load(&Device::Cpu).map_err(|e| bad(e.to_string()))?;
-        let t = match t.dtype() {
-            DType::F16 | DType::BF16 | DType::F64 => {
-                t.to_dtype(DType::F32).map_err(|e| bad(format!("cannot convert to f32: {e}")))?
-            }
-            _ => t, // f32, and integer buffers (e.g. position_ids) that are never read as weights
-        };
+        let t = load_f32(info.dtype, info.shape.clone(), bytes)
+            .map_err(|e| model_err(&self.path, format!("tensor {name}: {e}")))?;
         Ok(Some(t))
     }
 
@@ -114,16 +106,12 @@ impl Weights {
         let full = format!("{}{name}", self.prefix);
         let bad = |detail: String| model_err(&self.path, detail);
         let info = self.meta.info(&full).ok_or_else(|| bad(format!("missing tensor {full}")))?;
-        let dtype = match info.dtype {
-            Dtype::F32 => DType::F32,
-            Dtype::F16 => DType::F16,
-            Dtype::BF16 => DType::BF16,
-            other => {
-                return Err(bad(format!(
-                    "tensor {full} has dtype {other:?}; an embedding table is F32, F16 or BF16"
-                )))
-            }
-        };
+        let dtype = info.dtype;
+        if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+            return Err(bad(format!(
+                "tensor {full} has dtype {dtype:?}; an embedding table is F32, F16 or BF16"
+            )));
+        }
         if info.shape != shape {
             return Err(bad(format!(
                 "tensor {full} has shape {:?}, config.json implies {shape:?}",
@@ -157,59 +145,58 @@ pub(crate) struct DiskRows {
     name: String,
     /// Where the table's first row starts in the file.
     start: u64,
-    dtype: DType,
+    dtype: Dtype,
     rows: usize,
     cols: usize,
 }
 
 impl DiskRows {
     /// The rows named by `ids`, in order, as an `(ids.len(), cols)` f32 tensor; each distinct id
-    /// is read once.
+    /// is read once, in file order, and converted as [`Weights::raw`] converts a whole tensor.
     pub fn select(&self, ids: &[u32]) -> candle_core::Result<Tensor> {
-        let (cols, elem) = (self.cols, self.dtype.size_in_bytes());
-        let mut first: HashMap<u32, usize> = HashMap::new();
-        let mut out = vec![0f32; ids.len() * cols];
-        let mut raw = vec![0u8; cols * elem];
-        for (i, &id) in ids.iter().enumerate() {
-            let row = i * cols..(i + 1) * cols;
-            if let Some(&seen) = first.get(&id) {
-                out.copy_within(seen * cols..(seen + 1) * cols, row.start);
-                continue;
-            }
-            if id as usize >= self.rows {
-                candle_core::bail!("token id {id} is past the {} rows of {}", self.rows, self.name);
-            }
-            let at = self.start + (id as usize * cols * elem) as u64;
-            self.file.read_exact_at(&mut raw, at).map_err(|e| {
+        let mut distinct = ids.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if let Some(&id) = distinct.last().filter(|id| **id as usize >= self.rows) {
+            candle_core::bail!("token id {id} is past the {} rows of {}", self.rows, self.name);
+        }
+        // F32, F16 and BF16 (checked in `Weights::rows`) are whole bytes.
+        let row_bytes = self.cols * self.dtype.bitsize() / 8;
+        let mut raw = vec![0u8; distinct.len() * row_bytes];
+        for (&id, dst) in distinct.iter().zip(raw.chunks_exact_mut(row_bytes)) {
+            let at = self.start + (id as usize * row_bytes) as u64;
+            self.file.read_exact_at(dst, at).map_err(|e| {
                 candle_core::Error::Msg(format!(
                     "reading row {id} of {} in {}: {e}",
                     self.name,
                     self.path.display()
                 ))
             })?;
-            let dst = &mut out[row];
-            match self.dtype {
-                DType::F32 => raw
-                    .chunks_exact(4)
-                    .zip(dst)
-                    .for_each(|(b, d)| *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                DType::F16 => raw
-                    .chunks_exact(2)
-                    .zip(dst)
-                    .for_each(|(b, d)| *d = half::f16::from_le_bytes([b[0], b[1]]).to_f32()),
-                _ => raw
-                    .chunks_exact(2)
-                    .zip(dst)
-                    .for_each(|(b, d)| *d = half::bf16::from_le_bytes([b[0], b[1]]).to_f32()),
-            }
-            first.insert(id, i);
         }
-        Tensor::from_vec(out, (ids.len(), cols), &Device::Cpu)
+        let table =
+            load_f32(self.dtype, vec![distinct.len(), self.cols], &raw).map_err(candle_core::Error::Msg)?;
+        let at: Vec<u32> = ids.iter().map(|id| distinct.partition_point(|d| d < id) as u32).collect();
+        table.index_select(&Tensor::from_vec(at, ids.len(), &Device::Cpu)?, 0)
+    }
+}
+
+/// A tensor of `dtype` and `shape` from its bytes in the file, floating point as f32 (integer
+/// buffers such as position_ids, never read as weights, as they are).
+fn load_f32(dtype: Dtype, shape: Vec<usize>, bytes: &[u8]) -> std::result::Result<Tensor, String> {
+    let view = TensorView::new(dtype, shape, bytes).map_err(|e| e.to_string())?;
+    let t = view.load(&Device::Cpu).map_err(|e| e.to_string())?;
+    match t.dtype() {
+        DType::F16 | DType::BF16 | DType::F64 => {
+            t.to_dtype(DType::F32).map_err(|e| format!("cannot convert to f32: {e}"))
+        }
+        _ => Ok(t),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     /// A safetensors file with an f32 and an f16 table of 5 x 3, and a vector.
