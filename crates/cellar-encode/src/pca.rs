@@ -27,7 +27,8 @@ use crate::errors::invalid;
 
 /// File magic.
 const MAGIC: &[u8; 8] = b"CELLPCA\0";
-/// Rows per chunk when accumulating the covariance (f32 products, f64 running sum).
+/// Rows per chunk when accumulating the covariance (f32 products, f64 running sum) and when
+/// projecting.
 const CHUNK_ROWS: usize = 4096;
 
 /// A fitted PCA: mean and principal axes.
@@ -98,14 +99,47 @@ impl Pca {
     }
 
     /// Projects `v`, one or more rows of `in_dim` values, to as many rows of `out_dim` (centred,
-    /// not re-normalised). A trailing partial row is ignored.
+    /// not re-normalised). A trailing partial row is ignored. One matrix product (gemm, on the
+    /// calling thread) per chunk of rows: a build projects every token of the collection.
     pub fn project(&self, v: &[f32]) -> Vec<f32> {
         debug_assert!(v.len().is_multiple_of(self.in_dim), "PCA input is not whole rows of {}", self.in_dim);
-        let mut out = Vec::with_capacity(v.len() / self.in_dim * self.out_dim);
-        let mut centred = vec![0f32; self.in_dim];
-        for row in v.chunks_exact(self.in_dim) {
-            centred.iter_mut().zip(row).zip(&self.mean).for_each(|((c, x), m)| *c = x - m);
-            out.extend(self.components.chunks_exact(self.in_dim).map(|axis| dot(axis, &centred)));
+        let (d, o) = (self.in_dim, self.out_dim);
+        let rows = v.len() / d;
+        let mut out = vec![0f32; rows * o];
+        let mut centred = Vec::with_capacity(rows.min(CHUNK_ROWS) * d);
+        for (chunk, dst) in v[..rows * d].chunks(CHUNK_ROWS * d).zip(out.chunks_mut(CHUNK_ROWS * o)) {
+            centred.clear();
+            for row in chunk.chunks_exact(d) {
+                centred.extend(row.iter().zip(&self.mean).map(|(x, m)| x - m));
+            }
+            let n = chunk.len() / d;
+            // dst (n x o) = centred (n x d) * components^T (d x o). gemm's operands are (pointer,
+            // column stride, row stride): the components' row j is column j of the right operand.
+            // SAFETY: dst holds n * o values, centred n * d and the components o * d, each read or
+            // written only at row * row_stride + column * column_stride within those shapes.
+            unsafe {
+                gemm::gemm(
+                    n,
+                    o,
+                    d,
+                    dst.as_mut_ptr(),
+                    1,
+                    o as isize,
+                    false,
+                    centred.as_ptr(),
+                    1,
+                    d as isize,
+                    self.components.as_ptr(),
+                    d as isize,
+                    1,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                )
+            };
         }
         out
     }
@@ -206,4 +240,39 @@ fn covariance(sample: &[f32], dim: usize, mean: &[f64]) -> candle_core::Result<V
         cov.iter_mut().zip(part).for_each(|(c, p)| *c += p as f64);
     }
     Ok(cov)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The projection (one gemm per chunk of rows) against one dot product per row and axis, on
+    /// row counts around the chunk size and a dimension that is no multiple of a SIMD width.
+    #[test]
+    fn projection_matches_the_dot_products_of_each_row() {
+        let (dim, out_dim) = (13, 6);
+        let mut s = 7u64;
+        let sample: Vec<f32> = (0..5000 * dim)
+            .map(|i| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 23) as f32 - 1.0) * (1 + i % dim) as f32 + 0.5
+            })
+            .collect();
+        let pca = Pca::fit(&sample, dim, out_dim).expect("fit");
+        for rows in [1, CHUNK_ROWS - 1, CHUNK_ROWS, CHUNK_ROWS + 1, 5000] {
+            let got = pca.project(&sample[..rows * dim]);
+            assert_eq!(got.len(), rows * out_dim);
+            for (r, row) in sample[..rows * dim].chunks(dim).enumerate() {
+                let centred: Vec<f32> = row.iter().zip(&pca.mean).map(|(x, m)| x - m).collect();
+                for (j, axis) in pca.components.chunks(dim).enumerate() {
+                    let want = dot(axis, &centred);
+                    let have = got[r * out_dim + j];
+                    assert!(
+                        (have - want).abs() < 1e-4 * (1.0 + want.abs()),
+                        "rows {rows}, row {r}, axis {j}: {have} vs {want}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -1,7 +1,5 @@
 //! PCA: recovery of a planted subspace, file round trip, corruption and argument errors.
 
-use std::time::Instant;
-
 use cellar_encode::{CellarError, Pca};
 
 /// Deterministic pseudo-random values in [-1, 1).
@@ -67,14 +65,13 @@ fn recovers_a_planted_subspace() {
 }
 
 #[test]
-fn fits_384_dimensions_quickly() {
+fn fits_384_dimensions() {
     let (sample, _) = planted(384, 3000, &[4.0, 2.0, 1.0]);
-    let start = Instant::now();
     let pca = Pca::fit(&sample, 384, 128).expect("fit");
-    let secs = start.elapsed().as_secs_f64();
-    println!("384 -> 128 PCA on 3000 rows: {secs:.2} s");
     assert_eq!(pca.out_dim(), 128);
-    assert!(secs < 20.0, "PCA fit took {secs} s");
+    let v = pca.variances();
+    assert!(v.windows(2).all(|w| w[0] >= w[1]), "variances not descending");
+    assert!(v[2] > 0.1 && v[3] < 0.01, "the three planted axes carry the variance: {:?}", &v[..4]);
 }
 
 #[test]
