@@ -7,12 +7,13 @@
 # 80 us SSD; then the same with client-side query vectors. INDEX (default: the index `make run` builds) and CODEC_INDEX
 # (a second index, e.g. a residual one, run under the same caps when given).
 # Re-run: cargo build --release -p cellar-bench -p cellar-cli && sh bench/footprint-caps.sh
-# (about 15 minutes; writes bench/results/footprint-caps-{text,client}.{md,json,png}).
+# (about 15 minutes; writes bench/results/footprint-caps-{text,client}.{md,json,png}; VECTORS=client
+# runs only the client half, TEXT_LEVELS and CLIENT_LEVELS the offered QPS of each half).
 set -eu
 . bench/scifact-load.env
 Q="--queries $D/queries.jsonl --qrels $D/qrels/test.tsv --mode hybrid --duration 10 --warmup 2 --baseline ram"
 [ -f $I/index.json ] || $C index $D --out $I
-for vectors in server client; do
+for vectors in ${VECTORS:-server client}; do
   EXTRA=""
   if [ -n "${CODEC_INDEX:-}" ]; then
     EXTRA="--config name=direct-codec-footprint+5,index=$CODEC_INDEX,reader=direct,cap=footprint+5,ssd_latency_us=80,vectors=$vectors"

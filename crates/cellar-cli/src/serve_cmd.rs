@@ -48,6 +48,12 @@ pub struct ServeArgs {
     /// default: the queue plus one per pool thread (workers and io waiters).
     #[arg(long)]
     pub max_in_flight: Option<usize>,
+    /// MiB of request bodies held at once (being read, queued or running; counted from their
+    /// Content-Length before they are read); a request that would pass it gets 429 unless no
+    /// other is held. Default: a quarter of the memory cgroup's headroom
+    /// once the index is open; unbounded without a cap.
+    #[arg(long)]
+    pub max_in_flight_mib: Option<usize>,
     /// Connections served at once; past it new ones wait in the kernel's backlog until one
     /// closes (an idle one is closed after --read-timeout-ms without a request).
     #[arg(long, default_value_t = cellar_server::DEFAULT_MAX_CONNECTIONS)]
@@ -176,6 +182,8 @@ fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
     config.queue_capacity = positive(args.queue.unwrap_or(config.queue_capacity), "queue")?;
     let in_flight = args.max_in_flight.unwrap_or(config.queue_capacity + config.threads());
     config.max_in_flight = positive(in_flight, "max-in-flight")?;
+    config.max_in_flight_bytes =
+        args.max_in_flight_mib.map(|m| positive(m, "max-in-flight-mib")).transpose()?.map(|m| m << 20);
     config.deadline = Duration::from_millis(positive(args.deadline_ms as usize, "deadline-ms")? as u64);
     config.max_body_bytes = positive(args.max_body_bytes, "max-body-bytes")?;
     config.read_timeout =

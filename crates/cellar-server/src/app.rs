@@ -39,6 +39,8 @@ pub struct AppState {
     pub config: ServerConfig,
     /// Requests to `/v1` admitted and not yet answered.
     pub(crate) in_flight: AtomicUsize,
+    /// Bytes of the `/v1` request bodies being read or admitted (see `routes::read_body`).
+    pub(crate) in_flight_bytes: AtomicUsize,
 }
 
 impl AppState {
@@ -70,6 +72,7 @@ impl AppState {
             metrics: Metrics::default(),
             config,
             in_flight: AtomicUsize::new(0),
+            in_flight_bytes: AtomicUsize::new(0),
         })
     }
 
@@ -115,6 +118,11 @@ impl AppState {
     /// Requests admitted now.
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Bytes of the `/v1` request bodies being read or admitted now.
+    pub fn in_flight_bytes(&self) -> usize {
+        self.in_flight_bytes.load(Ordering::Acquire)
     }
 }
 

@@ -71,6 +71,11 @@ pub struct ServerConfig {
     /// Requests admitted at once (queued or running); beyond it, 429. A body is read first,
     /// bounded by `max_body_bytes` and `read_timeout`, so slow clients take no admission slot.
     pub max_in_flight: usize,
+    /// Bytes of request bodies held at once (being read, queued or running; counted from their
+    /// Content-Length before they are read); a request that would pass it gets 429 unless no
+    /// other is held. `None`: [`default_in_flight_bytes`] when
+    /// serving starts (unbounded without a memory cap).
+    pub max_in_flight_bytes: Option<usize>,
     /// Time a request may take, queue included, before it is answered with 504.
     pub deadline: Duration,
     pub max_body_bytes: usize,
@@ -96,12 +101,29 @@ pub const MAX_READ_BUFFER_BYTES: usize = 64 << 20;
 /// be charged once the index is open (so concurrent searches cannot push a capped server past
 /// its cap), at least two pooled buffers, at most [`MAX_READ_BUFFER_BYTES`] (also without a cap).
 pub fn default_read_buffer_bytes() -> usize {
+    read_buffer_bytes_within(cap::memory_headroom())
+}
+
+fn read_buffer_bytes_within(headroom: Option<u64>) -> usize {
     let least = 2 * cellar_core::io::POOLED_BUFFER_BYTES;
-    cap::memory_headroom()
+    headroom
         .map_or(MAX_READ_BUFFER_BYTES, |h| {
             usize::try_from(h / 2).unwrap_or(usize::MAX).min(MAX_READ_BUFFER_BYTES)
         })
         .max(least)
+}
+
+/// The request-body budget when none is given: a quarter of what the process's memory cgroup
+/// may still be charged once the index is open (the read buffers take half), unbounded without a
+/// cap. A full queue of query-vector bodies (about 120 KB each as JSON numbers) otherwise got a
+/// server capped at its footprint + 5% of a residual index OOM-killed under overload
+/// (`bench/results/footprint-caps-client.md`).
+pub fn default_in_flight_bytes() -> usize {
+    in_flight_bytes_within(cap::memory_headroom())
+}
+
+fn in_flight_bytes_within(headroom: Option<u64>) -> usize {
+    headroom.map_or(usize::MAX, |h| usize::try_from(h / 4).unwrap_or(usize::MAX))
 }
 
 impl ServerConfig {
@@ -120,6 +142,7 @@ impl ServerConfig {
             io_waiters,
             queue_capacity: default_queue(workers),
             max_in_flight: default_queue(workers) + workers + io_waiters,
+            max_in_flight_bytes: None,
             deadline: Duration::from_secs(10),
             max_body_bytes: 2 << 20,
             read_timeout: Duration::from_secs(10),
@@ -153,9 +176,13 @@ pub fn serve_with(
             "serve an index, a data directory, streams, or any of them".into(),
         ));
     }
+    // Both budgets from one reading of the cap's headroom, taken with the index open.
+    let headroom = cap::memory_headroom();
     cellar_core::io::set_read_buffer_budget(
-        config.read_buffer_bytes.unwrap_or_else(default_read_buffer_bytes),
+        config.read_buffer_bytes.unwrap_or_else(|| read_buffer_bytes_within(headroom)),
     );
+    let mut config = config;
+    config.max_in_flight_bytes.get_or_insert_with(|| in_flight_bytes_within(headroom));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("cellar-net")
@@ -293,5 +320,19 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn under_a_cap_requests_get_a_quarter_of_the_headroom_and_read_buffers_half() {
+        let headroom = 40 << 20;
+        assert_eq!(in_flight_bytes_within(Some(headroom)), 10 << 20);
+        assert_eq!(read_buffer_bytes_within(Some(headroom)), 20 << 20);
+        assert_eq!(in_flight_bytes_within(None), usize::MAX, "no cap: bounded by count only");
+        assert_eq!(read_buffer_bytes_within(None), MAX_READ_BUFFER_BYTES);
     }
 }

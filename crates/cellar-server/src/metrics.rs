@@ -67,6 +67,8 @@ pub struct Gauges {
     pub waiting_io: usize,
     pub workers: usize,
     pub docs: usize,
+    pub request_bytes: usize,
+    pub request_byte_budget: usize,
 }
 
 impl Metrics {
@@ -128,6 +130,16 @@ impl Metrics {
             ),
             ("cellar_workers", "CPU workers (searches that compute at once)", gauges.workers as u64),
             ("cellar_index_docs", "Documents in the index", gauges.docs as u64),
+            (
+                "cellar_request_bytes_in_flight",
+                "Bytes of the request bodies being read or admitted",
+                gauges.request_bytes as u64,
+            ),
+            (
+                "cellar_request_byte_budget",
+                "Most bytes of request bodies admitted at once (0: unbounded)",
+                if gauges.request_byte_budget == usize::MAX { 0 } else { gauges.request_byte_budget as u64 },
+            ),
             ("cellar_process_rss_bytes", "Resident set size of the server process", rss),
             (
                 "cellar_read_buffer_bytes",

@@ -64,7 +64,9 @@ async fn count_requests(State(state): State<Arc<AppState>>, request: Request, ne
 /// Reads a `/v1` request's whole body before it is admitted: a Content-Length above
 /// `max_body_bytes` is refused at once (413), a body that has not arrived within `read_timeout`
 /// is 408. So a client trickling its body holds no admission slot, and one that announces more
-/// than it sends is answered, not waited on for ever.
+/// than it sends is answered, not waited on for ever. The body's bytes count against
+/// `max_in_flight_bytes` from before it is read (its Content-Length; a body without one once
+/// read) until the request ends: under overload a refused body is never read into memory.
 async fn read_body(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let limit = state.config.max_body_bytes;
     let too_large = |what: String| {
@@ -76,8 +78,15 @@ async fn read_body(State(state): State<Arc<AppState>>, request: Request, next: N
         .into_response()
     };
     let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok());
-    if let Some(length) = declared.and_then(|v| v.parse::<u64>().ok()).filter(|n| *n > limit as u64) {
+    let declared = declared.and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = declared.filter(|n| *n > limit as u64) {
         return too_large(format!("the body is announced as {length} bytes"));
+    }
+    // At most `limit` (checked above), so it fits a usize.
+    let announced = declared.map_or(0, |n| n as usize);
+    let mut held = Held::take(&state.in_flight_bytes, announced);
+    if let Some(refused) = over_byte_budget(&state, &held) {
+        return refused;
     }
     let (parts, body) = request.into_parts();
     let timeout = state.config.read_timeout;
@@ -101,28 +110,67 @@ async fn read_body(State(state): State<Arc<AppState>>, request: Request, next: N
             return ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", message).into_response();
         }
     };
+    if bytes.len() > announced {
+        held.grow(bytes.len() - announced);
+        if let Some(refused) = over_byte_budget(&state, &held) {
+            return refused;
+        }
+    }
     next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+/// 429 when the body `held` takes the admitted bodies past `max_in_flight_bytes` while others
+/// are held: a request alone always passes, whatever its size.
+fn over_byte_budget(state: &AppState, held: &Held) -> Option<Response> {
+    let budget = state.config.max_in_flight_bytes.unwrap_or(usize::MAX);
+    if held.before == 0 || held.before.saturating_add(held.amount) <= budget {
+        return None;
+    }
+    let message = format!(
+        "the server already holds {} bytes of requests and takes at most {budget} at once (a quarter \
+         of its memory cap's headroom unless --max-in-flight-mib says otherwise); retry later",
+        held.before
+    );
+    Some(ApiError::overloaded(message, json!({ "max_in_flight_bytes": budget })).into_response())
 }
 
 /// Refuses a request with 429 when `max_in_flight` are already admitted (its body is read,
 /// bounded in size and time, by [`read_body`] first).
 async fn admit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let limit = state.config.max_in_flight;
-    if state.in_flight.fetch_add(1, Ordering::AcqRel) >= limit {
-        state.in_flight.fetch_sub(1, Ordering::AcqRel);
+    let admitted = Held::take(&state.in_flight, 1);
+    if admitted.before >= limit {
         let message = format!("the server already holds {limit} search requests; retry later");
         return ApiError::overloaded(message, json!({ "max_in_flight": limit })).into_response();
     }
-    let _admitted = Admitted(&state.in_flight);
     next.run(request).await
 }
 
-/// Releases an admission when the request ends, also when its connection is dropped mid-way.
-struct Admitted<'a>(&'a AtomicUsize);
+/// An amount added to an admission counter, taken back when the request ends (also when its
+/// connection is dropped mid-way).
+struct Held<'a> {
+    counter: &'a AtomicUsize,
+    amount: usize,
+    /// The counter before this amount was added.
+    before: usize,
+}
 
-impl Drop for Admitted<'_> {
+impl<'a> Held<'a> {
+    fn take(counter: &'a AtomicUsize, amount: usize) -> Held<'a> {
+        let before = counter.fetch_add(amount, Ordering::AcqRel);
+        Held { counter, amount, before }
+    }
+
+    /// Adds `extra` to what this holds.
+    fn grow(&mut self, extra: usize) {
+        self.counter.fetch_add(extra, Ordering::AcqRel);
+        self.amount += extra;
+    }
+}
+
+impl Drop for Held<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.counter.fetch_sub(self.amount, Ordering::AcqRel);
     }
 }
 
@@ -179,6 +227,8 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         waiting_io: state.pool.waiting_io(),
         workers: state.pool.workers(),
         docs: state.index.as_ref().map_or(0, |i| i.len()),
+        request_bytes: state.in_flight_bytes(),
+        request_byte_budget: state.config.max_in_flight_bytes.unwrap_or(usize::MAX),
     };
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(&gauges))
 }

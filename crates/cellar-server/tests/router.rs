@@ -321,6 +321,35 @@ async fn a_full_queue_answers_429_with_retry_after_then_recovers() {
 }
 
 #[tokio::test]
+async fn past_max_in_flight_bytes_a_request_is_refused_unless_it_would_be_alone() {
+    let mut tight = config();
+    tight.workers = 1;
+    // Fewer bytes than any search body: only a request admitted alone gets through.
+    tight.max_in_flight_bytes = Some(8);
+    let (state, app) = app_with(tight);
+    let release = block_worker(&state);
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move { search(&app, json!({"query": "coffee"})).await })
+    };
+    wait_for_queue_depth(&state, 1).await;
+    let body = json!({"query": "bread"}).to_string();
+    assert_eq!(
+        state.in_flight_bytes(),
+        json!({"query": "coffee"}).to_string().len(),
+        "the queued body is counted"
+    );
+    let (status, value, retry) = call(&app, post("/v1/search", body)).await;
+    assert_eq!((status, value["code"].as_str()), (StatusCode::TOO_MANY_REQUESTS, Some("overloaded")));
+    assert_eq!((value["details"]["max_in_flight_bytes"].as_u64(), retry.as_deref()), (Some(8), Some("1")));
+    release.send(()).unwrap();
+    assert_eq!(first.await.unwrap().0, StatusCode::OK);
+    assert_eq!(state.in_flight_bytes(), 0, "the bytes were released");
+    let (status, _) = search(&app, json!({"query": "bread"})).await;
+    assert_eq!(status, StatusCode::OK, "a request admitted alone passes whatever its size");
+}
+
+#[tokio::test]
 async fn past_max_in_flight_a_request_is_refused_with_429_and_the_slot_is_released() {
     let mut narrow = config();
     narrow.workers = 1;
@@ -588,6 +617,51 @@ async fn serve_in_background(
         let _ = stopped.await;
     }));
     (address, stop)
+}
+
+/// Under a byte budget a body counts from its Content-Length before it is read: past the budget
+/// a request is refused at once with its body unread (reading it first would wait out the read
+/// timeout for a body that never comes, and hold it in memory when it does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_byte_budget_a_body_is_refused_before_it_is_read() {
+    use tokio::io::AsyncWriteExt;
+    let mut tight = config();
+    tight.max_in_flight_bytes = Some(150);
+    tight.read_timeout = Duration::from_secs(5);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let state = AppState::new(index(), tight);
+    tokio::spawn(cellar_server::serve_on(listener, state.clone(), async move {
+        let _ = stopped.await;
+    }));
+    let settled = |want: usize| {
+        let state = state.clone();
+        async move {
+            for _ in 0..500 {
+                if state.in_flight_bytes() == want {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("in-flight bytes stayed at {}, not {want}", state.in_flight_bytes());
+        }
+    };
+    // A client announces 100 bytes and sends one: it holds 100 of the 150.
+    let mut trickler = tokio::net::TcpStream::connect(address).await.unwrap();
+    trickler.write_all(search_head(100).as_bytes()).await.unwrap();
+    trickler.write_all(b"{").await.unwrap();
+    settled(100).await;
+    // 80 more announced, none sent: 429 now, not 408 after the 5 s read timeout.
+    let answer = exchange(address, &search_head(80), b"").await;
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains("max_in_flight_bytes") && answer.contains("150"), "{answer}");
+    drop(trickler);
+    settled(0).await;
+    let body = json!({ "query": "coffee", "k": 1 }).to_string();
+    let answer = exchange(address, &search_head(body.len()), body.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    stop.send(()).unwrap();
 }
 
 /// Issue 21.3: connections trickling their bodies held every admission slot (429 for all), a
