@@ -1,12 +1,13 @@
 //! The one read-and-score pipeline every mode re-ranks through.
 //!
-//! A query's candidate records are split into chunks of at most [`CHUNK_BYTES`] of pages
-//! (`VectorStore::chunks`) and read chunk after chunk on an I/O thread (`cellar-read`), each
-//! handed over the moment it is read; the query's own thread scores a chunk with MaxSim while
-//! the next ones are in flight. Direct reads land in the reader's pooled buffers (no mapping,
-//! page fault or unmapping per query), and at most `ahead` read chunks wait to be scored, so a
-//! query holds a bounded number of buffers: [`AHEAD`], or [`EARLY_AHEAD`] for the early reads
-//! made while its text is encoded (nothing can be scored yet). While the query's thread waits
+//! A query's candidate records are split into chunks of at most the store's chunk size of pages
+//! (`VectorStore::chunks`, `cellar_core::io::chunk_bytes`: about 8 records, 256 KiB to 2 MiB)
+//! and read chunk after chunk on an I/O thread (`cellar-read`), each handed over the moment it
+//! is read; the query's own thread scores a chunk with MaxSim while the next ones are in flight.
+//! Direct reads land in the reader's pooled buffers (no mapping, page fault or unmapping per
+//! query), and at most [`AHEAD_BYTES`] of read chunks wait to be scored ([`EARLY_AHEAD_BYTES`]
+//! for the early reads made while its text is encoded, when nothing can be scored yet), so a
+//! query holds a bounded number of buffers. While the query's thread waits
 //! for a chunk it gives its CPU slot back (`cellar_core::io::wait`): in the server another
 //! search computes on that core meanwhile.
 
@@ -19,7 +20,7 @@ use std::thread::Scope;
 use std::time::Instant;
 
 use cellar_core::io::wait::waiting_on_io;
-use cellar_core::io::{ReaderKind, RecordBatch, POOLED_BUFFER_BYTES};
+use cellar_core::io::{ReaderKind, RecordBatch};
 use cellar_core::{CellarError, DocId, Result};
 
 use crate::index::Index;
@@ -27,15 +28,14 @@ use crate::prefetch::ScoredRecords;
 use crate::query::PreparedQuery;
 use crate::written::state::Located;
 
-/// Page bytes per chunk: one pooled buffer of the direct reader.
-pub const CHUNK_BYTES: usize = POOLED_BUFFER_BYTES;
-/// Read chunks that may wait to be scored, besides the one being scored and the one being read.
-pub const AHEAD: usize = 1;
-/// Read chunks that may wait while the query is encoded (early reads): enough to hide the
-/// reads of a typical re-rank under the encoding (8 MiB: 128 SciFact records at residual2, ~45
-/// at f16), few enough that a query's buffers stay bounded under a memory cap; the rest is
+/// Bytes of read chunks that may wait to be scored, besides the one being scored and the one
+/// being read (at least one chunk).
+pub const AHEAD_BYTES: usize = 512 << 10;
+/// Bytes of read chunks that may wait while the query is encoded (early reads): enough to hide
+/// the reads of a typical re-rank under the encoding (8 MiB: 128 SciFact records at residual2,
+/// ~45 at f16), few enough that a query's buffers stay bounded under a memory cap; the rest is
 /// read while the first chunks are scored.
-pub const EARLY_AHEAD: usize = 4;
+pub const EARLY_AHEAD_BYTES: usize = 8 << 20;
 
 fn ms_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
@@ -59,15 +59,17 @@ pub(crate) struct Reads {
 
 impl Index {
     /// Starts reading the records of `ids` on an I/O thread of `scope`, chunk by chunk, with at
-    /// most `ahead` read chunks waiting to be scored.
+    /// most `ahead_bytes` of read chunks (at least one) waiting to be scored.
     pub(crate) fn start_reads<'scope>(
         &'scope self,
         scope: &'scope Scope<'scope, '_>,
         ids: Vec<DocId>,
-        ahead: usize,
+        ahead_bytes: usize,
     ) -> Result<Reads> {
         let (base, live) = self.split_base(&ids);
-        let chunks = self.store.chunks(&base, CHUNK_BYTES)?;
+        let chunk_bytes = self.store.chunk_bytes();
+        let chunks = self.store.chunks(&base, chunk_bytes)?;
+        let ahead = (ahead_bytes / chunk_bytes).max(1);
         let mut reads = self.spawn_reads(scope, Arc::from(&base[..]), chunks, ahead)?;
         reads.live = live;
         Ok(reads)
@@ -185,7 +187,7 @@ impl Index {
     /// is more than one chunk to read from disk, inline otherwise (the ram reader has nothing
     /// to overlap).
     pub fn read_and_score(&self, query: &PreparedQuery, ids: &[DocId]) -> Result<ScoredRecords> {
-        self.read_and_score_in(query, ids, CHUNK_BYTES)
+        self.read_and_score_in(query, ids, self.store.chunk_bytes())
     }
 
     /// [`Index::read_and_score`] with chunks of `chunk_bytes` (tests drive the pipeline with
@@ -205,7 +207,8 @@ impl Index {
         let chunks = self.store.chunks(ids, chunk_bytes)?;
         if chunks.len() > 1 && self.store.reader_kind() != ReaderKind::Ram {
             return std::thread::scope(|scope| {
-                let mut reads = self.spawn_reads(scope, ids.into(), chunks, AHEAD)?;
+                let ahead = (AHEAD_BYTES / chunk_bytes).max(1);
+                let mut reads = self.spawn_reads(scope, ids.into(), chunks, ahead)?;
                 reads.live = live;
                 self.score_reads(query, reads)
             });

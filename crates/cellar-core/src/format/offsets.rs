@@ -92,6 +92,22 @@ impl OffsetsTable {
             .ok_or(CellarError::DocOutOfRange { id: id.0 as u64, count: self.entries.len() as u64 })
     }
 
+    /// Bytes of pages the mean record spans (0 for an empty table).
+    pub fn mean_record_page_bytes(&self) -> u64 {
+        if self.entries.is_empty() {
+            return 0;
+        }
+        let pages: u64 = self
+            .entries
+            .iter()
+            .map(|e| {
+                let (first, last) = crate::format::record::pages_of(e.offset, e.len);
+                last - first + 1
+            })
+            .sum();
+        pages * crate::format::PAGE_BYTES as u64 / self.entries.len() as u64
+    }
+
     /// RAM the table takes.
     pub fn ram_bytes(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<OffsetEntry>()

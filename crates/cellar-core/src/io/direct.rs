@@ -16,6 +16,7 @@ use super::{
 };
 use crate::error::{CellarError, Result};
 use crate::format::fsio::open_with_flags;
+use crate::format::offsets::OffsetsTable;
 
 /// How the direct reader issues its reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,11 +89,33 @@ pub struct DirectReader {
 
 /// Threads of the fallback pool: enough to keep a few reads in flight per core.
 const PREAD_THREADS: usize = 16;
-/// Bytes of each pooled batch buffer: the reads of one chunk of a query's candidates
-/// (`cellar-search` chunks them to this size), or of a whole small batch.
+/// Most bytes of a pooled batch buffer: the reads of one chunk of a query's candidates
+/// (`cellar-search` chunks them to [`chunk_bytes`]), or of a whole small batch.
 pub const POOLED_BUFFER_BYTES: usize = 2 << 20;
-/// Idle pooled buffers kept: a few per concurrent query (one being scored, one being read,
-/// one waiting), for a handful of workers.
+/// Fewest bytes of a chunk of a query's reads (and of a pooled buffer).
+pub const MIN_CHUNK_BYTES: usize = 256 << 10;
+/// Records a chunk holds on average.
+const CHUNK_RECORDS: u64 = 8;
+
+/// The chunk a store's query reads are split into, and the size of its direct reader's pooled
+/// buffers: [`CHUNK_RECORDS`] of its mean record's pages, rounded up to a power of two within
+/// [`MIN_CHUNK_BYTES`]..=[`POOLED_BUFFER_BYTES`]. A query's first chunk is scored while the next
+/// ones are read, so a chunk much larger than a query's reads leaves nothing to overlap: a
+/// residual2 query of ~1.6 MB was one 2 MiB chunk, read whole before any MaxSim
+/// (`bench/results/read-chunks.md`); f16 stores keep 2 MiB.
+pub fn chunk_bytes(offsets: &OffsetsTable) -> usize {
+    chunk_bytes_for(offsets.mean_record_page_bytes())
+}
+
+fn chunk_bytes_for(mean_record_page_bytes: u64) -> usize {
+    let wanted = mean_record_page_bytes.saturating_mul(CHUNK_RECORDS);
+    let wanted = usize::try_from(wanted).unwrap_or(usize::MAX).min(POOLED_BUFFER_BYTES);
+    wanted.next_power_of_two().clamp(MIN_CHUNK_BYTES, POOLED_BUFFER_BYTES)
+}
+
+/// Idle pooled buffers of [`POOLED_BUFFER_BYTES`] kept: a few per concurrent query (one being
+/// scored, one being read, one waiting), for a handful of workers; smaller buffers keep as many
+/// bytes.
 const POOLED_BUFFERS: usize = 8;
 
 static FALLBACK_WARNING: Once = Once::new();
@@ -102,7 +125,8 @@ impl DirectReader {
         let file = open_with_flags(&source.path, libc::O_DIRECT)?;
         let engine = Engine::open(options)?;
         let emulated = options.inject_latency.map(EmulatedDevice::new);
-        let buffers = BufferPool::new(POOLED_BUFFER_BYTES, POOLED_BUFFERS);
+        let chunk = chunk_bytes(&source.offsets);
+        let buffers = BufferPool::new(chunk, POOLED_BUFFERS * (POOLED_BUFFER_BYTES / chunk));
         Ok(DirectReader { source, file, engine, emulated, buffers })
     }
 }
@@ -128,5 +152,22 @@ impl RecordReader for DirectReader {
             ReadStats { read_calls: plan.runs.len() as u64, pages: plan.pages(), bytes: plan.buf_len as u64 };
         let context = self.source.context(ids, true);
         RecordBatch::verified(BatchBytes::Pooled(buf), plan.spans, &context, &plan.entries, stats)
+    }
+}
+
+#[cfg(test)]
+mod chunk_tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_holds_about_eight_mean_records_within_its_bounds() {
+        // SciFact's mean record pages: residual2 ~24 KiB, int8 ~80 KiB, f16 ~156 KiB.
+        assert_eq!(chunk_bytes_for(24 << 10), 256 << 10);
+        assert_eq!(chunk_bytes_for(80 << 10), 1 << 20);
+        assert_eq!(chunk_bytes_for(156 << 10), 2 << 20);
+        assert_eq!(chunk_bytes_for(4 << 10), MIN_CHUNK_BYTES, "never below the smallest chunk");
+        assert_eq!(chunk_bytes_for(0), MIN_CHUNK_BYTES, "an empty store");
+        assert_eq!(chunk_bytes_for(10 << 20), POOLED_BUFFER_BYTES, "never above a pooled buffer");
+        assert_eq!(chunk_bytes_for(u64::MAX), POOLED_BUFFER_BYTES);
     }
 }

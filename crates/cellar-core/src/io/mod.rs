@@ -29,7 +29,7 @@ use std::sync::Arc;
 pub use aligned::AlignedBuf;
 use aligned::PooledBuf;
 pub use budget::{read_buffer_budget, read_buffers_in_use, set_read_buffer_budget};
-pub use direct::{IoEngine, POOLED_BUFFER_BYTES};
+pub use direct::{chunk_bytes, IoEngine, MIN_CHUNK_BYTES, POOLED_BUFFER_BYTES};
 pub use extents::{Extent, ExtentBatch, ExtentReader};
 pub use latency::InjectedLatency;
 pub use plan::ReadPlan;

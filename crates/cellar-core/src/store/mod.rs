@@ -31,6 +31,8 @@ pub struct VectorStore {
     offsets: Arc<OffsetsTable>,
     vectors_header: FileHeader,
     reader: Box<dyn RecordReader>,
+    /// [`crate::io::chunk_bytes`] of the offsets, computed once at open.
+    chunk_bytes: usize,
 }
 
 impl VectorStore {
@@ -69,7 +71,21 @@ impl VectorStore {
             bytes_per_vector: codec.bytes_per_vector(),
         };
         let reader = open_reader(source, options)?;
-        Ok(VectorStore { dir: dir.to_path_buf(), manifest, codec, offsets, vectors_header, reader })
+        let chunk_bytes = crate::io::chunk_bytes(&offsets);
+        Ok(VectorStore {
+            dir: dir.to_path_buf(),
+            manifest,
+            codec,
+            offsets,
+            vectors_header,
+            reader,
+            chunk_bytes,
+        })
+    }
+
+    /// Bytes of pages a query's reads are chunked into ([`crate::io::chunk_bytes`]).
+    pub fn chunk_bytes(&self) -> usize {
+        self.chunk_bytes
     }
 
     /// Reads the records of `ids`, in order, through the store's reader.
