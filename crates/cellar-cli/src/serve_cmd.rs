@@ -65,6 +65,11 @@ pub struct ServeArgs {
     /// freed. Default: half of the memory cgroup's headroom once the index is open, 4 to 64.
     #[arg(long)]
     pub read_buffer_mib: Option<usize>,
+    /// MiB of the most re-read records kept in RAM after they are read (the hot-record cache;
+    /// mmap or direct reader). Inside the memory cap: the read-buffer and request budgets are
+    /// sized from the cap's headroom less this. Default: none (see the README for when it wins).
+    #[arg(long)]
+    pub cache_mib: Option<usize>,
     /// Intra-op threads of one query's encoding.
     #[arg(long, default_value_t = 1)]
     pub intra_op_threads: usize,
@@ -225,6 +230,7 @@ fn open_options(args: &ServeArgs) -> Result<OpenOptions> {
         model_dir: args.model.clone(),
         encoder_threads: positive(args.intra_op_threads, "intra-op-threads")?,
         inject_latency,
+        hot_cache_bytes: args.cache_mib.map(|m| positive(m, "cache-mib")).transpose()?.unwrap_or(0) << 20,
         ..OpenOptions::default()
     })
 }

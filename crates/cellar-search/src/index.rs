@@ -34,6 +34,9 @@ pub struct OpenOptions {
     /// Written documents held in RAM (encoded vectors and text) before a write flushes them
     /// to a segment (`live::FLUSH_BYTES`).
     pub flush_bytes: usize,
+    /// Bytes of the most re-read base records kept in RAM (`cellar_core::io::hot`); 0: none.
+    /// Needs the mmap or direct reader.
+    pub hot_cache_bytes: usize,
 }
 
 impl Default for OpenOptions {
@@ -44,6 +47,7 @@ impl Default for OpenOptions {
             encoder_threads: 1,
             inject_latency: None,
             flush_bytes: crate::written::state::FLUSH_BYTES,
+            hot_cache_bytes: 0,
         }
     }
 }
@@ -89,7 +93,10 @@ impl Index {
         }
         let mut reader_options = ReaderOptions::new(options.reader);
         reader_options.inject_latency = options.inject_latency;
-        let store = VectorStore::open(&dir.join(VECTORS_DIR), &reader_options)?;
+        let mut store = VectorStore::open(&dir.join(VECTORS_DIR), &reader_options)?;
+        if options.hot_cache_bytes > 0 {
+            store = store.with_hot_cache(options.hot_cache_bytes)?;
+        }
         let written = dir.join(LIVE_DIR).exists();
         let bm25 = Bm25Index::open(&dir.join(BM25_DIR), written)?;
         let texts = TextsReader::open(dir)?;
@@ -225,6 +232,11 @@ impl Index {
 
     pub fn reader_kind(&self) -> ReaderKind {
         self.store.reader_kind()
+    }
+
+    /// The hot-record cache's counters (`OpenOptions::hot_cache_bytes`), when it has one.
+    pub fn hot_stats(&self) -> Option<cellar_core::io::hot::HotStats> {
+        self.store.hot_stats()
     }
 
     /// False for an index of the caller's embeddings opened without a model: it answers

@@ -200,6 +200,7 @@ impl Index {
             read_calls: stats.read_calls,
             pages: stats.bytes_read / 4096,
             bytes: stats.bytes_read,
+            cached: 0,
         };
         ranking.ivf = Some(stats);
         Ok(ranking)
@@ -351,6 +352,7 @@ impl Index {
                 read_calls: probe_stats.read_calls,
                 pages: probe_stats.bytes_read / 4096,
                 bytes: probe_stats.bytes_read,
+                cached: 0,
             };
             Ok(Probed {
                 hits,

@@ -127,6 +127,20 @@ pub struct IoReport {
     pub read_calls: u64,
     pub pages: u64,
     pub bytes_read: u64,
+    /// Records served from the hot-record cache instead of read (`--cache-mib`).
+    #[serde(default)]
+    pub records_cached: u64,
+}
+
+impl From<cellar_core::io::ReadStats> for IoReport {
+    fn from(io: cellar_core::io::ReadStats) -> Self {
+        IoReport {
+            read_calls: io.read_calls,
+            pages: io.pages,
+            bytes_read: io.bytes,
+            records_cached: io.cached,
+        }
+    }
 }
 
 /// A full answer: hits with text, parameters used, timings and bytes read.
@@ -181,11 +195,7 @@ impl Index {
         let hits = ranking.hits.iter().map(|f| self.hit(f, include_text)).collect::<Result<Vec<Hit>>>()?;
         ranking.timings.text_ms = ms_since(text_start);
         ranking.timings.total_ms += ranking.timings.text_ms;
-        let io = IoReport {
-            read_calls: ranking.io.read_calls,
-            pages: ranking.io.pages,
-            bytes_read: ranking.io.bytes,
-        };
+        let io = IoReport::from(ranking.io);
         Ok(SearchResponse {
             hits,
             params: *params,

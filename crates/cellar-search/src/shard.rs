@@ -208,6 +208,7 @@ impl Index {
                 read_calls: probe.read_calls,
                 pages: probe.bytes_read / 4096,
                 bytes_read: probe.bytes_read,
+                records_cached: 0,
             };
             out.dense = Some(shard_list(hits));
         }
@@ -304,11 +305,7 @@ impl Index {
             scores,
             read_ms: scored.read_ms,
             maxsim_ms: scored.score_ms,
-            io: IoReport {
-                read_calls: scored.io.read_calls,
-                pages: scored.io.pages,
-                bytes_read: scored.io.bytes,
-            },
+            io: IoReport::from(scored.io),
         })
     }
 

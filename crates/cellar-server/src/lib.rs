@@ -126,6 +126,20 @@ fn in_flight_bytes_within(headroom: Option<u64>) -> usize {
     headroom.map_or(usize::MAX, |h| usize::try_from(h / 4).unwrap_or(usize::MAX))
 }
 
+/// The cap's headroom less `cached` bytes of hot-record caches; a cache the cap cannot hold is
+/// refused.
+fn headroom_after_caches(headroom: Option<u64>, cached: usize) -> Result<Option<u64>> {
+    match headroom {
+        Some(h) if cached as u64 >= h => Err(CellarError::InvalidInput(format!(
+            "--cache-mib: {} MiB of hot-record cache do not fit in the {} MiB the memory cap leaves",
+            cached >> 20,
+            h >> 20
+        ))),
+        Some(h) => Ok(Some(h - cached as u64)),
+        None => Ok(None),
+    }
+}
+
 impl ServerConfig {
     /// One worker per core, everything else its default.
     pub fn new(bind: SocketAddr) -> Self {
@@ -176,8 +190,9 @@ pub fn serve_with(
             "serve an index, a data directory, streams, or any of them".into(),
         ));
     }
-    // Both budgets from one reading of the cap's headroom, taken with the index open.
-    let headroom = cap::memory_headroom();
+    // Both budgets from one reading of the cap's headroom, taken with the index open, less
+    // what the hot-record caches will grow to.
+    let headroom = headroom_after_caches(cap::memory_headroom(), cellar_core::io::hot::reserved_bytes())?;
     cellar_core::io::set_read_buffer_budget(
         config.read_buffer_bytes.unwrap_or_else(|| read_buffer_bytes_within(headroom)),
     );
@@ -326,6 +341,15 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hot_caches_come_out_of_the_headroom_and_must_fit_in_it() {
+        assert_eq!(headroom_after_caches(None, 8 << 20).unwrap(), None);
+        assert_eq!(headroom_after_caches(Some(40 << 20), 8 << 20).unwrap(), Some(32 << 20));
+        let err = headroom_after_caches(Some(40 << 20), 40 << 20).unwrap_err();
+        assert!(matches!(err, CellarError::InvalidInput(_)), "{err}");
+        assert!(err.to_string().contains("--cache-mib"), "{err}");
+    }
 
     #[test]
     fn under_a_cap_requests_get_a_quarter_of_the_headroom_and_read_buffers_half() {

@@ -69,6 +69,8 @@ pub struct Gauges {
     pub docs: usize,
     pub request_bytes: usize,
     pub request_byte_budget: usize,
+    /// The served index's hot-record cache, when it has one.
+    pub hot: Option<cellar_core::io::hot::HotStats>,
 }
 
 impl Metrics {
@@ -119,6 +121,7 @@ impl Metrics {
             let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
         }
         let rss = resident_bytes().unwrap_or(0);
+        let hot = gauges.hot;
         let gauges = [
             ("cellar_queue_depth", "Searches waiting for a CPU worker", gauges.queue_depth as u64),
             ("cellar_queue_capacity", "Most searches that may wait", gauges.queue_capacity as u64),
@@ -156,7 +159,43 @@ impl Metrics {
             header(&mut out, name, "gauge", help);
             let _ = writeln!(out, "{name} {value}");
         }
+        if let Some(hot) = hot {
+            render_hot(&mut out, &hot);
+        }
         out
+    }
+}
+
+/// The hot-record cache's counters and gauges.
+fn render_hot(out: &mut String, hot: &cellar_core::io::hot::HotStats) {
+    let metrics = [
+        ("cellar_hot_cache_hits_total", "counter", "Records served from the hot-record cache", hot.hits),
+        ("cellar_hot_cache_misses_total", "counter", "Records looked up and not cached (read)", hot.misses),
+        ("cellar_hot_cache_admitted_total", "counter", "Records the cache took in", hot.admitted),
+        (
+            "cellar_hot_cache_evicted_total",
+            "counter",
+            "Records the cache let go for more frequent ones",
+            hot.evicted,
+        ),
+        (
+            "cellar_hot_cache_rejected_total",
+            "counter",
+            "Records read while the cache was full and less frequent than its residents",
+            hot.rejected,
+        ),
+        ("cellar_hot_cache_bytes", "gauge", "Bytes the hot-record cache holds", hot.resident_bytes),
+        (
+            "cellar_hot_cache_capacity_bytes",
+            "gauge",
+            "Most bytes the hot-record cache holds",
+            hot.capacity_bytes,
+        ),
+        ("cellar_hot_cache_records", "gauge", "Records in the hot-record cache", hot.records),
+    ];
+    for (name, kind, help, value) in metrics {
+        header(out, name, kind, help);
+        let _ = writeln!(out, "{name} {value}");
     }
 }
 

@@ -229,6 +229,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         docs: state.index.as_ref().map_or(0, |i| i.len()),
         request_bytes: state.in_flight_bytes(),
         request_byte_budget: state.config.max_in_flight_bytes.unwrap_or(usize::MAX),
+        hot: state.index.as_ref().and_then(|i| i.hot_stats()),
     };
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(&gauges))
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
 use axum::Router;
+use cellar_core::io::ReaderKind;
 use cellar_search::{Index, Mode, OpenOptions};
 use cellar_server::pool::Job;
 use cellar_server::{router, AppState, ServerConfig};
@@ -447,6 +448,48 @@ async fn metrics_count_requests_stages_and_bytes_and_openapi_lists_every_route()
     for field in ["nprobe", "oversample", "rescore", "prefetch", "prefetch_step", "hybrid_candidates"] {
         assert!(doc["components"]["schemas"]["SearchRequest"]["properties"][field].is_object(), "{field}");
     }
+}
+
+#[tokio::test]
+async fn a_hot_record_cache_answers_repeated_searches_alike_without_reading_and_is_counted() {
+    let (_tmp, out) = common::build_index();
+    let options =
+        |hot_cache_bytes| OpenOptions { reader: ReaderKind::Direct, hot_cache_bytes, ..Default::default() };
+    let plain = router(AppState::new(Arc::new(Index::open(&out, options(0)).unwrap()), config()));
+    let cached = router(AppState::new(Arc::new(Index::open(&out, options(4 << 20)).unwrap()), config()));
+    let body = json!({"query": "coffee brewing", "mode": "rerank", "k": 3});
+    let (_, want) = search(&plain, body.clone()).await;
+    let (_, first) = search(&cached, body.clone()).await;
+    let (_, again) = search(&cached, body.clone()).await;
+    assert_eq!(hit_ids(&first), hit_ids(&want));
+    assert_eq!(hit_ids(&again), hit_ids(&want));
+    for (a, b) in again["hits"].as_array().unwrap().iter().zip(want["hits"].as_array().unwrap()) {
+        assert_eq!(a["score"], b["score"], "a cached record scores as a read one");
+    }
+    assert_eq!(first["io"]["records_cached"], 0, "{first}");
+    assert!(first["io"]["bytes_read"].as_u64().unwrap() > 0);
+    let reranked = again["reranked"].as_u64().unwrap();
+    assert!(reranked > 0);
+    assert_eq!(again["io"]["records_cached"].as_u64().unwrap(), reranked, "{again}");
+    assert_eq!(again["io"]["bytes_read"], 0, "{again}");
+    assert_eq!(want["io"]["records_cached"], 0);
+    let (_, metrics, _) = call(&cached, Request::get("/metrics").body(Body::empty()).unwrap()).await;
+    let metrics = metrics.as_str().unwrap().to_string();
+    let value = |name: &str| -> u64 {
+        let prefix = format!("{name} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("{name} in {metrics}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(value("cellar_hot_cache_hits_total"), reranked);
+    assert_eq!(value("cellar_hot_cache_misses_total"), reranked);
+    assert_eq!(value("cellar_hot_cache_capacity_bytes"), 4 << 20);
+    assert!(value("cellar_hot_cache_bytes") > 0 && value("cellar_hot_cache_records") == reranked);
+    let (_, plain_metrics, _) = call(&plain, Request::get("/metrics").body(Body::empty()).unwrap()).await;
+    assert!(!plain_metrics.as_str().unwrap().contains("cellar_hot_cache"), "no cache, no cache metrics");
 }
 
 /// The names serde lists in "unknown field `x`, expected one of `a`, `b`" (or "expected `a`").

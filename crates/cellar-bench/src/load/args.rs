@@ -43,6 +43,9 @@ fn validate_levels(args: &LoadArgs) -> Result<()> {
             return Err(invalid(format!("{flag} {v}: seconds must be {need} and at most 3600")));
         }
     }
+    if let Some(s) = args.zipf.filter(|s| !(s.is_finite() && *s > 0.0 && *s <= 5.0)) {
+        return Err(invalid(format!("--zipf {s}: the exponent must be > 0 and at most 5")));
+    }
     if args.max_in_flight == 0 {
         return Err(invalid("--max-in-flight must be at least 1"));
     }

@@ -27,7 +27,7 @@ pub fn run(bench: &Bench, spec: ConfigSpec, bodies: &[Vec<u8>]) -> Result<Config
     if pid.is_none() {
         result.notes.push("no --pid: no peak RSS or /proc/PID/io reads for this server".into());
     }
-    let mut cycle = RequestCycle::new(http_requests(bodies, &target), bench.args.seed);
+    let mut cycle = RequestCycle::for_args(http_requests(bodies, &target), bench.args);
     run_sweep(bench, Server { target: &target, pid, proc: None }, &mut cycle, &mut result);
     result.peak_rss_bytes = pid.and_then(vm_hwm_bytes);
     Ok(result)

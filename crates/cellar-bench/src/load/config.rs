@@ -62,6 +62,9 @@ pub struct ConfigSpec {
     /// Server's searches that may sleep on reads while others compute (`--io-waiters`, 0
     /// allowed); `None`: its default.
     pub io_waiters: Option<usize>,
+    /// Server's hot-record cache in MiB (`--cache-mib`); `None`: none. Inside the cap: a
+    /// `cap=footprint+X` footprint is measured without it, so the cache takes part of the X%.
+    pub cache_mib: Option<usize>,
     pub vectors: Vectors,
     /// Set for a server that was already running.
     pub url: Option<String>,
@@ -84,6 +87,7 @@ impl Default for ConfigSpec {
             workers: None,
             queue: None,
             io_waiters: None,
+            cache_mib: None,
             vectors: Vectors::Server,
             url: None,
             request: Vec::new(),
@@ -92,7 +96,7 @@ impl Default for ConfigSpec {
 }
 
 pub const KEYS: &str = "name, index, reader, cap, threads, ssd_latency_us, vectors, workers, queue, \
-     io_waiters, nprobe, prefetch, prefetch_step, rescore, hybrid_candidates, early_read";
+     io_waiters, cache_mib, nprobe, prefetch, prefetch_step, rescore, hybrid_candidates, early_read";
 
 /// Per-configuration request parameters, each checked for its JSON type here (its range is the
 /// server's to check, which answers 400 and fails the level loudly).
@@ -113,7 +117,7 @@ fn request_param(key: &str, value: &str) -> Option<std::result::Result<String, S
 }
 
 /// Parses `name=ram-f16,index=DIR,reader=ram[,cap=25|cap=footprint+5][,threads=2][,ssd_latency_us=100]
-/// [,vectors=client][,workers=2][,queue=128][,io_waiters=0]`.
+/// [,vectors=client][,workers=2][,queue=128][,io_waiters=0][,cache_mib=4]`.
 pub fn parse(spec: &str) -> Result<ConfigSpec> {
     let bad = |why: String| CellarError::InvalidInput(format!("--config {spec:?}: {why}"));
     let mut c = ConfigSpec::default();
@@ -171,6 +175,14 @@ pub fn parse(spec: &str) -> Result<ConfigSpec> {
                     .filter(|n| *n >= 1)
                     .ok_or_else(|| bad(format!("{key}={value:?}: expected an integer >= 1")))?;
                 *(if key == "workers" { &mut c.workers } else { &mut c.queue }) = Some(n);
+            }
+            "cache_mib" => {
+                let n: usize =
+                    value.parse().map_err(|_| bad(format!("cache_mib={value:?}: expected an integer")))?;
+                if n == 0 {
+                    return Err(bad("cache_mib must be at least 1 (leave it out for no cache)".into()));
+                }
+                c.cache_mib = Some(n);
             }
             "io_waiters" => {
                 let n =

@@ -139,6 +139,10 @@ fn level_record(stats: LevelStats, before: &Counters, after: &Counters, server: 
     let proc_bytes = before.io.zip(after.io).and_then(|(a, b)| per_query(b.saturating_sub(a) as f64));
     let wall_s = after.at.duration_since(before.at).as_secs_f64();
     let cpu_cores = before.cpu_s.zip(after.cpu_s).map(|(a, b)| (b - a) / wall_s.max(1e-9));
+    let delta = |name: &str| before.metric(name).zip(after.metric(name)).map(|(a, b)| b - a);
+    let hot_cache_hit_rate = delta("cellar_hot_cache_hits_total")
+        .zip(delta("cellar_hot_cache_misses_total"))
+        .and_then(|(hits, misses)| (hits + misses > 0.0).then(|| hits / (hits + misses)));
     LevelRecord {
         server_cpu_cores: cpu_cores,
         stage_ms: stage_means(before, after),
@@ -146,6 +150,7 @@ fn level_record(stats: LevelStats, before: &Counters, after: &Counters, server: 
         proc_read_bytes_per_query: proc_bytes,
         server_rss_bytes: after.metric("cellar_process_rss_bytes").map(|v| v as u64),
         cgroup_usage_bytes: server.proc.as_deref().and_then(ServerProc::cgroup_usage_now),
+        hot_cache_hit_rate,
         saturated: stats.saturated(),
         stats,
     }

@@ -111,6 +111,10 @@ pub struct LoadArgs {
     pub alpha: Option<f32>,
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// Draw queries with Zipf popularity of this exponent (e.g. 1.0: a few queries come back
+    /// often) instead of cycling through them all in a seeded order.
+    #[arg(long)]
+    pub zipf: Option<f64>,
     /// Output path prefix: writes PREFIX.json, PREFIX.md and PREFIX.png.
     #[arg(long, default_value = "bench/results/bench-load")]
     pub out: PathBuf,

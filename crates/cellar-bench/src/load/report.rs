@@ -35,6 +35,9 @@ pub struct LevelRecord {
     pub stage_ms: std::collections::BTreeMap<String, f64>,
     /// The cgroup's charge (RSS + page cache) at the end of the level.
     pub cgroup_usage_bytes: Option<u64>,
+    /// Hot-record cache hits over lookups during the level (`cellar_hot_cache_*_total`), when
+    /// the server has a cache.
+    pub hot_cache_hit_rate: Option<f64>,
     pub saturated: bool,
 }
 
@@ -306,6 +309,16 @@ impl Report {
             );
         }
         let _ = writeln!(md);
+        let hit_rates: Vec<String> = c
+            .levels
+            .iter()
+            .filter_map(|l| {
+                l.hot_cache_hit_rate.map(|r| format!("{} QPS {:.1}%", l.stats.offered_qps, 100.0 * r))
+            })
+            .collect();
+        if !hit_rates.is_empty() {
+            let _ = writeln!(md, "Hot-record cache hit rate by level: {}.\n", hit_rates.join(", "));
+        }
         if c.levels.iter().all(|l| l.stage_ms.is_empty()) {
             return;
         }
@@ -417,6 +430,7 @@ mod tests {
             server_rss_bytes: Some(64 << 20),
             stage_ms: [("read".to_string(), 2.0), ("read_hidden".to_string(), 1.5)].into(),
             cgroup_usage_bytes: None,
+            hot_cache_hit_rate: None,
             saturated: false,
         }
     }
@@ -433,6 +447,7 @@ mod tests {
             workers: None,
             queue: None,
             io_waiters: None,
+            cache_mib: None,
             vectors: Vectors::Client,
             url: None,
             request: Vec::new(),

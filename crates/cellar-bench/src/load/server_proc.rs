@@ -27,6 +27,7 @@ pub struct ServerSpec<'a> {
     pub workers: Option<usize>,
     pub queue: Option<usize>,
     pub io_waiters: Option<usize>,
+    pub cache_mib: Option<usize>,
     /// The bench sends query vectors: the server never needs the model (`--lazy-encoder`).
     pub lazy_encoder: bool,
     /// Where the server's stdout and stderr go.
@@ -97,6 +98,9 @@ impl ServerProc {
         }
         if let Some(n) = spec.io_waiters {
             args.extend(["--io-waiters".into(), n.to_string()]);
+        }
+        if let Some(n) = spec.cache_mib {
+            args.extend(["--cache-mib".into(), n.to_string()]);
         }
         if spec.lazy_encoder {
             args.push("--lazy-encoder".into());

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::task::JoinSet;
 
@@ -43,11 +43,14 @@ impl LevelPlan {
     }
 }
 
-/// Ready-to-write requests, handed out in a seeded random order that cycles.
+/// Ready-to-write requests, handed out in a seeded random order that cycles, or drawn with
+/// Zipf-distributed popularity ([`RequestCycle::zipf`]).
 pub struct RequestCycle {
     requests: Vec<Arc<[u8]>>,
     order: Vec<usize>,
     next: usize,
+    /// Zipf draws: cumulative weights of `order`'s ranks, and the generator.
+    popularity: Option<(Vec<f64>, StdRng)>,
 }
 
 impl RequestCycle {
@@ -55,13 +58,45 @@ impl RequestCycle {
         assert!(!requests.is_empty(), "at least one request");
         let mut order: Vec<usize> = (0..requests.len()).collect();
         order.shuffle(&mut StdRng::seed_from_u64(seed));
-        RequestCycle { requests, order, next: 0 }
+        RequestCycle { requests, order, next: 0, popularity: None }
+    }
+
+    /// Requests drawn independently with Zipf popularity of exponent `s` (`s > 0`): the request
+    /// of rank r (ranks a seeded shuffle) is drawn with probability proportional to `r^-s`, so a
+    /// few queries come back often, as in a real query log.
+    pub fn zipf(requests: Vec<Arc<[u8]>>, s: f64, seed: u64) -> Self {
+        let mut cycle = RequestCycle::new(requests, seed);
+        let mut total = 0.0;
+        let cumulative = (1..=cycle.order.len())
+            .map(|rank| {
+                total += (rank as f64).powf(-s);
+                total
+            })
+            .collect();
+        cycle.popularity = Some((cumulative, StdRng::seed_from_u64(seed ^ 0x5a5a_a5a5)));
+        cycle
+    }
+
+    /// The cycle `--zipf` and `--seed` ask for.
+    pub fn for_args(requests: Vec<Arc<[u8]>>, args: &super::LoadArgs) -> Self {
+        match args.zipf {
+            Some(s) => RequestCycle::zipf(requests, s, args.seed),
+            None => RequestCycle::new(requests, args.seed),
+        }
     }
 
     /// The next request and the index of its query.
     pub fn next_request(&mut self) -> (usize, Arc<[u8]>) {
-        let i = self.order[self.next % self.order.len()];
+        let rank = match &mut self.popularity {
+            Some((cumulative, rng)) => {
+                let total = cumulative[cumulative.len() - 1];
+                let u: f64 = rng.gen::<f64>() * total;
+                cumulative.partition_point(|c| *c <= u).min(cumulative.len() - 1)
+            }
+            None => self.next % self.order.len(),
+        };
         self.next += 1;
+        let i = self.order[rank];
         (i, Arc::clone(&self.requests[i]))
     }
 }
@@ -411,5 +446,25 @@ mod tests {
         assert_eq!(round, again);
         let mut b = RequestCycle::new(reqs, 1);
         assert_eq!((0..5).map(|_| b.next_request().1[0]).collect::<Vec<_>>(), round);
+    }
+
+    #[test]
+    fn zipf_draws_favour_the_top_ranks_by_their_weights_and_repeat_with_the_seed() {
+        let reqs: Vec<Arc<[u8]>> = (0..100u8).map(|i| Arc::from(vec![i])).collect();
+        let draw = |seed| {
+            let mut cycle = RequestCycle::zipf(reqs.clone(), 1.0, seed);
+            (0..20_000).map(|_| cycle.next_request().0).collect::<Vec<usize>>()
+        };
+        let draws = draw(3);
+        assert_eq!(draws, draw(3));
+        let mut counts = vec![0usize; 100];
+        draws.iter().for_each(|&i| counts[i] += 1);
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        // Zipf(1) over 100: the top rank has 1/H(100) = 19.3% of the draws, the second half.
+        let top = counts[0] as f64 / 20_000.0;
+        assert!((top - 0.193).abs() < 0.02, "top share {top}");
+        let ratio = counts[0] as f64 / counts[1] as f64;
+        assert!((1.6..2.5).contains(&ratio), "first / second {ratio}");
+        assert!(counts[99] < counts[0] / 20, "the tail is rare: {counts:?}");
     }
 }

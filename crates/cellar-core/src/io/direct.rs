@@ -148,8 +148,12 @@ impl RecordReader for DirectReader {
         if let Some(device) = &self.emulated {
             device.charge(plan.runs.len());
         }
-        let stats =
-            ReadStats { read_calls: plan.runs.len() as u64, pages: plan.pages(), bytes: plan.buf_len as u64 };
+        let stats = ReadStats {
+            read_calls: plan.runs.len() as u64,
+            pages: plan.pages(),
+            bytes: plan.buf_len as u64,
+            cached: 0,
+        };
         let context = self.source.context(ids, true);
         RecordBatch::verified(BatchBytes::Pooled(buf), plan.spans, &context, &plan.entries, stats)
     }

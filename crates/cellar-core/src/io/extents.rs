@@ -124,7 +124,8 @@ impl ExtentReader {
         let plan = PagePlan::new(extents);
         match &self.source {
             Source::Ram(bytes) => {
-                let stats = ReadStats { read_calls: 0, pages: plan.pages, bytes: plan.requested_bytes };
+                let stats =
+                    ReadStats { read_calls: 0, pages: plan.pages, bytes: plan.requested_bytes, cached: 0 };
                 Ok(ExtentBatch {
                     bytes: BatchBytes::Shared(bytes.clone()),
                     spans: file_spans(extents),
@@ -141,8 +142,12 @@ impl ExtentReader {
                     }
                     read_calls = plan.runs.len() as u64;
                 }
-                let stats =
-                    ReadStats { read_calls, pages: plan.pages, bytes: plan.pages * PAGE_BYTES as u64 };
+                let stats = ReadStats {
+                    read_calls,
+                    pages: plan.pages,
+                    bytes: plan.pages * PAGE_BYTES as u64,
+                    cached: 0,
+                };
                 Ok(ExtentBatch { bytes: BatchBytes::Shared(map.clone()), spans: file_spans(extents), stats })
             }
             Source::Direct { file, engine, emulated, buffers } => {
@@ -159,6 +164,7 @@ impl ExtentReader {
                     read_calls: plan.runs.len() as u64,
                     pages: plan.pages,
                     bytes: plan.buf_len as u64,
+                    cached: 0,
                 };
                 Ok(ExtentBatch { bytes: BatchBytes::Pooled(buf), spans: plan.spans, stats })
             }

@@ -51,7 +51,7 @@ impl RecordReader for MmapReader {
             }
             read_calls = plan.runs.len() as u64;
         }
-        let stats = ReadStats { read_calls, pages: plan.pages(), bytes: plan.buf_len as u64 };
+        let stats = ReadStats { read_calls, pages: plan.pages(), bytes: plan.buf_len as u64, cached: 0 };
         // Checking every record's CRC reads all its bytes, so this is where the pages fault in.
         let context = self.source.context(ids, true);
         RecordBatch::verified(

@@ -15,6 +15,7 @@ mod budget;
 pub mod cache;
 mod direct;
 mod extents;
+pub mod hot;
 mod latency;
 mod mmap;
 mod plan;
@@ -105,6 +106,9 @@ pub struct ReadStats {
     pub pages: u64,
     /// Bytes moved: pages * 4096 for mmap and direct, record bytes for ram.
     pub bytes: u64,
+    /// Records served from the store's hot-record cache ([`hot::HotRecords`]): not read, and
+    /// counted in none of the figures above.
+    pub cached: u64,
 }
 
 impl std::ops::AddAssign for ReadStats {
@@ -112,6 +116,7 @@ impl std::ops::AddAssign for ReadStats {
         self.read_calls += other.read_calls;
         self.pages += other.pages;
         self.bytes += other.bytes;
+        self.cached += other.cached;
     }
 }
 
@@ -141,11 +146,54 @@ struct RecordSpan {
     table_bytes: usize,
 }
 
-/// The records of one batch, in the order their ids were asked for; all verified.
+/// Where the i-th record of a batch is: in the bytes the batch read, or in a cached record.
+#[derive(Clone, Copy)]
+enum Slot {
+    Read(RecordSpan),
+    /// An index into the batch's `cached` records.
+    Cached(usize),
+}
+
+/// The records of one batch, in the order their ids were asked for; all verified (a cached
+/// record was verified when it was read).
 pub struct RecordBatch {
     bytes: BatchBytes,
-    spans: Vec<RecordSpan>,
+    slots: Vec<Slot>,
+    cached: Vec<Arc<HotRecord>>,
     stats: ReadStats,
+}
+
+/// One record copied out of a batch, with its parsed layout: what the hot-record cache keeps.
+pub struct HotRecord {
+    bytes: Box<[u8]>,
+    span: RecordSpan,
+}
+
+impl HotRecord {
+    pub fn view(&self) -> RecordView<'_> {
+        view_of(&self.bytes, self.span)
+    }
+
+    /// Bytes it holds (the record's own, header included).
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+fn view_of(data: &[u8], span: RecordSpan) -> RecordView<'_> {
+    let body = &data[span.start + record::RECORD_HEADER_BYTES..span.start + span.len];
+    let (pooled, rest) = body.split_at(span.pooled_bytes);
+    let (table, tokens) = rest.split_at(span.table_bytes);
+    RecordView {
+        n_tokens: span.n_tokens,
+        pooled: (span.pooled_bytes > 0).then_some(pooled),
+        tokens,
+        passage_ends: (span.table_bytes > 0).then(|| &table[4..]),
+    }
 }
 
 impl RecordBatch {
@@ -170,31 +218,80 @@ impl RecordBatch {
             let view = record::parse(rec, context.bytes_per_vector, context.path, entry.offset)?;
             let pooled_bytes = view.pooled.map_or(0, <[u8]>::len);
             let table_bytes = view.passage_ends.map_or(0, |e| e.len() + 4);
-            checked.push(RecordSpan { start, len, n_tokens: view.n_tokens, pooled_bytes, table_bytes });
+            let span = RecordSpan { start, len, n_tokens: view.n_tokens, pooled_bytes, table_bytes };
+            checked.push(Slot::Read(span));
         }
-        Ok(RecordBatch { bytes, spans: checked, stats })
+        Ok(RecordBatch { bytes, slots: checked, cached: Vec::new(), stats })
+    }
+
+    /// A batch of `found.len()` records: the cached ones where `found` holds one, the records
+    /// of `read` in order in the other places (`read` holds exactly as many as there are).
+    pub fn with_cached(read: RecordBatch, found: Vec<Option<Arc<HotRecord>>>) -> Result<Self> {
+        let misses = found.iter().filter(|f| f.is_none()).count();
+        if misses != read.len() {
+            return Err(CellarError::internal(format!(
+                "{} records read for {misses} cache misses",
+                read.len()
+            )));
+        }
+        let mut read_slots = read.slots.into_iter();
+        let mut cached = read.cached;
+        let mut slots = Vec::with_capacity(found.len());
+        for hit in found {
+            slots.push(match hit {
+                Some(record) => {
+                    cached.push(record);
+                    Slot::Cached(cached.len() - 1)
+                }
+                None => read_slots.next().expect("as many read records as misses"),
+            });
+        }
+        let mut stats = read.stats;
+        stats.cached += (slots.len() - misses) as u64;
+        Ok(RecordBatch { bytes: read.bytes, slots, cached, stats })
+    }
+
+    /// A batch of no records, nothing read.
+    pub fn empty() -> Self {
+        RecordBatch {
+            bytes: BatchBytes::Shared(Arc::new(Vec::<u8>::new())),
+            slots: Vec::new(),
+            cached: Vec::new(),
+            stats: ReadStats::default(),
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.spans.len()
+        self.slots.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.spans.is_empty()
+        self.slots.is_empty()
     }
 
     /// The i-th record (parsed and checked when the batch was built).
     pub fn record(&self, i: usize) -> RecordView<'_> {
-        let span = self.spans[i];
-        let body = &self.bytes.as_slice()[span.start + record::RECORD_HEADER_BYTES..span.start + span.len];
-        let (pooled, rest) = body.split_at(span.pooled_bytes);
-        let (table, tokens) = rest.split_at(span.table_bytes);
-        RecordView {
-            n_tokens: span.n_tokens,
-            pooled: (span.pooled_bytes > 0).then_some(pooled),
-            tokens,
-            passage_ends: (span.table_bytes > 0).then(|| &table[4..]),
+        match self.slots[i] {
+            Slot::Read(span) => view_of(self.bytes.as_slice(), span),
+            Slot::Cached(c) => self.cached[c].view(),
         }
+    }
+
+    /// Bytes of the i-th record when it was read by this batch (`None` when it came from the
+    /// cache).
+    pub fn record_bytes(&self, i: usize) -> Option<usize> {
+        match self.slots[i] {
+            Slot::Read(span) => Some(span.len),
+            Slot::Cached(_) => None,
+        }
+    }
+
+    /// A copy of the i-th record when it was read by this batch (`None` when it came from the
+    /// cache already).
+    pub fn copy_record(&self, i: usize) -> Option<HotRecord> {
+        let Slot::Read(span) = self.slots[i] else { return None };
+        let bytes: Box<[u8]> = self.bytes.as_slice()[span.start..span.start + span.len].into();
+        Some(HotRecord { bytes, span: RecordSpan { start: 0, ..span } })
     }
 
     pub fn stats(&self) -> ReadStats {

@@ -34,6 +34,7 @@ impl RecordReader for RamReader {
             read_calls: 0,
             pages: plan.pages(),
             bytes: plan.entries.iter().map(|e| e.len as u64).sum(),
+            cached: 0,
         };
         // The whole body was checked against its CRC at open and has been in RAM since.
         let context = self.source.context(ids, false);

@@ -19,6 +19,7 @@ use crate::error::{CellarError, IoContext, Result};
 use crate::format::fsio::{open_checked, read_small_file, verify_body};
 use crate::format::{FileHeader, FileKind, Manifest};
 use crate::ids::DocId;
+use crate::io::hot::{HotRecords, HotStats};
 use crate::io::{open_reader, ReaderKind, ReaderOptions, ReaderSource, RecordBatch, RecordReader};
 
 /// Records read per batch by [`VectorStore::verify`].
@@ -33,6 +34,8 @@ pub struct VectorStore {
     reader: Box<dyn RecordReader>,
     /// [`crate::io::chunk_bytes`] of the offsets, computed once at open.
     chunk_bytes: usize,
+    /// The hot-record cache, when one was asked for ([`VectorStore::with_hot_cache`]).
+    hot: Option<HotRecords>,
 }
 
 impl VectorStore {
@@ -80,7 +83,27 @@ impl VectorStore {
             vectors_header,
             reader,
             chunk_bytes,
+            hot: None,
         })
+    }
+
+    /// Keeps up to `bytes` of the most re-read records in RAM ([`HotRecords`]). Refused for the
+    /// ram reader, which holds every record in RAM already.
+    pub fn with_hot_cache(mut self, bytes: usize) -> Result<Self> {
+        if self.reader.kind() == ReaderKind::Ram {
+            return Err(CellarError::InvalidInput(
+                "a hot-record cache needs the mmap or direct reader: the ram reader holds every record in RAM already"
+                    .into(),
+            ));
+        }
+        let mean = usize::try_from(self.offsets.mean_record_page_bytes()).unwrap_or(usize::MAX);
+        self.hot = Some(HotRecords::new(bytes, mean)?);
+        Ok(self)
+    }
+
+    /// The hot-record cache's counters, when the store has one.
+    pub fn hot_stats(&self) -> Option<HotStats> {
+        self.hot.as_ref().map(HotRecords::stats)
     }
 
     /// Bytes of pages a query's reads are chunked into ([`crate::io::chunk_bytes`]).
@@ -88,8 +111,25 @@ impl VectorStore {
         self.chunk_bytes
     }
 
-    /// Reads the records of `ids`, in order, through the store's reader.
+    /// The records of `ids`, in order: from the hot-record cache where it holds them, the rest
+    /// read through the store's reader (and offered to the cache).
     pub fn read_batch(&self, ids: &[DocId]) -> Result<RecordBatch> {
+        let Some(hot) = &self.hot else { return self.read_uncached(ids) };
+        let found = hot.lookup(ids);
+        let misses: Vec<DocId> =
+            ids.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(id, _)| *id).collect();
+        if misses.len() == ids.len() {
+            let batch = self.read_uncached(ids)?;
+            hot.offer(&batch, ids);
+            return Ok(batch);
+        }
+        let read = if misses.is_empty() { RecordBatch::empty() } else { self.read_uncached(&misses)? };
+        hot.offer(&read, &misses);
+        RecordBatch::with_cached(read, found)
+    }
+
+    /// Reads the records of `ids`, in order, through the store's reader.
+    fn read_uncached(&self, ids: &[DocId]) -> Result<RecordBatch> {
         match self.reader.kind() {
             ReaderKind::Ram => self.reader.read_batch(ids),
             // The thread sleeps on the disk here: its CPU slot, if it has one, goes to another.
@@ -129,7 +169,7 @@ impl VectorStore {
     pub fn verify(&self) -> Result<usize> {
         let ids: Vec<DocId> = (0..self.len() as u32).map(DocId).collect();
         for batch in ids.chunks(VERIFY_BATCH_DOCS) {
-            self.read_batch(batch)?;
+            self.read_uncached(batch)?;
         }
         let path = self.vectors_path();
         let file = std::fs::File::open(&path).at(&path)?;

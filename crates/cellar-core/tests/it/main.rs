@@ -7,6 +7,7 @@ mod format_docs;
 mod golden;
 #[path = "../support/golden.rs"]
 mod golden_files;
+mod hot;
 #[path = "../support/markdown.rs"]
 mod markdown;
 mod store;
