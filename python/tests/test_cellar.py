@@ -56,6 +56,23 @@ def test_every_reader_gives_the_same_ranking(index_dir: Path, index: cellar.Inde
     assert idx.search(query, k=10).ids == index.search(query, k=10).ids
 
 
+def test_a_hot_record_cache_answers_a_repeated_query_alike_without_reading(index_dir: Path, index: cellar.Index) -> None:
+    try:
+        idx = cellar.Index.open(index_dir, reader="direct", cache_mib=2)
+    except cellar.UnsupportedError:
+        idx = cellar.Index.open(index_dir, reader="mmap", cache_mib=2)
+    query = "black hole event horizon"
+    first, again = idx.search(query, k=5, mode="rerank"), idx.search(query, k=5, mode="rerank")
+    want = index.search(query, k=5, mode="rerank")
+    assert first.ids == want.ids and again.ids == want.ids
+    assert first.io["records_cached"] == 0 and first.bytes_read > 0
+    assert again.io["records_cached"] > 0 and again.bytes_read == 0
+    with pytest.raises(cellar.InvalidInputError, match="ram reader"):
+        cellar.Index.open(index_dir, reader="ram", cache_mib=2)
+    with pytest.raises(ValueError, match="cache_mib"):
+        cellar.Index.open(index_dir, reader="mmap", cache_mib=0)
+
+
 # --- search -----------------------------------------------------------------------------------
 
 

@@ -67,7 +67,8 @@ pub struct ServeArgs {
     pub read_buffer_mib: Option<usize>,
     /// MiB of the most re-read records kept in RAM after they are read (the hot-record cache;
     /// mmap or direct reader). Inside the memory cap: the read-buffer and request budgets are
-    /// sized from the cap's headroom less this. Default: none (see the README for when it wins).
+    /// sized from the cap's headroom less this, and more than half of it is refused. Default:
+    /// none (see the README for what it wins).
     #[arg(long)]
     pub cache_mib: Option<usize>,
     /// Intra-op threads of one query's encoding.

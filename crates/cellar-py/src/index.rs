@@ -266,19 +266,25 @@ impl PyIndex {
     ///
     /// ``reader`` is how token vectors are read: ``"mmap"`` (page cache), ``"direct"``
     /// (``O_DIRECT``, bypassing the page cache) or ``"ram"`` (all loaded in memory). ``model``
-    /// overrides the model directory recorded at build time.
+    /// overrides the model directory recorded at build time. ``cache_mib`` keeps up to that many
+    /// MiB of the most re-read records in RAM after they are read (``"mmap"`` or ``"direct"``;
+    /// a hit shows in a result's ``io["records_cached"]``).
     #[staticmethod]
-    #[pyo3(signature = (path, reader="mmap", model=None, encoder_threads=1))]
+    #[pyo3(signature = (path, reader="mmap", model=None, encoder_threads=1, cache_mib=None))]
     fn open(
         py: Python<'_>,
         path: PathBuf,
         reader: &str,
         model: Option<PathBuf>,
         encoder_threads: i64,
+        cache_mib: Option<i64>,
     ) -> PyResult<PyIndex> {
         let reader = parse_choice::<ReaderKind>(py, reader)?;
         let encoder_threads = positive(py, "encoder_threads", encoder_threads)?;
-        open_index(py, path, OpenOptions { reader, model_dir: model, encoder_threads, ..Default::default() })
+        let hot_cache_bytes = positive_opt(py, "cache_mib", cache_mib)?.unwrap_or(0) << 20;
+        let options =
+            OpenOptions { reader, model_dir: model, encoder_threads, hot_cache_bytes, ..Default::default() };
+        open_index(py, path, options)
     }
 
     /// Searches for ``query`` and returns the top ``k`` hits as a :class:`SearchResult`.

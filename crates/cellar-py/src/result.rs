@@ -81,7 +81,8 @@ impl PySearchResult {
         to_python(py, &self.response.params)
     }
 
-    /// Reads made for this query: read_calls, pages, bytes_read.
+    /// Reads made for this query: read_calls, pages, bytes_read, and records_cached (records
+    /// served from the hot-record cache instead of read).
     #[getter]
     fn io<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_python(py, &self.response.io)

@@ -23,9 +23,12 @@ use crate::ids::DocId;
 
 /// Residents sampled for the least frequent one when a record needs room.
 const VICTIM_SAMPLES: usize = 8;
-/// Counters per record the cache can hold (at least [`MIN_COUNTERS`]).
+/// Counters of the sketch per document of the store, and per record the cache can hold (the
+/// larger count wins, within [`MIN_COUNTERS`]..=[`MAX_COUNTERS`] bytes).
+const COUNTERS_PER_DOC: usize = 4;
 const COUNTERS_PER_RECORD: usize = 16;
 const MIN_COUNTERS: usize = 4096;
+const MAX_COUNTERS: usize = 1 << 22;
 /// Lookups, in multiples of the sketch's size, after which every counter is halved.
 const AGING_FACTOR: usize = 8;
 /// Most a counter reaches.
@@ -89,14 +92,20 @@ struct Inner {
 }
 
 impl HotRecords {
-    /// A cache of at most `capacity` bytes for records of about `mean_record_bytes` each (which
-    /// sizes the frequency sketch).
-    pub fn new(capacity: usize, mean_record_bytes: usize) -> Result<Self> {
+    /// A cache of at most `capacity` bytes over a store of `docs` records of about
+    /// `mean_record_bytes` each (which size the frequency sketch: [`COUNTERS_PER_DOC`] counters
+    /// per document up to [`MAX_COUNTERS`], and at least [`COUNTERS_PER_RECORD`] per record the
+    /// cache holds, so that counts of different documents seldom share every counter).
+    pub fn new(capacity: usize, mean_record_bytes: usize, docs: usize) -> Result<Self> {
         if capacity == 0 {
             return Err(CellarError::InvalidInput("a hot-record cache needs at least 1 byte".into()));
         }
         let records = capacity / (mean_record_bytes.max(1) + ENTRY_OVERHEAD);
-        let counters = (records.saturating_mul(COUNTERS_PER_RECORD)).clamp(MIN_COUNTERS, 1 << 24);
+        let counters = docs
+            .saturating_mul(COUNTERS_PER_DOC)
+            .min(MAX_COUNTERS)
+            .max(records.saturating_mul(COUNTERS_PER_RECORD))
+            .clamp(MIN_COUNTERS, MAX_COUNTERS);
         RESERVED.fetch_add(capacity, Ordering::Relaxed);
         Ok(HotRecords {
             capacity,
@@ -145,7 +154,8 @@ impl HotRecords {
                 continue;
             }
             let Some(len) = batch.record_bytes(i) else { continue };
-            let size = len + ENTRY_OVERHEAD;
+            // A copy takes whole pages of its own (`HotRecord`).
+            let size = len.div_ceil(crate::format::PAGE_BYTES) * crate::format::PAGE_BYTES + ENTRY_OVERHEAD;
             if size > self.capacity || !inner.make_room(size, self.capacity, *id) {
                 continue;
             }
@@ -300,7 +310,7 @@ mod tests {
 
     #[test]
     fn an_empty_cache_is_refused() {
-        let err = HotRecords::new(0, 4096).err().expect("refused");
+        let err = HotRecords::new(0, 4096, 100).err().expect("refused");
         assert!(matches!(err, CellarError::InvalidInput(_)), "{err}");
     }
 }

@@ -164,8 +164,12 @@ pub struct RecordBatch {
 }
 
 /// One record copied out of a batch, with its parsed layout: what the hot-record cache keeps.
+/// Its bytes are an anonymous mapping of whole pages of their own, unmapped when it is dropped:
+/// copies of ~20 KiB made on many threads and freed on others left the allocator's arenas
+/// holding 1.5-1.6x the cache's bytes (a 4 MiB cache raised a server's peak RSS by 6 MiB, a
+/// 16 MiB one by 26), enough to get capped servers OOM-killed.
 pub struct HotRecord {
-    bytes: Box<[u8]>,
+    bytes: memmap2::MmapMut,
     span: RecordSpan,
 }
 
@@ -174,7 +178,7 @@ impl HotRecord {
         view_of(&self.bytes, self.span)
     }
 
-    /// Bytes it holds (the record's own, header included).
+    /// Bytes of memory it holds (its pages).
     pub fn len(&self) -> usize {
         self.bytes.len()
     }
@@ -287,10 +291,12 @@ impl RecordBatch {
     }
 
     /// A copy of the i-th record when it was read by this batch (`None` when it came from the
-    /// cache already).
+    /// cache already, or when no memory could be mapped for it).
     pub fn copy_record(&self, i: usize) -> Option<HotRecord> {
         let Slot::Read(span) = self.slots[i] else { return None };
-        let bytes: Box<[u8]> = self.bytes.as_slice()[span.start..span.start + span.len].into();
+        let pages = span.len.div_ceil(crate::format::PAGE_BYTES) * crate::format::PAGE_BYTES;
+        let mut bytes = memmap2::MmapMut::map_anon(pages).ok()?;
+        bytes[..span.len].copy_from_slice(&self.bytes.as_slice()[span.start..span.start + span.len]);
         Some(HotRecord { bytes, span: RecordSpan { start: 0, ..span } })
     }
 

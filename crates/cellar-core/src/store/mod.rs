@@ -97,7 +97,7 @@ impl VectorStore {
             ));
         }
         let mean = usize::try_from(self.offsets.mean_record_page_bytes()).unwrap_or(usize::MAX);
-        self.hot = Some(HotRecords::new(bytes, mean)?);
+        self.hot = Some(HotRecords::new(bytes, mean, self.len())?);
         Ok(self)
     }
 

@@ -91,7 +91,11 @@ class Index:
     ) -> Index: ...
     @staticmethod
     def open(
-        path: _Path, reader: _Reader = "mmap", model: _Path | None = None, encoder_threads: int = 1
+        path: _Path,
+        reader: _Reader = "mmap",
+        model: _Path | None = None,
+        encoder_threads: int = 1,
+        cache_mib: int | None = None,
     ) -> Index: ...
     def search(
         self,
