@@ -119,6 +119,8 @@ impl Weights {
             )));
         }
         let file = File::open(&self.path).map_err(|e| bad(format!("cannot open: {e}")))?;
+        cellar_core::io::cache::advise_random(&file, &self.path)
+            .map_err(|e| bad(format!("cannot advise random reads: {e}")))?;
         Ok(DiskRows {
             file,
             path: self.path.clone(),

@@ -1,4 +1,5 @@
-//! Page-cache control for benchmarks: evict a file's cached pages so the next reads hit the disk.
+//! Page-cache control: evict a file's cached pages so the next reads hit the disk (benchmarks),
+//! and turn off read-ahead for a file read at random places.
 
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
@@ -11,6 +12,19 @@ pub fn evict_file(path: &Path) -> Result<()> {
     let file = File::open(path).at(path)?;
     // SAFETY: plain syscall on a valid fd.
     let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(CellarError::io(path, std::io::Error::from_raw_os_error(rc)));
+    }
+    Ok(())
+}
+
+/// Tells the kernel that `file` (opened from `path`) is read at random places
+/// (`POSIX_FADV_RANDOM`): a small positioned read brings in the pages it covers and no read-ahead
+/// around them. For the word-embedding rows a query's tokens name, read-ahead filled the page
+/// cache with their neighbours, which under a memory cap evicted what the server needed.
+pub fn advise_random(file: &File, path: &Path) -> Result<()> {
+    // SAFETY: plain syscall on a valid fd.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
     if rc != 0 {
         return Err(CellarError::io(path, std::io::Error::from_raw_os_error(rc)));
     }
