@@ -59,18 +59,6 @@ pub struct HotStats {
     pub rejected: u64,
 }
 
-impl HotStats {
-    /// Hits over lookups (0 before any lookup).
-    pub fn hit_rate(&self) -> f64 {
-        let lookups = self.hits + self.misses;
-        if lookups == 0 {
-            0.0
-        } else {
-            self.hits as f64 / lookups as f64
-        }
-    }
-}
-
 /// The cache of one store. `Send + Sync`.
 pub struct HotRecords {
     capacity: usize,
@@ -149,13 +137,12 @@ impl HotRecords {
     /// was looked up more often than the least frequent of the sampled residents it displaces.
     pub fn offer(&self, batch: &RecordBatch, ids: &[DocId]) {
         let mut inner = self.lock();
-        for (i, id) in ids.iter().enumerate().take(batch.len()) {
+        for (i, id) in ids.iter().enumerate() {
             if inner.index.contains_key(id) {
                 continue;
             }
-            let Some(len) = batch.record_bytes(i) else { continue };
-            // A copy takes whole pages of its own (`HotRecord`).
-            let size = len.div_ceil(crate::format::PAGE_BYTES) * crate::format::PAGE_BYTES + ENTRY_OVERHEAD;
+            let Some(copy_bytes) = batch.copy_bytes(i) else { continue };
+            let size = copy_bytes + ENTRY_OVERHEAD;
             if size > self.capacity || !inner.make_room(size, self.capacity, *id) {
                 continue;
             }
@@ -180,11 +167,6 @@ impl HotRecords {
             evicted: inner.evicted,
             rejected: inner.rejected,
         }
-    }
-
-    /// Whether the record of `id` is cached (no lookup counted).
-    pub fn contains(&self, id: DocId) -> bool {
-        self.lock().index.contains_key(&id)
     }
 }
 

@@ -281,11 +281,13 @@ impl RecordBatch {
         }
     }
 
-    /// Bytes of the i-th record when it was read by this batch (`None` when it came from the
-    /// cache).
-    pub fn record_bytes(&self, i: usize) -> Option<usize> {
+    /// Bytes a [`RecordBatch::copy_record`] of the i-th record takes (whole pages), when it
+    /// was read by this batch (`None` when it came from the cache).
+    pub fn copy_bytes(&self, i: usize) -> Option<usize> {
         match self.slots[i] {
-            Slot::Read(span) => Some(span.len),
+            Slot::Read(span) => {
+                Some(span.len.div_ceil(crate::format::PAGE_BYTES) * crate::format::PAGE_BYTES)
+            }
             Slot::Cached(_) => None,
         }
     }
@@ -294,8 +296,7 @@ impl RecordBatch {
     /// cache already, or when no memory could be mapped for it).
     pub fn copy_record(&self, i: usize) -> Option<HotRecord> {
         let Slot::Read(span) = self.slots[i] else { return None };
-        let pages = span.len.div_ceil(crate::format::PAGE_BYTES) * crate::format::PAGE_BYTES;
-        let mut bytes = memmap2::MmapMut::map_anon(pages).ok()?;
+        let mut bytes = memmap2::MmapMut::map_anon(self.copy_bytes(i)?).ok()?;
         bytes[..span.len].copy_from_slice(&self.bytes.as_slice()[span.start..span.start + span.len]);
         Some(HotRecord { bytes, span: RecordSpan { start: 0, ..span } })
     }

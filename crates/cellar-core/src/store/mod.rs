@@ -116,13 +116,13 @@ impl VectorStore {
     pub fn read_batch(&self, ids: &[DocId]) -> Result<RecordBatch> {
         let Some(hot) = &self.hot else { return self.read_uncached(ids) };
         let found = hot.lookup(ids);
-        let misses: Vec<DocId> =
-            ids.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(id, _)| *id).collect();
-        if misses.len() == ids.len() {
+        if found.iter().all(Option::is_none) {
             let batch = self.read_uncached(ids)?;
             hot.offer(&batch, ids);
             return Ok(batch);
         }
+        let misses: Vec<DocId> =
+            ids.iter().zip(&found).filter(|(_, f)| f.is_none()).map(|(id, _)| *id).collect();
         let read = if misses.is_empty() { RecordBatch::empty() } else { self.read_uncached(&misses)? };
         hot.offer(&read, &misses);
         RecordBatch::with_cached(read, found)

@@ -1,9 +1,11 @@
 //! What the router tests share: a small index about six topics, with an IVF.
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 use cellar_search::ivf::IvfBuildOptions;
-use cellar_search::{BuildOptions, Index};
+use cellar_search::{BuildOptions, Index, OpenOptions};
+use cellar_server::ServerConfig;
 use serde_json::json;
 
 pub const DOCS: [(&str, &str); 6] = [
@@ -31,4 +33,25 @@ pub fn build_index() -> (tempfile::TempDir, PathBuf) {
     let ivf = IvfBuildOptions { cluster_size: 8, ..IvfBuildOptions::default() };
     cellar_search::ivf::build_ivf(&out, &ivf).unwrap();
     (tmp, out)
+}
+
+/// One small index per test binary, opened once and shared by every router (the binaries that
+/// build their own do not use it).
+#[allow(dead_code)]
+pub fn index() -> Arc<Index> {
+    static INDEX: OnceLock<(tempfile::TempDir, Arc<Index>)> = OnceLock::new();
+    INDEX
+        .get_or_init(|| {
+            let (tmp, out) = build_index();
+            let index = Index::open(&out, OpenOptions::default()).unwrap();
+            (tmp, Arc::new(index))
+        })
+        .1
+        .clone()
+}
+
+/// A server's defaults on an ephemeral loopback port.
+#[allow(dead_code)]
+pub fn config() -> ServerConfig {
+    ServerConfig::new("127.0.0.1:0".parse().unwrap())
 }
