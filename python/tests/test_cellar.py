@@ -73,6 +73,16 @@ def test_a_hot_record_cache_answers_a_repeated_query_alike_without_reading(index
         cellar.Index.open(index_dir, reader="mmap", cache_mib=0)
 
 
+def test_f16_model_weights_answer_a_text_query_as_f32_weights_do(index_dir: Path, index: cellar.Index) -> None:
+    idx = cellar.Index.open(index_dir, model_weights="f16")
+    query = "black hole event horizon"
+    half, full = idx.search(query, k=5, mode="rerank").ids, index.search(query, k=5, mode="rerank").ids
+    # The weights' rounding moves scores by about 1e-3: the top hit stays, near ties below may swap.
+    assert half[0] == full[0] and len(set(half) & set(full)) >= 4
+    with pytest.raises(cellar.InvalidInputError, match="f32 or f16"):
+        cellar.Index.open(index_dir, model_weights="bf16")
+
+
 # --- search -----------------------------------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ use cellar_core::{CellarError, Result};
 use cellar_search::corpus::Collection;
 use cellar_search::eval::{self, RowResult};
 use cellar_search::progress;
-use cellar_search::{Index, OpenOptions};
+use cellar_search::{Index, OpenOptions, WeightPrecision};
 use clap::Args;
 
 #[derive(Args)]
@@ -23,6 +23,9 @@ pub struct EvalArgs {
     pub reader: ReaderKind,
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// How the query encoder holds its layer weights: f32 or f16 (as `cellar serve`).
+    #[arg(long, default_value = "f32")]
+    pub model_weights: WeightPrecision,
     /// Write one TREC run file per row into this directory.
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
@@ -42,7 +45,12 @@ pub struct EvalArgs {
 pub fn run(args: EvalArgs) -> Result<()> {
     let index = Index::open(
         &args.index,
-        OpenOptions { reader: args.reader, model_dir: args.model, ..Default::default() },
+        OpenOptions {
+            reader: args.reader,
+            model_dir: args.model,
+            model_weights: args.model_weights,
+            ..Default::default()
+        },
     )?;
     let collection = Collection::locate(&args.data)?;
     let qrels = collection.qrels(&args.split)?;

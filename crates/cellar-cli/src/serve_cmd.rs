@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cellar_core::io::{InjectedLatency, ReaderKind};
 use cellar_core::{CellarError, Result};
-use cellar_search::{Index, OpenOptions};
+use cellar_search::{Index, OpenOptions, WeightPrecision};
 use cellar_server::ServerConfig;
 use clap::Args;
 
@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// Intra-op threads of one query's encoding.
     #[arg(long, default_value_t = 1)]
     pub intra_op_threads: usize,
+    /// How the query encoder holds its layer weights: f32 (the checkpoint's arithmetic) or f16
+    /// (half the memory; products still in f32). See the README's "Memory caps" section.
+    #[arg(long, default_value = "f32")]
+    pub model_weights: WeightPrecision,
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 2 << 20)]
     pub max_body_bytes: usize,
@@ -230,6 +234,7 @@ fn open_options(args: &ServeArgs) -> Result<OpenOptions> {
         reader: args.reader,
         model_dir: args.model.clone(),
         encoder_threads: positive(args.intra_op_threads, "intra-op-threads")?,
+        model_weights: args.model_weights,
         inject_latency,
         hot_cache_bytes: args.cache_mib.map(|m| positive(m, "cache-mib")).transpose()?.unwrap_or(0) << 20,
         ..OpenOptions::default()

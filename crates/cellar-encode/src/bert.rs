@@ -8,30 +8,31 @@ use candle_core::Tensor;
 use cellar_core::Result;
 
 use crate::config::BertConfig;
+use crate::dense::{Dense, WeightPrecision};
 use crate::ops::{Act, AddNorm, BiasAct, LayerNorm, MaskedSoftmax};
 use crate::weights::{DiskRows, Weights};
 
 type CResult<T> = candle_core::Result<T>;
 
-/// One transformer block, weights laid out for `x @ w`.
+/// One transformer block; each weight matrix maps `x` to `x @ w^T` ([`Dense`]).
 struct Layer {
-    /// Query, key and value projections side by side, `(hidden, 3 * hidden)`; the query part is
+    /// Query, key and value projections stacked, `(3 * hidden, hidden)`; the query part is
     /// pre-scaled by `1 / sqrt(head_dim)`.
-    qkv_w: Tensor,
+    qkv_w: Dense,
     /// Their biases, query part pre-scaled the same way.
     qkv_b: Vec<f32>,
     /// Attention output projection, `(hidden, hidden)`.
-    out_w: Tensor,
+    out_w: Dense,
     /// Its bias.
     out_b: Vec<f32>,
     /// LayerNorm after the attention residual.
     ln_attn: LayerNorm,
-    /// Feed-forward expansion, `(hidden, intermediate)`.
-    ff_in_w: Tensor,
+    /// Feed-forward expansion, `(intermediate, hidden)`.
+    ff_in_w: Dense,
     /// Its bias.
     ff_in_b: Vec<f32>,
-    /// Feed-forward contraction, `(intermediate, hidden)`.
-    ff_out_w: Tensor,
+    /// Feed-forward contraction, `(hidden, intermediate)`.
+    ff_out_w: Dense,
     /// Its bias.
     ff_out_b: Vec<f32>,
     /// LayerNorm after the feed-forward residual.
@@ -72,27 +73,27 @@ fn layer_norm(w: &Weights, name: &str, cfg: &BertConfig) -> Result<LayerNorm> {
     Ok(LayerNorm { gamma, beta, eps: cfg.layer_norm_eps as f32 })
 }
 
-/// A linear layer's weight `(out, inp)` transposed to `(inp, out)`, and its bias.
+/// A linear layer's weight `(out, inp)` and its bias.
 fn linear(w: &Weights, name: &str, inp: usize, out: usize) -> Result<(Tensor, Vec<f32>)> {
-    let weight = w.get(&format!("{name}.weight"), &[out, inp])?;
-    let t = prep(w, weight.t().and_then(|t| t.contiguous()))?;
-    Ok((t, w.vec(&format!("{name}.bias"), out)?))
+    Ok((w.get(&format!("{name}.weight"), &[out, inp])?, w.vec(&format!("{name}.bias"), out)?))
 }
 
 impl Layer {
-    fn load(w: &Weights, cfg: &BertConfig, i: usize) -> Result<Layer> {
+    fn load(w: &Weights, cfg: &BertConfig, i: usize, precision: WeightPrecision) -> Result<Layer> {
         let (h, inter) = (cfg.hidden_size, cfg.intermediate_size);
         let p = format!("encoder.layer.{i}.");
         let scale = 1.0 / (cfg.head_dim() as f64).sqrt();
+        let dense = |t: &Tensor| prep(w, Dense::new(t, precision));
         let (q_w, mut q_b) = linear(w, &format!("{p}attention.self.query"), h, h)?;
         let (k_w, k_b) = linear(w, &format!("{p}attention.self.key"), h, h)?;
         let (v_w, v_b) = linear(w, &format!("{p}attention.self.value"), h, h)?;
         let q_w = prep(w, q_w.affine(scale, 0.0))?;
         q_b.iter_mut().for_each(|b| *b *= scale as f32);
-        let qkv_w = prep(w, Tensor::cat(&[&q_w, &k_w, &v_w], 1))?;
+        let qkv_w = dense(&prep(w, Tensor::cat(&[&q_w, &k_w, &v_w], 0))?)?;
         let (out_w, out_b) = linear(w, &format!("{p}attention.output.dense"), h, h)?;
         let (ff_in_w, ff_in_b) = linear(w, &format!("{p}intermediate.dense"), h, inter)?;
         let (ff_out_w, ff_out_b) = linear(w, &format!("{p}output.dense"), inter, h)?;
+        let (out_w, ff_in_w, ff_out_w) = (dense(&out_w)?, dense(&ff_in_w)?, dense(&ff_out_w)?);
         Ok(Layer {
             qkv_w,
             qkv_b: [q_b, k_b, v_b].concat(),
@@ -110,17 +111,17 @@ impl Layer {
     /// `x` is `(batch * seq, hidden)`; returns the same shape.
     fn forward(&self, x: &Tensor, cfg: &BertConfig, seq: usize, lens: &[usize]) -> CResult<Tensor> {
         let (batch, heads, hd) = (lens.len(), cfg.num_attention_heads, cfg.head_dim());
-        let qkv = x.matmul(&self.qkv_w)?;
+        let qkv = self.qkv_w.forward(x)?;
         qkv.inplace_op1(&BiasAct { bias: Some(&self.qkv_b), act: Act::Identity })?;
         // (batch, seq, 3, heads, hd) -> (3, batch, heads, seq, hd): one copy, then q/k/v are views.
         let qkv = qkv.reshape((batch, seq, 3, heads, hd))?.permute((2, 0, 3, 1, 4))?.contiguous()?;
         let ctx = attention(&qkv.get(0)?, &qkv.get(1)?, &qkv.get(2)?, lens)?;
         let ctx = ctx.transpose(1, 2)?.contiguous()?.reshape((batch * seq, heads * hd))?;
-        let attn = ctx.matmul(&self.out_w)?;
+        let attn = self.out_w.forward(&ctx)?;
         attn.inplace_op2(x, &AddNorm { bias: Some(&self.out_b), norm: &self.ln_attn })?;
-        let ff = attn.matmul(&self.ff_in_w)?;
+        let ff = self.ff_in_w.forward(&attn)?;
         ff.inplace_op1(&BiasAct { bias: Some(&self.ff_in_b), act: Act::Gelu })?;
-        let out = ff.matmul(&self.ff_out_w)?;
+        let out = self.ff_out_w.forward(&ff)?;
         out.inplace_op2(&attn, &AddNorm { bias: Some(&self.ff_out_b), norm: &self.ln_ff })?;
         Ok(out)
     }
@@ -147,8 +148,9 @@ fn attention(q: &Tensor, k: &Tensor, v: &Tensor, lens: &[usize]) -> CResult<Tens
 }
 
 impl Bert {
-    /// Builds the network from `cfg` and the tensors in `w`.
-    pub fn load(cfg: BertConfig, w: &Weights) -> Result<Bert> {
+    /// Builds the network from `cfg` and the tensors in `w`, its layers' weight matrices held
+    /// at `precision`.
+    pub fn load(cfg: BertConfig, w: &Weights, precision: WeightPrecision) -> Result<Bert> {
         let h = cfg.hidden_size;
         let word = w.rows("embeddings.word_embeddings.weight", [cfg.vocab_size, h])?;
         let pos = w.get("embeddings.position_embeddings.weight", &[cfg.max_position_embeddings, h])?;
@@ -157,7 +159,8 @@ impl Bert {
             None => pos,
         };
         let ln_emb = layer_norm(w, "embeddings.LayerNorm", &cfg)?;
-        let layers = (0..cfg.num_hidden_layers).map(|i| Layer::load(w, &cfg, i)).collect::<Result<_>>()?;
+        let layers =
+            (0..cfg.num_hidden_layers).map(|i| Layer::load(w, &cfg, i, precision)).collect::<Result<_>>()?;
         Ok(Bert { cfg, word, pos_type, ln_emb, layers })
     }
 

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use cellar_core::Result;
 use serde::{Deserialize, Serialize};
 
+use crate::dense::WeightPrecision;
 use crate::errors::model_err;
 
 /// How to load and run an encoder. Build with [`EncoderConfig::new`] and override fields.
@@ -34,6 +35,9 @@ pub struct EncoderConfig {
     /// Most documents per forward pass in [`crate::Encoder::encode_docs`]. Default 32. A pass is
     /// also capped at 2048 padded tokens (long documents run ~8 at a time), which is faster on CPU.
     pub batch_size: usize,
+    /// How the BERT layers' weight matrices are held: f32 (the default, the checkpoint's own
+    /// arithmetic) or f16 (half their memory, products still in f32).
+    pub weights: WeightPrecision,
 }
 
 impl EncoderConfig {
@@ -48,6 +52,7 @@ impl EncoderConfig {
             skip_punctuation: true,
             threads: 1,
             batch_size: 32,
+            weights: WeightPrecision::F32,
         }
     }
 }

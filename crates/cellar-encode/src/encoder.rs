@@ -89,7 +89,7 @@ impl Encoder {
                 cfg.num_hidden_layers,
                 cfg.hidden_size
             );
-            (Network::Bert(Bert::load(cfg, &weights)?), weights, summary)
+            (Network::Bert(Bert::load(cfg, &weights, config.weights)?), weights, summary)
         };
         let (hidden, vocab, max_positions) = net.shape();
         let projection = Projection::find(&dir, &weights, hidden)?;

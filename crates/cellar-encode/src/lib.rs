@@ -15,6 +15,7 @@
 mod bert;
 mod colbert;
 mod config;
+mod dense;
 mod eigen;
 mod encoder;
 mod errors;
@@ -33,6 +34,7 @@ use std::process::Command;
 
 pub use cellar_core::{CellarError, Result};
 pub use config::{EncoderConfig, Overflow};
+pub use dense::WeightPrecision;
 pub use encoder::{Encoded, Encoder};
 pub use pca::Pca;
 pub use splade::{SparseEncoder, SparseVector, DEFAULT_SPLADE_WINDOW};

@@ -13,6 +13,7 @@ use cellar_core::Result;
 
 use crate::bert::Bert;
 use crate::config::{BertConfig, Overflow};
+use crate::dense::WeightPrecision;
 use crate::encoder::passes;
 use crate::errors::{invalid, model_err, tensor_err};
 use crate::math::{gelu, layer_norm};
@@ -123,7 +124,7 @@ impl SparseEncoder {
             let detail = format!("tokenizer has {} tokens, the model only {vocab}", tokenizers.vocab_size());
             return Err(model_err(&dir.join("tokenizer.json"), detail));
         }
-        let bert = Bert::load(cfg, &weights)?;
+        let bert = Bert::load(cfg, &weights, WeightPrecision::F32)?;
         Ok(SparseEncoder {
             bert,
             dense_w,

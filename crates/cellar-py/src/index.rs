@@ -9,7 +9,7 @@ use cellar_core::io::ReaderKind;
 use cellar_search::eval::doc_ids;
 use cellar_search::ivf::IvfBuildOptions;
 use cellar_search::request::DEFAULT_K;
-use cellar_search::{BuildOptions, Index, OpenOptions, SearchRequest, WriteRequest};
+use cellar_search::{BuildOptions, Index, OpenOptions, SearchRequest, WeightPrecision, WriteRequest};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -268,9 +268,11 @@ impl PyIndex {
     /// (``O_DIRECT``, bypassing the page cache) or ``"ram"`` (all loaded in memory). ``model``
     /// overrides the model directory recorded at build time. ``cache_mib`` keeps up to that many
     /// MiB of the most re-read records in RAM after they are read (``"mmap"`` or ``"direct"``;
-    /// a hit shows in a result's ``io["records_cached"]``).
+    /// a hit shows in a result's ``io["records_cached"]``). ``model_weights`` is how the query
+    /// encoder holds its layer weights: ``"f32"`` (the checkpoint's arithmetic) or ``"f16"``
+    /// (half their memory, products still in f32).
     #[staticmethod]
-    #[pyo3(signature = (path, reader="mmap", model=None, encoder_threads=1, cache_mib=None))]
+    #[pyo3(signature = (path, reader="mmap", model=None, encoder_threads=1, cache_mib=None, model_weights="f32"))]
     fn open(
         py: Python<'_>,
         path: PathBuf,
@@ -278,12 +280,20 @@ impl PyIndex {
         model: Option<PathBuf>,
         encoder_threads: i64,
         cache_mib: Option<i64>,
+        model_weights: &str,
     ) -> PyResult<PyIndex> {
         let reader = parse_choice::<ReaderKind>(py, reader)?;
+        let model_weights = parse_choice::<WeightPrecision>(py, model_weights)?;
         let encoder_threads = positive(py, "encoder_threads", encoder_threads)?;
         let hot_cache_bytes = positive_opt(py, "cache_mib", cache_mib)?.unwrap_or(0) << 20;
-        let options =
-            OpenOptions { reader, model_dir: model, encoder_threads, hot_cache_bytes, ..Default::default() };
+        let options = OpenOptions {
+            reader,
+            model_dir: model,
+            encoder_threads,
+            hot_cache_bytes,
+            model_weights,
+            ..Default::default()
+        };
         open_index(py, path, options)
     }
 

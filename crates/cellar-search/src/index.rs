@@ -9,7 +9,7 @@ use cellar_core::io::{InjectedLatency, ReaderKind, ReaderOptions};
 use cellar_core::kernels::Isa;
 use cellar_core::store::VectorStore;
 use cellar_core::{CellarError, Result};
-use cellar_encode::{Encoder, EncoderConfig, Pca};
+use cellar_encode::{Encoder, EncoderConfig, Pca, WeightPrecision};
 
 use crate::bm25::Bm25Index;
 use crate::config::IndexConfig;
@@ -29,6 +29,8 @@ pub struct OpenOptions {
     pub model_dir: Option<PathBuf>,
     /// Intra-op threads of one query's encoding (1: under concurrency more threads lose).
     pub encoder_threads: usize,
+    /// How the query encoder holds its layer weights (f16: half its memory).
+    pub model_weights: WeightPrecision,
     /// Direct reader only: an emulated SSD latency per read (benchmarks on a host-cached disk).
     pub inject_latency: Option<InjectedLatency>,
     /// Written documents held in RAM (encoded vectors and text) before a write flushes them
@@ -45,6 +47,7 @@ impl Default for OpenOptions {
             reader: ReaderKind::Mmap,
             model_dir: None,
             encoder_threads: 1,
+            model_weights: WeightPrecision::F32,
             inject_latency: None,
             flush_bytes: crate::written::state::FLUSH_BYTES,
             hot_cache_bytes: 0,
@@ -282,6 +285,7 @@ impl Index {
         config.skip_special = settings.skip_special;
         config.skip_punctuation = settings.skip_punctuation;
         config.threads = self.options.encoder_threads.max(1);
+        config.weights = self.options.model_weights;
         let encoder = Encoder::load(config)?;
         if encoder.dim() != settings.model_dim {
             return Err(CellarError::Model {

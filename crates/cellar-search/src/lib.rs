@@ -63,7 +63,7 @@ pub mod verify;
 pub mod written;
 
 pub use build::{BuildOptions, EmbeddedDoc};
-pub use cellar_encode::Overflow;
+pub use cellar_encode::{Overflow, WeightPrecision};
 pub use config::IndexConfig;
 pub use filter::Filter;
 pub use index::{Index, OpenOptions};

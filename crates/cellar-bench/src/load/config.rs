@@ -65,6 +65,9 @@ pub struct ConfigSpec {
     /// Server's hot-record cache in MiB (`--cache-mib`); `None`: none. Inside the cap: a
     /// `cap=footprint+X` footprint is measured without it, so the cache takes part of the X%.
     pub cache_mib: Option<usize>,
+    /// Server's `--model-weights` (how its query encoder holds its layer weights); `None`: its
+    /// default.
+    pub model_weights: Option<String>,
     pub vectors: Vectors,
     /// Set for a server that was already running.
     pub url: Option<String>,
@@ -88,6 +91,7 @@ impl Default for ConfigSpec {
             queue: None,
             io_waiters: None,
             cache_mib: None,
+            model_weights: None,
             vectors: Vectors::Server,
             url: None,
             request: Vec::new(),
@@ -96,7 +100,7 @@ impl Default for ConfigSpec {
 }
 
 pub const KEYS: &str = "name, index, reader, cap, threads, ssd_latency_us, vectors, workers, queue, \
-     io_waiters, cache_mib, nprobe, prefetch, prefetch_step, rescore, hybrid_candidates, early_read";
+     io_waiters, cache_mib, model_weights, nprobe, prefetch, prefetch_step, rescore, hybrid_candidates, early_read";
 
 /// Per-configuration request parameters, each checked for its JSON type here (its range is the
 /// server's to check, which answers 400 and fails the level loudly).
@@ -117,7 +121,7 @@ fn request_param(key: &str, value: &str) -> Option<std::result::Result<String, S
 }
 
 /// Parses `name=ram-f16,index=DIR,reader=ram[,cap=25|cap=footprint+5][,threads=2][,ssd_latency_us=100]
-/// [,vectors=client][,workers=2][,queue=128][,io_waiters=0][,cache_mib=4]`.
+/// [,vectors=client][,workers=2][,queue=128][,io_waiters=0][,cache_mib=4][,model_weights=f16]`.
 pub fn parse(spec: &str) -> Result<ConfigSpec> {
     let bad = |why: String| CellarError::InvalidInput(format!("--config {spec:?}: {why}"));
     let mut c = ConfigSpec::default();
@@ -183,6 +187,11 @@ pub fn parse(spec: &str) -> Result<ConfigSpec> {
                     return Err(bad("cache_mib must be at least 1 (leave it out for no cache)".into()));
                 }
                 c.cache_mib = Some(n);
+            }
+            "model_weights" => {
+                let w: cellar_encode::WeightPrecision =
+                    value.parse().map_err(|e: CellarError| bad(e.to_string()))?;
+                c.model_weights = Some(w.name().to_string());
             }
             "io_waiters" => {
                 let n =

@@ -45,7 +45,8 @@ pub struct LoadArgs {
     /// reader only), vectors=server|client|compact (client: the bench encodes the queries and
     /// sends query_vectors as JSON numbers, compact: as base64 f32; either way the server starts
     /// with --lazy-encoder and never loads the model),
-    /// workers=N and queue=N (the server's --workers and --queue). Repeat for several
+    /// workers=N and queue=N (the server's --workers and --queue), model_weights=f32|f16 (its
+    /// --model-weights). Repeat for several
     /// configurations.
     #[arg(long = "config", value_name = "SPEC")]
     pub configs: Vec<String>,

@@ -238,6 +238,9 @@ impl Report {
         if let Some(n) = sp.io_waiters {
             facts.push(format!("{n} io waiters"));
         }
+        if let Some(w) = &sp.model_weights {
+            facts.push(format!("model weights {w}"));
+        }
         if let Some(us) = sp.ssd_latency_us {
             facts.push(format!("injected read latency {us} µs"));
         }
@@ -448,6 +451,7 @@ mod tests {
             queue: None,
             io_waiters: None,
             cache_mib: None,
+            model_weights: None,
             vectors: Vectors::Client,
             url: None,
             request: Vec::new(),

@@ -28,6 +28,8 @@ pub struct ServerSpec<'a> {
     pub queue: Option<usize>,
     pub io_waiters: Option<usize>,
     pub cache_mib: Option<usize>,
+    /// `--model-weights`, if given.
+    pub model_weights: Option<&'a str>,
     /// The bench sends query vectors: the server never needs the model (`--lazy-encoder`).
     pub lazy_encoder: bool,
     /// Where the server's stdout and stderr go.
@@ -101,6 +103,9 @@ impl ServerProc {
         }
         if let Some(n) = spec.cache_mib {
             args.extend(["--cache-mib".into(), n.to_string()]);
+        }
+        if let Some(w) = spec.model_weights {
+            args.extend(["--model-weights".into(), w.to_string()]);
         }
         if spec.lazy_encoder {
             args.push("--lazy-encoder".into());
