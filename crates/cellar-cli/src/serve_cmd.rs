@@ -75,7 +75,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1)]
     pub intra_op_threads: usize,
     /// How the query encoder holds its layer weights: f32 (the checkpoint's arithmetic) or f16
-    /// (half the memory; products still in f32). See the README's "Memory caps" section.
+    /// (half the memory; products still in f32). See the README on a server with its model.
     #[arg(long, default_value = "f32")]
     pub model_weights: WeightPrecision,
     /// Largest request body accepted, in bytes.
