@@ -108,7 +108,6 @@ impl HalfMatrix {
 
     /// `dst (rows, out) = x (rows, inp) @ w^T`, one block of weight rows at a time.
     fn product(&self, x: &[f32], dst: &mut [f32]) {
-        let rows = x.len() / self.inp;
         let block_rows = self.block_rows();
         BLOCK.with(|block| {
             let mut block = block.borrow_mut();
@@ -116,38 +115,48 @@ impl HalfMatrix {
                 let n = block_rows.min(self.out - start);
                 block.resize(n * self.inp, 0.0);
                 self.w[start * self.inp..(start + n) * self.inp].convert_to_f32_slice(&mut block);
-                // dst[:, start..start + n] (rows x n) = x (rows x inp) * block^T (inp x n). gemm's
-                // operands are (pointer, column stride, row stride): block row j is column j of the
-                // right operand.
-                // SAFETY: dst holds rows * out values and is written at r * out + start + j for
-                // r < rows, j < n (start + n <= out); x holds rows * inp values and the block
-                // n * inp, each read at row * row_stride + column * column_stride within them.
-                unsafe {
-                    gemm::gemm(
-                        rows,
-                        n,
-                        self.inp,
-                        dst.as_mut_ptr().add(start),
-                        1,
-                        self.out as isize,
-                        false,
-                        x.as_ptr(),
-                        1,
-                        self.inp as isize,
-                        block.as_ptr(),
-                        self.inp as isize,
-                        1,
-                        0.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
-                        gemm::Parallelism::None,
-                    )
-                };
+                // dst[:, start..start + n] = x (rows x inp) * block^T (inp x n).
+                product_transposed(x, &block, self.inp, &mut dst[start..], self.out);
             }
         });
     }
+}
+
+/// `a (m x k) * b^T`, `b` being `(n x k)`, both row after row, into the first `n` values of
+/// each of `m` rows of `dst` that start `dst_stride` apart: one gemm on the calling thread.
+pub(crate) fn product_transposed(a: &[f32], b: &[f32], k: usize, dst: &mut [f32], dst_stride: usize) {
+    let (m, n) = (a.len() / k.max(1), b.len() / k.max(1));
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(n <= dst_stride && dst.len() >= (m - 1) * dst_stride + n, "product_transposed: dst too small");
+    // gemm's operands are (pointer, column stride, row stride): row j of `b` is column j of the
+    // right operand.
+    // SAFETY: checked above: dst holds every (row * dst_stride + column) written for row < m,
+    // column < n; a and b are read only at row * k + column within their m * k and n * k values.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_stride as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            k as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    };
 }
 
 impl CustomOp1 for HalfMatrix {

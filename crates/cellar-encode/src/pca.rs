@@ -112,34 +112,8 @@ impl Pca {
             for row in chunk.chunks_exact(d) {
                 centred.extend(row.iter().zip(&self.mean).map(|(x, m)| x - m));
             }
-            let n = chunk.len() / d;
-            // dst (n x o) = centred (n x d) * components^T (d x o). gemm's operands are (pointer,
-            // column stride, row stride): the components' row j is column j of the right operand.
-            // SAFETY: dst holds n * o values, centred n * d and the components o * d, each read or
-            // written only at row * row_stride + column * column_stride within those shapes.
-            unsafe {
-                gemm::gemm(
-                    n,
-                    o,
-                    d,
-                    dst.as_mut_ptr(),
-                    1,
-                    o as isize,
-                    false,
-                    centred.as_ptr(),
-                    1,
-                    d as isize,
-                    self.components.as_ptr(),
-                    d as isize,
-                    1,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                )
-            };
+            // dst (n x o) = centred (n x d) * components^T (d x o).
+            crate::dense::product_transposed(&centred, &self.components, d, dst, o);
         }
         out
     }
