@@ -180,7 +180,9 @@ impl CustomOp1 for HalfMatrix {
         let mut dst = vec![0f32; rows * self.out];
         let parts = rayon::current_num_threads().min(rows / MIN_ROWS_PER_THREAD).max(1);
         let per = rows.div_ceil(parts).max(1);
-        if parts == 1 {
+        if rows == 0 {
+            // Nothing to multiply (and no row to write a block's columns into).
+        } else if parts == 1 {
             self.product(x, &mut dst);
         } else {
             x.par_chunks(per * inp)
@@ -235,6 +237,8 @@ mod tests {
         let x3 = random(6, 8, 4).reshape((2, 3, 8)).unwrap();
         let y = Dense::new(&w, WeightPrecision::F16).unwrap().forward(&x3).unwrap();
         assert_eq!(y.dims(), [2, 3, 16]);
+        let none = Tensor::zeros((0, 8), DType::F32, &Device::Cpu).unwrap();
+        assert_eq!(Dense::new(&w, WeightPrecision::F16).unwrap().forward(&none).unwrap().dims(), [0, 16]);
         let err = Dense::new(&w, WeightPrecision::F16).unwrap().forward(&random(2, 5, 5)).unwrap_err();
         assert!(err.to_string().contains("input width 5, weights take 8"), "{err}");
     }
