@@ -96,6 +96,7 @@ class Index:
         model: _Path | None = None,
         encoder_threads: int = 1,
         cache_mib: int | None = None,
+        model_weights: Literal["f32", "f16"] = "f32",
     ) -> Index: ...
     def search(
         self,
