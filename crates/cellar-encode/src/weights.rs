@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use candle_core::safetensors::Load;
 use candle_core::{DType, Device, Tensor};
 use cellar_core::Result;
-use memmap2::Mmap;
+use memmap2::{Mmap, UncheckedAdvice};
 use safetensors::tensor::{Dtype, Metadata, SafeTensors, TensorView};
 
 use crate::errors::model_err;
@@ -21,6 +21,8 @@ use crate::errors::model_err;
 pub(crate) struct Weights {
     /// The mapped file.
     map: Mmap,
+    /// The file, for dropping what was copied out of it from the page cache.
+    file: File,
     /// Its header: every tensor's dtype, shape and byte range.
     meta: Metadata,
     /// Where the tensors' bytes start (after the header's length and the header).
@@ -59,7 +61,7 @@ impl Weights {
         let map = unsafe { Mmap::map(&file) }.map_err(|e| model_err(path, format!("cannot map: {e}")))?;
         let (header_len, meta) = SafeTensors::read_metadata(&map)
             .map_err(|e| model_err(path, format!("not a readable safetensors file: {e}")))?;
-        Ok(Weights { map, meta, data_start: 8 + header_len, prefix: "", path: path.to_path_buf() })
+        Ok(Weights { map, file, meta, data_start: 8 + header_len, prefix: "", path: path.to_path_buf() })
     }
 
     /// The BERT tensor `name` (prefix added), checked to have `shape`.
@@ -94,10 +96,34 @@ impl Weights {
     pub fn raw(&self, name: &str) -> Result<Option<Tensor>> {
         let Some(info) = self.meta.info(name) else { return Ok(None) };
         let (begin, end) = info.data_offsets;
-        let bytes = &self.map[self.data_start + begin..self.data_start + end];
-        let t = load_f32(info.dtype, info.shape.clone(), bytes)
+        let (start, end) = (self.data_start + begin, self.data_start + end);
+        let t = load_f32(info.dtype, info.shape.clone(), &self.map[start..end])
             .map_err(|e| model_err(&self.path, format!("tensor {name}: {e}")))?;
+        self.release(start, end);
         Ok(Some(t))
+    }
+
+    /// Drops the pages of bytes `start..end`, a tensor just copied out, from this mapping and
+    /// from the page cache: the network reads its weights once, at load, and their file pages
+    /// would otherwise stay charged to the process's memory cgroup and counted in its RSS while
+    /// mapped (bench/results/model-file-cache.md). Pages shared with a neighbouring tensor are
+    /// dropped too and read again if that tensor is asked for. Hints only: a failure is logged
+    /// and changes nothing else.
+    fn release(&self, start: usize, end: usize) {
+        const PAGE: usize = 4096;
+        let (from, to) = (start / PAGE * PAGE, end.div_ceil(PAGE).saturating_mul(PAGE).min(self.map.len()));
+        if to <= from {
+            return;
+        }
+        // SAFETY: MADV_DONTNEED on a read-only shared mapping of a file only unmaps its pages from
+        // this process; the next access reads the file again, with the same bytes. Nothing borrows
+        // from `from..to` across this call: the tensor was copied out.
+        let unmapped = unsafe { self.map.unchecked_advise_range(UncheckedAdvice::DontNeed, from, to - from) };
+        let evicted =
+            cellar_core::io::cache::evict_range(&self.file, &self.path, from as u64, (to - from) as u64);
+        if let Some(e) = unmapped.err().map(|e| e.to_string()).or(evicted.err().map(|e| e.to_string())) {
+            log::debug!("{}: releasing bytes {from}..{to} after loading them: {e}", self.path.display());
+        }
     }
 
     /// The BERT table `name` (prefix added) of `shape` (rows, columns), left on disk: its rows
@@ -135,6 +161,21 @@ impl Weights {
     /// The file the tensors came from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+impl Drop for Weights {
+    /// Once the network is built, drops what is left of the file in the page cache: the pages
+    /// read-around brought in next to the tensors copied out (on a cold start, 52 MiB of
+    /// all-MiniLM-L6-v2's 87 stayed cached, and charged to a server's memory cgroup, after
+    /// every tensor's own range had been released). The word-embedding rows a batch names are
+    /// read again on demand; another process using the same file reads it again too. Hints
+    /// only, as [`Weights::release`].
+    fn drop(&mut self) {
+        self.release(0, self.map.len());
+        if let Err(e) = cellar_core::io::cache::evict_range(&self.file, &self.path, 0, 0) {
+            log::debug!("{}: evicting after load: {e}", self.path.display());
+        }
     }
 }
 

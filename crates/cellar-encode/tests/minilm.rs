@@ -70,6 +70,32 @@ fn f16_layer_weights_encode_as_f32_weights_do_to_within_their_rounding() {
     }
 }
 
+/// After loading, the model file is out of the page cache (its tensors were copied out, and its
+/// cached pages would be charged to a capped server's memory cgroup): on a private copy of the
+/// checkpoint, written to disk first, at most 1% of the file stays resident after a load and a
+/// query (the word-embedding rows that query read). Before, more than half of it did.
+#[test]
+fn a_loaded_model_leaves_its_file_out_of_the_page_cache() {
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("minilm-copy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(model_dir()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            let to = dir.join(entry.file_name());
+            std::fs::copy(entry.path(), &to).unwrap();
+            std::fs::File::open(&to).unwrap().sync_all().unwrap();
+        }
+    }
+    let file = dir.join("model.safetensors");
+    let enc = Encoder::load(EncoderConfig::new(&dir)).unwrap();
+    enc.encode_query(SHORT).unwrap();
+    let (resident, pages) = cellar_core::io::cache::resident_pages(&file).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(pages > 20_000, "the copy is the whole checkpoint: {pages} pages");
+    assert!(resident * 100 <= pages, "{resident} of {pages} pages of the model file still cached after load");
+}
+
 #[test]
 fn truncation_limits_are_respected() {
     let enc = encoder_with(|c| {

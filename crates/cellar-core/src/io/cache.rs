@@ -18,6 +18,21 @@ pub fn evict_file(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Drops the clean pages of bytes `offset..offset + len` of `file` (opened from `path`) from the
+/// page cache, those not mapped by any process (`posix_fadvise(POSIX_FADV_DONTNEED)` on the
+/// range; pages only partly inside it stay).
+pub fn evict_range(file: &File, path: &Path, offset: u64, len: u64) -> Result<()> {
+    let too_far = |what: u64| CellarError::invalid(format!("{}: range {what} past i64", path.display()));
+    let (offset, len) =
+        (i64::try_from(offset).map_err(|_| too_far(offset))?, i64::try_from(len).map_err(|_| too_far(len))?);
+    // SAFETY: plain syscall on a valid fd.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(CellarError::io(path, std::io::Error::from_raw_os_error(rc)));
+    }
+    Ok(())
+}
+
 /// Tells the kernel that `file` (opened from `path`) is read at random places
 /// (`POSIX_FADV_RANDOM`): a small positioned read brings in the pages it covers and no read-ahead
 /// around them. For the word-embedding rows a query's tokens name, read-ahead filled the page
