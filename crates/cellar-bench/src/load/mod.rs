@@ -125,9 +125,8 @@ pub struct LoadArgs {
     /// Seconds to wait for a started server's GET /healthz.
     #[arg(long, default_value_t = 120)]
     pub health_timeout: u64,
-    /// Evict the index's, the model's and the `cellar` binary's pages from the page cache before
-    /// each server starts (so every configuration starts cold, and every server, capped or
-    /// measured for its footprint, is charged for what it reads).
+    /// Evict the index's pages from the page cache before each server starts (so every
+    /// configuration starts cold, and a capped server's page cache is charged to its cgroup).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub evict_cache: bool,
 }

@@ -190,7 +190,7 @@ impl Report {
             s.rerank_k.map_or(String::new(), |r| format!(", rerank_k {r}")),
             s.alpha.map_or(String::new(), |a| format!(", alpha {a}")),
             if s.evict_cache {
-                "The index's, the model's and the `cellar` binary's pages are evicted from the page cache before each server starts (the one whose fixed footprint is measured included), so every server is charged for what it reads."
+                "The index's pages are evicted from the page cache before each server starts."
             } else {
                 "The page cache is left as it is between configurations."
             }

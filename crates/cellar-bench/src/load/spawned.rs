@@ -27,7 +27,6 @@ pub fn run(bench: &Bench, spec: ConfigSpec, bodies: &[Vec<u8>], n: usize) -> Con
     let reader = spec.reader.clone().unwrap_or_else(|| "mmap".into());
     result.index_bytes = Some(cellar_search::disk::dir_bytes(&index));
     if spec.cap_over_footprint {
-        evict_server_files(bench, &index, &mut result.notes);
         match fixed_footprint(bench, &spec, &index, &reader, bodies, n) {
             Ok(bytes) => result.footprint_bytes = Some(bytes),
             Err(e) => return skipped(result, format!("could not measure the server's fixed footprint: {e}")),
@@ -37,7 +36,11 @@ pub fn run(bench: &Bench, spec: ConfigSpec, bodies: &[Vec<u8>], n: usize) -> Con
         Ok(cgroup) => cgroup,
         Err(why) => return skipped(result, why),
     };
-    evict_server_files(bench, &index, &mut result.notes);
+    if bench.args.evict_cache {
+        if let Err(e) = evict_dir(&index) {
+            result.notes.push(format!("could not evict the index from the page cache: {e}"));
+        }
+    }
     let log = std::env::temp_dir().join(format!("cellar-bench-{}-{n}.server.log", std::process::id()));
     let server_spec = server_spec(bench, &spec, &index, &reader, log.clone());
     let Some(mut server) = start_healthy(bench, &server_spec, cgroup, &mut result) else { return result };
@@ -137,28 +140,6 @@ fn skipped(mut result: ConfigResult, why: String) -> ConfigResult {
     result.status = Status::Skipped;
     result.reason = Some(why);
     result
-}
-
-/// With `--evict-cache`, evicts from the page cache every file a starting server reads: the index,
-/// the model directory its `index.json` names (when it has one) and the `cellar` binary. Each
-/// server, the one whose fixed footprint is measured included, is then charged for what it reads:
-/// a file another cgroup read first stays cached but charged there, which made the same server's
-/// footprint measure 56-74 MiB one hour and 97-147 MiB another (bench/results/model-file-cache.md).
-/// A failure is a note on the configuration.
-fn evict_server_files(bench: &Bench, index: &Path, notes: &mut Vec<String>) {
-    if !bench.args.evict_cache {
-        return;
-    }
-    let model_dir = cellar_search::IndexConfig::load(index)
-        .ok()
-        .map(|c| c.encoder.model_dir)
-        .filter(|d| d.join("config.json").is_file());
-    let evicted = evict_dir(index)
-        .and_then(|()| model_dir.as_deref().map_or(Ok(()), evict_dir))
-        .and_then(|()| cache::evict_file(&bench.cellar));
-    if let Err(e) = evicted {
-        notes.push(format!("could not evict the server's files from the page cache: {e}"));
-    }
 }
 
 /// Evicts every file under `dir` from the page cache.
