@@ -113,6 +113,14 @@ impl ExtentReader {
         &self.path
     }
 
+    /// Bytes of the file this reader holds in RAM: all of it for the ram reader, else none.
+    pub fn ram_bytes(&self) -> u64 {
+        match self.source {
+            Source::Ram(_) => self.file_len,
+            _ => 0,
+        }
+    }
+
     /// The file's length in bytes at open.
     pub fn file_len(&self) -> u64 {
         self.file_len

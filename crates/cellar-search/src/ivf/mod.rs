@@ -25,7 +25,7 @@ use cellar_core::{CellarError, IoContext, Result};
 use serde::{Deserialize, Serialize};
 
 pub use build::{build_ivf, build_ivf_over, IvfBuildOptions};
-pub use probe::{Ivf, LiveMembers, Probe, ProbeParams, ProbeStats};
+pub use probe::{Ivf, LiveMembers, Probe, ProbeParams, ProbeStats, POSTINGS_IN_RAM_MAX};
 
 /// Version of the `ivf/` layout.
 pub const IVF_FORMAT_VERSION: u32 = 1;

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use cellar_core::format::fsio::{open_checked, read_small_file, verify_body};
 use cellar_core::format::FileKind;
-use cellar_core::io::{Extent, ExtentReader, ReadStats, ReaderOptions};
+use cellar_core::io::{Extent, ExtentReader, ReadStats, ReaderKind, ReaderOptions};
 use cellar_core::kernels::{dot_f16, Isa};
 use cellar_core::{CellarError, DocId, Result};
 use serde::Serialize;
@@ -127,7 +127,7 @@ impl Ivf {
         }
         let half_norms = cellar_core::cluster::half_norms(&file.centroids, dim);
         Ok(Some(Ivf {
-            postings: open_body(&dir, FileKind::IvfPostings, reader)?,
+            postings: open_body(&dir, FileKind::IvfPostings, &postings_reader(&dir, reader))?,
             vectors: open_body(&dir, FileKind::IvfVectors, reader)?,
             config,
             rotation,
@@ -205,11 +205,19 @@ impl Ivf {
         Ok((self.table.len(), vectors))
     }
 
-    /// Bytes the IVF holds in RAM (centroids twice, rotation, table).
+    /// Bytes the IVF holds in RAM (centroids twice, rotation, table, and the posting blocks and
+    /// vectors where they are read from RAM).
     pub fn ram_bytes(&self) -> usize {
         4 * (self.centroids.len() + self.rotated_centroids.len() + self.half_norms.len())
             + 4 * self.rotation.rows().len()
             + self.table.len() * std::mem::size_of::<ClusterEntry>()
+            + (self.postings.ram_bytes() + self.vectors.ram_bytes()) as usize
+    }
+
+    /// How the posting blocks are read: from RAM when the file is at most
+    /// [`POSTINGS_IN_RAM_MAX`] bytes, else with the index's reader.
+    pub fn postings_reader(&self) -> ReaderKind {
+        self.postings.kind()
     }
 
     /// The cluster a new document joins: its pooled vector's nearest centroid.
@@ -278,6 +286,30 @@ impl Ivf {
             live,
             live_hits: Vec::new(),
         }
+    }
+}
+
+/// Posting files up to this size are held in RAM whatever the reader: every query probes them
+/// right after its encoding, and through the direct reader each probe paid a batch of reads
+/// (6.7 calls a SciFact query, +0.41 ms unloaded and 1.1-1.7 ms under load;
+/// bench/results/first-stage-direct.md). Postings take about 75 bytes a document at 384
+/// dimensions (SciFact: 0.38 MiB for 5,183), so 16 MiB covers about 220,000 documents; larger
+/// collections keep theirs on disk.
+pub const POSTINGS_IN_RAM_MAX: u64 = 16 << 20;
+
+/// The reader the posting blocks in `dir` are read with: RAM for a file of at most
+/// [`POSTINGS_IN_RAM_MAX`] bytes, else `reader`.
+fn postings_reader(dir: &Path, reader: &ReaderOptions) -> ReaderOptions {
+    let len = std::fs::metadata(dir.join(FileKind::IvfPostings.file_name())).map_or(u64::MAX, |m| m.len());
+    ReaderOptions { kind: postings_kind(len, reader.kind), ..reader.clone() }
+}
+
+/// [`postings_reader`]'s choice for a posting file of `len` bytes and an index read with `kind`.
+fn postings_kind(len: u64, kind: ReaderKind) -> ReaderKind {
+    if len <= POSTINGS_IN_RAM_MAX {
+        ReaderKind::Ram
+    } else {
+        kind
     }
 }
 
@@ -494,5 +526,19 @@ impl Probe<'_> {
         hits.sort_by(crate::topk::better);
         hits.truncate(depth);
         Ok(hits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn posting_files_up_to_the_limit_are_read_from_ram_and_larger_ones_with_the_index_reader() {
+        for kind in [ReaderKind::Mmap, ReaderKind::Direct, ReaderKind::Ram] {
+            assert_eq!(postings_kind(0, kind), ReaderKind::Ram);
+            assert_eq!(postings_kind(POSTINGS_IN_RAM_MAX, kind), ReaderKind::Ram);
+            assert_eq!(postings_kind(POSTINGS_IN_RAM_MAX + 1, kind), kind);
+        }
     }
 }
