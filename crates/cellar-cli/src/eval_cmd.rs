@@ -24,7 +24,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// How the query encoder holds its layer weights: f32 or f16 (as `cellar serve`).
-    #[arg(long, default_value = "f32")]
+    #[arg(long, default_value_t)]
     pub model_weights: WeightPrecision,
     /// Write one TREC run file per row into this directory.
     #[arg(long)]

@@ -76,7 +76,7 @@ pub struct ServeArgs {
     pub intra_op_threads: usize,
     /// How the query encoder holds its layer weights: f32 (the checkpoint's arithmetic) or f16
     /// (half the memory; products still in f32). See the README on a server with its model.
-    #[arg(long, default_value = "f32")]
+    #[arg(long, default_value_t)]
     pub model_weights: WeightPrecision,
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 2 << 20)]

@@ -52,7 +52,7 @@ impl EncoderConfig {
             skip_punctuation: true,
             threads: 1,
             batch_size: 32,
-            weights: WeightPrecision::F32,
+            weights: WeightPrecision::default(),
         }
     }
 }

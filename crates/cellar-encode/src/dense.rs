@@ -18,7 +18,8 @@ use rayon::prelude::*;
 type CResult<T> = candle_core::Result<T>;
 
 /// How a model's layer weights are held in memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum WeightPrecision {
     /// As the checkpoint's library computes (f32): the default.
     #[default]
@@ -34,6 +35,12 @@ impl WeightPrecision {
             WeightPrecision::F32 => "f32",
             WeightPrecision::F16 => "f16",
         }
+    }
+}
+
+impl std::fmt::Display for WeightPrecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -108,6 +115,10 @@ impl HalfMatrix {
 
     /// `dst (rows, out) = x (rows, inp) @ w^T`, one block of weight rows at a time.
     fn product(&self, x: &[f32], dst: &mut [f32]) {
+        if x.is_empty() {
+            // No row to write a block's columns into.
+            return;
+        }
         let block_rows = self.block_rows();
         BLOCK.with(|block| {
             let mut block = block.borrow_mut();
@@ -172,17 +183,12 @@ impl CustomOp1 for HalfMatrix {
         if inp != self.inp {
             bail!("f16 dense: input width {inp}, weights take {}", self.inp);
         }
-        let x = match l.contiguous_offsets() {
-            Some((start, end)) => &s.as_slice::<f32>()?[start..end],
-            None => bail!("f16 dense needs contiguous f32 input"),
-        };
+        let x = crate::ops::rows(s, l)?;
         let rows = x.len() / inp.max(1);
         let mut dst = vec![0f32; rows * self.out];
         let parts = rayon::current_num_threads().min(rows / MIN_ROWS_PER_THREAD).max(1);
         let per = rows.div_ceil(parts).max(1);
-        if rows == 0 {
-            // Nothing to multiply (and no row to write a block's columns into).
-        } else if parts == 1 {
+        if parts == 1 {
             self.product(x, &mut dst);
         } else {
             x.par_chunks(per * inp)

@@ -17,7 +17,7 @@ use crate::math::{gelu, layer_norm, softmax};
 const MIN_ROWS: usize = 16;
 
 /// The contiguous f32 data a tensor views.
-fn rows<'a>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<&'a [f32]> {
+pub(crate) fn rows<'a>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<&'a [f32]> {
     let data = s.as_slice::<f32>()?;
     match l.contiguous_offsets() {
         Some((start, end)) => Ok(&data[start..end]),

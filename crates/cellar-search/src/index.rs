@@ -47,7 +47,7 @@ impl Default for OpenOptions {
             reader: ReaderKind::Mmap,
             model_dir: None,
             encoder_threads: 1,
-            model_weights: WeightPrecision::F32,
+            model_weights: WeightPrecision::default(),
             inject_latency: None,
             flush_bytes: crate::written::state::FLUSH_BYTES,
             hot_cache_bytes: 0,

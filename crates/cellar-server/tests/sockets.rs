@@ -24,6 +24,13 @@ async fn exchange(address: std::net::SocketAddr, head: &str, body: &[u8]) -> Str
     String::from_utf8_lossy(&answer).into_owned()
 }
 
+/// A small search on a fresh connection is answered 200.
+async fn answers_a_query(address: std::net::SocketAddr) {
+    let body = json!({ "query": "coffee", "k": 1 }).to_string();
+    let answer = exchange(address, &search_head(body.len()), body.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
 fn search_head(length: usize) -> String {
     format!(
         "POST /v1/search HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
@@ -82,9 +89,7 @@ async fn past_the_byte_budget_a_body_is_refused_before_it_is_read() {
     assert!(answer.contains("max_in_flight_bytes") && answer.contains("150"), "{answer}");
     drop(trickler);
     settled(0).await;
-    let body = json!({ "query": "coffee", "k": 1 }).to_string();
-    let answer = exchange(address, &search_head(body.len()), body.as_bytes()).await;
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answers_a_query(address).await;
     stop.send(()).unwrap();
 }
 
@@ -106,9 +111,7 @@ async fn slow_clients_hold_no_admission_slot_and_are_answered_or_closed() {
         stream.write_all(b"{").await.unwrap();
         tricklers.push(stream);
     }
-    let body = json!({ "query": "coffee", "k": 1 }).to_string();
-    let answer = exchange(address, &search_head(body.len()), body.as_bytes()).await;
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answers_a_query(address).await;
     // 50 MiB announced, 13 bytes sent: refused at once from the header (the timeout is 60 s).
     let answer = exchange(address, &search_head(52_428_800), b"{\"query\":\"a\"}").await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
@@ -126,9 +129,7 @@ async fn slow_clients_hold_no_admission_slot_and_are_answered_or_closed() {
     // A head that never ends: the connection is closed.
     let answer = exchange(address, "POST /v1/search HTTP/1.1\r\nHost: t\r\n", b"").await;
     assert!(!answer.starts_with("HTTP/1.1 2"), "{answer}");
-    let body = json!({ "query": "coffee", "k": 1 }).to_string();
-    let answer = exchange(address, &search_head(body.len()), body.as_bytes()).await;
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answers_a_query(address).await;
     stop.send(()).unwrap();
 }
 
@@ -159,9 +160,7 @@ async fn past_max_connections_new_ones_wait_until_one_closes() {
     hasty.read_timeout = Duration::from_millis(300);
     let (address, stop) = serve_in_background(hasty).await;
     let _idle = futures_idle(address, 2).await;
-    let body = json!({ "query": "coffee", "k": 1 }).to_string();
-    let answer = exchange(address, &search_head(body.len()), body.as_bytes()).await;
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answers_a_query(address).await;
     stop.send(()).unwrap();
 }
 

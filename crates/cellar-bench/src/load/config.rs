@@ -67,7 +67,7 @@ pub struct ConfigSpec {
     pub cache_mib: Option<usize>,
     /// Server's `--model-weights` (how its query encoder holds its layer weights); `None`: its
     /// default.
-    pub model_weights: Option<String>,
+    pub model_weights: Option<cellar_encode::WeightPrecision>,
     pub vectors: Vectors,
     /// Set for a server that was already running.
     pub url: Option<String>,
@@ -189,9 +189,7 @@ pub fn parse(spec: &str) -> Result<ConfigSpec> {
                 c.cache_mib = Some(n);
             }
             "model_weights" => {
-                let w: cellar_encode::WeightPrecision =
-                    value.parse().map_err(|e: CellarError| bad(e.to_string()))?;
-                c.model_weights = Some(w.name().to_string());
+                c.model_weights = Some(value.parse().map_err(|e: CellarError| bad(e.to_string()))?);
             }
             "io_waiters" => {
                 let n =

@@ -29,7 +29,7 @@ pub struct ServerSpec<'a> {
     pub io_waiters: Option<usize>,
     pub cache_mib: Option<usize>,
     /// `--model-weights`, if given.
-    pub model_weights: Option<&'a str>,
+    pub model_weights: Option<cellar_encode::WeightPrecision>,
     /// The bench sends query vectors: the server never needs the model (`--lazy-encoder`).
     pub lazy_encoder: bool,
     /// Where the server's stdout and stderr go.
@@ -105,7 +105,7 @@ impl ServerProc {
             args.extend(["--cache-mib".into(), n.to_string()]);
         }
         if let Some(w) = spec.model_weights {
-            args.extend(["--model-weights".into(), w.to_string()]);
+            args.extend(["--model-weights".into(), w.name().into()]);
         }
         if spec.lazy_encoder {
             args.push("--lazy-encoder".into());

@@ -159,7 +159,7 @@ fn evict_dir(dir: &Path) -> Result<()> {
 
 fn server_spec<'a>(
     bench: &'a Bench,
-    spec: &'a ConfigSpec,
+    spec: &ConfigSpec,
     index: &'a Path,
     reader: &'a str,
     log: PathBuf,
@@ -174,7 +174,7 @@ fn server_spec<'a>(
         queue: spec.queue,
         io_waiters: spec.io_waiters,
         cache_mib: spec.cache_mib,
-        model_weights: spec.model_weights.as_deref(),
+        model_weights: spec.model_weights,
         lazy_encoder: spec.vectors.by_client() || bench.args.mode == Mode::Bm25.name(),
         log,
     }

@@ -9,13 +9,7 @@ use crate::error::{CellarError, IoContext, Result};
 
 /// Drops `path`'s clean pages from the page cache (`posix_fadvise(POSIX_FADV_DONTNEED)`).
 pub fn evict_file(path: &Path) -> Result<()> {
-    let file = File::open(path).at(path)?;
-    // SAFETY: plain syscall on a valid fd.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    if rc != 0 {
-        return Err(CellarError::io(path, std::io::Error::from_raw_os_error(rc)));
-    }
-    Ok(())
+    evict_range(&File::open(path).at(path)?, path, 0, 0)
 }
 
 /// Drops the clean pages of bytes `offset..offset + len` of `file` (opened from `path`) from the
@@ -25,12 +19,7 @@ pub fn evict_range(file: &File, path: &Path, offset: u64, len: u64) -> Result<()
     let too_far = |what: u64| CellarError::invalid(format!("{}: range {what} past i64", path.display()));
     let (offset, len) =
         (i64::try_from(offset).map_err(|_| too_far(offset))?, i64::try_from(len).map_err(|_| too_far(len))?);
-    // SAFETY: plain syscall on a valid fd.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED) };
-    if rc != 0 {
-        return Err(CellarError::io(path, std::io::Error::from_raw_os_error(rc)));
-    }
-    Ok(())
+    fadvise(file, path, offset, len, libc::POSIX_FADV_DONTNEED)
 }
 
 /// Tells the kernel that `file` (opened from `path`) is read at random places
@@ -38,8 +27,14 @@ pub fn evict_range(file: &File, path: &Path, offset: u64, len: u64) -> Result<()
 /// around them. For the word-embedding rows a query's tokens name, read-ahead filled the page
 /// cache with their neighbours, which under a memory cap evicted what the server needed.
 pub fn advise_random(file: &File, path: &Path) -> Result<()> {
+    fadvise(file, path, 0, 0, libc::POSIX_FADV_RANDOM)
+}
+
+/// `posix_fadvise(advice)` on bytes `offset..offset + len` of `file` (0: to its end), an error
+/// naming `path`.
+fn fadvise(file: &File, path: &Path, offset: i64, len: i64, advice: libc::c_int) -> Result<()> {
     // SAFETY: plain syscall on a valid fd.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, advice) };
     if rc != 0 {
         return Err(CellarError::io(path, std::io::Error::from_raw_os_error(rc)));
     }
