@@ -8,8 +8,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cellar_core::codec::CodecKind;
+use cellar_core::format::Manifest;
 use cellar_core::{CellarError, IoContext, Result};
 use cellar_search::eval::{evaluate_row, RowSpec, EVAL_DEPTH};
+use cellar_search::index::VECTORS_DIR;
 use cellar_search::lock::is_index_dir;
 use cellar_search::recode::{recode, RecodeOptions};
 use cellar_search::{IndexConfig, Mode, SearchRequest};
@@ -119,7 +121,8 @@ pub fn run(args: CodecsArgs) -> Result<()> {
             variant: name,
             codec: codec.name().to_string(),
             dim,
-            bytes_per_token: codec.bytes_per_vector(dim),
+            // The store's own: a residual fit may leave dimensions uncoded.
+            bytes_per_token: Manifest::read(&index_dir.join(VECTORS_DIR))?.bytes_per_token,
             vectors_mib: config.build.vectors_bytes as f64 / (1 << 20) as f64,
             recode_secs,
             ndcg_rerank: ndcg[0],

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::f16::F16Codec;
 pub use self::int8::Int8Codec;
-pub use self::residual::{centroid_count, ResidualCodec, MAX_CENTROIDS, MAX_FIT_TOKENS};
+pub use self::residual::{centroid_count, ResidualCodec, MAX_CENTROIDS, MAX_FIT_TOKENS, UNCODED_ENERGY_MAX};
 use crate::error::{CellarError, Result};
 use crate::kernels::{self, Isa};
 
@@ -36,7 +36,7 @@ pub enum CodecKind {
 
 impl CodecKind {
     /// The codec an index is built with unless told otherwise: on SciFact a 2-bit residual takes
-    /// 98 bytes a token (7.8x fewer than f16) at hybrid nDCG@10 within 0.001 of f16's, and
+    /// 96 bytes a token (8x fewer than f16) at hybrid nDCG@10 within 0.001 of f16's, and
     /// keeps a capped server's P95 near the uncapped ram reader's (README, "Defaults").
     pub const DEFAULT: CodecKind = CodecKind::Residual2;
 
@@ -68,14 +68,30 @@ impl CodecKind {
         self != CodecKind::F16
     }
 
-    /// Bytes one encoded vector of `dim` values takes (residual codecs need `dim` a multiple
-    /// of 8).
+    /// Bytes one encoded vector of `dim` values takes with every dimension coded (residual
+    /// codecs need `dim` a multiple of 8, and may leave some dimensions uncoded: see
+    /// [`CodecKind::allows_bytes_per_vector`]).
     pub fn bytes_per_vector(self, dim: usize) -> usize {
+        self.bytes_per_coded(dim)
+    }
+
+    /// Whether a store of `dim` values can take `bytes` a vector: exactly
+    /// [`CodecKind::bytes_per_vector`], but for residual codecs, whose fit may leave groups of 8
+    /// dimensions uncoded (at least 8 coded). The codec's own `bytes_per_vector` is checked
+    /// against the manifest once its parameters are read.
+    pub fn allows_bytes_per_vector(self, dim: usize, bytes: usize) -> bool {
+        match self.residual_bits() {
+            None => bytes == self.bytes_per_vector(dim),
+            Some(_) => (8..=dim).step_by(8).any(|coded| self.bytes_per_coded(coded) == bytes),
+        }
+    }
+
+    fn bytes_per_coded(self, coded: usize) -> usize {
         match self {
-            CodecKind::F16 => 2 * dim,
-            CodecKind::Int8 => dim,
+            CodecKind::F16 => 2 * coded,
+            CodecKind::Int8 => coded,
             CodecKind::Residual1 | CodecKind::Residual2 | CodecKind::Residual4 => {
-                kernels::residual::CENTROID_ID_BYTES + dim * self.residual_bits().unwrap_or(8) / 8
+                kernels::residual::CENTROID_ID_BYTES + coded * self.residual_bits().unwrap_or(8) / 8
             }
         }
     }

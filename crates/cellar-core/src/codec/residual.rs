@@ -8,6 +8,13 @@
 //! each bucket's value the mean of its members, cutoffs halfway between values). A dimension
 //! decodes to `centroid + scale * bucket value` (`kernels::residual`), and MaxSim runs on the
 //! decoded f32 tokens.
+//!
+//! Dimensions whose residuals are tiny are not coded at all: the smallest-variance dimensions,
+//! in groups of 8, are left to their centroid's value while together they hold at most
+//! [`UNCODED_ENERGY_MAX`] of the residual energy. The codec then keeps its values in its own
+//! order (coded dimensions first, `order`): centroids are stored permuted, a vector is permuted
+//! before it is encoded, a query before it is scored (MaxSim does not depend on the order of
+//! dimensions), and a decoded vector is put back in the caller's order.
 
 use std::cell::Cell;
 use std::path::Path;
@@ -32,12 +39,21 @@ const MIN_SCALE: f32 = 1e-12;
 /// Most refinement passes of the bucket values (a bound: the loop ends once no value moves).
 const LLOYD_MAX_PASSES: usize = 200;
 const SEED: u64 = 0x5e51_d0a1;
+/// Share of the residual energy the uncoded dimensions may hold together. MiniLM's tokens on
+/// SciFact: its 8 smallest-variance dimensions (3 of them constant) hold 0.74%, so a 2-bit
+/// token takes 96 bytes instead of 98; the next 8 would bring it to 2.2%.
+pub const UNCODED_ENERGY_MAX: f64 = 0.01;
 
 #[derive(Debug, Clone)]
 pub struct ResidualCodec {
     kind: CodecKind,
     dim: usize,
     bits: usize,
+    /// Dimensions `0..coded` of the codec's order carry codes (a multiple of 8, at most `dim`).
+    coded: usize,
+    /// The caller's dimension at each position of the codec's order; empty when the two orders
+    /// are the same (nothing is left uncoded). Centroids and scales are in the codec's order.
+    order: Vec<u32>,
     /// The tree's first level: `k1 * dim`.
     top: Vec<f32>,
     top_halves: Vec<f32>,
@@ -46,6 +62,7 @@ pub struct ResidualCodec {
     /// The leaves: `k * dim`.
     centroids: Vec<f32>,
     halves: Vec<f32>,
+    /// `dim` residual RMS values (those past `coded` are not used to decode).
     scales: Vec<f32>,
     /// `2^bits - 1` ascending cutoffs between buckets, in units of the scale.
     cutoffs: Vec<f32>,
@@ -95,18 +112,21 @@ impl ResidualCodec {
         }
         let points = Points { data: &data, dim };
         let tree = two_level(&points, centroid_count(points.len()));
+        let layout = Layout { coded: dim, order: Vec::new() };
         let mut codec =
-            ResidualCodec::assemble(kind, dim, bits, tree, vec![1.0; dim], Vec::new(), Vec::new());
+            ResidualCodec::assemble(kind, dim, bits, tree, layout, vec![1.0; dim], Vec::new(), Vec::new());
         codec.fit_buckets(&points);
         Ok(codec)
     }
 
     /// A codec from its parts (the centroids' half norms are derived).
+    #[allow(clippy::too_many_arguments)]
     fn assemble(
         kind: CodecKind,
         dim: usize,
         bits: usize,
         tree: Tree,
+        layout: Layout,
         scales: Vec<f32>,
         cutoffs: Vec<f32>,
         weights: Vec<f32>,
@@ -115,6 +135,8 @@ impl ResidualCodec {
             kind,
             dim,
             bits,
+            coded: layout.coded,
+            order: layout.order,
             top_halves: half_norms(&tree.top, dim),
             top: tree.top,
             ranges: tree.ranges,
@@ -126,7 +148,9 @@ impl ResidualCodec {
         }
     }
 
-    /// Per-dimension RMS of the residuals, then Lloyd-Max buckets of the scaled residuals.
+    /// Per-dimension RMS of the residuals (of the codec as it stands: every dimension coded, in
+    /// the caller's order); which dimensions stay uncoded ([`uncoded_layout`]), and the codec's
+    /// order that follows; then Lloyd-Max buckets of the coded dimensions' scaled residuals.
     fn fit_buckets(&mut self, points: &Points) {
         let dim = self.dim;
         let mut residuals = Vec::with_capacity(points.len() * dim);
@@ -138,10 +162,26 @@ impl ResidualCodec {
             squares.iter_mut().zip(row).for_each(|(s, r)| *s += f64::from(r * r));
         }
         let n = points.len() as f64;
-        self.scales = squares.iter().map(|s| ((s / n).sqrt() as f32).max(MIN_SCALE)).collect();
-        let step = residuals.len().div_ceil(MAX_BUCKET_VALUES);
-        let mut values: Vec<f32> =
-            (0..residuals.len()).step_by(step).map(|i| residuals[i] / self.scales[i % dim]).collect();
+        let layout = uncoded_layout(&squares);
+        let order: Vec<usize> = layout.positions(dim).collect();
+        self.scales = order.iter().map(|&k| ((squares[k] / n).sqrt() as f32).max(MIN_SCALE)).collect();
+        if !layout.order.is_empty() {
+            self.top = permute_rows(&self.top, &order);
+            self.centroids = permute_rows(&self.centroids, &order);
+            self.top_halves = half_norms(&self.top, dim);
+            self.halves = half_norms(&self.centroids, dim);
+        }
+        self.coded = layout.coded;
+        self.order = layout.order;
+        // Scaled residuals of the coded positions, row after row (every dimension when nothing
+        // is left uncoded), strided down to at most MAX_BUCKET_VALUES.
+        let coded = self.coded;
+        let total = points.len() * coded;
+        let step = total.div_ceil(MAX_BUCKET_VALUES);
+        let mut values: Vec<f32> = (0..total)
+            .step_by(step)
+            .map(|i| residuals[i / coded * dim + order[i % coded]] / self.scales[i % coded])
+            .collect();
         values.sort_by(f32::total_cmp);
         (self.cutoffs, self.weights) = lloyd_max(&values, 1 << self.bits);
     }
@@ -171,11 +211,34 @@ impl ResidualCodec {
         let weights = reader.floats(1 << bits)?;
         let top = reader.floats(k1 * dim)?;
         let leaves = reader.floats(k * dim)?;
+        let layout = if reader.at == params.len() {
+            Layout { coded: dim, order: Vec::new() }
+        } else {
+            reader.layout(dim)?
+        };
         if reader.at != params.len() {
             return Err(reader.corrupted(format!("{} bytes follow the parameters", params.len() - reader.at)));
         }
         let tree = Tree { top, ranges, leaves };
-        Ok(ResidualCodec::assemble(kind, dim, bits, tree, scales, cutoffs, weights))
+        Ok(ResidualCodec::assemble(kind, dim, bits, tree, layout, scales, cutoffs, weights))
+    }
+
+    /// Dimensions that carry codes (a multiple of 8, at most `dim`).
+    pub fn coded_dims(&self) -> usize {
+        self.coded
+    }
+
+    /// `vs` (whole vectors in the caller's order) in the codec's order; borrowed when the two
+    /// are the same.
+    fn to_codec_order<'v>(&self, vs: &'v [f32]) -> std::borrow::Cow<'v, [f32]> {
+        if self.order.is_empty() {
+            return std::borrow::Cow::Borrowed(vs);
+        }
+        let mut out = Vec::with_capacity(vs.len());
+        for v in vs.chunks_exact(self.dim) {
+            out.extend(self.order.iter().map(|&k| v[k as usize]));
+        }
+        std::borrow::Cow::Owned(out)
     }
 
     pub fn centroid_count(&self) -> usize {
@@ -215,7 +278,8 @@ impl ResidualCodec {
         leaves
     }
 
-    /// Appends the residual codes of `v - centroid`, eight values (`bits` bytes) per group: each
+    /// Appends the residual codes of `v - centroid` (both in the codec's order) for the coded
+    /// dimensions, eight values (`bits` bytes) per group: each
     /// value's bucket is how many cutoffs lie at or below its scaled residual. Eight lanes at a
     /// time, so it vectorises (the same arithmetic per value as one at a time).
     fn quantize(&self, v: &[f32], centroid: &[f32], out: &mut Vec<u8>) {
@@ -235,7 +299,8 @@ impl ResidualCodec {
 
     #[inline(always)]
     fn quantize_lanes(&self, v: &[f32], centroid: &[f32], out: &mut Vec<u8>) {
-        let lanes = v.chunks_exact(8).zip(centroid.chunks_exact(8)).zip(self.scales.chunks_exact(8));
+        let lanes =
+            v.chunks_exact(8).zip(centroid.chunks_exact(8)).zip(self.scales[..self.coded].chunks_exact(8));
         for ((v, c), s) in lanes {
             let mut codes = [0u32; 8];
             for cut in &self.cutoffs {
@@ -251,9 +316,10 @@ impl ResidualCodec {
     fn tables(&self) -> ResidualTables<'_> {
         ResidualTables {
             dim: self.dim,
+            coded: self.coded,
             bits: self.bits,
             centroids: &self.centroids,
-            scales: &self.scales,
+            scales: &self.scales[..self.coded],
             weights: &self.weights,
         }
     }
@@ -297,6 +363,52 @@ fn lloyd_max(sorted: &[f32], buckets: usize) -> (Vec<f32>, Vec<f32>) {
         weights = next;
     }
     (midpoints(&weights), weights)
+}
+
+/// Which dimensions carry codes: the first `coded` of the codec's order, where position `p`
+/// holds the caller's dimension `order[p]` (empty `order`: the caller's own order).
+struct Layout {
+    coded: usize,
+    order: Vec<u32>,
+}
+
+impl Layout {
+    /// The caller's dimension at each position of the codec's order.
+    fn positions(&self, dim: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..if self.order.is_empty() { dim } else { 0 }).chain(self.order.iter().map(|&k| k as usize))
+    }
+}
+
+/// The layout for residual energies `squares` (one per dimension): the smallest-energy
+/// dimensions (ties by index) are left uncoded, 8 at a time, while together they hold at most
+/// [`UNCODED_ENERGY_MAX`] of the total and at least 8 dimensions stay coded. The codec's order
+/// is the coded dimensions, then the uncoded ones, each ascending.
+fn uncoded_layout(squares: &[f64]) -> Layout {
+    let dim = squares.len();
+    let mut by_energy: Vec<usize> = (0..dim).collect();
+    by_energy.sort_by(|a, b| squares[*a].total_cmp(&squares[*b]).then(a.cmp(b)));
+    let total: f64 = squares.iter().sum();
+    let (mut uncoded, mut held) = (0, 0.0);
+    while uncoded + 16 <= dim {
+        let group: f64 = by_energy[uncoded..uncoded + 8].iter().map(|&k| squares[k]).sum();
+        if held + group > UNCODED_ENERGY_MAX * total {
+            break;
+        }
+        held += group;
+        uncoded += 8;
+    }
+    if uncoded == 0 {
+        return Layout { coded: dim, order: Vec::new() };
+    }
+    let mut skipped = vec![false; dim];
+    by_energy[..uncoded].iter().for_each(|&k| skipped[k] = true);
+    let order = (0..dim).filter(|&k| !skipped[k]).chain((0..dim).filter(|&k| skipped[k])).map(|k| k as u32);
+    Layout { coded: dim - uncoded, order: order.collect() }
+}
+
+/// Each `rows.len() / order.len()` row with its values taken in `order`.
+fn permute_rows(rows: &[f32], order: &[usize]) -> Vec<f32> {
+    rows.chunks_exact(order.len()).flat_map(|row| order.iter().map(move |&k| row[k])).collect()
 }
 
 /// The centroid tree: top centroids, each one's range of leaves, the leaves.
@@ -386,6 +498,23 @@ impl Params<'_> {
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    /// The layout trailer: `u32 coded` and `dim` u32 values of the codec's order.
+    fn layout(&mut self, dim: usize) -> Result<Layout> {
+        let coded = self.u32()? as usize;
+        if coded == 0 || coded >= dim || !coded.is_multiple_of(8) {
+            return Err(self.corrupted(format!("{coded} coded dimensions of {dim}")));
+        }
+        let order: Vec<u32> = (0..dim).map(|_| self.u32()).collect::<Result<_>>()?;
+        let mut seen = vec![false; dim];
+        for &k in &order {
+            match seen.get_mut(k as usize) {
+                Some(s) if !*s => *s = true,
+                _ => return Err(self.corrupted("the dimension order is not a permutation")),
+            }
+        }
+        Ok(Layout { coded, order })
+    }
+
     fn floats(&mut self, n: usize) -> Result<Vec<f32>> {
         let len = n.checked_mul(4).ok_or_else(|| self.corrupted("size overflows"))?;
         let values: Vec<f32> =
@@ -410,17 +539,19 @@ impl Codec for ResidualCodec {
         self.dim
     }
     fn bytes_per_vector(&self) -> usize {
-        self.kind.bytes_per_vector(self.dim)
+        self.tables().token_bytes()
     }
     fn encode(&self, v: &[f32], out: &mut Vec<u8>) {
         debug_assert_eq!(v.len(), self.dim);
-        let id = self.assign(v);
+        let v = self.to_codec_order(v);
+        let id = self.assign(&v);
         let centroid = self.centroid(id);
         out.extend_from_slice(&(id as u16).to_le_bytes());
-        self.quantize(v, centroid, out);
+        self.quantize(&v, centroid, out);
     }
     fn encode_many(&self, vs: &[f32], out: &mut Vec<u8>) {
-        for (v, id) in vs.chunks_exact(self.dim).zip(self.assign_each(vs)) {
+        let vs = self.to_codec_order(vs);
+        for (v, id) in vs.chunks_exact(self.dim).zip(self.assign_each(&vs)) {
             out.extend_from_slice(&(id as u16).to_le_bytes());
             self.quantize(v, self.centroid(id), out);
         }
@@ -429,9 +560,16 @@ impl Codec for ResidualCodec {
         let start = out.len();
         out.resize(start + bytes.len() / self.bytes_per_vector() * self.dim, 0.0);
         kernels::decode_residual(Isa::Scalar, &self.tables(), bytes, &mut out[start..]);
+        if !self.order.is_empty() {
+            let mut row = vec![0f32; self.dim];
+            for decoded in out[start..].chunks_exact_mut(self.dim) {
+                self.order.iter().zip(decoded.iter()).for_each(|(&k, x)| row[k as usize] = *x);
+                decoded.copy_from_slice(&row);
+            }
+        }
     }
     fn prepare_query(&self, query: &[f32]) -> Vec<f32> {
-        query.to_vec()
+        self.to_codec_order(query).into_owned()
     }
     fn maxsim(&self, isa: Isa, prepared: &[f32], doc: &[u8]) -> f32 {
         let nd = doc.len() / self.bytes_per_vector();
@@ -460,6 +598,10 @@ impl Codec for ResidualCodec {
         }
         for values in [&self.scales, &self.cutoffs, &self.weights, &self.top, &self.centroids] {
             out.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+        }
+        if !self.order.is_empty() {
+            out.extend_from_slice(&(self.coded as u32).to_le_bytes());
+            out.extend(self.order.iter().flat_map(|k| k.to_le_bytes()));
         }
         out
     }
@@ -563,6 +705,101 @@ mod tests {
         }
         assert!(errors[0] > errors[1] && errors[1] > errors[2], "mean squared errors {errors:?}");
         assert!(errors[2] < 0.01, "4-bit error {errors:?} against a residual spread of 0.2");
+    }
+
+    #[test]
+    fn uncoded_groups_stay_under_the_energy_bound_and_leave_8_coded() {
+        // 24 dimensions of energy 1, then 3 constant ones and 5 of 0.001 (0.02% of the total).
+        let mut squares = vec![1.0; 32];
+        squares[24..27].fill(0.0);
+        squares[27..].fill(0.001);
+        squares.swap(3, 30);
+        let layout = uncoded_layout(&squares);
+        assert_eq!(layout.coded, 24);
+        let skipped: Vec<u32> = layout.order[24..].to_vec();
+        assert_eq!(skipped, [3, 24, 25, 26, 27, 28, 29, 31], "the uncoded dimensions, ascending");
+        assert!(layout.order[..24].windows(2).all(|w| w[0] < w[1]), "the coded ones, ascending");
+        // Even energies: a group of 8 holds 25%, more than the bound; nothing is left uncoded.
+        let even = uncoded_layout(&[1.0; 32]);
+        assert_eq!((even.coded, even.order.len()), (32, 0));
+        // All but one group negligible: 8 dimensions stay coded all the same.
+        let mut one = vec![0.0; 32];
+        one[..8].fill(1.0);
+        assert_eq!(uncoded_layout(&one).coded, 8);
+    }
+
+    /// `sample`, with dimensions `5, 13, ...` (8 of 64) turned nearly constant.
+    fn sample_with_quiet_dims(n: usize, seed: u64) -> (Vec<f32>, Vec<usize>) {
+        let dim = 64;
+        let quiet: Vec<usize> = (0..8).map(|i| 5 + 8 * i).collect();
+        let mut data = sample(n, dim, seed);
+        for row in data.chunks_exact_mut(dim) {
+            quiet.iter().for_each(|&k| row[k] = 0.25 + row[k] * 1e-3);
+        }
+        (data, quiet)
+    }
+
+    #[test]
+    fn quiet_dimensions_go_uncoded_and_every_path_keeps_the_callers_order() {
+        let (data, quiet) = sample_with_quiet_dims(3000, 11);
+        let dim = 64;
+        for kind in [CodecKind::Residual1, CodecKind::Residual2, CodecKind::Residual4] {
+            let codec = ResidualCodec::fit(kind, dim, &data).unwrap();
+            let bits = kind.residual_bits().unwrap();
+            assert_eq!(codec.coded_dims(), 56, "{kind:?}");
+            assert_eq!(codec.bytes_per_vector(), 2 + 56 * bits / 8);
+            assert!(kind.allows_bytes_per_vector(dim, codec.bytes_per_vector()));
+            assert!(!kind.allows_bytes_per_vector(dim, kind.bytes_per_vector(dim) + 1));
+            assert!(!kind.allows_bytes_per_vector(dim, 2));
+            let vs = &data[..100 * dim];
+            let (mut one, mut many) = (Vec::new(), Vec::new());
+            vs.chunks_exact(dim).for_each(|v| codec.encode(v, &mut one));
+            codec.encode_many(vs, &mut many);
+            assert_eq!(one, many, "{kind:?}: encode and encode_many differ");
+            let mut decoded = Vec::new();
+            codec.decode(&one, &mut decoded);
+            // Every dimension, quiet or not, comes back near its own value, in the caller's order.
+            let mut worst = vec![0f32; dim];
+            for (d, v) in decoded.chunks_exact(dim).zip(vs.chunks_exact(dim)) {
+                worst.iter_mut().zip(d.iter().zip(v)).for_each(|(w, (a, b))| *w = w.max((a - b).abs()));
+            }
+            assert!(quiet.iter().all(|&k| worst[k] < 0.01), "{kind:?}: quiet dimensions {worst:?}");
+            assert!(worst.iter().all(|w| *w < 0.5), "{kind:?}: {worst:?}");
+            // MaxSim of the prepared query on the codes equals MaxSim on the decoded vectors.
+            let query = &data[2000 * dim..2004 * dim];
+            let prepared = codec.prepare_query(query);
+            let got = codec.maxsim(Isa::Scalar, &prepared, &one);
+            let want = kernels::maxsim_f32(Isa::Scalar, query, dim, &decoded);
+            assert!((got - want).abs() < 1e-4 * want.abs().max(1.0), "{kind:?}: {got} against {want}");
+            // The layout survives codec.bin.
+            let again =
+                ResidualCodec::from_params(kind, dim, &codec.params(), Path::new("codec.bin")).unwrap();
+            assert_eq!(again.bytes_per_vector(), codec.bytes_per_vector());
+            let mut decoded_again = Vec::new();
+            again.decode(&one, &mut decoded_again);
+            assert_eq!(decoded, decoded_again, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_damaged_layout_trailer_is_refused() {
+        let (data, _) = sample_with_quiet_dims(1000, 12);
+        let codec = ResidualCodec::fit(CodecKind::Residual2, 64, &data).unwrap();
+        let params = codec.params();
+        let trailer = params.len() - 4 * 65;
+        let path = Path::new("codec.bin");
+        let mut repeated = params.clone();
+        repeated.copy_within(params.len() - 8..params.len() - 4, params.len() - 4);
+        let mut all_coded = params.clone();
+        all_coded[trailer..trailer + 4].copy_from_slice(&64u32.to_le_bytes());
+        for (bad, says) in [
+            (&repeated[..], "not a permutation"),
+            (&all_coded[..], "64 coded dimensions of 64"),
+            (&params[..params.len() - 2], "end of data"),
+        ] {
+            let err = ResidualCodec::from_params(CodecKind::Residual2, 64, bad, path).unwrap_err();
+            assert!(matches!(err, CellarError::Corrupted { .. }) && err.to_string().contains(says), "{err}");
+        }
     }
 
     #[test]

@@ -66,17 +66,17 @@ impl Manifest {
 
     /// Fields that parse but contradict each other are corruption, not the caller's input.
     fn check_consistent(&self, path: &Path) -> Result<()> {
-        let expected_bytes_per_token = self.codec.bytes_per_vector(self.dim);
         let problem = if !(1..=MAX_DIM).contains(&self.dim) {
             format!("dim {} is outside 1..={MAX_DIM}", self.dim)
         } else if self.page_bytes != PAGE_BYTES {
             format!("page_bytes {} but this format uses {PAGE_BYTES}", self.page_bytes)
-        } else if self.bytes_per_token != expected_bytes_per_token {
+        } else if !self.codec.allows_bytes_per_vector(self.dim, self.bytes_per_token) {
             format!(
-                "bytes_per_token {} but codec {} at dim {} takes {expected_bytes_per_token}",
+                "bytes_per_token {} but codec {} at dim {} takes {}",
                 self.bytes_per_token,
                 self.codec.name(),
-                self.dim
+                self.dim,
+                self.codec.bytes_per_vector(self.dim)
             )
         } else {
             return Ok(());

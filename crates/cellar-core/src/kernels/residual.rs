@@ -1,11 +1,12 @@
 //! Decoding of residual-coded tokens (the `residual` codec) into f32, for the MaxSim kernels.
 //!
-//! A token is a little-endian `u16` centroid id followed by `dim * bits / 8` bytes of codes;
-//! `dim` is a multiple of 8, so each group of 8 dimensions takes exactly `bits` bytes, read as
-//! a little-endian integer whose bits `t * bits ..` hold the code of dimension `8 * g + t`.
-//! Dimension `k` decodes to `centroid[k] + scale[k] * weights[code]`, multiplied and then
-//! added (two roundings, no fused multiply-add), so every level gives the same bits as the
-//! scalar reference. `kernels::decode_residual` picks the level.
+//! A token is a little-endian `u16` centroid id followed by `coded * bits / 8` bytes of codes;
+//! `coded` (at most `dim`) is a multiple of 8, so each group of 8 dimensions takes exactly
+//! `bits` bytes, read as a little-endian integer whose bits `t * bits ..` hold the code of
+//! dimension `8 * g + t`. A coded dimension `k` decodes to `centroid[k] + scale[k] *
+//! weights[code]`, multiplied and then added (two roundings, no fused multiply-add), so every
+//! level gives the same bits as the scalar reference; dimensions `coded..dim` have no codes and
+//! decode to the centroid's value. `kernels::decode_residual` picks the level.
 
 /// Centroid-id bytes at the start of every token.
 pub const CENTROID_ID_BYTES: usize = 2;
@@ -14,11 +15,13 @@ pub const CENTROID_ID_BYTES: usize = 2;
 #[derive(Clone, Copy, Debug)]
 pub struct ResidualTables<'a> {
     pub dim: usize,
+    /// Dimensions `0..coded` carry codes; a multiple of 8 in `8..=dim`.
+    pub coded: usize,
     /// 1, 2 or 4.
     pub bits: usize,
     /// `k * dim` centroid values, row after row.
     pub centroids: &'a [f32],
-    /// `dim` per-dimension scales.
+    /// `coded` per-dimension scales.
     pub scales: &'a [f32],
     /// `2^bits` bucket values, in units of the scale.
     pub weights: &'a [f32],
@@ -27,7 +30,7 @@ pub struct ResidualTables<'a> {
 impl ResidualTables<'_> {
     /// Bytes one token takes.
     pub fn token_bytes(&self) -> usize {
-        CENTROID_ID_BYTES + self.dim * self.bits / 8
+        CENTROID_ID_BYTES + self.coded * self.bits / 8
     }
 
     pub(super) fn check(&self, doc: &[u8], out: &[f32]) -> usize {
@@ -37,7 +40,13 @@ impl ResidualTables<'_> {
             "residual dim {} is not a multiple of 8",
             self.dim
         );
-        assert_eq!(self.scales.len(), self.dim);
+        assert!(
+            self.coded > 0 && self.coded <= self.dim && self.coded.is_multiple_of(8),
+            "residual coded dimensions {} is not a multiple of 8 in 8..={}",
+            self.coded,
+            self.dim
+        );
+        assert_eq!(self.scales.len(), self.coded);
         assert_eq!(self.weights.len(), 1 << self.bits);
         assert!(!self.centroids.is_empty() && self.centroids.len().is_multiple_of(self.dim));
         assert!(doc.len().is_multiple_of(self.token_bytes()), "residual document is not whole tokens");
@@ -73,5 +82,6 @@ pub(super) fn decode_scalar(tables: &ResidualTables, doc: &[u8], nd: usize, out:
                 row[k] = centroid[k] + tables.scales[k] * tables.weights[code as usize];
             }
         }
+        row[tables.coded..].copy_from_slice(&centroid[tables.coded..]);
     }
 }

@@ -65,6 +65,17 @@ impl VectorStore {
         let (codec_header, params) = read_small_file(&codec_path, FileKind::CodecParams)?;
         check_against_manifest(&manifest, &codec_path, &codec_header)?;
         let codec = codec_from_params(manifest.codec, manifest.dim, &params, &codec_path)?;
+        if codec.bytes_per_vector() != manifest.bytes_per_token {
+            return Err(CellarError::corrupted(
+                &codec_path,
+                0,
+                format!(
+                    "the codec takes {} bytes a token, but the manifest says {}",
+                    codec.bytes_per_vector(),
+                    manifest.bytes_per_token
+                ),
+            ));
+        }
 
         let offsets = Arc::new(offsets);
         let source = ReaderSource {

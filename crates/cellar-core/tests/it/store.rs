@@ -338,3 +338,52 @@ fn a_record_of_passages_scores_its_best_passage_through_every_reader() {
     }
     assert_eq!(writer.add_passages(&d.tokens, Some(&d.pooled), &[n]).unwrap(), DocId(0));
 }
+
+#[test]
+fn a_residual_store_with_uncoded_dimensions_reads_back_and_checks_its_token_size() {
+    // Every third dimension nearly constant: 8 of 24 hold almost no residual energy, so the
+    // codec leaves them uncoded and a 2-bit token takes 2 + 16 * 2 / 8 = 6 bytes, not 8.
+    let mut docs = fixture::docs(30, 9);
+    for d in &mut docs {
+        for v in d.tokens.chunks_exact_mut(DIM).chain([&mut d.pooled[..]]) {
+            (1..DIM).step_by(3).for_each(|k| v[k] = 0.5 + v[k] * 1e-4);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    fixture::write(dir.path(), CodecKind::Residual2, &docs);
+    let ids: Vec<DocId> = (0..30).map(DocId).collect();
+    for options in fixture::all_reader_options() {
+        let store = VectorStore::open(dir.path(), &options).unwrap();
+        assert_eq!((store.manifest().bytes_per_token, store.codec().bytes_per_vector()), (6, 6));
+        let batch = store.read_batch(&ids).unwrap();
+        let query = store.codec().prepare_query(&docs[4].tokens[..2 * DIM]);
+        for (i, doc) in docs.iter().enumerate() {
+            let rec = batch.record(i);
+            let mut decoded = Vec::new();
+            store.codec().decode(rec.tokens, &mut decoded);
+            for (got, want) in decoded.chunks_exact(DIM).zip(doc.tokens.chunks_exact(DIM)) {
+                // The quiet dimensions come back from the centroid, in their own place.
+                (1..DIM)
+                    .step_by(3)
+                    .for_each(|k| assert!((got[k] - want[k]).abs() < 1e-3, "{options:?} doc {i}"));
+            }
+            let score = store.codec().maxsim(Isa::detected(), &query, rec.tokens);
+            let want =
+                cellar_core::kernels::maxsim_f32(Isa::Scalar, &docs[4].tokens[..2 * DIM], DIM, &decoded);
+            assert!(
+                (score - want).abs() < 1e-4 * want.abs().max(1.0),
+                "{options:?} doc {i}: {score} against {want}"
+            );
+        }
+    }
+    // A manifest that says every dimension is coded (a size it allows) against this codec.bin.
+    let path = dir.path().join("manifest.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replacen("\"bytes_per_token\": 6", "\"bytes_per_token\": 8", 1)).unwrap();
+    let err = VectorStore::open(dir.path(), &ReaderOptions::new(ReaderKind::Mmap)).err().unwrap();
+    assert!(
+        matches!(&err, CellarError::Corrupted { path, .. } if path.ends_with("codec.bin"))
+            && err.to_string().contains("takes 6 bytes a token, but the manifest says 8"),
+        "{err}"
+    );
+}

@@ -3,7 +3,7 @@
 //! indices, which pick the bucket values with a lane permute (AVX2: two permutes and a blend
 //! for the 16 buckets of 4 bits; AVX-512: two groups per register and one permute for any
 //! width); then `centroid + scale * weight`, a multiply then an add, exactly as the scalar
-//! reference.
+//! reference. The uncoded dimensions past `coded` are the centroid's, copied.
 
 use core::arch::x86_64::*;
 
@@ -60,7 +60,7 @@ unsafe fn decode_bits<const B: usize>(tables: &ResidualTables, doc: &[u8], nd: u
         let centroid = tables.centroid(token).as_ptr();
         let codes = token.as_ptr().add(CENTROID_ID_BYTES);
         let row = out.as_mut_ptr().add(j * dim);
-        for g in 0..dim / 8 {
+        for g in 0..tables.coded / 8 {
             let idx =
                 _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word::<B>(codes, g)), shifts), mask);
             let mut w = _mm256_permutevar8x32_ps(low, idx);
@@ -72,6 +72,7 @@ unsafe fn decode_bits<const B: usize>(tables: &ResidualTables, doc: &[u8], nd: u
             let scaled = _mm256_mul_ps(_mm256_loadu_ps(scales.add(8 * g)), w);
             _mm256_storeu_ps(row.add(8 * g), _mm256_add_ps(_mm256_loadu_ps(centroid.add(8 * g)), scaled));
         }
+        copy_tail(tables, centroid, row);
     }
 }
 
@@ -97,7 +98,7 @@ unsafe fn decode_bits_avx512<const B: usize>(
     let buckets = _mm512_loadu_ps(padded.as_ptr());
     let token_bytes = tables.token_bytes();
     let scales = tables.scales.as_ptr();
-    let groups = dim / 8;
+    let groups = tables.coded / 8;
     for j in 0..nd {
         let token = &doc[j * token_bytes..(j + 1) * token_bytes];
         let centroid = tables.centroid(token).as_ptr();
@@ -119,5 +120,13 @@ unsafe fn decode_bits_avx512<const B: usize>(
             _mm512_mask_storeu_ps(row.add(at), lanes, value);
             g += 2;
         }
+        copy_tail(tables, centroid, row);
     }
+}
+
+/// Dimensions `coded..dim` of a decoded row: the centroid's own values.
+#[inline]
+unsafe fn copy_tail(tables: &ResidualTables, centroid: *const f32, row: *mut f32) {
+    let coded = tables.coded;
+    core::ptr::copy_nonoverlapping(centroid.add(coded), row.add(coded), tables.dim - coded);
 }
