@@ -79,7 +79,7 @@ impl Encoder {
             let weights = Weights::load_plain(&dir.join("model.safetensors"))?;
             let summary =
                 format!("{name} (ModernBERT): {} layers, hidden {}", cfg.num_hidden_layers, cfg.hidden_size);
-            (Network::ModernBert(ModernBert::load(cfg, &weights)?), weights, summary)
+            (Network::ModernBert(ModernBert::load(cfg, &weights, config.weights)?), weights, summary)
         } else {
             let cfg = BertConfig::load(&dir)?;
             let weights = Weights::load_bert(&dir.join("model.safetensors"))?;

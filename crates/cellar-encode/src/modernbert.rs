@@ -12,6 +12,7 @@ use candle_core::{Device, Tensor};
 use cellar_core::Result;
 use serde::Deserialize;
 
+use crate::dense::{Dense, WeightPrecision};
 use crate::errors::model_err;
 use crate::math::{gelu, layer_norm};
 use crate::weights::Weights;
@@ -138,13 +139,13 @@ struct Layer {
     /// LayerNorm weight before attention (`None` for layer 0).
     attn_norm: Option<Vec<f32>>,
     /// `(hidden, 3 * hidden)`, for `x @ w`.
-    wqkv: Tensor,
-    wo: Tensor,
+    wqkv: Dense,
+    wo: Dense,
     mlp_norm: Vec<f32>,
     /// `(hidden, 2 * intermediate)`: input then gate.
-    wi: Tensor,
+    wi: Dense,
     /// `(intermediate, hidden)`.
-    wo_mlp: Tensor,
+    wo_mlp: Dense,
     global: bool,
     /// `cos` and `sin` per position and rotary pair, `(max_positions, head_dim / 2)`.
     cos: Vec<f32>,
@@ -160,7 +161,8 @@ pub(crate) struct ModernBert {
 }
 
 impl ModernBert {
-    pub fn load(cfg: ModernBertConfig, w: &Weights) -> Result<ModernBert> {
+    /// The network of `w`, its four matrices per layer held at `precision`.
+    pub fn load(cfg: ModernBertConfig, w: &Weights, precision: WeightPrecision) -> Result<ModernBert> {
         let (h, inter) = (cfg.hidden_size, cfg.intermediate_size);
         let prefix = if w.has("model.embeddings.tok_embeddings.weight") { "model." } else { "" };
         let get = |name: &str, shape: &[usize]| -> Result<Tensor> {
@@ -174,12 +176,13 @@ impl ModernBert {
             }
             Ok(t)
         };
-        let prep = |r: CResult<Tensor>| r.map_err(|e| model_err(w.path(), format!("preparing weights: {e}")));
         let vec = |name: &str| -> Result<Vec<f32>> {
             get(name, &[h])?.to_vec1::<f32>().map_err(|e| model_err(w.path(), e.to_string()))
         };
-        let transposed =
-            |name: &str, shape: &[usize]| prep(get(name, shape)?.t().and_then(|t| t.contiguous()));
+        let dense = |name: &str, shape: &[usize]| -> Result<Dense> {
+            Dense::new(&get(name, shape)?, precision)
+                .map_err(|e| model_err(w.path(), format!("preparing weights: {e}")))
+        };
         let hd = cfg.head_dim();
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
@@ -197,11 +200,11 @@ impl ModernBert {
             }
             layers.push(Layer {
                 attn_norm: if i == 0 { None } else { Some(vec(&format!("{p}attn_norm.weight"))?) },
-                wqkv: transposed(&format!("{p}attn.Wqkv.weight"), &[3 * h, h])?,
-                wo: transposed(&format!("{p}attn.Wo.weight"), &[h, h])?,
+                wqkv: dense(&format!("{p}attn.Wqkv.weight"), &[3 * h, h])?,
+                wo: dense(&format!("{p}attn.Wo.weight"), &[h, h])?,
                 mlp_norm: vec(&format!("{p}mlp_norm.weight"))?,
-                wi: transposed(&format!("{p}mlp.Wi.weight"), &[2 * inter, h])?,
-                wo_mlp: transposed(&format!("{p}mlp.Wo.weight"), &[h, inter])?,
+                wi: dense(&format!("{p}mlp.Wi.weight"), &[2 * inter, h])?,
+                wo_mlp: dense(&format!("{p}mlp.Wo.weight"), &[h, inter])?,
                 global: cfg.is_global(i),
                 cos,
                 sin,
@@ -297,9 +300,9 @@ impl ModernBert {
     }
 }
 
-/// `x` (`rows x inner`, row-major) times `w` (`inner x out`), row-major.
-fn matmul(x: &[f32], rows: usize, inner: usize, w: &Tensor) -> CResult<Vec<f32>> {
-    Tensor::from_slice(x, (rows, inner), &Device::Cpu)?.matmul(w)?.flatten_all()?.to_vec1::<f32>()
+/// `x` (`rows x inner`, row-major) times the layer `w` (`inner -> out`), row-major.
+fn matmul(x: &[f32], rows: usize, inner: usize, w: &Dense) -> CResult<Vec<f32>> {
+    w.forward(&Tensor::from_slice(x, (rows, inner), &Device::Cpu)?)?.flatten_all()?.to_vec1::<f32>()
 }
 
 /// Softmax over the finite entries of `row`; the others (masked out) become 0.

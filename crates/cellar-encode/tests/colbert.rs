@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use cellar_encode::{Encoded, Encoder, EncoderConfig};
+use cellar_encode::{Encoded, Encoder, EncoderConfig, WeightPrecision};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -88,6 +88,29 @@ fn a_pylate_bert_checkpoint_encodes_as_pylate_does() {
 #[test]
 fn a_pylate_modernbert_checkpoint_encodes_as_pylate_does() {
     check("modernbert");
+}
+
+/// `--model-weights f16` reaches a ModernBERT checkpoint's layers too (it was silently f32):
+/// every token within cosine 0.999 of the f32 encoding, and not identical to it.
+#[test]
+fn a_modernbert_checkpoint_takes_f16_layer_weights() {
+    let (full, expected) = fixture("modernbert");
+    let mut config = EncoderConfig::new(fixture_dir("modernbert"));
+    config.weights = WeightPrecision::F16;
+    let half = Encoder::load(config).unwrap();
+    let dim = full.dim();
+    for case in expected.queries.iter().chain(&expected.documents) {
+        let (a, b) = (full.encode_query(&case.text).unwrap(), half.encode_query(&case.text).unwrap());
+        assert_eq!(a.n_tokens, b.n_tokens);
+        let mut min = f32::MAX;
+        for (x, y) in a.tokens.chunks_exact(dim).zip(b.tokens.chunks_exact(dim)) {
+            let dot: f32 = x.iter().zip(y).map(|(p, q)| p * q).sum();
+            let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            min = min.min(dot / (norm(x) * norm(y)));
+        }
+        assert!(min > 0.999, "{:?}: smallest token cosine {min}", case.text);
+        assert_ne!(a.tokens, b.tokens, "{:?}: f16 weights changed nothing", case.text);
+    }
 }
 
 #[test]
