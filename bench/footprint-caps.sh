@@ -2,8 +2,8 @@
 # Issue 13's benchmark, with caps that mean something for a server that holds a model (13.8):
 # SciFact text queries sent to `cellar serve`, which encodes them (what users do), the ram
 # reader uncapped (the control) against the direct reader under caps of the server's fixed
-# footprint (measured first: the peak charge of an uncapped server over its start and 16
-# warm-up queries) + 10% and + 5% of the index (memory cgroup, page cache counted), on the emulated
+# footprint (measured first: the charge of an uncapped server after its start and 16
+# warm-up queries; its peak over them is reported beside it) + 10% and + 5% of the index (memory cgroup, page cache counted), on the emulated
 # 80 us SSD; then the same with client-side query vectors. INDEX (default: the index `make run` builds) and CODEC_INDEX
 # (a second index, e.g. a residual one, run under the same caps when given).
 # Re-run: cargo build --release -p cellar-bench -p cellar-cli && sh bench/footprint-caps.sh

@@ -66,9 +66,11 @@ pub struct ConfigResult {
     /// Sum of the file sizes under the index directory.
     pub index_bytes: Option<u64>,
     pub cap_bytes: Option<u64>,
-    /// The server's fixed footprint (`cap=footprint+X`): the peak charge of an uncapped server
-    /// over its start and warm-up queries.
+    /// The server's fixed footprint (`cap=footprint+X`): the charge of an uncapped server after
+    /// its start and warm-up queries.
     pub footprint_bytes: Option<u64>,
+    /// That server's peak charge over its start and warm-up queries (reported, not used).
+    pub footprint_peak_bytes: Option<u64>,
     /// Whether the cap was in force (false when cgroups were unavailable).
     pub capped: bool,
     pub server_args: Vec<String>,
@@ -94,6 +96,7 @@ impl ConfigResult {
             index_bytes: None,
             cap_bytes: None,
             footprint_bytes: None,
+            footprint_peak_bytes: None,
             capped: false,
             server_args: Vec::new(),
             healthz: None,
@@ -219,8 +222,9 @@ impl Report {
         }
         match (sp.cap_pct, c.capped) {
             (Some(p), true) if c.footprint_bytes.is_some() => facts.push(format!(
-                "memory cap = the server's fixed footprint {} MiB (the peak charge of an uncapped server over its start and 16 warm-up queries) + {p}% of the index = {} MiB (memory cgroup, page cache counted)",
+                "memory cap = the server's fixed footprint {} MiB (the charge of an uncapped server after its start and 16 warm-up queries; its peak over them {} MiB) + {p}% of the index = {} MiB (memory cgroup, page cache counted)",
                 mib(c.footprint_bytes),
+                mib(c.footprint_peak_bytes),
                 mib(c.cap_bytes)
             )),
             (Some(p), true) => facts
@@ -531,5 +535,16 @@ mod tests {
         assert_eq!(json["configurations"][0]["vectors"], "client");
         assert_eq!(json["configurations"][0]["quality"]["ndcg_at_10"], 0.72);
         assert!(json["configurations"][1]["quality"].is_null());
+        // A cap over the footprint names the steady charge it was built on and the start's peak.
+        let other = &mut report.configurations[1];
+        (other.footprint_bytes, other.footprint_peak_bytes) = (Some(60 << 20), Some(97 << 20));
+        other.cap_bytes = Some(66 << 20);
+        let md = report.to_markdown();
+        assert!(
+            md.contains("fixed footprint 60 MiB (the charge of an uncapped server after its start and 16 warm-up queries; its peak over them 97 MiB) + 25% of the index = 66 MiB"),
+            "{md}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["configurations"][1]["footprint_peak_bytes"], 97 << 20);
     }
 }
