@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use cellar_core::codec::CodecKind;
+use cellar_core::codec::{CodecKind, FitOptions};
 use cellar_core::format::Manifest;
 use cellar_core::{CellarError, IoContext, Result};
 use cellar_search::eval::{evaluate_row, RowSpec, EVAL_DEPTH};
@@ -37,11 +37,21 @@ pub struct CodecsArgs {
     /// Token vectors the PCA and the codecs are fitted on.
     #[arg(long, default_value_t = 100_000)]
     pub sample_tokens: usize,
+    /// Fit every residual variant once per seed (its k-means), a row each: how much one fit's
+    /// luck moves nDCG@10. Default: the codec's own seed, one row.
+    #[arg(long, value_delimiter = ',')]
+    pub fit_seeds: Vec<u64>,
+    /// Share of the residual energy uncoded dimensions may hold (0 codes every dimension;
+    /// default: the codec's bound).
+    #[arg(long)]
+    pub uncoded_energy: Option<f64>,
 }
 
 #[derive(Serialize)]
 struct Row {
     variant: String,
+    /// The fit's seed, where `--fit-seeds` gave one.
+    seed: Option<u64>,
     codec: String,
     dim: usize,
     bytes_per_token: usize,
@@ -67,15 +77,26 @@ fn parse_variant(v: &str) -> Result<(CodecKind, Option<usize>)> {
 }
 
 pub fn run(args: CodecsArgs) -> Result<()> {
-    let variants: Vec<(String, CodecKind, Option<usize>)> = args
+    let parsed: Vec<(String, CodecKind, Option<usize>)> = args
         .variants
         .split(',')
         .map(|v| parse_variant(v.trim()).map(|(c, p)| (v.trim().to_string(), c, p)))
         .collect::<Result<_>>()?;
+    // A residual variant once per seed asked for; every other variant once.
+    let mut variants = Vec::new();
+    for (name, codec, pca_dim) in parsed {
+        if codec.residual_bits().is_some() && !args.fit_seeds.is_empty() {
+            for &seed in &args.fit_seeds {
+                variants.push((format!("{name}-seed{seed}"), codec, pca_dim, Some(seed)));
+            }
+        } else {
+            variants.push((name, codec, pca_dim, None));
+        }
+    }
     let source = IndexConfig::load(&args.queries.index)?;
     std::fs::create_dir_all(&args.work).at(&args.work)?;
     let mut rows = Vec::new();
-    for (name, codec, pca_dim) in variants {
+    for (name, codec, pca_dim, seed) in variants {
         let is_source = codec == CodecKind::F16 && pca_dim.is_none();
         let (index_dir, recode_secs) = if is_source {
             (args.queries.index.clone(), 0.0)
@@ -98,6 +119,7 @@ pub fn run(args: CodecsArgs) -> Result<()> {
                 codec,
                 pca_dim,
                 sample_tokens: args.sample_tokens,
+                fit: FitOptions { seed, uncoded_energy_max: args.uncoded_energy },
             };
             recode(&options)?;
             (out, started.elapsed().as_secs_f64())
@@ -119,6 +141,7 @@ pub fn run(args: CodecsArgs) -> Result<()> {
         let dim = config.token_dim();
         rows.push(Row {
             variant: name,
+            seed,
             codec: codec.name().to_string(),
             dim,
             // The store's own: a residual fit may leave dimensions uncoded.
@@ -146,7 +169,50 @@ pub fn run(args: CodecsArgs) -> Result<()> {
         args.queries.reader.name(),
         args.sample_tokens,
     );
-    write_outputs(&args.queries.out, &setup, &rows, &table(&rows))
+    let mut setup = setup;
+    if let Some(share) = args.uncoded_energy {
+        let _ = write!(setup, " Residual fits leave uncoded at most {share} of the residual energy.");
+    }
+    let mut md = table(&rows);
+    md.push_str(&seed_summary(&rows));
+    write_outputs(&args.queries.out, &setup, &rows, &md)
+}
+
+/// With `--fit-seeds`: each residual variant's nDCG@10 over its fits (mean, lowest, highest).
+fn seed_summary(rows: &[Row]) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for r in rows.iter().filter(|r| r.seed.is_some()) {
+        let name = r.variant.rsplit_once("-seed").map_or(r.variant.as_str(), |(n, _)| n);
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    if names.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "\nOver the fits (`--fit-seeds`), nDCG@10 mean [lowest, highest]:\n\n| variant | fits | rerank | hybrid |\n|---|---|---|---|\n",
+    );
+    for name in names {
+        let fits: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.seed.is_some() && r.variant.rsplit_once("-seed").is_some_and(|(n, _)| n == name))
+            .collect();
+        let spread = |f: fn(&Row) -> f64| {
+            let values: Vec<f64> = fits.iter().map(|r| f(r)).collect();
+            let mean = values.iter().sum::<f64>() / values.len() as f64;
+            let (lo, hi) = values.iter().fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+            format!("{mean:.4} [{lo:.4}, {hi:.4}]")
+        };
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {} | {} |",
+            fits.len(),
+            spread(|r| r.ndcg_rerank),
+            spread(|r| r.ndcg_hybrid)
+        );
+    }
+    md
 }
 
 fn table(rows: &[Row]) -> String {
@@ -190,5 +256,33 @@ mod tests {
         assert_eq!(parse_variant("pca128-residual2").unwrap(), (CodecKind::Residual2, Some(128)));
         assert!(parse_variant("pcaX-int8").is_err());
         assert!(parse_variant("residual3").is_err());
+    }
+
+    #[test]
+    fn fits_of_one_variant_are_summarised_together() {
+        let row = |variant: &str, seed: Option<u64>, rerank: f64| Row {
+            variant: variant.into(),
+            seed,
+            codec: "residual2".into(),
+            dim: 384,
+            bytes_per_token: 96,
+            vectors_mib: 1.0,
+            recode_secs: 1.0,
+            ndcg_rerank: rerank,
+            ndcg_hybrid: 0.5,
+            kib_read_rerank: 1.0,
+            search_ms_rerank: 1.0,
+        };
+        assert_eq!(seed_summary(&[row("residual2", None, 0.7)]), "");
+        let rows = [
+            row("f16", None, 0.9),
+            row("residual2-seed1", Some(1), 0.70),
+            row("residual2-seed2", Some(2), 0.72),
+            row("pca128-residual2-seed1", Some(1), 0.60),
+        ];
+        let md = seed_summary(&rows);
+        assert!(md.contains("| residual2 | 2 | 0.7100 [0.7000, 0.7200] | 0.5000 [0.5000, 0.5000] |"), "{md}");
+        assert!(md.contains("| pca128-residual2 | 1 | 0.6000 [0.6000, 0.6000] |"), "{md}");
+        assert!(!md.contains("| f16 "), "{md}");
     }
 }

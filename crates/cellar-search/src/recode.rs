@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use cellar_core::codec::{fit_codec, CodecKind};
+use cellar_core::codec::{fit_codec_with, CodecKind, FitOptions};
 use cellar_core::format::fsio::LOCK_FILE;
 use cellar_core::io::{ReaderKind, ReaderOptions};
 use cellar_core::store::{StoreWriter, VectorStore};
@@ -36,6 +36,8 @@ pub struct RecodeOptions {
     /// Token vectors the PCA and the codec are fitted on, taken from documents spread over
     /// the whole index.
     pub sample_tokens: usize,
+    /// How the codec is fitted (the defaults, as a build fits it, unless a benchmark says).
+    pub fit: FitOptions,
 }
 
 /// Writes the recoded index into `options.out` (new or empty) and returns its configuration.
@@ -69,7 +71,7 @@ pub fn recode(options: &RecodeOptions) -> Result<IndexConfig> {
         None => tokens,
     };
     let dim = options.pca_dim.unwrap_or(model_dim);
-    let codec = fit_codec(options.codec, dim, &project(sample))?;
+    let codec = fit_codec_with(options.codec, dim, &project(sample), &options.fit)?;
     if let Some(pca) = &pca {
         pca.save(&options.out.join(PCA_FILE))?;
     }

@@ -146,13 +146,34 @@ pub fn codec_from_params(kind: CodecKind, dim: usize, params: &[u8], path: &Path
     })
 }
 
+/// How a residual codec is fitted; `None` keeps the codec's own default. Builds use the
+/// defaults (a fixed seed, so a build repeats); benchmarks compare fits.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FitOptions {
+    /// Seed of the centroid tree's k-means.
+    pub seed: Option<u64>,
+    /// Share of the residual energy the uncoded dimensions may hold, in [0, 1)
+    /// ([`UNCODED_ENERGY_MAX`]; 0 codes every dimension).
+    pub uncoded_energy_max: Option<f64>,
+}
+
 /// Fits a codec of `kind` on `sample` (`n * dim` values; f16 ignores it).
 pub fn fit_codec(kind: CodecKind, dim: usize, sample: &[f32]) -> Result<Arc<dyn Codec>> {
+    fit_codec_with(kind, dim, sample, &FitOptions::default())
+}
+
+/// [`fit_codec`] with `options` (f16 and int8 have nothing they change).
+pub fn fit_codec_with(
+    kind: CodecKind,
+    dim: usize,
+    sample: &[f32],
+    options: &FitOptions,
+) -> Result<Arc<dyn Codec>> {
     Ok(match kind {
         CodecKind::F16 => Arc::new(F16Codec::new(dim)?),
         CodecKind::Int8 => Arc::new(Int8Codec::fit(dim, sample.chunks_exact(dim.max(1)))?),
         CodecKind::Residual1 | CodecKind::Residual2 | CodecKind::Residual4 => {
-            Arc::new(ResidualCodec::fit(kind, dim, sample)?)
+            Arc::new(ResidualCodec::fit_with(kind, dim, sample, options)?)
         }
     })
 }

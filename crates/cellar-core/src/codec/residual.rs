@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use super::{check_dim, Codec, CodecKind};
+use super::{check_dim, Codec, CodecKind, FitOptions};
 use crate::cluster::{half_norms, kmeans, mean, nearest_each, nearest_in, Points};
 use crate::error::{CellarError, Result};
 use crate::kernels::residual::ResidualTables;
@@ -93,9 +93,22 @@ fn check_layout(kind: CodecKind, dim: usize) -> Result<usize> {
 }
 
 impl ResidualCodec {
-    /// Fits centroids, scales and buckets on `sample` (`n * dim` values).
+    /// Fits centroids, scales and buckets on `sample` (`n * dim` values), with the codec's
+    /// defaults.
     pub fn fit(kind: CodecKind, dim: usize, sample: &[f32]) -> Result<Self> {
+        Self::fit_with(kind, dim, sample, &FitOptions::default())
+    }
+
+    /// [`ResidualCodec::fit`] with another seed or bound on uncoded dimensions (benchmarks
+    /// compare fits with them).
+    pub fn fit_with(kind: CodecKind, dim: usize, sample: &[f32], options: &FitOptions) -> Result<Self> {
         let bits = check_layout(kind, dim)?;
+        let uncoded_energy_max = options.uncoded_energy_max.unwrap_or(UNCODED_ENERGY_MAX);
+        if !(0.0..1.0).contains(&uncoded_energy_max) {
+            return Err(CellarError::invalid(format!(
+                "the share of residual energy left uncoded must be in [0, 1), got {uncoded_energy_max}"
+            )));
+        }
         let n = sample.len() / dim;
         if n == 0 || !sample.len().is_multiple_of(dim) {
             return Err(CellarError::invalid(format!(
@@ -111,11 +124,11 @@ impl ResidualCodec {
             data.extend_from_slice(v);
         }
         let points = Points { data: &data, dim };
-        let tree = two_level(&points, centroid_count(points.len()));
+        let tree = two_level(&points, centroid_count(points.len()), options.seed.unwrap_or(SEED));
         let layout = Layout { coded: dim, order: Vec::new() };
         let mut codec =
             ResidualCodec::assemble(kind, dim, bits, tree, layout, vec![1.0; dim], Vec::new(), Vec::new());
-        codec.fit_buckets(&points);
+        codec.fit_buckets(&points, uncoded_energy_max);
         Ok(codec)
     }
 
@@ -151,7 +164,7 @@ impl ResidualCodec {
     /// Per-dimension RMS of the residuals (of the codec as it stands: every dimension coded, in
     /// the caller's order); which dimensions stay uncoded ([`uncoded_layout`]), and the codec's
     /// order that follows; then Lloyd-Max buckets of the coded dimensions' scaled residuals.
-    fn fit_buckets(&mut self, points: &Points) {
+    fn fit_buckets(&mut self, points: &Points, uncoded_energy_max: f64) {
         let dim = self.dim;
         let mut residuals = Vec::with_capacity(points.len() * dim);
         for (v, id) in points.data.chunks_exact(dim).zip(self.assign_each(points.data)) {
@@ -162,7 +175,7 @@ impl ResidualCodec {
             squares.iter_mut().zip(row).for_each(|(s, r)| *s += f64::from(r * r));
         }
         let n = points.len() as f64;
-        let layout = uncoded_layout(&squares);
+        let layout = uncoded_layout(&squares, uncoded_energy_max);
         let order: Vec<usize> = layout.positions(dim).collect();
         self.scales = order.iter().map(|&k| ((squares[k] / n).sqrt() as f32).max(MIN_SCALE)).collect();
         if !layout.order.is_empty() {
@@ -381,9 +394,9 @@ impl Layout {
 
 /// The layout for residual energies `squares` (one per dimension): the smallest-energy
 /// dimensions (ties by index) are left uncoded, 8 at a time, while together they hold at most
-/// [`UNCODED_ENERGY_MAX`] of the total and at least 8 dimensions stay coded. The codec's order
-/// is the coded dimensions, then the uncoded ones, each ascending.
-fn uncoded_layout(squares: &[f64]) -> Layout {
+/// `energy_max` of the total (by default [`UNCODED_ENERGY_MAX`]) and at least 8 dimensions stay
+/// coded. The codec's order is the coded dimensions, then the uncoded ones, each ascending.
+fn uncoded_layout(squares: &[f64], energy_max: f64) -> Layout {
     let dim = squares.len();
     let mut by_energy: Vec<usize> = (0..dim).collect();
     by_energy.sort_by(|a, b| squares[*a].total_cmp(&squares[*b]).then(a.cmp(b)));
@@ -391,7 +404,7 @@ fn uncoded_layout(squares: &[f64]) -> Layout {
     let (mut uncoded, mut held) = (0, 0.0);
     while uncoded + 16 <= dim {
         let group: f64 = by_energy[uncoded..uncoded + 8].iter().map(|&k| squares[k]).sum();
-        if held + group > UNCODED_ENERGY_MAX * total {
+        if held + group > energy_max * total {
             break;
         }
         held += group;
@@ -420,8 +433,8 @@ struct Tree {
 
 /// A two-level tree over `points`: `ceil(sqrt(k))` top clusters, each split into leaves in
 /// proportion to its size.
-fn two_level(points: &Points, k: usize) -> Tree {
-    let mut rng = StdRng::seed_from_u64(SEED);
+fn two_level(points: &Points, k: usize, seed: u64) -> Tree {
+    let mut rng = StdRng::seed_from_u64(seed);
     let all: Vec<u32> = (0..points.len() as u32).collect();
     let k1 = ((k as f64).sqrt().ceil() as usize).clamp(1, points.len());
     let groups = kmeans(points, &all, k1, &mut rng);
@@ -433,7 +446,7 @@ fn two_level(points: &Points, k: usize) -> Tree {
         if share == 1 {
             return vec![group.clone()];
         }
-        let mut rng = StdRng::seed_from_u64(SEED ^ (g as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut rng = StdRng::seed_from_u64(seed ^ (g as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         kmeans(points, group, share, &mut rng)
     };
     let next = AtomicUsize::new(0);
@@ -714,18 +727,18 @@ mod tests {
         squares[24..27].fill(0.0);
         squares[27..].fill(0.001);
         squares.swap(3, 30);
-        let layout = uncoded_layout(&squares);
+        let layout = uncoded_layout(&squares, UNCODED_ENERGY_MAX);
         assert_eq!(layout.coded, 24);
         let skipped: Vec<u32> = layout.order[24..].to_vec();
         assert_eq!(skipped, [3, 24, 25, 26, 27, 28, 29, 31], "the uncoded dimensions, ascending");
         assert!(layout.order[..24].windows(2).all(|w| w[0] < w[1]), "the coded ones, ascending");
         // Even energies: a group of 8 holds 25%, more than the bound; nothing is left uncoded.
-        let even = uncoded_layout(&[1.0; 32]);
+        let even = uncoded_layout(&[1.0; 32], UNCODED_ENERGY_MAX);
         assert_eq!((even.coded, even.order.len()), (32, 0));
         // All but one group negligible: 8 dimensions stay coded all the same.
         let mut one = vec![0.0; 32];
         one[..8].fill(1.0);
-        assert_eq!(uncoded_layout(&one).coded, 8);
+        assert_eq!(uncoded_layout(&one, UNCODED_ENERGY_MAX).coded, 8);
     }
 
     /// `sample`, with dimensions `5, 13, ...` (8 of 64) turned nearly constant.
@@ -778,6 +791,27 @@ mod tests {
             let mut decoded_again = Vec::new();
             again.decode(&one, &mut decoded_again);
             assert_eq!(decoded, decoded_again, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn fit_options_change_the_seed_and_the_uncoded_bound_and_refuse_a_bad_bound() {
+        let (data, _) = sample_with_quiet_dims(2000, 13);
+        let kind = CodecKind::Residual2;
+        let default = ResidualCodec::fit(kind, 64, &data).unwrap();
+        let same = ResidualCodec::fit_with(kind, 64, &data, &FitOptions::default()).unwrap();
+        assert_eq!(default.params(), same.params(), "the defaults are fit's");
+        let seeded = FitOptions { seed: Some(7), ..FitOptions::default() };
+        let other = ResidualCodec::fit_with(kind, 64, &data, &seeded).unwrap();
+        assert_ne!(default.params(), other.params(), "another seed, other centroids");
+        assert_eq!(other.coded_dims(), 56);
+        let all = FitOptions { uncoded_energy_max: Some(0.0), ..FitOptions::default() };
+        let coded = ResidualCodec::fit_with(kind, 64, &data, &all).unwrap();
+        assert_eq!((coded.coded_dims(), coded.bytes_per_vector()), (64, 18));
+        for bad in [-0.1, 1.0, f64::NAN] {
+            let options = FitOptions { uncoded_energy_max: Some(bad), ..FitOptions::default() };
+            let err = ResidualCodec::fit_with(kind, 64, &data, &options).unwrap_err();
+            assert!(matches!(err, CellarError::InvalidInput(_)), "{bad}: {err}");
         }
     }
 

@@ -232,6 +232,7 @@ fn commands_that_read_the_build_alone_refuse_a_written_index() {
         codec: cellar_core::codec::CodecKind::Int8,
         pca_dim: None,
         sample_tokens: 1000,
+        fit: Default::default(),
     });
     for err in [exported.unwrap_err(), recoded.unwrap_err()] {
         assert!(
