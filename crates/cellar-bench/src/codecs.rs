@@ -49,6 +49,7 @@ pub struct CodecsArgs {
 
 #[derive(Serialize)]
 struct Row {
+    /// As `--variants` names it (several rows share it with `--fit-seeds`).
     variant: String,
     /// The fit's seed, where `--fit-seeds` gave one.
     seed: Option<u64>,
@@ -87,7 +88,7 @@ pub fn run(args: CodecsArgs) -> Result<()> {
     for (name, codec, pca_dim) in parsed {
         if codec.residual_bits().is_some() && !args.fit_seeds.is_empty() {
             for &seed in &args.fit_seeds {
-                variants.push((format!("{name}-seed{seed}"), codec, pca_dim, Some(seed)));
+                variants.push((name.clone(), codec, pca_dim, Some(seed)));
             }
         } else {
             variants.push((name, codec, pca_dim, None));
@@ -101,7 +102,7 @@ pub fn run(args: CodecsArgs) -> Result<()> {
         let (index_dir, recode_secs) = if is_source {
             (args.queries.index.clone(), 0.0)
         } else {
-            let out = args.work.join(&name);
+            let out = args.work.join(label(&name, seed));
             if out.exists() {
                 if !is_index_dir(&out) {
                     return Err(CellarError::invalid(format!(
@@ -111,7 +112,7 @@ pub fn run(args: CodecsArgs) -> Result<()> {
                 }
                 std::fs::remove_dir_all(&out).at(&out)?;
             }
-            eprintln!("recoding {name} into {}", out.display());
+            eprintln!("recoding {} into {}", label(&name, seed), out.display());
             let started = Instant::now();
             let options = RecodeOptions {
                 from: args.queries.index.clone(),
@@ -178,13 +179,17 @@ pub fn run(args: CodecsArgs) -> Result<()> {
     write_outputs(&args.queries.out, &setup, &rows, &md)
 }
 
+/// A row's name: its variant, and its seed where `--fit-seeds` gave one.
+fn label(variant: &str, seed: Option<u64>) -> String {
+    seed.map_or_else(|| variant.to_string(), |s| format!("{variant}-seed{s}"))
+}
+
 /// With `--fit-seeds`: each residual variant's nDCG@10 over its fits (mean, lowest, highest).
 fn seed_summary(rows: &[Row]) -> String {
     let mut names: Vec<&str> = Vec::new();
     for r in rows.iter().filter(|r| r.seed.is_some()) {
-        let name = r.variant.rsplit_once("-seed").map_or(r.variant.as_str(), |(n, _)| n);
-        if !names.contains(&name) {
-            names.push(name);
+        if !names.contains(&r.variant.as_str()) {
+            names.push(&r.variant);
         }
     }
     if names.is_empty() {
@@ -194,10 +199,7 @@ fn seed_summary(rows: &[Row]) -> String {
         "\nOver the fits (`--fit-seeds`), nDCG@10 mean [lowest, highest]:\n\n| variant | fits | rerank | hybrid |\n|---|---|---|---|\n",
     );
     for name in names {
-        let fits: Vec<&Row> = rows
-            .iter()
-            .filter(|r| r.seed.is_some() && r.variant.rsplit_once("-seed").is_some_and(|(n, _)| n == name))
-            .collect();
+        let fits: Vec<&Row> = rows.iter().filter(|r| r.seed.is_some() && r.variant == name).collect();
         let spread = |f: fn(&Row) -> f64| {
             let values: Vec<f64> = fits.iter().map(|r| f(r)).collect();
             let mean = values.iter().sum::<f64>() / values.len() as f64;
@@ -229,7 +231,7 @@ fn table(rows: &[Row]) -> String {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {:.1} | {:.1} | {:.4} | {} | {:.4} | {} | {:.0} | {:.2} |",
-            r.variant,
+            label(&r.variant, r.seed),
             r.dim,
             r.bytes_per_token,
             ratio,
@@ -276,9 +278,9 @@ mod tests {
         assert_eq!(seed_summary(&[row("residual2", None, 0.7)]), "");
         let rows = [
             row("f16", None, 0.9),
-            row("residual2-seed1", Some(1), 0.70),
-            row("residual2-seed2", Some(2), 0.72),
-            row("pca128-residual2-seed1", Some(1), 0.60),
+            row("residual2", Some(1), 0.70),
+            row("residual2", Some(2), 0.72),
+            row("pca128-residual2", Some(1), 0.60),
         ];
         let md = seed_summary(&rows);
         assert!(md.contains("| residual2 | 2 | 0.7100 [0.7000, 0.7200] | 0.5000 [0.5000, 0.5000] |"), "{md}");

@@ -72,7 +72,13 @@ impl CodecKind {
     /// codecs need `dim` a multiple of 8, and may leave some dimensions uncoded: see
     /// [`CodecKind::allows_bytes_per_vector`]).
     pub fn bytes_per_vector(self, dim: usize) -> usize {
-        self.bytes_per_coded(dim)
+        match self {
+            CodecKind::F16 => 2 * dim,
+            CodecKind::Int8 => dim,
+            CodecKind::Residual1 | CodecKind::Residual2 | CodecKind::Residual4 => {
+                kernels::residual::CENTROID_ID_BYTES + dim * self.residual_bits().unwrap_or(8) / 8
+            }
+        }
     }
 
     /// Whether a store of `dim` values can take `bytes` a vector: exactly
@@ -82,17 +88,7 @@ impl CodecKind {
     pub fn allows_bytes_per_vector(self, dim: usize, bytes: usize) -> bool {
         match self.residual_bits() {
             None => bytes == self.bytes_per_vector(dim),
-            Some(_) => (8..=dim).step_by(8).any(|coded| self.bytes_per_coded(coded) == bytes),
-        }
-    }
-
-    fn bytes_per_coded(self, coded: usize) -> usize {
-        match self {
-            CodecKind::F16 => 2 * coded,
-            CodecKind::Int8 => coded,
-            CodecKind::Residual1 | CodecKind::Residual2 | CodecKind::Residual4 => {
-                kernels::residual::CENTROID_ID_BYTES + coded * self.residual_bits().unwrap_or(8) / 8
-            }
+            Some(_) => (8..=dim).step_by(8).any(|coded| self.bytes_per_vector(coded) == bytes),
         }
     }
 }

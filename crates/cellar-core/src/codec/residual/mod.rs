@@ -16,15 +16,14 @@
 //! before it is encoded, a query before it is scored (MaxSim does not depend on the order of
 //! dimensions), and a decoded vector is put back in the caller's order.
 
+mod fit;
+
 use std::cell::Cell;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rand::rngs::StdRng;
-use rand::SeedableRng;
-
+use self::fit::{lloyd_max, permute_rows, two_level, uncoded_layout, Layout, Tree};
 use super::{check_dim, Codec, CodecKind, FitOptions};
-use crate::cluster::{half_norms, kmeans, mean, nearest_each, nearest_in, Points};
+use crate::cluster::{half_norms, nearest_each, nearest_in, Points};
 use crate::error::{CellarError, Result};
 use crate::kernels::residual::ResidualTables;
 use crate::kernels::{self, Isa};
@@ -36,8 +35,6 @@ pub const MAX_CENTROIDS: usize = 4_096;
 /// Scaled residual values kept to place the bucket cutoffs.
 const MAX_BUCKET_VALUES: usize = 1 << 20;
 const MIN_SCALE: f32 = 1e-12;
-/// Most refinement passes of the bucket values (a bound: the loop ends once no value moves).
-const LLOYD_MAX_PASSES: usize = 200;
 const SEED: u64 = 0x5e51_d0a1;
 /// Share of the residual energy the uncoded dimensions may hold together. MiniLM's tokens on
 /// SciFact: its 8 smallest-variance dimensions (3 of them constant) hold 0.74%, so a 2-bit
@@ -125,7 +122,7 @@ impl ResidualCodec {
         }
         let points = Points { data: &data, dim };
         let tree = two_level(&points, centroid_count(points.len()), options.seed.unwrap_or(SEED));
-        let layout = Layout { coded: dim, order: Vec::new() };
+        let layout = Layout::all_coded(dim);
         let mut codec =
             ResidualCodec::assemble(kind, dim, bits, tree, layout, vec![1.0; dim], Vec::new(), Vec::new());
         codec.fit_buckets(&points, uncoded_energy_max);
@@ -176,7 +173,7 @@ impl ResidualCodec {
         }
         let n = points.len() as f64;
         let layout = uncoded_layout(&squares, uncoded_energy_max);
-        let order: Vec<usize> = layout.positions(dim).collect();
+        let order = layout.positions(dim);
         self.scales = order.iter().map(|&k| ((squares[k] / n).sqrt() as f32).max(MIN_SCALE)).collect();
         if !layout.order.is_empty() {
             self.top = permute_rows(&self.top, &order);
@@ -224,11 +221,7 @@ impl ResidualCodec {
         let weights = reader.floats(1 << bits)?;
         let top = reader.floats(k1 * dim)?;
         let leaves = reader.floats(k * dim)?;
-        let layout = if reader.at == params.len() {
-            Layout { coded: dim, order: Vec::new() }
-        } else {
-            reader.layout(dim)?
-        };
+        let layout = if reader.at == params.len() { Layout::all_coded(dim) } else { reader.layout(dim)? };
         if reader.at != params.len() {
             return Err(reader.corrupted(format!("{} bytes follow the parameters", params.len() - reader.at)));
         }
@@ -336,148 +329,6 @@ impl ResidualCodec {
             weights: &self.weights,
         }
     }
-}
-
-/// Cutoffs and values of `buckets` buckets for `sorted` values that minimise the squared error
-/// (Lloyd-Max): start from equal quantiles, each bucket's value the mean of its members, then
-/// alternate cutoffs halfway between neighbouring values and values at their members' means
-/// until nothing moves. Token residuals have heavier tails than a normal distribution, which
-/// equal-quantile buckets cut too coarsely (SciFact's MiniLM residuals: 23% less squared error at
-/// 2 bits, 70% at 4).
-fn lloyd_max(sorted: &[f32], buckets: usize) -> (Vec<f32>, Vec<f32>) {
-    let mut prefix = Vec::with_capacity(sorted.len() + 1);
-    prefix.push(0f64);
-    for v in sorted {
-        prefix.push(prefix[prefix.len() - 1] + f64::from(*v));
-    }
-    // A bucket left empty keeps the value it had (at the start: the value at its start).
-    let mean_of = |lo: usize, hi: usize, old: f32| {
-        if hi > lo {
-            ((prefix[hi] - prefix[lo]) / (hi - lo) as f64) as f32
-        } else {
-            old
-        }
-    };
-    let n = sorted.len();
-    let mut bounds: Vec<usize> = (0..=buckets).map(|b| b * n / buckets).collect();
-    let mut weights: Vec<f32> =
-        bounds.windows(2).map(|w| mean_of(w[0], w[1], sorted[w[0].min(n - 1)])).collect();
-    let midpoints = |w: &[f32]| -> Vec<f32> { w.windows(2).map(|p| (p[0] + p[1]) / 2.0).collect() };
-    for _ in 0..LLOYD_MAX_PASSES {
-        // A value at or above a cutoff is in the bucket above it, as `quantize` counts.
-        for (b, cut) in midpoints(&weights).iter().enumerate() {
-            bounds[b + 1] = sorted.partition_point(|v| v < cut);
-        }
-        let next: Vec<f32> =
-            bounds.windows(2).zip(&weights).map(|(w, old)| mean_of(w[0], w[1], *old)).collect();
-        if next == weights {
-            break;
-        }
-        weights = next;
-    }
-    (midpoints(&weights), weights)
-}
-
-/// Which dimensions carry codes: the first `coded` of the codec's order, where position `p`
-/// holds the caller's dimension `order[p]` (empty `order`: the caller's own order).
-struct Layout {
-    coded: usize,
-    order: Vec<u32>,
-}
-
-impl Layout {
-    /// The caller's dimension at each position of the codec's order.
-    fn positions(&self, dim: usize) -> impl Iterator<Item = usize> + '_ {
-        (0..if self.order.is_empty() { dim } else { 0 }).chain(self.order.iter().map(|&k| k as usize))
-    }
-}
-
-/// The layout for residual energies `squares` (one per dimension): the smallest-energy
-/// dimensions (ties by index) are left uncoded, 8 at a time, while together they hold at most
-/// `energy_max` of the total (by default [`UNCODED_ENERGY_MAX`]) and at least 8 dimensions stay
-/// coded. The codec's order is the coded dimensions, then the uncoded ones, each ascending.
-fn uncoded_layout(squares: &[f64], energy_max: f64) -> Layout {
-    let dim = squares.len();
-    let mut by_energy: Vec<usize> = (0..dim).collect();
-    by_energy.sort_by(|a, b| squares[*a].total_cmp(&squares[*b]).then(a.cmp(b)));
-    let total: f64 = squares.iter().sum();
-    let (mut uncoded, mut held) = (0, 0.0);
-    while uncoded + 16 <= dim {
-        let group: f64 = by_energy[uncoded..uncoded + 8].iter().map(|&k| squares[k]).sum();
-        if held + group > energy_max * total {
-            break;
-        }
-        held += group;
-        uncoded += 8;
-    }
-    if uncoded == 0 {
-        return Layout { coded: dim, order: Vec::new() };
-    }
-    let mut skipped = vec![false; dim];
-    by_energy[..uncoded].iter().for_each(|&k| skipped[k] = true);
-    let order = (0..dim).filter(|&k| !skipped[k]).chain((0..dim).filter(|&k| skipped[k])).map(|k| k as u32);
-    Layout { coded: dim - uncoded, order: order.collect() }
-}
-
-/// Each `rows.len() / order.len()` row with its values taken in `order`.
-fn permute_rows(rows: &[f32], order: &[usize]) -> Vec<f32> {
-    rows.chunks_exact(order.len()).flat_map(|row| order.iter().map(move |&k| row[k])).collect()
-}
-
-/// The centroid tree: top centroids, each one's range of leaves, the leaves.
-struct Tree {
-    top: Vec<f32>,
-    ranges: Vec<u32>,
-    leaves: Vec<f32>,
-}
-
-/// A two-level tree over `points`: `ceil(sqrt(k))` top clusters, each split into leaves in
-/// proportion to its size.
-fn two_level(points: &Points, k: usize, seed: u64) -> Tree {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let all: Vec<u32> = (0..points.len() as u32).collect();
-    let k1 = ((k as f64).sqrt().ceil() as usize).clamp(1, points.len());
-    let groups = kmeans(points, &all, k1, &mut rng);
-    // Each top cluster is split on its own (seeded by its position), on as many threads as
-    // there are cores: the same tree whichever thread splits which cluster.
-    let split = |g: usize| -> Vec<Vec<u32>> {
-        let group = &groups[g];
-        let share = (k * group.len()).div_ceil(points.len()).clamp(1, group.len());
-        if share == 1 {
-            return vec![group.clone()];
-        }
-        let mut rng = StdRng::seed_from_u64(seed ^ (g as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        kmeans(points, group, share, &mut rng)
-    };
-    let next = AtomicUsize::new(0);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()).min(groups.len());
-    let mut children: Vec<(usize, Vec<Vec<u32>>)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..cores)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let g = next.fetch_add(1, Ordering::Relaxed);
-                        if g >= groups.len() {
-                            return done;
-                        }
-                        done.push((g, split(g)));
-                    }
-                })
-            })
-            .collect();
-        workers.into_iter().flat_map(|w| w.join().expect("a k-means thread panicked")).collect()
-    });
-    children.sort_by_key(|(g, _)| *g);
-    let (mut top, mut ranges, mut leaves) = (Vec::new(), vec![0u32], Vec::new());
-    for (group, (_, children)) in groups.iter().zip(&children) {
-        top.extend(mean(points, group));
-        for child in children {
-            leaves.extend(mean(points, child));
-        }
-        ranges.push(ranges.last().copied().unwrap_or(0) + children.len() as u32);
-    }
-    Tree { top, ranges, leaves }
 }
 
 /// Little-endian reader of `codec.bin`'s body.
@@ -623,7 +474,8 @@ impl Codec for ResidualCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::Rng;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
 
     fn sample(n: usize, dim: usize, seed: u64) -> Vec<f32> {
         let mut rng = StdRng::seed_from_u64(seed);
@@ -647,34 +499,6 @@ mod tests {
         );
         assert_eq!(centroid_count(10_000), 1024);
         assert_eq!(centroid_count(10_000_000), MAX_CENTROIDS);
-    }
-
-    #[test]
-    fn buckets_reach_the_lloyd_max_quantizer_of_a_normal_distribution() {
-        // Normal values by Box-Muller, sorted as `fit_buckets` hands them over.
-        let mut rng = StdRng::seed_from_u64(5);
-        let mut values: Vec<f32> = (0..200_000)
-            .map(|_| {
-                let (u, v): (f64, f64) = (rng.gen_range(f64::EPSILON..1.0), rng.gen());
-                ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
-            })
-            .collect();
-        values.sort_by(f32::total_cmp);
-        // Max (1960): the 2-bit quantizer of N(0, 1) has values ±0.4528, ±1.510, cutoffs 0, ±0.9816.
-        let (cutoffs, weights) = lloyd_max(&values, 4);
-        for (got, want) in weights.iter().zip([-1.510, -0.4528, 0.4528, 1.510]) {
-            assert!((got - want).abs() < 0.02, "values {weights:?}");
-        }
-        for (got, want) in cutoffs.iter().zip([-0.9816, 0.0, 0.9816]) {
-            assert!((got - want).abs() < 0.02, "cutoffs {cutoffs:?}");
-        }
-        // Fewer values than buckets: ascending cutoffs, every value finite.
-        for tiny in [&[0.5f32][..], &[-1.0, 2.0]] {
-            let (cutoffs, weights) = lloyd_max(tiny, 16);
-            assert_eq!((cutoffs.len(), weights.len()), (15, 16));
-            assert!(cutoffs.windows(2).all(|w| w[0] <= w[1]), "{cutoffs:?}");
-            assert!(weights.iter().all(|w| w.is_finite()), "{weights:?}");
-        }
     }
 
     #[test]
@@ -718,27 +542,6 @@ mod tests {
         }
         assert!(errors[0] > errors[1] && errors[1] > errors[2], "mean squared errors {errors:?}");
         assert!(errors[2] < 0.01, "4-bit error {errors:?} against a residual spread of 0.2");
-    }
-
-    #[test]
-    fn uncoded_groups_stay_under_the_energy_bound_and_leave_8_coded() {
-        // 24 dimensions of energy 1, then 3 constant ones and 5 of 0.001 (0.02% of the total).
-        let mut squares = vec![1.0; 32];
-        squares[24..27].fill(0.0);
-        squares[27..].fill(0.001);
-        squares.swap(3, 30);
-        let layout = uncoded_layout(&squares, UNCODED_ENERGY_MAX);
-        assert_eq!(layout.coded, 24);
-        let skipped: Vec<u32> = layout.order[24..].to_vec();
-        assert_eq!(skipped, [3, 24, 25, 26, 27, 28, 29, 31], "the uncoded dimensions, ascending");
-        assert!(layout.order[..24].windows(2).all(|w| w[0] < w[1]), "the coded ones, ascending");
-        // Even energies: a group of 8 holds 25%, more than the bound; nothing is left uncoded.
-        let even = uncoded_layout(&[1.0; 32], UNCODED_ENERGY_MAX);
-        assert_eq!((even.coded, even.order.len()), (32, 0));
-        // All but one group negligible: 8 dimensions stay coded all the same.
-        let mut one = vec![0.0; 32];
-        one[..8].fill(1.0);
-        assert_eq!(uncoded_layout(&one, UNCODED_ENERGY_MAX).coded, 8);
     }
 
     /// `sample`, with dimensions `5, 13, ...` (8 of 64) turned nearly constant.
