@@ -4,7 +4,8 @@
 //! - bm25, rerank, hybrid (BM25 only): BM25 top-N → read → MaxSim → fuse;
 //! - a text query of rerank or hybrid runs BM25 *before* its encoding and reads BM25's best
 //!   `rerank_k` records while the encoder runs ([`EarlyReads`], made by `Index::execute`), so
-//!   that read is off the query's path; only the candidates it did not cover are read after;
+//!   that read is off the query's path; the candidates it did not cover (the IVF's, known only
+//!   after the encoding) are read while those early records are scored;
 //! - every read goes through the pipeline of `reads` (chunks read on an I/O thread, each scored
 //!   as it arrives); `timings.read_hidden_ms` adds up the read time it overlapped with other work;
 //! - dense-exact: a scan of the pooled vectors in RAM; ivf: the IVF alone;
@@ -78,9 +79,9 @@ impl Index {
         let (bm25, early) = match early {
             Some(e) => {
                 timings.first_stage_ms = e.bm25_ms;
-                (Some(e.bm25), self.score_reads(query, e.reads)?)
+                (Some(e.bm25), Some(e.reads))
             }
-            None => (None, ScoredRecords::default()),
+            None => (None, None),
         };
         if early_bm25_ms.is_none() {
             timings.first_stage_ms += query.filter_ms;
@@ -92,9 +93,7 @@ impl Index {
             }
             (Mode::DenseExact, _) => self.rank_exact(query, params, &mut timings)?,
             (Mode::Ivf, Some(ivf)) => self.rank_ivf_only(query, params, ivf, &mut timings)?,
-            (Mode::Dense, Some(ivf)) => {
-                self.rank_probed(query, params, ivf, None, ScoredRecords::default(), &mut timings)?
-            }
+            (Mode::Dense, Some(ivf)) => self.rank_probed(query, params, ivf, None, None, &mut timings)?,
             (Mode::Hybrid, Some(ivf)) if ivf.hybrid_candidates > 0 => {
                 self.rank_probed(query, params, ivf, bm25, early, &mut timings)?
             }
@@ -207,13 +206,13 @@ impl Index {
     }
 
     /// BM25 (or its list made before the encoding) → MaxSim of the best `rerank_k` (those read
-    /// early already scored) → fusion.
+    /// early scored while the rest are read) → fusion.
     fn rank_bm25_first(
         &self,
         query: &PreparedQuery,
         params: &SearchParams,
         bm25: Option<Vec<Scored>>,
-        early: ScoredRecords,
+        early: Option<Reads>,
         timings: &mut Timings,
     ) -> Result<Ranking> {
         let candidates = match bm25 {
@@ -229,8 +228,8 @@ impl Index {
         let rerank_k = if params.mode == Mode::Bm25 { 0 } else { params.rerank_k.min(candidates.len()) };
         let needed: Vec<DocId> = candidates[..rerank_k].iter().map(|c| c.id).collect();
         let missing: Vec<DocId> =
-            needed.iter().filter(|id| !early.scores.contains_key(id)).copied().collect();
-        let late = self.read_and_score(query, &missing)?;
+            needed.iter().filter(|id| !early.as_ref().is_some_and(|e| e.covers(**id))).copied().collect();
+        let (early, late) = self.score_early_and_late(query, early, &missing)?;
         timings.read_ms += early.read_ms + late.read_ms;
         timings.read_hidden_ms += early.hidden_ms() + late.hidden_ms();
         timings.maxsim_ms += early.score_ms + late.score_ms;
@@ -248,7 +247,7 @@ impl Index {
         params: &SearchParams,
         ivf: IvfParams,
         bm25: Option<Vec<Scored>>,
-        early: ScoredRecords,
+        early: Option<Reads>,
         timings: &mut Timings,
     ) -> Result<Ranking> {
         let start = Instant::now();
@@ -283,7 +282,7 @@ impl Index {
         params: &SearchParams,
         ivf: IvfParams,
         bm25: Option<&[Scored]>,
-        early: ScoredRecords,
+        early: Option<Reads>,
         timings: &mut Timings,
     ) -> Result<Probed> {
         let start = Instant::now();
@@ -304,7 +303,7 @@ impl Index {
                     .iter()
                     .take(rerank_k)
                     .map(|s| s.id)
-                    .filter(|id| !early.scores.contains_key(id))
+                    .filter(|id| !early.as_ref().is_some_and(|e| e.covers(*id)))
                     .collect();
                 let guessed: HashSet<DocId> = ids.iter().copied().collect();
                 let after = probe.probed();
@@ -315,15 +314,18 @@ impl Index {
             timings.first_stage_ms += ms_since(start);
             let needed: Vec<DocId> = candidates.iter().take(rerank_k).map(|s| s.id).collect();
             let wait_start = Instant::now();
-            // The misses are read at once, while the prefetch may still be reading its records.
+            // The misses are read at once, while the prefetch may still be reading its records and
+            // while the early reads (BM25's best, read under the encoding) are scored.
             let guessed = prefetch.as_ref().map(|(_, guessed, _)| guessed);
             let missing: Vec<DocId> = needed
                 .iter()
-                .filter(|id| !guessed.is_some_and(|g| g.contains(id)) && !early.scores.contains_key(id))
+                .filter(|id| {
+                    !guessed.is_some_and(|g| g.contains(id))
+                        && !early.as_ref().is_some_and(|e| e.covers(**id))
+                })
                 .copied()
                 .collect();
-            let late = self.read_and_score(query, &missing)?;
-            let before = early;
+            let (before, late) = self.score_early_and_late(query, early, &missing)?;
             let (prefetched, after) = match prefetch {
                 Some((after, _, handle)) => {
                     let joined = cellar_core::io::wait::waiting_on_io(|| handle.join());

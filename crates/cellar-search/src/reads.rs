@@ -57,6 +57,13 @@ pub(crate) struct Reads {
     live: Vec<DocId>,
 }
 
+impl Reads {
+    /// Whether `id` is among the records these reads cover.
+    pub(crate) fn covers(&self, id: DocId) -> bool {
+        self.ids.contains(&id) || self.live.contains(&id)
+    }
+}
+
 impl Index {
     /// Starts reading the records of `ids` on an I/O thread of `scope`, chunk by chunk, with at
     /// most `ahead_bytes` of read chunks (at least one) waiting to be scored.
@@ -125,6 +132,46 @@ impl Index {
         }
         self.score_live(query, &reads.live, &mut out)?;
         Ok(out)
+    }
+
+    /// Scores the reads started before the query was encoded (`early`) and reads and scores
+    /// `missing` (records they do not cover). On a disk reader the reads of `missing` are
+    /// submitted first, so they are in flight while the early records — read under the
+    /// encoding — are scored: the candidates known only after the encoding (the IVF's) are read
+    /// under that MaxSim instead of after it.
+    pub(crate) fn score_early_and_late(
+        &self,
+        query: &PreparedQuery,
+        early: Option<Reads>,
+        missing: &[DocId],
+    ) -> Result<(ScoredRecords, ScoredRecords)> {
+        let Some(early) = early else {
+            return Ok((ScoredRecords::default(), self.read_and_score(query, missing)?));
+        };
+        if missing.is_empty() || self.store.reader_kind() == ReaderKind::Ram {
+            let early = self.score_reads(query, early)?;
+            return Ok((early, self.read_and_score(query, missing)?));
+        }
+        std::thread::scope(|scope| {
+            let late = self.start_reads(scope, missing.to_vec(), AHEAD_BYTES)?;
+            let early = self.score_reads(query, early)?;
+            Ok((early, self.score_reads(query, late)?))
+        })
+    }
+
+    /// [`Index::score_early_and_late`] with early reads of `early` started first (tests check
+    /// the split against one read of both sets through it).
+    #[doc(hidden)]
+    pub fn read_early_then_late(
+        &self,
+        query: &PreparedQuery,
+        early: &[DocId],
+        missing: &[DocId],
+    ) -> Result<(ScoredRecords, ScoredRecords)> {
+        std::thread::scope(|scope| {
+            let reads = self.start_reads(scope, early.to_vec(), EARLY_AHEAD_BYTES)?;
+            self.score_early_and_late(query, Some(reads), missing)
+        })
     }
 
     /// Reads and scores written documents: a segment's records through its own store (one

@@ -73,6 +73,32 @@ fn the_chunked_read_pipeline_scores_every_record_as_one_batch_does() {
     }
 }
 
+/// Issue 13.1: the candidates known only after the encoding are read while the early reads are
+/// scored; each set is scored exactly as one read of both would score it, on every reader.
+#[test]
+fn early_and_late_reads_score_as_one_read_does() {
+    let ram = open(ReaderKind::Ram);
+    let query = cellar_search::eval::prepare(&ram, "magma rising through the crust", Mode::Rerank).unwrap();
+    let early: Vec<DocId> = [7u32, 0, 29, 3].into_iter().map(DocId).collect();
+    let late: Vec<DocId> = [12u32, 21, 5].into_iter().map(DocId).collect();
+    let both: Vec<DocId> = early.iter().chain(&late).copied().collect();
+    let want = ram.read_and_score(&query, &both).unwrap();
+    for reader in ReaderKind::ALL {
+        let index = open(reader);
+        for missing in [&late[..], &[]] {
+            let (e, l) = index.read_early_then_late(&query, &early, missing).unwrap();
+            assert_eq!(e.scores.len(), early.len(), "{reader:?}");
+            assert_eq!(l.scores.len(), missing.len(), "{reader:?}");
+            for (id, score) in e.scores.iter().chain(&l.scores) {
+                assert_eq!(want.scores[id], *score, "{reader:?}: document {}", id.0);
+            }
+            assert!(e.io.pages >= 1 && (missing.is_empty() || l.io.pages >= 1), "{reader:?}");
+        }
+        let err = index.read_early_then_late(&query, &early, &[DocId(9_999)]).unwrap_err();
+        assert!(err.to_string().contains("9999"), "{reader:?}: {err}");
+    }
+}
+
 #[test]
 fn partial_rerank_keeps_the_tail_in_first_stage_order() {
     let index = open(ReaderKind::Mmap);
