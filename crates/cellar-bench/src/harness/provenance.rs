@@ -46,14 +46,21 @@ fn shell_quote(arg: &str) -> String {
     }
 }
 
-/// The checkout's short commit, or "unknown" outside one.
+/// The checkout's short commit, or "unknown" outside one; "+changes" when the code (the crates,
+/// the workspace's manifests) differs from that commit, so a report made by a binary of
+/// uncommitted code does not pass for the commit's.
 fn git_commit() -> String {
-    Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map_or_else(|| "unknown".into(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    let git = |args: &[&str]| Command::new("git").args(args).output().ok().filter(|o| o.status.success());
+    let Some(head) = git(&["rev-parse", "--short", "HEAD"]) else { return "unknown".into() };
+    let commit = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    let changed =
+        git(&["status", "--porcelain", "--untracked-files=no", "--", "crates", "Cargo.toml", "Cargo.lock"])
+            .is_some_and(|o| !o.stdout.is_empty());
+    if changed {
+        format!("{commit}+changes")
+    } else {
+        commit
+    }
 }
 
 /// Now as `YYYY-MM-DDTHH:MM:SSZ`.
