@@ -1,11 +1,14 @@
 //! The CPU pool: `workers` CPU slots shared by `workers + io_waiters` OS threads that run the
 //! searches (encoding, scoring, reads), fed by one bounded FIFO queue. A thread holds a slot
 //! while it computes and gives it back while it sleeps on the disk (`cellar_core::io::wait`), so
-//! at most `workers` searches compute at once, yet a search waiting for its reads does not keep
-//! a core idle: another thread starts or resumes a search on it. A thread back from I/O takes the
-//! next free slot before any new search starts, so searches under way finish first. Admission is
-//! all-or-nothing, so a batch request either gets every one of its queries queued or is refused
-//! whole; a full queue is the caller's cue to answer 429.
+//! a search waiting for its reads does not keep a core idle: another thread starts a search on
+//! it. A thread back from I/O computes at once, even when every slot is taken by searches that
+//! started while it slept: for that moment more threads compute than there are slots (at most
+//! `workers + io_waiters`, the OS sharing the cores among them), and no new search starts until
+//! they are back within the slots. A search under way thus never waits behind a whole newer one
+//! (a text query's 16 ms of encoding, `bench/results/pool-resume.md`), and searches under way
+//! finish first. Admission is all-or-nothing, so a batch request either gets every one of its
+//! queries queued or is refused whole; a full queue is the caller's cue to answer 429.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -24,8 +27,6 @@ struct Shared {
     state: Mutex<State>,
     /// Idle threads wait here for a job and a free slot.
     ready: Condvar,
-    /// Threads back from I/O wait here for a slot.
-    resume: Condvar,
     capacity: usize,
     slots: usize,
 }
@@ -33,10 +34,8 @@ struct Shared {
 struct State {
     jobs: VecDeque<Job>,
     closed: bool,
-    /// Slots no thread holds.
-    free: usize,
-    /// Threads back from I/O waiting for a slot: they go before new jobs.
-    resuming: usize,
+    /// Threads computing: at most `slots` but for threads back from I/O, which never wait.
+    computing: usize,
     /// Threads inside a job that sleep on I/O (slot given back).
     waiting_io: usize,
 }
@@ -46,37 +45,27 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A slot was freed (held by `state`'s lock): a resuming thread gets it first, else an idle
-    /// thread with a queued job.
-    fn hand_on(&self, state: &State) {
-        if state.resuming > 0 {
-            self.resume.notify_one();
-        } else if !state.jobs.is_empty() {
-            self.ready.notify_one();
-        }
+    /// Whether a new job may start: a slot is free.
+    fn can_start(&self, state: &State) -> bool {
+        state.computing < self.slots
     }
 }
 
 impl CpuSlot for Shared {
     fn release(&self) {
         let mut state = self.lock();
-        state.free += 1;
+        state.computing -= 1;
         state.waiting_io += 1;
-        self.hand_on(&state);
+        if self.can_start(&state) && !state.jobs.is_empty() {
+            self.ready.notify_one();
+        }
     }
 
+    /// Never waits: see the module's note.
     fn acquire(&self) {
         let mut state = self.lock();
         state.waiting_io -= 1;
-        state.resuming += 1;
-        while state.free == 0 {
-            state = self.resume.wait(state).unwrap_or_else(|p| p.into_inner());
-        }
-        state.free -= 1;
-        state.resuming -= 1;
-        if state.free > 0 {
-            self.hand_on(&state);
-        }
+        state.computing += 1;
     }
 }
 
@@ -92,15 +81,8 @@ impl CpuPool {
     pub fn new(workers: usize, io_waiters: usize, capacity: usize) -> Self {
         let slots = workers.max(1);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                jobs: VecDeque::new(),
-                closed: false,
-                free: slots,
-                resuming: 0,
-                waiting_io: 0,
-            }),
+            state: Mutex::new(State { jobs: VecDeque::new(), closed: false, computing: 0, waiting_io: 0 }),
             ready: Condvar::new(),
-            resume: Condvar::new(),
             capacity,
             slots,
         });
@@ -133,9 +115,10 @@ impl CpuPool {
         self.shared.lock().jobs.len()
     }
 
-    /// Slots held right now: searches computing.
+    /// Searches computing right now (above `workers` for a moment when searches back from I/O
+    /// found every slot taken).
     pub fn busy(&self) -> usize {
-        self.shared.slots - self.shared.lock().free
+        self.shared.lock().computing
     }
 
     /// Searches under way that sleep on I/O right now, their slot given back.
@@ -164,9 +147,9 @@ fn work(shared: Arc<Shared>) {
         let job = {
             let mut state = shared.lock();
             loop {
-                if state.free > 0 && state.resuming == 0 {
+                if shared.can_start(&state) {
                     if let Some(job) = state.jobs.pop_front() {
-                        state.free -= 1;
+                        state.computing += 1;
                         break job;
                     }
                 }
@@ -180,12 +163,8 @@ fn work(shared: Arc<Shared>) {
         };
         // A panicking search must not take a thread down with it; its caller sees a dropped reply.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_with_slot(slot.clone(), job)));
-        let mut state = shared.lock();
-        state.free += 1;
-        // This thread looks at the queue itself next; only a resuming thread needs waking.
-        if state.resuming > 0 {
-            shared.resume.notify_one();
-        }
+        // This thread looks at the queue itself next.
+        shared.lock().computing -= 1;
     }
 }
 
@@ -237,18 +216,21 @@ mod tests {
     }
 
     /// Job A sleeps on "I/O" (through `waiting_on_io`) and job B takes its core meanwhile; A, back
-    /// from I/O, waits for B's slot and gets it before a queued job C. One slot is never held twice.
+    /// from I/O, computes at once beside B (two computing on one slot for a moment) instead of
+    /// waiting for B to finish, and a queued job C starts only once they are back within the slot.
     #[test]
-    fn a_search_waiting_on_io_lends_its_core_and_resumes_before_new_work() {
+    fn a_search_waiting_on_io_lends_its_core_and_resumes_at_once_before_new_work() {
         use cellar_core::io::wait::waiting_on_io;
         let pool = CpuPool::new(1, 1, 10);
         let (events_tx, events) = mpsc::channel::<&'static str>();
         let (io_done, io_wait) = mpsc::channel::<()>();
+        let (a_go, a_hold) = mpsc::channel::<()>();
         let a_events = events_tx.clone();
         let a: Job = Box::new(move || {
             a_events.send("A waits on io").unwrap();
             waiting_on_io(|| io_wait.recv().unwrap());
             a_events.send("A resumed").unwrap();
+            let _ = a_hold.recv();
         });
         pool.try_submit_all(vec![a]).unwrap();
         assert_eq!(soon(&events), "A waits on io");
@@ -256,15 +238,17 @@ mod tests {
         pool.try_submit_all(vec![b]).unwrap();
         soon(&b_started);
         assert_eq!((pool.busy(), pool.waiting_io()), (1, 1), "B computes on A's core while A waits");
-        io_done.send(()).unwrap();
         let c_events = events_tx.clone();
         pool.try_submit_all(vec![Box::new(move || c_events.send("C started").unwrap())]).unwrap();
+        io_done.send(()).unwrap();
+        assert_eq!(soon(&events), "A resumed", "A does not wait for B's slot");
+        assert_eq!((pool.busy(), pool.waiting_io()), (2, 0), "A and B compute on the one slot");
+        a_go.send(()).unwrap();
         assert!(
             events.recv_timeout(std::time::Duration::from_millis(100)).is_err(),
-            "nothing runs while B holds the only slot"
+            "C does not start while B holds the only slot"
         );
         b_release.send(()).unwrap();
-        assert_eq!(soon(&events), "A resumed", "a search under way goes before a queued one");
         assert_eq!(soon(&events), "C started");
     }
 
