@@ -125,7 +125,7 @@ impl Metrics {
         let gauges = [
             ("cellar_queue_depth", "Searches waiting for a CPU worker", gauges.queue_depth as u64),
             ("cellar_queue_capacity", "Most searches that may wait", gauges.queue_capacity as u64),
-            ("cellar_busy_workers", "CPU workers computing a search", gauges.busy_workers as u64),
+            ("cellar_busy_workers", "Searches computing (above the workers for a moment when searches back from I/O found every slot taken)", gauges.busy_workers as u64),
             (
                 "cellar_searches_waiting_io",
                 "Searches sleeping on their reads, CPU given back",
