@@ -84,7 +84,7 @@ impl StoreWriter {
     /// [`StoreWriter::add`] of a document split into passages ending at `ends` (increasing
     /// token counts, the last the document's; none or one: a single passage, no table).
     pub fn add_passages(&mut self, tokens: &[f32], pooled: Option<&[f32]>, ends: &[u32]) -> Result<DocId> {
-        self.validate(tokens, pooled)?;
+        self.validate(self.docs, tokens, pooled)?;
         let dim = self.codec.dim();
         let n_tokens = tokens.len() / dim;
         let table = record::check_passages(ends, n_tokens)
@@ -99,6 +99,77 @@ impl StoreWriter {
         }
         self.encode_tokens(tokens, n_tokens);
         self.write_record(n_tokens)
+    }
+
+    /// [`StoreWriter::add_passages`] of several documents without pooled vectors (`(tokens,
+    /// passage ends)` each): the same records, byte for byte. A costly codec encodes them on the
+    /// cores together, whole documents per thread, so a call starts at most one thread per core
+    /// instead of `add_passages`' threads per document (a build's batch is ~30 documents of a few
+    /// hundred tokens, too short to pay for starting threads each). Every document is checked
+    /// first: a rejected one, named as `add_passages` names it, writes nothing of the call.
+    pub fn add_many(&mut self, docs: &[(&[f32], &[u32])]) -> Result<Vec<DocId>> {
+        if let [(tokens, ends)] = docs {
+            return Ok(vec![self.add_passages(tokens, None, ends)?]);
+        }
+        let dim = self.codec.dim();
+        let mut tables = Vec::with_capacity(docs.len());
+        for (i, (tokens, ends)) in docs.iter().enumerate() {
+            let doc = self.docs + i as u64;
+            self.validate(doc, tokens, None)?;
+            let table = record::check_passages(ends, tokens.len() / dim)
+                .map_err(|detail| CellarError::invalid(format!("document {doc}: {detail}")))?;
+            tables.push(table);
+        }
+        let encoded = self.encode_documents(docs);
+        let mut ids = Vec::with_capacity(docs.len());
+        for (((tokens, _), table), bytes) in docs.iter().zip(tables).zip(encoded) {
+            let n_tokens = tokens.len() / dim;
+            self.record.clear();
+            record::encode_header(n_tokens as u32, false, table.is_some(), &mut self.record);
+            if let Some(ends) = table {
+                record::encode_passages(ends, &mut self.record);
+            }
+            self.record.extend_from_slice(&bytes);
+            ids.push(self.write_record(n_tokens)?);
+        }
+        Ok(ids)
+    }
+
+    /// Each document's tokens encoded (`Codec::encode_many`), on `encode_threads` threads that
+    /// take runs of whole documents of about equal token counts.
+    fn encode_documents(&self, docs: &[(&[f32], &[u32])]) -> Vec<Vec<u8>> {
+        let codec = &self.codec;
+        let encode = |tokens: &[f32]| {
+            let mut bytes = Vec::with_capacity(tokens.len() / codec.dim() * codec.bytes_per_vector());
+            codec.encode_many(tokens, &mut bytes);
+            bytes
+        };
+        let total: usize = docs.iter().map(|(t, _)| t.len()).sum();
+        let parts = self.encode_threads.min(total / codec.dim() / PARALLEL_MIN_TOKENS).min(docs.len());
+        if parts <= 1 {
+            return docs.iter().map(|(tokens, _)| encode(tokens)).collect();
+        }
+        // Cut the documents into `parts` runs of about total / parts values each.
+        let mut runs: Vec<&[(&[f32], &[u32])]> = Vec::with_capacity(parts);
+        let (mut start, mut sum) = (0, 0);
+        for (i, (tokens, _)) in docs.iter().enumerate() {
+            sum += tokens.len();
+            if sum * parts >= total * (runs.len() + 1) && runs.len() + 1 < parts {
+                runs.push(&docs[start..=i]);
+                start = i + 1;
+            }
+        }
+        runs.push(&docs[start..]);
+        let encode_run = |run: &[(&[f32], &[u32])]| run.iter().map(|(t, _)| encode(t)).collect::<Vec<_>>();
+        std::thread::scope(|scope| {
+            let (first, rest) = runs.split_first().expect("at least one run");
+            let handles: Vec<_> = rest.iter().map(|run| scope.spawn(move || encode_run(run))).collect();
+            let mut out = encode_run(first);
+            for handle in handles {
+                out.extend(handle.join().expect("an encoding thread panicked"));
+            }
+            out
+        })
     }
 
     /// Places the record in `self.record` on its page(s) and writes its offsets entry.
@@ -175,10 +246,10 @@ impl StoreWriter {
         encoded.iter().for_each(|bytes| self.record.extend_from_slice(bytes));
     }
 
-    fn validate(&self, tokens: &[f32], pooled: Option<&[f32]>) -> Result<()> {
+    /// Checks document number `doc` (`self.docs` for the next one) as `add_passages` takes it.
+    fn validate(&self, doc: u64, tokens: &[f32], pooled: Option<&[f32]>) -> Result<()> {
         let dim = self.codec.dim();
-        let doc = self.docs;
-        if self.docs >= u32::MAX as u64 {
+        if doc >= u32::MAX as u64 {
             return Err(CellarError::invalid("a store holds at most 2^32 - 1 documents"));
         }
         if tokens.is_empty() {

@@ -250,6 +250,62 @@ fn synthetic_corpus_is_reproducible_and_realistic() {
     assert_eq!(manifest.counts.tokens, lengths.iter().sum::<usize>() as u64);
 }
 
+/// `add_many` (a build's batches: whole documents per encoding thread) writes the records
+/// `add_passages` writes one by one, byte for byte, passages included; a bad document in a call
+/// is named as `add_passages` names it and writes nothing of the call.
+#[test]
+fn documents_added_together_are_written_byte_for_byte_as_one_by_one() {
+    let docs = fixture::docs(40, 11);
+    let ends = |i: usize, d: &fixture::Doc| -> Vec<u32> {
+        let n = (d.tokens.len() / DIM) as u32;
+        if i % 3 == 1 && n >= 2 {
+            vec![1, n]
+        } else {
+            vec![]
+        }
+    };
+    for kind in [CodecKind::F16, CodecKind::Residual2] {
+        let codec = fixture::codec(kind, &docs);
+        let (single, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut a = StoreWriter::create(single.path(), codec.clone(), false).unwrap();
+        let mut b = StoreWriter::create(many.path(), codec.clone(), false).unwrap();
+        let tables: Vec<Vec<u32>> = docs.iter().enumerate().map(|(i, d)| ends(i, d)).collect();
+        for (d, e) in docs.iter().zip(&tables) {
+            a.add_passages(&d.tokens, None, e).unwrap();
+        }
+        // Calls of 1, 2, 7 and the remaining 30 documents.
+        let mut at = 0;
+        for n in [1, 2, 7, 30] {
+            let call: Vec<(&[f32], &[u32])> = docs[at..at + n]
+                .iter()
+                .zip(&tables[at..at + n])
+                .map(|(d, e)| (&d.tokens[..], &e[..]))
+                .collect();
+            let ids = b.add_many(&call).unwrap();
+            assert_eq!(ids, (at as u32..(at + n) as u32).map(DocId).collect::<Vec<_>>());
+            at += n;
+        }
+        let bad_dim = [0.5f32; DIM + 1];
+        let bad_ends = [5u32, 2];
+        for (call, doc, what) in [
+            (vec![(&docs[0].tokens[..], &[][..]), (&bad_dim[..], &[][..])], 41, "whole number"),
+            (vec![(&docs[1].tokens[..], &[][..]), (&docs[0].tokens[..], &bad_ends[..])], 41, "passage"),
+        ] {
+            let err = b.add_many(&call).unwrap_err();
+            let message = err.to_string();
+            assert!(matches!(err, CellarError::InvalidInput(_)), "{err:?}");
+            assert!(message.contains(&format!("document {doc}")) && message.contains(what), "{message}");
+        }
+        assert_eq!(b.docs(), 40, "a refused call writes nothing");
+        a.finish().unwrap();
+        b.finish().unwrap();
+        for file in ["vectors.bin", "offsets.bin", "manifest.json"] {
+            let read = |dir: &tempfile::TempDir| std::fs::read(dir.path().join(file)).unwrap();
+            assert_eq!(read(&single), read(&many), "{kind:?} {file}");
+        }
+    }
+}
+
 #[test]
 fn documents_given_encoded_are_written_byte_for_byte_as_encoded_ones() {
     let docs = fixture::docs(12, 9);
