@@ -179,14 +179,26 @@ pub fn validate_vector(v: &[f32], dim: usize, what: impl Fn() -> String) -> Resu
     if v.len() != dim {
         return Err(CellarError::WrongDimension { expected: dim, received: v.len() });
     }
-    if let Some(k) = v.iter().position(|x| !x.is_finite()) {
-        return Err(CellarError::invalid(format!(
-            "{}: value {} at dimension {k} is not finite",
-            what(),
-            v[k]
-        )));
+    if all_finite(v) {
+        return Ok(());
     }
-    Ok(())
+    let k = v.iter().position(|x| !x.is_finite()).expect("a value that is not finite");
+    Err(CellarError::invalid(format!("{}: value {} at dimension {k} is not finite", what(), v[k])))
+}
+
+/// Whether every value of `v` is finite, eight lanes at a time so that it vectorises: `x * 0`
+/// is ±0 for a finite `x` and NaN for an infinite or NaN one, and a NaN stays in its lane's sum.
+/// (A first-failure search with a branch per value was 3-4% of a residual build's samples.)
+fn all_finite(v: &[f32]) -> bool {
+    let chunks = v.chunks_exact(8);
+    let tail = chunks.remainder();
+    let mut lanes = [0f32; 8];
+    for chunk in chunks {
+        for t in 0..8 {
+            lanes[t] += chunk[t] * 0.0;
+        }
+    }
+    lanes.iter().all(|l| *l == 0.0) && tail.iter().all(|x| x.is_finite())
 }
 
 /// Largest vector dimension a store accepts.
@@ -197,4 +209,32 @@ pub(crate) fn check_dim(dim: usize) -> Result<()> {
         return Err(CellarError::invalid(format!("dimension {dim} is out of range 1..={MAX_DIM}")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lane-wise check finds every value that is not finite wherever it sits (in the eight
+    /// lanes or the tail), names the first one, and passes the extremes of the finite range.
+    #[test]
+    fn validation_finds_the_first_value_that_is_not_finite_anywhere() {
+        for dim in 1..=20 {
+            let finite: Vec<f32> = (0..dim).map(|i| [f32::MAX, f32::MIN, -0.0, 1e-45, 3.5][i % 5]).collect();
+            assert!(validate_vector(&finite, dim, String::new).is_ok(), "dim {dim}");
+            for at in 0..dim {
+                for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                    let mut v = finite.clone();
+                    v[at] = bad;
+                    if at + 1 < dim {
+                        v[dim - 1] = f32::NAN;
+                    }
+                    let err = validate_vector(&v, dim, || "doc".into()).unwrap_err().to_string();
+                    assert!(err.contains(&format!("at dimension {at} is not finite")), "dim {dim}: {err}");
+                }
+            }
+        }
+        let short = validate_vector(&[1.0, 2.0], 3, String::new).unwrap_err();
+        assert!(matches!(short, CellarError::WrongDimension { expected: 3, received: 2 }));
+    }
 }

@@ -240,9 +240,10 @@ impl ResidualCodec {
         if self.order.is_empty() {
             return std::borrow::Cow::Borrowed(vs);
         }
-        let mut out = Vec::with_capacity(vs.len());
-        for v in vs.chunks_exact(self.dim) {
-            out.extend(self.order.iter().map(|&k| v[k as usize]));
+        let mut out = vec![0f32; vs.len()];
+        for (v, o) in vs.chunks_exact(self.dim).zip(out.chunks_exact_mut(self.dim)) {
+            // Written in place (pushing each value was 4% of a residual build's samples).
+            o.iter_mut().zip(&self.order).for_each(|(o, &k)| *o = v[k as usize]);
         }
         std::borrow::Cow::Owned(out)
     }
