@@ -45,6 +45,9 @@ pub struct CodecsArgs {
     /// default: the codec's bound).
     #[arg(long)]
     pub uncoded_energy: Option<f64>,
+    /// Leaf centroids of every residual fit (default: the codec's count for its sample).
+    #[arg(long)]
+    pub centroids: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -120,7 +123,7 @@ pub fn run(args: CodecsArgs) -> Result<()> {
                 codec,
                 pca_dim,
                 sample_tokens: args.sample_tokens,
-                fit: FitOptions { seed, uncoded_energy_max: args.uncoded_energy },
+                fit: FitOptions { seed, uncoded_energy_max: args.uncoded_energy, centroids: args.centroids },
             };
             recode(&options)?;
             (out, started.elapsed().as_secs_f64())
@@ -173,6 +176,9 @@ pub fn run(args: CodecsArgs) -> Result<()> {
     let mut setup = setup;
     if let Some(share) = args.uncoded_energy {
         let _ = write!(setup, " Residual fits leave uncoded at most {share} of the residual energy.");
+    }
+    if let Some(k) = args.centroids {
+        let _ = write!(setup, " Residual fits have {k} leaf centroids.");
     }
     let mut md = table(&rows);
     md.push_str(&seed_summary(&rows));

@@ -151,6 +151,9 @@ pub struct FitOptions {
     /// Share of the residual energy the uncoded dimensions may hold, in [0, 1)
     /// ([`UNCODED_ENERGY_MAX`]; 0 codes every dimension).
     pub uncoded_energy_max: Option<f64>,
+    /// Leaf centroids of the tree, from 1 to [`residual::MAX_CENTROIDS`] and at most the fitted
+    /// points (default: [`residual::centroid_count`] of the fitted points).
+    pub centroids: Option<usize>,
 }
 
 /// Fits a codec of `kind` on `sample` (`n * dim` values; f16 ignores it).

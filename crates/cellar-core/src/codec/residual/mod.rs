@@ -121,7 +121,18 @@ impl ResidualCodec {
             data.extend_from_slice(v);
         }
         let points = Points { data: &data, dim };
-        let tree = two_level(&points, centroid_count(points.len()), options.seed.unwrap_or(SEED));
+        let k = match options.centroids {
+            None => centroid_count(points.len()),
+            Some(k) if (1..=MAX_CENTROIDS.min(points.len())).contains(&k) => k,
+            Some(k) => {
+                return Err(CellarError::invalid(format!(
+                    "{k} centroids: a fit of {} points takes 1 to {}",
+                    points.len(),
+                    MAX_CENTROIDS.min(points.len())
+                )))
+            }
+        };
+        let tree = two_level(&points, k, options.seed.unwrap_or(SEED));
         let layout = Layout::all_coded(dim);
         let mut codec =
             ResidualCodec::assemble(kind, dim, bits, tree, layout, vec![1.0; dim], Vec::new(), Vec::new());
@@ -614,6 +625,20 @@ mod tests {
         assert_eq!((coded.coded_dims(), coded.bytes_per_vector()), (64, 18));
         for bad in [-0.1, 1.0, f64::NAN] {
             let options = FitOptions { uncoded_energy_max: Some(bad), ..FitOptions::default() };
+            let err = ResidualCodec::fit_with(kind, 64, &data, &options).unwrap_err();
+            assert!(matches!(err, CellarError::InvalidInput(_)), "{bad}: {err}");
+        }
+        // 2,000 points take 512 centroids by default; the tree's leaves are the count asked for
+        // or a few more (each top cluster's share is rounded up).
+        let more = FitOptions { centroids: Some(1024), ..FitOptions::default() };
+        let more = ResidualCodec::fit_with(kind, 64, &data, &more).unwrap();
+        assert!(
+            default.centroid_count() < 1024 && more.centroid_count() >= 1024,
+            "{}",
+            more.centroid_count()
+        );
+        for bad in [0, 2001, MAX_CENTROIDS + 1] {
+            let options = FitOptions { centroids: Some(bad), ..FitOptions::default() };
             let err = ResidualCodec::fit_with(kind, 64, &data, &options).unwrap_err();
             assert!(matches!(err, CellarError::InvalidInput(_)), "{bad}: {err}");
         }
