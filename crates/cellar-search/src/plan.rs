@@ -182,7 +182,7 @@ impl Index {
         let ids: Vec<DocId> = bm25.iter().take(params.rerank_k).map(|s| s.id).collect();
         let (mut ranking, encoding) = std::thread::scope(|scope| {
             // Nothing can be scored before the query is encoded: several chunks may wait.
-            let reads = self.start_reads(scope, ids, crate::reads::EARLY_AHEAD_BYTES)?;
+            let reads = self.start_reads(scope, &ids, crate::reads::EARLY_AHEAD_BYTES)?;
             let mut query = self.prepare_vectors(plan)?;
             (query.allowed, query.filter_ms) = (allowed, filter_ms);
             let ranking = self.rank_with(&query, &params, Some(EarlyReads { bm25, bm25_ms, reads }))?;

@@ -227,8 +227,8 @@ impl Index {
         };
         let rerank_k = if params.mode == Mode::Bm25 { 0 } else { params.rerank_k.min(candidates.len()) };
         let needed: Vec<DocId> = candidates[..rerank_k].iter().map(|c| c.id).collect();
-        let missing: Vec<DocId> =
-            needed.iter().filter(|id| !early.as_ref().is_some_and(|e| e.covers(**id))).copied().collect();
+        let covered = early.as_ref().map(Reads::covered).unwrap_or_default();
+        let missing: Vec<DocId> = needed.iter().filter(|id| !covered.contains(id)).copied().collect();
         let (early, late) = self.score_early_and_late(query, early, &missing)?;
         timings.read_ms += early.read_ms + late.read_ms;
         timings.read_hidden_ms += early.hidden_ms() + late.hidden_ms();
@@ -292,6 +292,7 @@ impl Index {
         let index_ivf = self.ivf()?;
         let mut probe = self.ivf_probe(&index_ivf, &searchable, &query.pooled, ivf.probe(depth));
         let rerank_k = params.rerank_k;
+        let covered = early.as_ref().map(Reads::covered).unwrap_or_default();
         std::thread::scope(|scope| {
             let mut prefetch = None;
             if ivf.prefetch && rerank_k > 0 {
@@ -299,12 +300,8 @@ impl Index {
                     ((ivf.prefetch_step * probe.total() as f32).ceil() as usize).clamp(1, probe.total());
                 probe.scan(first)?;
                 let guess = first_stage(bm25, &probe.current(depth));
-                let ids: Vec<DocId> = guess
-                    .iter()
-                    .take(rerank_k)
-                    .map(|s| s.id)
-                    .filter(|id| !early.as_ref().is_some_and(|e| e.covers(*id)))
-                    .collect();
+                let ids: Vec<DocId> =
+                    guess.iter().take(rerank_k).map(|s| s.id).filter(|id| !covered.contains(id)).collect();
                 let guessed: HashSet<DocId> = ids.iter().copied().collect();
                 let after = probe.probed();
                 prefetch = Some((after, guessed, scope.spawn(move || self.read_and_score(query, &ids))));
@@ -319,10 +316,7 @@ impl Index {
             let guessed = prefetch.as_ref().map(|(_, guessed, _)| guessed);
             let missing: Vec<DocId> = needed
                 .iter()
-                .filter(|id| {
-                    !guessed.is_some_and(|g| g.contains(id))
-                        && !early.as_ref().is_some_and(|e| e.covers(**id))
-                })
+                .filter(|id| !guessed.is_some_and(|g| g.contains(id)) && !covered.contains(id))
                 .copied()
                 .collect();
             let (before, late) = self.score_early_and_late(query, early, &missing)?;

@@ -12,7 +12,7 @@
 //! search computes on that core meanwhile.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
@@ -58,9 +58,9 @@ pub(crate) struct Reads {
 }
 
 impl Reads {
-    /// Whether `id` is among the records these reads cover.
-    pub(crate) fn covers(&self, id: DocId) -> bool {
-        self.ids.contains(&id) || self.live.contains(&id)
+    /// The records these reads cover (a set: callers ask once per candidate).
+    pub(crate) fn covered(&self) -> HashSet<DocId> {
+        self.ids.iter().chain(&self.live).copied().collect()
     }
 }
 
@@ -70,10 +70,10 @@ impl Index {
     pub(crate) fn start_reads<'scope>(
         &'scope self,
         scope: &'scope Scope<'scope, '_>,
-        ids: Vec<DocId>,
+        ids: &[DocId],
         ahead_bytes: usize,
     ) -> Result<Reads> {
-        let (base, live) = self.split_base(&ids);
+        let (base, live) = self.split_base(ids);
         let chunk_bytes = self.store.chunk_bytes();
         let chunks = self.store.chunks(&base, chunk_bytes)?;
         let ahead = (ahead_bytes / chunk_bytes).max(1);
@@ -153,7 +153,7 @@ impl Index {
             return Ok((early, self.read_and_score(query, missing)?));
         }
         std::thread::scope(|scope| {
-            let late = self.start_reads(scope, missing.to_vec(), AHEAD_BYTES)?;
+            let late = self.start_reads(scope, missing, AHEAD_BYTES)?;
             let early = self.score_reads(query, early)?;
             Ok((early, self.score_reads(query, late)?))
         })
@@ -169,7 +169,7 @@ impl Index {
         missing: &[DocId],
     ) -> Result<(ScoredRecords, ScoredRecords)> {
         std::thread::scope(|scope| {
-            let reads = self.start_reads(scope, early.to_vec(), EARLY_AHEAD_BYTES)?;
+            let reads = self.start_reads(scope, early, EARLY_AHEAD_BYTES)?;
             self.score_early_and_late(query, Some(reads), missing)
         })
     }

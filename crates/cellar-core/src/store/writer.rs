@@ -120,7 +120,8 @@ impl StoreWriter {
                 .map_err(|detail| CellarError::invalid(format!("document {doc}: {detail}")))?;
             tables.push(table);
         }
-        let encoded = self.encode_documents(docs);
+        let tokens: Vec<&[f32]> = docs.iter().map(|(t, _)| *t).collect();
+        let encoded = self.encode_documents(&tokens);
         let mut ids = Vec::with_capacity(docs.len());
         for (((tokens, _), table), bytes) in docs.iter().zip(tables).zip(encoded) {
             let n_tokens = tokens.len() / dim;
@@ -135,24 +136,25 @@ impl StoreWriter {
         Ok(ids)
     }
 
-    /// Each document's tokens encoded (`Codec::encode_many`), on `encode_threads` threads that
-    /// take runs of whole documents of about equal token counts.
-    fn encode_documents(&self, docs: &[(&[f32], &[u32])]) -> Vec<Vec<u8>> {
+    /// Each of `docs` (whole vectors: documents, or runs of one document's tokens) encoded
+    /// (`Codec::encode_many`), on up to `encode_threads` threads that take runs of whole
+    /// entries of about equal token counts.
+    fn encode_documents(&self, docs: &[&[f32]]) -> Vec<Vec<u8>> {
         let codec = &self.codec;
         let encode = |tokens: &[f32]| {
             let mut bytes = Vec::with_capacity(tokens.len() / codec.dim() * codec.bytes_per_vector());
             codec.encode_many(tokens, &mut bytes);
             bytes
         };
-        let total: usize = docs.iter().map(|(t, _)| t.len()).sum();
+        let total: usize = docs.iter().map(|t| t.len()).sum();
         let parts = self.encode_threads.min(total / codec.dim() / PARALLEL_MIN_TOKENS).min(docs.len());
         if parts <= 1 {
-            return docs.iter().map(|(tokens, _)| encode(tokens)).collect();
+            return docs.iter().map(|tokens| encode(tokens)).collect();
         }
         // Cut the documents into `parts` runs of about total / parts values each.
-        let mut runs: Vec<&[(&[f32], &[u32])]> = Vec::with_capacity(parts);
+        let mut runs: Vec<&[&[f32]]> = Vec::with_capacity(parts);
         let (mut start, mut sum) = (0, 0);
-        for (i, (tokens, _)) in docs.iter().enumerate() {
+        for (i, tokens) in docs.iter().enumerate() {
             sum += tokens.len();
             if sum * parts >= total * (runs.len() + 1) && runs.len() + 1 < parts {
                 runs.push(&docs[start..=i]);
@@ -160,7 +162,7 @@ impl StoreWriter {
             }
         }
         runs.push(&docs[start..]);
-        let encode_run = |run: &[(&[f32], &[u32])]| run.iter().map(|(t, _)| encode(t)).collect::<Vec<_>>();
+        let encode_run = |run: &[&[f32]]| run.iter().map(|t| encode(t)).collect::<Vec<_>>();
         std::thread::scope(|scope| {
             let (first, rest) = runs.split_first().expect("at least one run");
             let handles: Vec<_> = rest.iter().map(|run| scope.spawn(move || encode_run(run))).collect();
@@ -229,21 +231,11 @@ impl StoreWriter {
             self.codec.encode_many(tokens, &mut self.record);
             return;
         }
-        let codec = &self.codec;
-        let encoded: Vec<Vec<u8>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = tokens
-                .chunks(n_tokens.div_ceil(parts) * dim)
-                .map(|part| {
-                    scope.spawn(move || {
-                        let mut bytes = Vec::with_capacity(part.len() / dim * codec.bytes_per_vector());
-                        codec.encode_many(part, &mut bytes);
-                        bytes
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("an encoding thread panicked")).collect()
-        });
-        encoded.iter().for_each(|bytes| self.record.extend_from_slice(bytes));
+        // Token runs encode to the bytes of the whole (each token's code is its own).
+        let pieces: Vec<&[f32]> = tokens.chunks(n_tokens.div_ceil(parts) * dim).collect();
+        for bytes in self.encode_documents(&pieces) {
+            self.record.extend_from_slice(&bytes);
+        }
     }
 
     /// Checks document number `doc` (`self.docs` for the next one) as `add_passages` takes it.
