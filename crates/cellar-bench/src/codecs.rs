@@ -4,12 +4,14 @@
 //! queries are encoded and searched in rerank and hybrid modes.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cellar_core::codec::{CodecKind, FitOptions};
 use cellar_core::format::Manifest;
-use cellar_core::{CellarError, IoContext, Result};
+use cellar_core::io::{ReaderKind, ReaderOptions};
+use cellar_core::store::VectorStore;
+use cellar_core::{CellarError, DocId, IoContext, Result};
 use cellar_search::eval::{evaluate_row, RowSpec, EVAL_DEPTH};
 use cellar_search::index::VECTORS_DIR;
 use cellar_search::lock::is_index_dir;
@@ -48,6 +50,12 @@ pub struct CodecsArgs {
     /// Leaf centroids of every residual fit (default: the codec's count for its sample).
     #[arg(long)]
     pub centroids: Option<usize>,
+    /// Most points a residual tree's top level is placed on (default: the codec's).
+    #[arg(long)]
+    pub top_fit_points: Option<usize>,
+    /// Most Lloyd passes of each top cluster's split into leaves (default: the codec's).
+    #[arg(long)]
+    pub leaf_iterations: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -62,10 +70,44 @@ struct Row {
     vectors_mib: f64,
     /// Seconds to fit and write the variant's vectors from the f16 ones (0 for the source).
     recode_secs: f64,
+    /// What the codec loses of the tokens, `sum |x - decoded(x)|^2 / sum |x|^2` over every
+    /// [`ERROR_EVERY`]-th document (x: the source's f16 vectors); none for the source and for
+    /// a PCA, whose tokens have other dimensions. The objective a residual fit works for, with
+    /// far less noise between fits than nDCG@10.
+    token_error: Option<f64>,
     ndcg_rerank: f64,
     ndcg_hybrid: f64,
     kib_read_rerank: f64,
     search_ms_rerank: f64,
+}
+
+/// Documents between two whose tokens [`token_error`] compares.
+const ERROR_EVERY: usize = 7;
+
+/// [`Row::token_error`] of the index at `recoded` against the f16 one at `source`.
+fn token_error(source: &Path, recoded: &Path) -> Result<f64> {
+    let options = ReaderOptions::new(ReaderKind::Mmap);
+    let source = VectorStore::open(&source.join(VECTORS_DIR), &options)?;
+    let recoded = VectorStore::open(&recoded.join(VECTORS_DIR), &options)?;
+    let ids: Vec<DocId> =
+        (ERROR_EVERY as u32 / 2..source.len() as u32).step_by(ERROR_EVERY).map(DocId).collect();
+    let (mut lost, mut held) = (0f64, 0f64);
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for chunk in ids.chunks(64) {
+        let (a, b) = (source.read_batch(chunk)?, recoded.read_batch(chunk)?);
+        for (i, id) in chunk.iter().enumerate() {
+            x.clear();
+            y.clear();
+            source.codec().decode(a.record(i).tokens, &mut x);
+            recoded.codec().decode(b.record(i).tokens, &mut y);
+            if x.len() != y.len() {
+                return Err(CellarError::internal(format!("document {}: recoded to another shape", id.0)));
+            }
+            lost += x.iter().zip(&y).map(|(x, y)| f64::from((x - y) * (x - y))).sum::<f64>();
+            held += x.iter().map(|x| f64::from(x * x)).sum::<f64>();
+        }
+    }
+    Ok(lost / held.max(f64::MIN_POSITIVE))
 }
 
 /// `pcaN-codec` → (codec, N).
@@ -123,7 +165,13 @@ pub fn run(args: CodecsArgs) -> Result<()> {
                 codec,
                 pca_dim,
                 sample_tokens: args.sample_tokens,
-                fit: FitOptions { seed, uncoded_energy_max: args.uncoded_energy, centroids: args.centroids },
+                fit: FitOptions {
+                    seed,
+                    uncoded_energy_max: args.uncoded_energy,
+                    centroids: args.centroids,
+                    top_fit_points: args.top_fit_points,
+                    leaf_iterations: args.leaf_iterations,
+                },
             };
             recode(&options)?;
             (out, started.elapsed().as_secs_f64())
@@ -143,6 +191,11 @@ pub fn run(args: CodecsArgs) -> Result<()> {
         }
         let config = IndexConfig::load(&index_dir)?;
         let dim = config.token_dim();
+        let token_error = if is_source || pca_dim.is_some() {
+            None
+        } else {
+            Some(token_error(&args.queries.index, &index_dir)?)
+        };
         rows.push(Row {
             variant: name,
             seed,
@@ -152,6 +205,7 @@ pub fn run(args: CodecsArgs) -> Result<()> {
             bytes_per_token: Manifest::read(&index_dir.join(VECTORS_DIR))?.bytes_per_token,
             vectors_mib: config.build.vectors_bytes as f64 / (1 << 20) as f64,
             recode_secs,
+            token_error,
             ndcg_rerank: ndcg[0],
             ndcg_hybrid: ndcg[1],
             kib_read_rerank: kib,
@@ -180,6 +234,16 @@ pub fn run(args: CodecsArgs) -> Result<()> {
     if let Some(k) = args.centroids {
         let _ = write!(setup, " Residual fits have {k} leaf centroids.");
     }
+    if let Some(n) = args.top_fit_points {
+        let _ = write!(setup, " Residual trees place their top level on at most {n} points.");
+    }
+    if let Some(n) = args.leaf_iterations {
+        let _ = write!(setup, " Residual trees split each top cluster in at most {n} Lloyd passes.");
+    }
+    let _ = write!(
+        setup,
+        " Token error = sum |x - decoded(x)|^2 / sum |x|^2 over every {ERROR_EVERY}th document, x the source's vectors."
+    );
     let mut md = table(&rows);
     md.push_str(&seed_summary(&rows));
     write_outputs(&args.queries.out, &setup, &rows, &md)
@@ -202,22 +266,26 @@ fn seed_summary(rows: &[Row]) -> String {
         return String::new();
     }
     let mut md = String::from(
-        "\nOver the fits (`--fit-seeds`), nDCG@10 mean [lowest, highest]:\n\n| variant | fits | rerank | hybrid |\n|---|---|---|---|\n",
+        "\nOver the fits (`--fit-seeds`), mean [lowest, highest]:\n\n| variant | fits | token error | nDCG@10 rerank | nDCG@10 hybrid |\n|---|---|---|---|---|\n",
     );
     for name in names {
         let fits: Vec<&Row> = rows.iter().filter(|r| r.seed.is_some() && r.variant == name).collect();
-        let spread = |f: fn(&Row) -> f64| {
-            let values: Vec<f64> = fits.iter().map(|r| f(r)).collect();
+        let spread = |f: fn(&Row) -> Option<f64>, places: usize| {
+            let values: Vec<f64> = fits.iter().filter_map(|r| f(r)).collect();
+            if values.is_empty() {
+                return "–".to_string();
+            }
             let mean = values.iter().sum::<f64>() / values.len() as f64;
             let (lo, hi) = values.iter().fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
-            format!("{mean:.4} [{lo:.4}, {hi:.4}]")
+            format!("{mean:.places$} [{lo:.places$}, {hi:.places$}]")
         };
         let _ = writeln!(
             md,
-            "| {name} | {} | {} | {} |",
+            "| {name} | {} | {} | {} | {} |",
             fits.len(),
-            spread(|r| r.ndcg_rerank),
-            spread(|r| r.ndcg_hybrid)
+            spread(|r| r.token_error, 5),
+            spread(|r| Some(r.ndcg_rerank), 4),
+            spread(|r| Some(r.ndcg_hybrid), 4)
         );
     }
     md
@@ -227,7 +295,7 @@ fn table(rows: &[Row]) -> String {
     let base = rows.iter().find(|r| r.variant == "f16");
     let int8 = rows.iter().find(|r| r.variant == "int8");
     let mut md = String::from(
-        "| variant | dim | bytes/token | vs int8-full | vectors MiB | recode s | nDCG@10 rerank | Δ vs f16 | nDCG@10 hybrid | Δ vs f16 | KiB read/query (rerank) | search ms (rerank) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| variant | dim | bytes/token | vs int8-full | vectors MiB | recode s | token error | nDCG@10 rerank | Δ vs f16 | nDCG@10 hybrid | Δ vs f16 | KiB read/query (rerank) | search ms (rerank) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let delta = |v: f64, b: Option<f64>| b.map_or("–".to_string(), |b| format!("{:+.4}", v - b));
     for r in rows {
@@ -236,13 +304,14 @@ fn table(rows: &[Row]) -> String {
         });
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {:.1} | {:.1} | {:.4} | {} | {:.4} | {} | {:.0} | {:.2} |",
+            "| {} | {} | {} | {} | {:.1} | {:.1} | {} | {:.4} | {} | {:.4} | {} | {:.0} | {:.2} |",
             label(&r.variant, r.seed),
             r.dim,
             r.bytes_per_token,
             ratio,
             r.vectors_mib,
             r.recode_secs,
+            r.token_error.map_or("–".to_string(), |e| format!("{e:.5}")),
             r.ndcg_rerank,
             delta(r.ndcg_rerank, base.map(|b| b.ndcg_rerank)),
             r.ndcg_hybrid,
@@ -267,6 +336,34 @@ mod tests {
     }
 
     #[test]
+    fn token_error_is_zero_for_the_same_vectors_and_the_codes_share_otherwise() {
+        use cellar_core::codec::fit_codec;
+        use cellar_core::store::StoreWriter;
+        use rand::{Rng, SeedableRng};
+        let dim = 16;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        // 20 documents of 30 tokens, values in [-1, 1).
+        let docs: Vec<Vec<f32>> =
+            (0..20).map(|_| (0..30 * dim).map(|_| rng.gen_range(-1.0..1.0)).collect()).collect();
+        let tmp = tempfile::tempdir().unwrap();
+        let write = |name: &str, kind: CodecKind| {
+            let dir = tmp.path().join(name);
+            let codec = fit_codec(kind, dim, &docs.concat()).unwrap();
+            let mut writer = StoreWriter::create(&dir.join(VECTORS_DIR), codec, false).unwrap();
+            for doc in &docs {
+                writer.add(doc, None).unwrap();
+            }
+            writer.finish().unwrap();
+            dir
+        };
+        let (f16, residual) = (write("f16", CodecKind::F16), write("r1", CodecKind::Residual1));
+        assert_eq!(token_error(&f16, &f16).unwrap(), 0.0);
+        let lost = token_error(&f16, &residual).unwrap();
+        // One bit a value keeps much of a token but not all of it.
+        assert!(lost > 0.01 && lost < 0.5, "{lost}");
+    }
+
+    #[test]
     fn fits_of_one_variant_are_summarised_together() {
         let row = |variant: &str, seed: Option<u64>, rerank: f64| Row {
             variant: variant.into(),
@@ -276,6 +373,7 @@ mod tests {
             bytes_per_token: 96,
             vectors_mib: 1.0,
             recode_secs: 1.0,
+            token_error: seed.map(|s| 0.05 + 0.01 * s as f64),
             ndcg_rerank: rerank,
             ndcg_hybrid: 0.5,
             kib_read_rerank: 1.0,
@@ -289,8 +387,14 @@ mod tests {
             row("pca128-residual2", Some(1), 0.60),
         ];
         let md = seed_summary(&rows);
-        assert!(md.contains("| residual2 | 2 | 0.7100 [0.7000, 0.7200] | 0.5000 [0.5000, 0.5000] |"), "{md}");
-        assert!(md.contains("| pca128-residual2 | 1 | 0.6000 [0.6000, 0.6000] |"), "{md}");
+        assert!(
+            md.contains("| residual2 | 2 | 0.06500 [0.06000, 0.07000] | 0.7100 [0.7000, 0.7200] | 0.5000 [0.5000, 0.5000] |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| pca128-residual2 | 1 | 0.06000 [0.06000, 0.06000] | 0.6000 [0.6000, 0.6000] |"),
+            "{md}"
+        );
         assert!(!md.contains("| f16 "), "{md}");
     }
 }

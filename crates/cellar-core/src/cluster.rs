@@ -3,7 +3,9 @@
 //! - [`hierarchical`]: balanced hierarchical k-means: split the points into at most `MAX_BRANCH`
 //!   clusters, then split again every cluster still larger than the target, until every leaf
 //!   holds about `target` points (the IVF's clusters: DiskBBQ's partitioning);
-//! - [`kmeans`]: one Lloyd run with k-means++ seeding (the residual codec's two-level tree).
+//! - [`kmeans`]: one Lloyd run with k-means++ seeding, ending early at a fixed point;
+//!   [`kmeans_with`] bounds its passes and [`kmeans_sampled`] places the centroids on an even
+//!   sample of the points (the residual codec's two-level tree uses both).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -432,14 +434,35 @@ pub fn half_norms(centroids: &[f32], dim: usize) -> Vec<f32> {
 
 /// Lloyd's k-means with k-means++ seeding over `members`; returns the non-empty groups.
 pub fn kmeans(points: &Points, members: &[u32], k: usize, rng: &mut StdRng) -> Vec<Vec<u32>> {
+    kmeans_with(points, members, k, ITERATIONS, rng)
+}
+
+/// [`kmeans`] with at most `iterations` Lloyd passes.
+pub fn kmeans_with(
+    points: &Points,
+    members: &[u32],
+    k: usize,
+    iterations: usize,
+    rng: &mut StdRng,
+) -> Vec<Vec<u32>> {
     let dim = points.dim;
     let mut centroids = seed_plus_plus(points, members, k, rng);
     let mut assignment = vec![0usize; members.len()];
-    for _ in 0..ITERATIONS {
+    let mut previous = Vec::new();
+    let mut reseeded = true;
+    for _ in 0..iterations {
         let halves = half_norms(&centroids, dim);
+        std::mem::swap(&mut previous, &mut assignment);
+        assignment.resize(members.len(), 0);
         assign_all(points, members, &centroids, &halves, &mut assignment);
+        if !reseeded && assignment == previous {
+            // A fixed point: the centroids are the means of this very assignment, so every
+            // later pass would repeat it (the same result as running them all).
+            break;
+        }
         let mut sums = vec![0f32; k * dim];
         let mut counts = vec![0usize; k];
+        reseeded = false;
         for (&j, &i) in assignment.iter().zip(members) {
             counts[j] += 1;
             sums[j * dim..(j + 1) * dim].iter_mut().zip(points.row(i)).for_each(|(s, v)| *s += v);
@@ -448,6 +471,7 @@ pub fn kmeans(points: &Points, members: &[u32], k: usize, rng: &mut StdRng) -> V
             let c = &mut centroids[j * dim..(j + 1) * dim];
             if counts[j] == 0 {
                 // An empty cluster takes a random member as its new centroid.
+                reseeded = true;
                 c.copy_from_slice(points.row(members[rng.gen_range(0..members.len())]));
             } else {
                 c.iter_mut().zip(&sums[j * dim..]).for_each(|(c, s)| *c = s / counts[j] as f32);
@@ -456,6 +480,34 @@ pub fn kmeans(points: &Points, members: &[u32], k: usize, rng: &mut StdRng) -> V
     }
     let mut groups = vec![Vec::new(); k];
     for (&j, &i) in assignment.iter().zip(members) {
+        groups[j].push(i);
+    }
+    groups.retain(|g| !g.is_empty());
+    groups
+}
+
+/// [`kmeans`] of `members` with the centroids placed on at most `fit_points` of them (evenly
+/// spread), then every member assigned to the nearest of their means: for a few centroids,
+/// which a sample places about as well as the whole set, at a fraction of the cost.
+pub fn kmeans_sampled(
+    points: &Points,
+    members: &[u32],
+    k: usize,
+    fit_points: usize,
+    rng: &mut StdRng,
+) -> Vec<Vec<u32>> {
+    let n = members.len();
+    if n <= fit_points.max(k) {
+        return kmeans(points, members, k, rng);
+    }
+    let sample: Vec<u32> = (0..fit_points).map(|j| members[j * n / fit_points]).collect();
+    let fitted = kmeans(points, &sample, k, rng);
+    let centroids: Vec<f32> = fitted.iter().flat_map(|g| mean(points, g)).collect();
+    let halves = half_norms(&centroids, points.dim);
+    let mut nearest = vec![0usize; n];
+    assign_all(points, members, &centroids, &halves, &mut nearest);
+    let mut groups = vec![Vec::new(); fitted.len()];
+    for (&j, &i) in nearest.iter().zip(members) {
         groups[j].push(i);
     }
     groups.retain(|g| !g.is_empty());
@@ -738,6 +790,80 @@ mod tests {
         assign_all(&points, &members, &centroids, &halves, &mut threaded);
         let one: Vec<usize> = members.iter().map(|&i| nearest(points.row(i), &centroids, &halves)).collect();
         assert_eq!(threaded, one);
+    }
+
+    /// `per` points around each of `blobs` centres 10 apart (each centre one axis, spread 0.1),
+    /// blob after blob: point `i` is of blob `i / per`.
+    fn blobs(blobs: usize, per: usize, dim: usize, seed: u64) -> Vec<f32> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        (0..blobs * per)
+            .flat_map(|i| {
+                let centre = i / per;
+                (0..dim)
+                    .map(|d| if d == centre { 10.0 } else { 0.0 } + rng.gen_range(-0.1..0.1))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Each group as the sorted set of blobs its members come from.
+    fn blobs_of(groups: &[Vec<u32>], per: usize) -> Vec<Vec<u32>> {
+        groups
+            .iter()
+            .map(|g| {
+                let mut b: Vec<u32> = g.iter().map(|&i| i / per as u32).collect();
+                b.sort_unstable();
+                b.dedup();
+                b
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_sampled_fit_finds_the_clusters_and_places_every_member_once() {
+        // Six blobs of 3,000 points; the centroids are placed on 600 of the 18,000, then every
+        // point is assigned: each group is one whole blob.
+        let (dim, n_blobs) = (8, 6);
+        let data = blobs(n_blobs, 3000, dim, 3);
+        let points = Points { data: &data, dim };
+        let members: Vec<u32> = (0..points.len() as u32).collect();
+        let groups = kmeans_sampled(&points, &members, n_blobs, 600, &mut StdRng::seed_from_u64(1));
+        assert_eq!(groups.len(), n_blobs);
+        assert!(
+            groups.iter().all(|g| g.len() == 3000),
+            "{:?}",
+            groups.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        assert!(blobs_of(&groups, 3000).iter().all(|b| b.len() == 1));
+        let mut seen: Vec<u32> = groups.concat();
+        seen.sort_unstable();
+        assert_eq!(seen, members);
+        // A set no larger than the sample is fitted whole: plain k-means, same draws.
+        let few = &members[..500];
+        assert_eq!(
+            kmeans_sampled(&points, few, 4, 600, &mut StdRng::seed_from_u64(9)),
+            kmeans(&points, few, 4, &mut StdRng::seed_from_u64(9))
+        );
+    }
+
+    #[test]
+    fn lloyd_returns_a_fixed_point_whether_it_stops_early_or_not() {
+        // Five blobs into three clusters: no pass count splits them by blob, but k-means
+        // settles within a few passes. The groups of a stopped run are a fixed point (each
+        // member's nearest group mean is its own group's), the same groups as with more passes.
+        let (dim, n_blobs) = (8, 5);
+        let data = blobs(n_blobs, 400, dim, 7);
+        let points = Points { data: &data, dim };
+        let members: Vec<u32> = (0..points.len() as u32).collect();
+        let settled = kmeans_with(&points, &members, 3, 50, &mut StdRng::seed_from_u64(2));
+        assert_eq!(settled, kmeans_with(&points, &members, 3, 500, &mut StdRng::seed_from_u64(2)));
+        let means: Vec<f32> = settled.iter().flat_map(|g| mean(&points, g)).collect();
+        let halves = half_norms(&means, dim);
+        for (j, group) in settled.iter().enumerate() {
+            for &i in group {
+                assert_eq!(nearest(points.row(i), &means, &halves), j, "member {i}");
+            }
+        }
     }
 
     #[test]

@@ -154,6 +154,12 @@ pub struct FitOptions {
     /// Leaf centroids of the tree, from 1 to [`residual::MAX_CENTROIDS`] and at most the fitted
     /// points (default: [`residual::centroid_count`] of the fitted points).
     pub centroids: Option<usize>,
+    /// Most points the tree's top level is placed on (default: `TOP_FIT_POINTS` of
+    /// `residual/fit.rs`; at least 1).
+    pub top_fit_points: Option<usize>,
+    /// Most Lloyd passes of each top cluster's split into leaves (default: `LEAF_ITERATIONS`
+    /// of `residual/fit.rs`; at least 1).
+    pub leaf_iterations: Option<usize>,
 }
 
 /// Fits a codec of `kind` on `sample` (`n * dim` values; f16 ignores it).

@@ -21,7 +21,10 @@ mod fit;
 use std::cell::Cell;
 use std::path::Path;
 
-use self::fit::{lloyd_max, permute_rows, two_level, uncoded_layout, Layout, Tree};
+use self::fit::{
+    lloyd_max, permute_rows, two_level, uncoded_layout, Layout, Tree, TreeFit, LEAF_ITERATIONS,
+    TOP_FIT_POINTS,
+};
 use super::{check_dim, Codec, CodecKind, FitOptions};
 use crate::cluster::{half_norms, nearest_each, nearest_in, Points};
 use crate::error::{CellarError, Result};
@@ -73,6 +76,14 @@ pub fn centroid_count(n: usize) -> usize {
     let target = 16.0 * (n as f64).sqrt();
     let pow = 1usize << (target.log2().floor().max(0.0) as u32);
     pow.min(MAX_CENTROIDS).min(n).max(1)
+}
+
+/// `value` unless it is 0: a fit's count of points or passes (`what`) is at least 1.
+fn at_least_one(value: Option<usize>, what: &str) -> Result<Option<usize>> {
+    match value {
+        Some(0) => Err(CellarError::invalid(format!("{what} must be at least 1, got 0"))),
+        _ => Ok(value),
+    }
 }
 
 fn check_layout(kind: CodecKind, dim: usize) -> Result<usize> {
@@ -132,7 +143,13 @@ impl ResidualCodec {
                 )))
             }
         };
-        let tree = two_level(&points, k, options.seed.unwrap_or(SEED));
+        let shape = TreeFit {
+            top_fit_points: at_least_one(options.top_fit_points, "top-level fit points")?
+                .unwrap_or(TOP_FIT_POINTS),
+            leaf_iterations: at_least_one(options.leaf_iterations, "leaf iterations")?
+                .unwrap_or(LEAF_ITERATIONS),
+        };
+        let tree = two_level(&points, k, options.seed.unwrap_or(SEED), &shape);
         let layout = Layout::all_coded(dim);
         let mut codec =
             ResidualCodec::assemble(kind, dim, bits, tree, layout, vec![1.0; dim], Vec::new(), Vec::new());
@@ -610,7 +627,7 @@ mod tests {
     }
 
     #[test]
-    fn fit_options_change_the_seed_and_the_uncoded_bound_and_refuse_a_bad_bound() {
+    fn fit_options_change_the_fit_and_refuse_bad_values() {
         let (data, _) = sample_with_quiet_dims(2000, 13);
         let kind = CodecKind::Residual2;
         let default = ResidualCodec::fit(kind, 64, &data).unwrap();
@@ -641,6 +658,25 @@ mod tests {
             let options = FitOptions { centroids: Some(bad), ..FitOptions::default() };
             let err = ResidualCodec::fit_with(kind, 64, &data, &options).unwrap_err();
             assert!(matches!(err, CellarError::InvalidInput(_)), "{bad}: {err}");
+        }
+        // The tree's work: a top level placed on 200 of the 2,000 points, or leaves split in one
+        // pass, is another fit; none of either is refused.
+        for options in [
+            FitOptions { top_fit_points: Some(200), ..FitOptions::default() },
+            FitOptions { leaf_iterations: Some(1), ..FitOptions::default() },
+        ] {
+            let other = ResidualCodec::fit_with(kind, 64, &data, &options).unwrap();
+            assert_ne!(default.params(), other.params(), "{options:?}");
+        }
+        for options in [
+            FitOptions { top_fit_points: Some(0), ..FitOptions::default() },
+            FitOptions { leaf_iterations: Some(0), ..FitOptions::default() },
+        ] {
+            let err = ResidualCodec::fit_with(kind, 64, &data, &options).unwrap_err();
+            assert!(
+                matches!(err, CellarError::InvalidInput(_)) && err.to_string().contains("at least 1"),
+                "{err}"
+            );
         }
     }
 
