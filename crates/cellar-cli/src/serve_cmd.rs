@@ -102,6 +102,15 @@ pub struct ServeArgs {
     /// used idle ones are closed beyond it. Default: from the open-file limit (`ulimit -n`).
     #[arg(long)]
     pub max_open_streams: Option<usize>,
+    /// With --data-dir: indexes kept open at once (each holds its files, maps and lock); the
+    /// least recently used ones no request holds are closed beyond it, and opened again on
+    /// their next use.
+    #[arg(long, default_value_t = cellar_server::registry::DEFAULT_MAX_OPEN_INDEXES)]
+    pub max_open_indexes: usize,
+    /// With --data-dir: most indexes the directory may hold; a PUT past it is refused with 409
+    /// `too_many_indexes`.
+    #[arg(long, default_value_t = cellar_server::registry::DEFAULT_MAX_INDEXES)]
+    pub max_indexes: usize,
     /// Unflushed bytes a streaming collection keeps in RAM (and in its log) before it writes a
     /// segment; at most this times --max-open-streams in all.
     #[arg(long, default_value_t = 64)]
@@ -135,7 +144,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
         eprintln!("WARNING: cellar serve: listening on {} without an API key", config.bind);
     }
     let indexes = match &args.data_dir {
-        Some(root) => Some(cellar_server::registry::Indexes::open(root, open_options(&args)?)?),
+        Some(root) => Some(
+            cellar_server::registry::Indexes::open(root, open_options(&args)?)?
+                .with_max_open(positive(args.max_open_indexes, "max-open-indexes")?)
+                .with_max_indexes(positive(args.max_indexes, "max-indexes")?),
+        ),
         None => None,
     };
     let mut served = Vec::new();

@@ -2,7 +2,7 @@
 //! a panic) for bad input, and a help that lists user commands only.
 
 mod common;
-use common::{assert_user_error, cellar, stderr};
+use common::{assert_user_error, cellar, http, port_of, stderr};
 
 use std::path::Path;
 
@@ -74,4 +74,90 @@ fn help_lists_no_benchmark() {
     for gone in ["bench", "bench-store", "bench-store-worker", "synth"] {
         assert_eq!(cellar(&[gone, "--help"]).status.code(), Some(2), "cellar {gone} still parses");
     }
+}
+
+/// A `cellar serve` child, stopped (SIGTERM, then waited for) when dropped.
+struct Served {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Served {
+    fn start(args: &[&str]) -> Served {
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cellar"))
+            .args(["serve", "--bind", "127.0.0.1:0", "--lazy-encoder", "--workers", "1"])
+            .args(args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let ready = lines.next().expect("a ready line").unwrap();
+        Served { port: port_of(&ready), child }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 43.1 with real processes: a second `serve --data-dir` on the same directory exits 2
+/// naming the first's pid; a server that never wrote an index sees what `cellar add` writes
+/// to it; a drop while another process (`serve --index`) holds the index is 409 and keeps it.
+#[test]
+fn a_data_directory_has_one_server_which_follows_other_writers_and_drops_only_free_indexes() {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let data = tmp.path().join("data");
+    let data_s = data.to_str().unwrap();
+    let first = Served::start(&["--data-dir", data_s]);
+    let second = cellar(&["serve", "--data-dir", data_s, "--bind", "127.0.0.1:0", "--lazy-encoder"]);
+    assert_user_error(
+        &second,
+        &format!("data directory is open elsewhere (held by pid {})", first.child.id()),
+    );
+
+    let doc = |id: &str, x: f32| {
+        format!(r#"{{"id": "{id}", "text": "note {id}", "vectors": {{"tokens": [[1.0, {x}]]}}}}"#)
+    };
+    let create = format!(r#"{{"docs": [{}, {}], "codec": "f16"}}"#, doc("a", 0.0), doc("b", 1.0));
+    for name in ["held", "read"] {
+        let (status, body) = http(first.port, "PUT", &format!("/v1/indexes/{name}"), &create);
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, body) = http(
+        first.port,
+        "POST",
+        "/v1/indexes/held/docs",
+        &format!(r#"{{"ops": [{{"add": {}}}]}}"#, doc("c", 2.0)),
+    );
+    assert_eq!(status, 200, "an acknowledged write: {body}");
+
+    // `read` is open in the server, which has not written it; `cellar add` writes it.
+    assert_eq!(http(first.port, "GET", "/v1/indexes/read/docs/a", "").0, 200);
+    let lines = tmp.path().join("more.jsonl");
+    std::fs::write(&lines, format!("{}\n", doc("added", 3.0))).unwrap();
+    let read_dir = data.join("read");
+    let out = cellar(&["add", lines.to_str().unwrap(), "--index", read_dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (status, body) = http(first.port, "GET", "/v1/indexes/read/docs/added", "");
+    assert_eq!(status, 200, "the server sees what `cellar add` wrote: {body}");
+
+    let holder = Served::start(&["--index", data.join("held").to_str().unwrap()]);
+    let (status, body) = http(first.port, "DELETE", "/v1/indexes/held", "");
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body.contains(r#""code":"locked""#) && body.contains("another process holds the index"),
+        "{body}"
+    );
+    assert!(!body.contains(data_s), "no server path: {body}");
+    assert_eq!(http(first.port, "GET", "/v1/indexes/held/docs/c", "").0, 200, "the write stays");
+    assert_eq!(http(holder.port, "GET", "/v1/docs/c", "").0, 200);
+    drop(holder);
+    let (status, body) = http(first.port, "DELETE", "/v1/indexes/held", "");
+    assert_eq!(status, 200, "no other holder now: {body}");
+    assert!(!data.join("held").exists());
 }

@@ -468,6 +468,11 @@ impl Bm25Index {
             .map_err(|e| tantivy_error(&self.path, e))
     }
 
+    /// Makes searches see tantivy's last commit.
+    pub(crate) fn reload(&self) -> Result<()> {
+        self.reader.reload().map_err(|e| tantivy_error(&self.path, e))
+    }
+
     /// The sequence number of the last write batch tantivy committed (0: none since the build).
     pub fn applied_seq(&self) -> Result<u64> {
         let metas = self.index.load_metas().map_err(|e| tantivy_error(&self.path, e))?;

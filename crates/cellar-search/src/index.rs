@@ -1,7 +1,11 @@
 //! An open index: the files of one index directory and the encoder that queries need.
+//!
+//! Encoders are shared: every index of a process that loads the same model with the same
+//! settings gets the one `Arc<Encoder>` ([`shared_encoder`]), so a server of many text indexes
+//! holds one copy of the model and one encoder thread, not one per index.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use cellar_core::format::fsio::DirLock;
 use cellar_core::format::FileKind;
@@ -76,6 +80,8 @@ pub struct Index {
     pub(crate) live: Live,
     encoder: Mutex<Option<Arc<Encoder>>>,
     pooled: Mutex<Option<Arc<PooledMatrix>>>,
+    /// What this process last loaded of another process's writes (`live::follow`).
+    pub(crate) followed: Mutex<crate::live::follow::Stamp>,
     /// The directory's shared lock, held while the index is open (`lock`).
     _lock: DirLock,
 }
@@ -87,6 +93,8 @@ impl Index {
     /// PCA and the IVF (all of its files, or none).
     pub fn open(dir: &Path, options: OpenOptions) -> Result<Index> {
         let lock = crate::lock::shared(dir)?;
+        // Before anything written is read: a commit made from here on is followed later.
+        let followed = Mutex::new(crate::live::follow::Stamp::of(&dir.join(LIVE_DIR)));
         let config = IndexConfig::load(dir)?;
         if options.inject_latency.is_some() && options.reader != ReaderKind::Direct {
             return Err(CellarError::InvalidInput(format!(
@@ -126,6 +134,7 @@ impl Index {
             live,
             encoder: Mutex::new(None),
             pooled: Mutex::new(None),
+            followed,
             _lock: lock,
         };
         index.open_live()?;
@@ -251,18 +260,19 @@ impl Index {
             || settings.model_dir.join("config.json").is_file()
     }
 
-    /// The query encoder, loaded on first use (BM25-only searches never load it).
+    /// The query encoder, loaded on first use (BM25-only searches never load it), shared with
+    /// every other index of the process that uses the same model and settings.
     pub fn encoder(&self) -> Result<Arc<Encoder>> {
         let mut slot = self.encoder.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(encoder) = slot.as_ref() {
             return Ok(encoder.clone());
         }
-        let encoder = Arc::new(self.load_encoder()?);
+        let encoder = self.load_encoder()?;
         *slot = Some(encoder.clone());
         Ok(encoder)
     }
 
-    fn load_encoder(&self) -> Result<Encoder> {
+    fn load_encoder(&self) -> Result<Arc<Encoder>> {
         let settings = &self.config.encoder;
         let model_dir = match &self.options.model_dir {
             Some(dir) => dir.clone(),
@@ -286,7 +296,7 @@ impl Index {
         config.skip_punctuation = settings.skip_punctuation;
         config.threads = self.options.encoder_threads.max(1);
         config.weights = self.options.model_weights;
-        let encoder = Encoder::load(config)?;
+        let encoder = shared_encoder(config)?;
         if encoder.dim() != settings.model_dim {
             return Err(CellarError::Model {
                 path: model_dir,
@@ -317,4 +327,26 @@ impl Index {
         self.config.search = defaults;
         self.config.save(&self.dir)
     }
+}
+
+/// The encoder of `config`, shared: loaded once per process for as long as any index holds it.
+/// The cache keeps `Weak` references, so a model no open index uses any more is freed with
+/// its last index (a server whose text indexes were all closed holds no model); an LRU of
+/// strong references would instead pin models nobody queries. The key is the whole
+/// `EncoderConfig` (the model directory made canonical), so two indexes share an encoder only
+/// when it encodes identically for both.
+pub fn shared_encoder(mut config: EncoderConfig) -> Result<Arc<Encoder>> {
+    static LOADED: Mutex<Vec<(EncoderConfig, Weak<Encoder>)>> = Mutex::new(Vec::new());
+    if let Ok(canonical) = std::fs::canonicalize(&config.model_dir) {
+        config.model_dir = canonical;
+    }
+    // Held while loading, so two indexes asking at once load the model once.
+    let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+    loaded.retain(|(_, encoder)| encoder.strong_count() > 0);
+    if let Some(encoder) = loaded.iter().find(|(c, _)| *c == config).and_then(|(_, e)| e.upgrade()) {
+        return Ok(encoder);
+    }
+    let encoder = Arc::new(Encoder::load(config.clone())?);
+    loaded.push((config, Arc::downgrade(&encoder)));
+    Ok(encoder)
 }

@@ -438,12 +438,18 @@ impl Index {
         stats: Option<&crate::bm25::Bm25Stats>,
     ) -> Result<Vec<Scored>> {
         let view = self.live_view();
-        if !view.has_deletes() && allowed.is_none() {
-            return self.bm25.search_scored_by(text, n, None, stats);
-        }
-        let allowed = allowed.cloned();
-        let accept = move |id| !view.is_deleted(id) && allowed.as_ref().is_none_or(|a| a.contains(id));
-        self.bm25.search_scored_by(text, n, Some(Arc::new(accept)), stats)
+        // BM25 commits a batch just before its view is published (by this process, or by a
+        // writer this one follows): a document the view does not hold yet is left out.
+        let known = view.next_id;
+        let mut hits = if !view.has_deletes() && allowed.is_none() {
+            self.bm25.search_scored_by(text, n, None, stats)?
+        } else {
+            let allowed = allowed.cloned();
+            let accept = move |id| !view.is_deleted(id) && allowed.as_ref().is_none_or(|a| a.contains(id));
+            self.bm25.search_scored_by(text, n, Some(Arc::new(accept)), stats)?
+        };
+        hits.retain(|s| s.id.0 < known);
+        Ok(hits)
     }
 
     /// The sparse first stage's `n` best for `text`: BM25's, SPLADE's, or both lists joined.

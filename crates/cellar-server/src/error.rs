@@ -141,6 +141,21 @@ impl From<CellarError> for ApiError {
     }
 }
 
+/// A PUT the data directory refused: past `--max-indexes` it is a 409 `too_many_indexes` (a
+/// conflict with what the directory holds: drop one, then retry).
+impl From<crate::registry::CreateError> for ApiError {
+    fn from(error: crate::registry::CreateError) -> Self {
+        match error {
+            crate::registry::CreateError::TooMany { max } => {
+                let message = error.to_string();
+                ApiError::new(StatusCode::CONFLICT, "too_many_indexes", message)
+                    .with_details(json!({ "max_indexes": max }))
+            }
+            crate::registry::CreateError::Cellar(e) => e.into(),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(self.body())).into_response();

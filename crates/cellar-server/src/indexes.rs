@@ -3,8 +3,11 @@
 //! handlers of `search_api` and `docs_api`, on the named index), and indexes are created
 //! (`PUT /v1/indexes/{name}` with their first documents) and dropped (`DELETE`) over the API as
 //! well as on disk: a directory copied under DIR is served at its first request, one removed is
-//! 404 from then on. Indexes open on first use and stay open; a dropped one is renamed aside at
-//! once (its name is free) and removed, while searches that hold it finish.
+//! 404 from then on. Indexes open on first use; the least recently used are closed past
+//! `--max-open-indexes`, and a PUT past `--max-indexes` is 409 `too_many_indexes`. A drop waits
+//! for the requests on the index to finish and is 409 `locked` while another process holds the
+//! index (`registry`). An index this process does not write follows the writes of the process
+//! that does (`cellar add`, another server) at each request (`Index::behind`, `Index::follow`).
 
 use std::sync::Arc;
 
@@ -29,7 +32,11 @@ use crate::registry::CreateIndex;
 
 const INDEX_ERRORS: &[(u16, &str)] = &[
     (404, "No index of this name (or the server has no --data-dir)"),
-    (409, "Another process holds the index"),
+    (
+        409,
+        "Another process holds the index, or it is being dropped (`locked`); a PUT past --max-indexes \
+         (`too_many_indexes`)",
+    ),
 ];
 
 /// The data directory's endpoints; the named index's search and document endpoints are
@@ -57,7 +64,8 @@ pub fn api() -> Api {
                 ..op(
                     "put",
                     "/v1/indexes/{name}",
-                    "Create an index of its first documents (400 when the name is taken)",
+                    "Create an index of its first documents (400 when the name is taken, 409 past \
+                     --max-indexes)",
                     "{name, docs, codec}",
                 )
             },
@@ -101,16 +109,34 @@ impl<S: Send + Sync> FromRequestParts<S> for Target {
 
 impl Target {
     /// The addressed index (a named one opened off the async runtime when it is not open yet,
-    /// returned at once when it is);
+    /// returned at once when it is), having loaded what another process wrote to it since this
+    /// one last looked (off the runtime; two `stat` calls when nothing was);
     /// 404 when the server does not serve it.
     pub async fn index(&self, state: &AppState) -> Result<Arc<Index>, ApiError> {
-        let Some(name) = self.name.clone() else { return Ok(state.index()?.clone()) };
-        let indexes = state.indexes()?.clone();
-        if let Some(index) = indexes.get_open(&name)? {
-            return Ok(index);
+        let index = match self.name.clone() {
+            None => state.index()?.clone(),
+            Some(name) => {
+                let indexes = state.indexes()?.clone();
+                match indexes.get_open(&name)? {
+                    Some(index) => index,
+                    None => {
+                        let opened = tokio::task::spawn_blocking(move || indexes.get(&name)).await;
+                        opened.map_err(|e| CellarError::internal(format!("opening the index: {e}")))??
+                    }
+                }
+            }
+        };
+        if index.behind() {
+            let follower = index.clone();
+            let followed = tokio::task::spawn_blocking(move || follower.follow()).await;
+            match followed {
+                Ok(Ok(_)) => {}
+                // The index answers as it was; the next request tries again.
+                Ok(Err(e)) => log::warn!("{}: loading another process's writes: {e}", index.dir().display()),
+                Err(e) => log::warn!("{}: loading another process's writes: {e}", index.dir().display()),
+            }
         }
-        let opened = tokio::task::spawn_blocking(move || indexes.get(&name)).await;
-        Ok(opened.map_err(|e| CellarError::internal(format!("opening the index: {e}")))??)
+        Ok(index)
     }
 
     /// The `{id}` of a document route.
@@ -155,10 +181,10 @@ async fn create(
     let request: CreateIndex = parse_body(&headers, body)?;
     let indexes = state.indexes()?.clone();
     let created = run_blocking(&state, move || {
-        let index = indexes.create(&name, request)?;
-        Ok(facts(&name, &index))
+        // A refusal of the registry's own (`--max-indexes`) is mapped by `ApiError`.
+        Ok(indexes.create(&name, request).map(|index| facts(&name, &index)))
     })
-    .await?;
+    .await??;
     Ok(Json(json!(created)))
 }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use cellar_search::{BuildOptions, DocIn, Index, OpenOptions, QueryVectorsIn};
+use cellar_core::format::fsio::LOCK_FILE;
+use cellar_search::{BuildOptions, DocIn, Index, OpenOptions, QueryVectorsIn, WriteOp, WriteRequest};
 use cellar_server::registry::Indexes;
 use cellar_server::{router, AppState, ServerConfig};
 use serde_json::{json, Value};
@@ -163,7 +164,7 @@ async fn indexes_of_a_data_directory_are_created_searched_written_and_dropped_by
     let (status, _) = call(&app, bare("DELETE", "/v1/indexes/notes")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let leftovers: Vec<_> = std::fs::read_dir(&data).unwrap().flatten().map(|e| e.file_name()).collect();
-    assert!(leftovers.is_empty(), "a dropped index leaves no file: {leftovers:?}");
+    assert_eq!(leftovers, [LOCK_FILE], "a dropped index leaves no file (the directory's lock stays)");
     // The name is free again, and an index of text is encoded by the model.
     let texts = json!({"docs": [{"id": "a", "text": "espresso is brewed from coffee beans"},
                                 {"id": "b", "text": "glaciers carve valleys of ice"}]});
@@ -235,10 +236,169 @@ fn index_names_never_reach_outside_the_data_directory() {
     assert_eq!(outside, vec![std::ffi::OsString::from("data")], "nothing beside the data directory");
     for entry in std::fs::read_dir(&data).unwrap().flatten() {
         let name = entry.file_name().into_string().unwrap();
+        if name == LOCK_FILE {
+            continue;
+        }
         assert!(
             cellar_core::ids::check_name("index name", &name).is_ok()
                 && entry.path().join("index.json").is_file(),
             "{name:?}"
         );
     }
+}
+
+/// A router over the data directory `data`, and the registry behind it.
+fn data_dir_app(indexes: Indexes) -> (Router, Arc<Indexes>) {
+    let indexes = Arc::new(indexes);
+    let config = ServerConfig::new("127.0.0.1:0".parse().unwrap());
+    (router(AppState::serving(None, Some(indexes.clone()), None, config)), indexes)
+}
+
+fn vector_doc(id: &str, i: usize, text: &str) -> DocIn {
+    DocIn {
+        id: id.into(),
+        text: text.into(),
+        vectors: Some(QueryVectorsIn { tokens: vec![axis(i)], ..Default::default() }),
+        ..DocIn::default()
+    }
+}
+
+/// Issue 43.1: a second owner of the data directory is refused, naming the first; a drop while
+/// another opener (here through a descriptor of its own, as `cellar search` would) holds the
+/// index is 409 `locked`, and the index and its acknowledged writes stay.
+#[tokio::test]
+async fn the_data_directory_has_one_owner_and_a_held_index_is_not_dropped() {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let data = tmp.path().join("data");
+    let (app, _indexes) = data_dir_app(Indexes::open(&data, OpenOptions::default()).unwrap());
+    let second = Indexes::open(&data, OpenOptions::default()).map(|_| ()).unwrap_err();
+    assert!(matches!(second, cellar_core::CellarError::Locked { .. }), "{second}");
+    assert!(second.to_string().contains(&format!("held by pid {}", std::process::id())), "{second}");
+
+    let create = json!({"docs": (0..6).map(doc).collect::<Vec<_>>(), "codec": "f16"});
+    assert_eq!(call(&app, with_body("PUT", "/v1/indexes/notes", &create)).await.0, StatusCode::OK);
+    let add = json!({"ops": [{"add": doc(40)}]});
+    let (status, report) = call(&app, with_body("POST", "/v1/indexes/notes/docs", &add)).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+
+    let other = Index::open(&data.join("notes"), OpenOptions::default()).unwrap();
+    let (status, error) = call(&app, bare("DELETE", "/v1/indexes/notes")).await;
+    assert_eq!((status, error["code"].as_str()), (StatusCode::CONFLICT, Some("locked")), "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("another process holds the index"), "{message}");
+    assert!(!message.contains(tmp.path().to_str().unwrap()), "no server path: {message}");
+    let (status, stored) = call(&app, bare("GET", "/v1/indexes/notes/docs/n40")).await;
+    assert_eq!(status, StatusCode::OK, "the acknowledged write stays: {stored}");
+    let (status, facts) = call(&app, bare("GET", "/v1/indexes/notes")).await;
+    assert_eq!((status, facts["docs"].as_u64()), (StatusCode::OK, Some(7)), "{facts}");
+
+    drop(other);
+    let (status, dropped) = call(&app, bare("DELETE", "/v1/indexes/notes")).await;
+    assert_eq!(status, StatusCode::OK, "{dropped}");
+    let (status, error) = call(&app, bare("GET", "/v1/indexes/notes")).await;
+    assert_eq!(
+        (status, error["message"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not found: no index \"notes\""))
+    );
+}
+
+/// Issue 43.1: a server that has not written an index sees what another writer (here an
+/// `Index` of this process, as `cellar add` would be) commits to it, at its next request:
+/// added documents in search and by id, deleted ones gone, BM25 included.
+#[tokio::test]
+async fn a_server_that_has_not_written_follows_another_writer() {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let data = tmp.path().join("data");
+    let (app, _indexes) = data_dir_app(Indexes::open(&data, OpenOptions::default()).unwrap());
+    let create = json!({"docs": (0..6).map(doc).collect::<Vec<_>>(), "codec": "f16"});
+    assert_eq!(call(&app, with_body("PUT", "/v1/indexes/notes", &create)).await.0, StatusCode::OK);
+    let (status, answer) = call(&app, with_body("POST", "/v1/indexes/notes/search", &search(5, None))).await;
+    assert_eq!((status, ids(&answer)[0].as_str()), (StatusCode::OK, "n5"), "{answer}");
+
+    let writer = Index::open(&data.join("notes"), OpenOptions::default()).unwrap();
+    let ops = vec![WriteOp::Add(vector_doc("w1", 6, "a zeppelin over the harbour"))];
+    writer.write(WriteRequest { ops }).unwrap();
+    let (status, stored) = call(&app, bare("GET", "/v1/indexes/notes/docs/w1")).await;
+    assert_eq!(status, StatusCode::OK, "{stored}");
+    let bm25 = json!({"query": "zeppelin", "mode": "bm25", "k": 2});
+    let (status, answer) = call(&app, with_body("POST", "/v1/indexes/notes/search", &bm25)).await;
+    assert_eq!((status, ids(&answer)), (StatusCode::OK, vec!["w1".to_string()]), "{answer}");
+    let (_, answer) = call(&app, with_body("POST", "/v1/indexes/notes/search", &search(6, None))).await;
+    assert_eq!(ids(&answer)[0], "w1", "{answer}");
+
+    // A second batch and a delete: the log grew since the last load.
+    let ops = vec![WriteOp::Delete("n3".into()), WriteOp::Add(vector_doc("w2", 2, "a second zeppelin"))];
+    writer.write(WriteRequest { ops }).unwrap();
+    // ... and a flush: a new manifest, the log emptied.
+    writer.flush().unwrap();
+    let (status, _) = call(&app, bare("GET", "/v1/indexes/notes/docs/n3")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, facts) = call(&app, bare("GET", "/v1/indexes/notes")).await;
+    assert_eq!((status, facts["docs"].as_u64()), (StatusCode::OK, Some(7)), "{facts}");
+    let (_, answer) = call(&app, with_body("POST", "/v1/indexes/notes/search", &bm25)).await;
+    let mut found = ids(&answer);
+    found.sort();
+    assert_eq!(found, ["w1", "w2"], "{answer}");
+}
+
+/// Issue 43.4: past `max_open` the least recently used indexes are closed (their descriptors
+/// with them) and opened again on use with every acknowledged write; past `max_indexes` a PUT is
+/// 409 `too_many_indexes`.
+#[tokio::test]
+async fn open_indexes_and_their_descriptors_stay_bounded() {
+    const MANY: usize = 48;
+    let tmp = tempfile::TempDir::new().unwrap();
+    let data = tmp.path().join("data");
+    let indexes =
+        Indexes::open(&data, OpenOptions::default()).unwrap().with_max_open(4).with_max_indexes(MANY);
+    let (app, indexes) = data_dir_app(indexes);
+    let descriptors = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = descriptors();
+    let create = json!({"docs": (0..2).map(doc).collect::<Vec<_>>(), "codec": "f16"});
+    for i in 0..MANY {
+        let (status, created) = call(&app, with_body("PUT", &format!("/v1/indexes/i{i}"), &create)).await;
+        assert_eq!(status, StatusCode::OK, "PUT i{i}: {created}");
+        let path = format!("/v1/indexes/i{i}/search");
+        assert_eq!(call(&app, with_body("POST", &path, &search(1, None))).await.0, StatusCode::OK);
+        if i == 0 {
+            let add = json!({"ops": [{"add": doc(40)}]});
+            assert_eq!(call(&app, with_body("POST", "/v1/indexes/i0/docs", &add)).await.0, StatusCode::OK);
+        }
+        assert!(indexes.open_count() <= 4, "{} open after {i}", indexes.open_count());
+    }
+    let grown = descriptors().saturating_sub(before);
+    assert!(grown < MANY, "{grown} descriptors more after {MANY} indexes, 4 of them open");
+    let (status, stored) = call(&app, bare("GET", "/v1/indexes/i0/docs/n40")).await;
+    assert_eq!(status, StatusCode::OK, "closed and opened again, with its write: {stored}");
+
+    let (status, error) = call(&app, with_body("PUT", "/v1/indexes/one-more", &create)).await;
+    assert_eq!((status, error["code"].as_str()), (StatusCode::CONFLICT, Some("too_many_indexes")), "{error}");
+    assert!(!data.join("one-more").exists());
+    assert_eq!(call(&app, bare("DELETE", "/v1/indexes/i5")).await.0, StatusCode::OK);
+    assert_eq!(call(&app, with_body("PUT", "/v1/indexes/one-more", &create)).await.0, StatusCode::OK);
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// Issue 43.4: text indexes of one model share one encoder (one copy of the model).
+#[test]
+fn text_indexes_of_one_model_share_one_encoder() {
+    let (tmp, built) = common::build_index();
+    let data = tmp.path().join("data");
+    copy_dir(&built, &data.join("a"));
+    copy_dir(&built, &data.join("b"));
+    let indexes = Indexes::open(&data, OpenOptions::default()).unwrap();
+    let (a, b) = (indexes.get("a").unwrap(), indexes.get("b").unwrap());
+    assert!(!Arc::ptr_eq(&a, &b));
+    assert!(Arc::ptr_eq(&a.encoder().unwrap(), &b.encoder().unwrap()), "one encoder for both");
 }

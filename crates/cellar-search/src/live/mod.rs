@@ -21,8 +21,10 @@
 //!
 //! Opening replays the log past the manifest's last flushed batch (and, where tantivy's last
 //! commit is older, into BM25), so every acknowledged write survives a crash. A process that
-//! finds another holding the writer's lock opens the index read-only, as it was at that moment.
+//! finds another holding the writer's lock opens the index read-only, as it was at that moment,
+//! and follows the writer's later commits (`follow`).
 
+pub mod follow;
 pub mod merge;
 pub mod retrain;
 pub mod write;

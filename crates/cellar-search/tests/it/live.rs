@@ -217,6 +217,33 @@ fn a_second_opener_reads_what_was_written_and_cannot_write() {
     assert!(matches!(refused, CellarError::Locked { .. }), "{refused:?}");
 }
 
+/// Issue 43.1: a reader beside a writer follows its commits. Opened before anything was
+/// written, it is told it is behind (two `stat` calls) and loads what the writer committed: a
+/// batch with a delete, then another and a flush (a new manifest, the log emptied), BM25
+/// included. The writer itself is never behind.
+#[test]
+fn a_reader_beside_a_writer_follows_its_commits() {
+    let (_tmp, dir) = copy_index();
+    let reader = open(&dir, ReaderKind::Mmap);
+    let writer = open(&dir, ReaderKind::Mmap);
+    let before = reader.len();
+    assert!(!reader.behind());
+    write(&writer, vec![WriteOp::Add(doc("harpsichord-0", HARPSICHORD)), WriteOp::Delete("bread-0".into())]);
+    assert!(reader.behind() && !writer.behind());
+    assert_eq!(reader.len(), before, "nothing loaded yet");
+    assert!(reader.follow().unwrap());
+    assert!(!reader.behind() && !reader.follow().unwrap(), "nothing more to load");
+    assert_eq!(reader.len(), writer.len());
+    assert_eq!(ids(&reader, &every_mode(HARPSICHORD_QUERY, 1)[0].1), ["harpsichord-0"]);
+    assert!(reader.get("bread-0").unwrap().is_none(), "deleted");
+    write(&writer, vec![WriteOp::Add(doc("harpsichord-1", HARPSICHORD))]);
+    writer.flush().unwrap();
+    assert!(reader.follow().unwrap());
+    assert_eq!(reader.len(), writer.len());
+    assert_eq!(reader.get("harpsichord-1").unwrap().unwrap().text, HARPSICHORD);
+    assert_eq!(reader.live_stats().segments, 1, "the flushed segment");
+}
+
 #[test]
 fn commands_that_read_the_build_alone_refuse_a_written_index() {
     let (tmp, dir) = copy_index();

@@ -1,0 +1,117 @@
+//! A reader beside a writer follows its commits. A process that opened an index without
+//! becoming its writer (another process wrote it then, or nothing was written yet) holds the
+//! live view it loaded at open; another process (`cellar add`, a server, Python) may write the
+//! index later, through `live/wal.log` and `live/MANIFEST.json`. [`Index::behind`] tells, at the
+//! cost of one `stat` of each, whether either changed since this process last loaded them, and
+//! [`Index::follow`] then loads the live view again, read-only (the log replayed without
+//! touching it, as at open), after reloading BM25's searcher, and publishes it.
+//!
+//! Consistency: the writer logs a batch before it commits it to BM25, so BM25 reloaded first
+//! holds no document the log read after it lacks. A flush or merge replaces the manifest (a new
+//! file: `write_atomic`) and then empties the log; a load that straddles one saw the manifest
+//! change under it and is made again, up to [`FOLLOW_TRIES`] times. A change is told by each
+//! file's inode, size and modification time: the log only grows between two manifests, and
+//! each manifest is a new file.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::TryLockError;
+
+use cellar_core::Result;
+
+use crate::index::Index;
+use crate::written::state::{LIVE_MANIFEST, WAL_FILE};
+
+/// Loads made again when the writer flushed or merged during one.
+pub const FOLLOW_TRIES: usize = 4;
+
+/// What a reader last loaded of `live/`: its manifest's and its log's identity, size and
+/// modification time (`None`: missing).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    manifest: Option<FileStamp>,
+    wal: Option<FileStamp>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        let meta = std::fs::metadata(path).ok()?;
+        let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+        Some(FileStamp { dev: meta.dev(), ino: meta.ino(), len: meta.len(), mtime_ns })
+    }
+}
+
+impl Stamp {
+    /// The stamp of the `live/` directory `live` now (two `stat` calls).
+    pub(crate) fn of(live: &Path) -> Stamp {
+        Stamp { manifest: FileStamp::of(&live.join(LIVE_MANIFEST)), wal: FileStamp::of(&live.join(WAL_FILE)) }
+    }
+}
+
+impl Index {
+    /// Whether another process committed writes to this index since this one loaded them: two
+    /// `stat` calls. Always false in the process that writes the index (its view is the newest).
+    pub fn behind(&self) -> bool {
+        if self.writes_here() {
+            return false;
+        }
+        let followed = *self.followed.lock().unwrap_or_else(|p| p.into_inner());
+        Stamp::of(&self.live.dir) != followed
+    }
+
+    /// Loads what another process committed to this index since this one last loaded it (see
+    /// the module's notes), and publishes it to the searches that start from then on; true
+    /// when it loaded anything. Searches under way finish with the view they hold. Nothing is
+    /// done in the process that writes the index. On an error the view stays as it was, and
+    /// the next call tries again.
+    pub fn follow(&self) -> Result<bool> {
+        // One follower at a time; one that waited here finds the stamp it would load loaded.
+        let mut followed = self.followed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = match self.live.writer.try_lock() {
+            Ok(slot) => slot,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            // A write of this process holds it: it reloads under the writer's lock itself.
+            Err(TryLockError::WouldBlock) => return Ok(false),
+        };
+        if slot.is_some() {
+            return Ok(false);
+        }
+        for _ in 0..FOLLOW_TRIES {
+            let before = Stamp::of(&self.live.dir);
+            if before == *followed {
+                return Ok(false);
+            }
+            if before.manifest.is_none() {
+                // Nothing written (or `live/` being created: its manifest comes first).
+                *followed = before;
+                return Ok(false);
+            }
+            self.bm25.reload()?;
+            let loaded = self.load_live(None, &mut slot);
+            if Stamp::of(&self.live.dir).manifest == before.manifest {
+                loaded?;
+                *followed = before;
+                return Ok(true);
+            }
+            // The writer flushed or merged meanwhile: what was read may straddle two manifests.
+        }
+        Ok(false)
+    }
+
+    /// Whether this process writes the index, or a write of it is under way here.
+    fn writes_here(&self) -> bool {
+        match self.live.writer.try_lock() {
+            Ok(slot) => slot.is_some(),
+            Err(TryLockError::Poisoned(p)) => p.into_inner().is_some(),
+            Err(TryLockError::WouldBlock) => true,
+        }
+    }
+}
