@@ -31,6 +31,9 @@ pub const MAX_FILTER_NODES: usize = 256;
 pub const MAX_FILTER_DEPTH: usize = 16;
 /// Values of one `in`.
 pub const MAX_IN_VALUES: usize = 1024;
+/// Values one whole filter compares with: one per `eq` and `range`, each of an `in`'s values.
+/// Without it 255 `in`s of 1,024 values (a 2 MB body) cost 350 MiB to evaluate.
+pub const MAX_FILTER_VALUES: usize = 4096;
 /// A search whose filter matches at most this many documents ranks all of them exactly (MaxSim
 /// of every match, or the pooled scan for the ivf mode) instead of running its first stage:
 /// the request's `filter_exact_max` changes it.
@@ -81,6 +84,7 @@ pub struct Range {
 /// A condition on documents' metadata.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
+#[schemars(extend("x-max-values" = MAX_FILTER_VALUES))]
 pub enum Filter {
     Eq(Equals),
     In(AnyOf),
@@ -191,7 +195,25 @@ impl Filter {
     /// `ops[2].delete_where`) is what errors name.
     pub fn check(&self, at: &str) -> Result<()> {
         let mut nodes = 0;
-        self.check_node(at, 1, &mut nodes)
+        self.check_node(at, 1, &mut nodes)?;
+        let values = self.values();
+        if values > MAX_FILTER_VALUES {
+            return Err(CellarError::invalid(format!(
+                "{at}: a filter compares at most {MAX_FILTER_VALUES} values in all (each of an in's \
+                 values counts), got {values}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Values this filter compares with: one per `eq` and `range`, each of an `in`'s values.
+    pub fn values(&self) -> usize {
+        match self {
+            Filter::Eq(_) | Filter::Range(_) => 1,
+            Filter::In(a) => a.values.len(),
+            Filter::And(list) | Filter::Or(list) => list.iter().map(Filter::values).sum(),
+            Filter::Not(f) => f.values(),
+        }
     }
 
     fn check_node(&self, at: &str, depth: usize, nodes: &mut usize) -> Result<()> {
@@ -419,6 +441,25 @@ mod tests {
         assert!(f.check("filter").unwrap_err().to_string().contains("nest at most"));
         assert!(serde_json::from_str::<Filter>(r#"{"eq":{"field":"a","value":1,"x":2}}"#).is_err());
         assert!(serde_json::from_str::<Filter>(r#"{"like":{"field":"a"}}"#).is_err());
+    }
+
+    /// `in` values count against the filter's limit: 255 full `in`s (a 2 MB body) cost 350 MiB
+    /// to evaluate when only the conditions were counted.
+    #[test]
+    fn a_filter_compares_a_bounded_number_of_values_in_all() {
+        let any_of = |n: usize| {
+            let values: Vec<String> = (0..n).map(|i| format!("v{i}")).collect();
+            serde_json::json!({"in": {"field": "tag", "values": values}})
+        };
+        let full: Vec<_> = (0..MAX_FILTER_VALUES / MAX_IN_VALUES).map(|_| any_of(MAX_IN_VALUES)).collect();
+        let fits: Filter = serde_json::from_value(serde_json::json!({ "or": full })).unwrap();
+        assert_eq!(fits.values(), MAX_FILTER_VALUES);
+        fits.check("filter").unwrap();
+        let many: Vec<_> = (0..255).map(|_| any_of(MAX_IN_VALUES)).collect();
+        let big: Filter = serde_json::from_value(serde_json::json!({ "or": many })).unwrap();
+        let err = big.check("filter").unwrap_err().to_string();
+        assert!(err.contains(&format!("at most {MAX_FILTER_VALUES} values")), "{err}");
+        assert!(err.contains(&(255 * MAX_IN_VALUES).to_string()), "{err}");
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! What every API module shares: the state (`AppState`), body parsing (`parse_body`), and the
 //! one path by which work reaches the CPU pool — queued all at once or refused with 429, run
 //! only if its deadline has not passed when a worker takes it, waited for until the deadline
-//! (504) — [`submit`] and [`Pending::wait`].
+//! (504) — [`submit`] and [`Pending::wait`]; writes that encode text take the same path on a lane
+//! of their own (`AppState::writes`), so they never hold every search worker. Also what a request
+//! allocates beyond its body, charged against the in-flight byte budget ([`AppState::charge`]),
+//! and answers serialized off the async runtime ([`json_off_runtime`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -9,10 +12,12 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use cellar_core::CellarError;
 use cellar_search::Index;
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::json;
 use tokio::sync::oneshot;
 
@@ -35,11 +40,15 @@ pub struct AppState {
     pub indexes: Option<Arc<Indexes>>,
     pub streams: Option<StreamsState>,
     pub pool: CpuPool,
+    /// The write lane: writes that encode text run here, one at a time, beside the searches'
+    /// pool (a 4,096-document text write once held a search worker for 110 s).
+    pub writes: CpuPool,
     pub metrics: Metrics,
     pub config: ServerConfig,
     /// Requests to `/v1` admitted and not yet answered.
     pub(crate) in_flight: AtomicUsize,
-    /// Bytes of the `/v1` request bodies being read or admitted (see `routes::read_body`).
+    /// Bytes of the `/v1` request bodies being read or admitted (see `routes::read_body`), and
+    /// what the admitted requests are estimated to allocate ([`AppState::charge`]).
     pub(crate) in_flight_bytes: AtomicUsize,
 }
 
@@ -64,11 +73,13 @@ impl AppState {
         config: ServerConfig,
     ) -> Arc<AppState> {
         let pool = CpuPool::new(config.workers, config.io_waiters, config.queue_capacity);
+        let writes = CpuPool::new(crate::WRITE_LANE_THREADS, 0, crate::WRITE_LANE_QUEUE);
         Arc::new(AppState {
             index,
             indexes,
             streams,
             pool,
+            writes,
             metrics: Metrics::default(),
             config,
             in_flight: AtomicUsize::new(0),
@@ -120,10 +131,57 @@ impl AppState {
         self.in_flight.load(Ordering::Acquire)
     }
 
-    /// Bytes of the `/v1` request bodies being read or admitted now.
+    /// Bytes of the `/v1` request bodies being read or admitted now, and what those requests
+    /// were charged for what they allocate.
     pub fn in_flight_bytes(&self) -> usize {
         self.in_flight_bytes.load(Ordering::Acquire)
     }
+
+    /// Charges `bytes` that a request will allocate (its answer, its filter's evaluation)
+    /// against `max_in_flight_bytes` until the returned guard is dropped, or refuses with 429
+    /// when they do not fit beside what other requests hold. `own` is what this request already
+    /// holds (its body): a request alone always passes, whatever its size.
+    pub fn charge(&self, bytes: usize, own: usize) -> Result<Charged<'_>, ApiError> {
+        let budget = self.config.max_in_flight_bytes.unwrap_or(usize::MAX);
+        let before = self.in_flight_bytes.fetch_add(bytes, Ordering::AcqRel);
+        let charged = Charged { counter: &self.in_flight_bytes, bytes };
+        let others = before.saturating_sub(own);
+        if others == 0 || before.saturating_add(bytes) <= budget {
+            return Ok(charged);
+        }
+        let message = format!(
+            "this request would allocate about {bytes} bytes (its answer and filter), and the server \
+             already holds {before} bytes of requests of the {budget} it takes at once (a quarter of its \
+             memory cap's headroom unless --max-in-flight-mib says otherwise); retry later, or ask for \
+             fewer hits"
+        );
+        Err(ApiError::overloaded(message, json!({ "max_in_flight_bytes": budget, "charged_bytes": bytes })))
+    }
+}
+
+/// Bytes charged against the in-flight budget by [`AppState::charge`], given back on drop.
+pub struct Charged<'a> {
+    counter: &'a AtomicUsize,
+    bytes: usize,
+}
+
+impl Drop for Charged<'_> {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// `value` as a JSON answer, serialized on a blocking thread: a large answer (10,000 hits with
+/// their texts) never holds the async runtime, so `/healthz` and every other request go on
+/// being answered meanwhile (serializing 553 MB on it once stalled `/healthz` for 3.3 s).
+pub async fn json_off_runtime<T: Serialize + Send + 'static>(value: T) -> Result<Response, ApiError> {
+    let bytes = tokio::task::spawn_blocking(move || serde_json::to_vec(&value))
+        .await
+        .map_err(|e| CellarError::internal(format!("serializing the answer stopped: {e}")))?
+        .map_err(|e| CellarError::internal(format!("the answer does not serialize: {e}")))?;
+    let mut response = bytes.into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(response)
 }
 
 /// Parses a JSON body, turning every way it can be wrong into a typed 4xx.
@@ -171,6 +229,20 @@ where
     T: Send + 'static,
     F: FnOnce() -> cellar_core::Result<T> + Send + 'static,
 {
+    submit_to(&state.pool, "queue", works, deadline)
+}
+
+/// [`submit`] to `pool` (the searches' or the write lane), which `what` names in a 429.
+pub fn submit_to<T, F>(
+    pool: &CpuPool,
+    what: &str,
+    works: Vec<F>,
+    deadline: Instant,
+) -> Result<Vec<Pending<T>>, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> cellar_core::Result<T> + Send + 'static,
+{
     let enqueued = Instant::now();
     let (jobs, pending): (Vec<Job>, Vec<Pending<T>>) = works
         .into_iter()
@@ -188,9 +260,9 @@ where
             (job, Pending(rx))
         })
         .unzip();
-    state.pool.try_submit_all(jobs).map_err(|_| {
-        let capacity = state.pool.capacity();
-        let message = format!("the server's queue is full ({capacity} jobs waiting); retry later");
+    pool.try_submit_all(jobs).map_err(|_| {
+        let capacity = pool.capacity();
+        let message = format!("the server's {what} is full ({capacity} jobs waiting); retry later");
         ApiError::overloaded(message, json!({ "queue_capacity": capacity }))
     })?;
     Ok(pending)
@@ -208,7 +280,6 @@ impl<T> Pending<T> {
     }
 }
 
-/// Runs one job on the pool with the server's deadline and waits for it.
 /// A path parameter, or a 400 naming what is wrong with it.
 pub fn path<T>(
     extracted: Result<axum::extract::Path<T>, axum::extract::rejection::PathRejection>,
@@ -218,6 +289,7 @@ pub fn path<T>(
         .map_err(|e| ApiError::invalid(format!("request path: {}", e.body_text())))
 }
 
+/// Runs one job on the pool with the server's deadline and waits for it.
 pub async fn run_blocking<T: Send + 'static>(
     state: &AppState,
     work: impl FnOnce() -> cellar_core::Result<T> + Send + 'static,
@@ -225,4 +297,59 @@ pub async fn run_blocking<T: Send + 'static>(
     let deadline = Instant::now() + state.config.deadline;
     let pending = submit(state, vec![work], deadline)?.pop().expect("one job submitted");
     pending.wait(state, deadline).await.map(|(value, _)| value)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{mpsc, Mutex};
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// An answer whose serialization says it started, then waits (at most 10 s) to be told to
+    /// go on.
+    struct Slow {
+        started: Arc<AtomicBool>,
+        go: Mutex<mpsc::Receiver<()>>,
+    }
+
+    impl Serialize for Slow {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            self.started.store(true, Ordering::SeqCst);
+            let go = self.go.lock().unwrap().recv_timeout(Duration::from_secs(10));
+            go.map_err(|_| serde::ser::Error::custom("never told to go on: the runtime was held"))?;
+            s.serialize_str("done")
+        }
+    }
+
+    /// Issue 43.5: `/healthz` stalled 3.3 s while a 553 MB answer was serialized on the async
+    /// runtime. On a runtime of one thread, `/healthz` is answered while an answer is being
+    /// serialized: the serialization goes on only once `/healthz` has answered.
+    #[tokio::test(flavor = "current_thread")]
+    async fn healthz_answers_while_an_answer_is_serialized() {
+        let config = ServerConfig::new("127.0.0.1:0".parse().unwrap());
+        let app = crate::router(AppState::serving(None, None, None, config));
+        let (go, wait) = mpsc::channel();
+        let started = Arc::new(AtomicBool::new(false));
+        let slow = Slow { started: started.clone(), go: Mutex::new(wait) };
+        let answer = tokio::spawn(json_off_runtime(slow));
+        for _ in 0..2000 {
+            if started.load(Ordering::SeqCst) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(started.load(Ordering::SeqCst), "the serialization started");
+        let health = app.oneshot(Request::get("/healthz").body(Body::empty()).unwrap()).await.unwrap();
+        assert_eq!(health.status(), StatusCode::OK);
+        let _ = go.send(());
+        let answer = answer.await.unwrap().expect("the answer was serialized once /healthz answered");
+        let body = axum::body::to_bytes(answer.into_body(), usize::MAX).await.unwrap();
+        assert_eq!(&body[..], b"\"done\"");
+    }
 }

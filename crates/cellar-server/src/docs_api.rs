@@ -1,23 +1,28 @@
 //! `/v1/docs` (and `/v1/indexes/{name}/docs`, the same on a named index of the data directory):
 //! writes to the served index — a batch of adds, updates and deletes (the body *is*
 //! a [`WriteRequest`], the type every front end shares), and the delete of one document. A
-//! write runs on the CPU pool (its texts are encoded there) and is answered once it is durable
-//! and visible to the next search.
+//! write is answered once it is durable and visible to the next search. One that encodes text
+//! runs on the write lane (`AppState::writes`), never on the searches' workers, and is stopped
+//! before anything is logged at its deadline (504), or as soon as its first chunks show that
+//! its texts cannot be encoded by then (413); the other writes run on the CPU pool.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{delete, get, post};
 use axum::Json;
 use cellar_core::CellarError;
+use cellar_search::live::write::EncodeProgress;
 use cellar_search::{Index, Metadata, WriteOp, WriteReport, WriteRequest};
 use schemars::JsonSchema;
 use serde::Serialize;
+use serde_json::json;
 
-use crate::app::{parse_body, run_blocking, AppState};
+use crate::app::{parse_body, run_blocking, submit_to, AppState};
 use crate::error::ApiError;
 use crate::indexes::Target;
 use crate::openapi::{schema, Api, Operation};
@@ -25,8 +30,11 @@ use crate::openapi::{schema, Api, Operation};
 const WRITE_ERRORS: &[(u16, &str)] = &[
     (404, "An update or delete names a document the index does not hold, or no index is served"),
     (409, "Another process writes this index"),
+    (413, "The batch's texts cannot be encoded within the deadline: nothing was written; send fewer"),
     (422, "A document's vectors have the wrong dimension"),
+    (429, "The write lane is full"),
     (503, "The model that encodes the documents' text is unavailable"),
+    (504, "The deadline passed: nothing was written if it passed while the texts were encoded"),
 ];
 
 /// The write endpoints, on the `--index` and on a named index of the data directory.
@@ -99,12 +107,83 @@ async fn get_one(State(state): State<Arc<AppState>>, target: Target) -> Result<J
     Ok(Json(found))
 }
 
+/// Whether a write encodes text (an add or update without vectors).
+fn encodes_text(request: &WriteRequest) -> bool {
+    request.ops.iter().any(|op| matches!(op, WriteOp::Add(d) | WriteOp::Update(d) if d.vectors.is_none()))
+}
+
+/// Why the write lane stopped a write before anything was logged.
+enum Stopped {
+    /// The deadline passed.
+    Deadline,
+    /// At the pace of the texts encoded so far the rest would finish past the deadline.
+    TooSlow { progress: EncodeProgress, estimated: Duration },
+}
+
+/// Whether a write encoding its texts stops at `progress`, and why.
+fn stop_at(progress: &EncodeProgress, deadline: Instant) -> Option<Stopped> {
+    let now = Instant::now();
+    if now >= deadline {
+        return Some(Stopped::Deadline);
+    }
+    if progress.done_bytes == 0 || progress.done == progress.docs {
+        return None;
+    }
+    let rest = (progress.bytes - progress.done_bytes) as f64 / progress.done_bytes as f64;
+    let rest = progress.elapsed.mul_f64(rest);
+    (now + rest > deadline)
+        .then_some(Stopped::TooSlow { progress: *progress, estimated: progress.elapsed + rest })
+}
+
+/// The 413 of a write whose texts would be encoded past the deadline.
+fn too_slow(progress: &EncodeProgress, estimated: Duration, deadline: Duration) -> ApiError {
+    let fits = (progress.docs as f64 * deadline.as_secs_f64() / estimated.as_secs_f64()) as usize;
+    let message = format!(
+        "encoding this write's {} texts ({} bytes) would take about {:.1} s at the pace of its first {} \
+         ({:.1} s), past the server's deadline of {} ms: nothing was written; send fewer documents per \
+         write (about {} fit now)",
+        progress.docs,
+        progress.bytes,
+        estimated.as_secs_f64(),
+        progress.done,
+        progress.elapsed.as_secs_f64(),
+        deadline.as_millis(),
+        fits.max(1)
+    );
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "write_too_large", message).with_details(json!({
+        "docs": progress.docs,
+        "estimated_ms": estimated.as_millis() as u64,
+        "deadline_ms": deadline.as_millis() as u64,
+        "docs_that_fit": fits,
+    }))
+}
+
 async fn run_write(
     state: &Arc<AppState>,
     index: Arc<Index>,
     request: WriteRequest,
 ) -> Result<Json<WriteReport>, ApiError> {
-    Ok(Json(run_blocking(state, move || index.write(request)).await?))
+    if !encodes_text(&request) {
+        return Ok(Json(run_blocking(state, move || index.write(request)).await?));
+    }
+    let deadline = Instant::now() + state.config.deadline;
+    let work = move || -> cellar_core::Result<Result<WriteReport, Stopped>> {
+        let mut stopped = None;
+        let written = index.write_checked(request, &mut |progress| {
+            stopped = stop_at(progress, deadline);
+            stopped.is_none()
+        })?;
+        Ok(written.ok_or_else(|| stopped.expect("a write stops only when told why")))
+    };
+    let pending = submit_to(&state.writes, "write lane", vec![work], deadline)?;
+    let (written, _) = pending.into_iter().next().expect("one write queued").wait(state, deadline).await?;
+    match written {
+        Ok(report) => Ok(Json(report)),
+        Err(Stopped::Deadline) => Err(ApiError::deadline(state.config.deadline.as_millis() as u64)),
+        Err(Stopped::TooSlow { progress, estimated }) => {
+            Err(too_slow(&progress, estimated, state.config.deadline))
+        }
+    }
 }
 
 async fn write(

@@ -7,7 +7,9 @@
 //! - `indexes`: `--data-dir DIR`: every index under DIR by name (`/v1/indexes/{name}/...`),
 //!   created and dropped over the API or on disk; `registry`: those indexes, apart from HTTP
 //! - `streams`: the streaming collections' endpoints (`/v1/streams/...`, `--streams DIR`)
-//! - `app`: the shared state, body parsing and the one pool + deadline + 429 path
+//! - `app`: the shared state, body parsing, the one pool + deadline + 429 path (the search pool,
+//!   or the write lane for writes that encode text), the charge of what a request allocates
+//!   against the in-flight byte budget, answers serialized off the runtime
 //! - `pool`: the fixed CPU pool with its bounded queue (searches never run on the async runtime)
 //! - `openapi`: `Api` (routes registered with their operations) and the generated document
 //! - `metrics`: Prometheus counters and histograms
@@ -50,6 +52,14 @@ pub const QUEUE_PER_WORKER: usize = 16;
 /// Searches per worker that may sleep on reads while others compute, by default (see
 /// `bench/results/io-waiters.md`).
 pub const IO_WAITERS_PER_WORKER: usize = 1;
+
+/// Threads of the write lane: writes that encode text run there one at a time, beside the
+/// search pool, so they never take its workers (the OS shares the cores between them).
+pub const WRITE_LANE_THREADS: usize = 1;
+
+/// Writes that may wait for the write lane before more are refused with 429. A text write may
+/// take its whole deadline, so a deeper queue only holds bodies for writes that would expire.
+pub const WRITE_LANE_QUEUE: usize = 4;
 
 /// The default queue for `workers` threads: 16 per worker, and never less than the largest
 /// batch, which is queued whole (a 64-query batch on 2 cores was otherwise always 429).

@@ -2,6 +2,7 @@
 //! a typed 4xx that changes nothing, and the server keeps serving.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{to_bytes, Body};
 use axum::http::{Request, StatusCode};
@@ -174,4 +175,86 @@ async fn searches_and_deletes_filter_on_metadata_written_over_http() {
     let (status, _) = call(&app, Request::get("/v1/docs/m1").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "deleted by its filter");
     assert_eq!(index.len(), 6 + 3);
+}
+
+/// A write adding `n` documents of short text, ids `{prefix}{i}`.
+fn text_write(prefix: &str, n: usize) -> String {
+    let ops: Vec<Value> = (0..n)
+        .map(|i| {
+            let (_, text) = common::DOCS[i % common::DOCS.len()];
+            json!({"add": {"id": format!("{prefix}{i}"), "text": format!("{text} Note {i}.")}})
+        })
+        .collect();
+    json!({ "ops": ops }).to_string()
+}
+
+/// Polls (at most 10 s) until the write lane runs `busy` writes and holds none queued.
+async fn wait_for_write_lane(state: &AppState, busy: usize) {
+    for _ in 0..2000 {
+        if state.writes.busy() == busy && state.writes.queue_depth() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the write lane runs {} writes, not {busy}", state.writes.busy());
+}
+
+/// Issue 43.6: a 4,096-document text write held a search worker for 110 s, and every search
+/// answered 504 meanwhile. A write that encodes text runs on the write lane: with one search
+/// worker, searches are answered while a large text write runs (it is still unfinished when they
+/// are), and the write is answered in full after them.
+#[tokio::test]
+async fn searches_are_answered_while_a_large_text_write_runs() {
+    let (_tmp, dir) = common::build_index();
+    let index = Arc::new(Index::open(&dir, OpenOptions::default()).unwrap());
+    let mut config = ServerConfig::with_workers("127.0.0.1:0".parse().unwrap(), 1);
+    config.deadline = Duration::from_secs(300);
+    let state = AppState::new(index.clone(), config);
+    let app = router(state.clone());
+    let n = 4 * cellar_search::live::write::ENCODE_CHUNK_DOCS;
+    let write = {
+        let (app, body) = (app.clone(), text_write("w", n));
+        tokio::spawn(async move { call(&app, post("/v1/docs", &body)).await })
+    };
+    wait_for_write_lane(&state, 1).await;
+    for (query, want) in [("espresso coffee beans", "espresso"), ("volcano magma", "lava")] {
+        assert_eq!(top_ids(&app, query, "bm25").await[0], want);
+    }
+    assert!(!write.is_finished(), "the searches were answered while the write ran");
+    let (status, report) = write.await.unwrap();
+    assert_eq!((status, report["added"].as_u64()), (StatusCode::OK, Some(n as u64)), "{report}");
+    assert_eq!(index.len(), 6 + n);
+}
+
+/// Issue 43.6: the 4,096-document write was answered 504 at its deadline but ran on for 100 s
+/// more. A text write that cannot be encoded by its deadline stops before anything is logged:
+/// as soon as its first chunk shows it (413 naming the deadline and what would fit) or at the
+/// deadline (504). Its lane is free again soon after, and none of its documents is stored.
+#[tokio::test]
+async fn a_text_write_that_cannot_finish_by_its_deadline_is_stopped_before_it_is_logged() {
+    let (_tmp, dir) = common::build_index();
+    let index = Arc::new(Index::open(&dir, OpenOptions::default()).unwrap());
+    index.encoder().unwrap(); // loaded now, not within the write's deadline
+    let mut config = ServerConfig::with_workers("127.0.0.1:0".parse().unwrap(), 1);
+    config.deadline = Duration::from_millis(1000);
+    let state = AppState::new(index.clone(), config);
+    let app = router(state.clone());
+    let n = 64 * cellar_search::live::write::ENCODE_CHUNK_DOCS;
+    let (status, error) = call(&app, post("/v1/docs", &text_write("slow", n))).await;
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            assert_eq!(error["code"], "write_too_large", "{error}");
+            let message = error["message"].as_str().unwrap();
+            assert!(message.contains("1000 ms") && message.contains("nothing was written"), "{message}");
+            assert_eq!(error["details"]["docs"].as_u64(), Some(n as u64), "{error}");
+        }
+        // A machine so slow that its first chunk took the whole deadline.
+        StatusCode::GATEWAY_TIMEOUT => assert_eq!(error["code"], "deadline_exceeded", "{error}"),
+        other => panic!("{other}: {error}"),
+    }
+    wait_for_write_lane(&state, 0).await;
+    assert_eq!(index.len(), 6, "nothing of the stopped write is stored");
+    let (status, _) = call(&app, Request::get("/v1/docs/slow0").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(index.live_stats().written, 0, "nothing was logged");
 }

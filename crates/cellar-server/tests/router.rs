@@ -322,10 +322,9 @@ async fn past_max_in_flight_bytes_a_request_is_refused_unless_it_would_be_alone(
     };
     wait_for_queue_depth(&state, 1).await;
     let body = json!({"query": "bread"}).to_string();
-    assert_eq!(
-        state.in_flight_bytes(),
-        json!({"query": "coffee"}).to_string().len(),
-        "the queued body is counted"
+    assert!(
+        state.in_flight_bytes() > json!({"query": "coffee"}).to_string().len(),
+        "the queued body is counted, and what its answer will take"
     );
     let (status, value, retry) = call(&app, post("/v1/search", body)).await;
     assert_eq!((status, value["code"].as_str()), (StatusCode::TOO_MANY_REQUESTS, Some("overloaded")));
@@ -711,4 +710,88 @@ async fn every_integer_of_every_request_is_bounded_in_the_openapi_document_and_b
     }
     let (status, body) = search(&app, json!({ "query": "coffee", "k": 2 })).await;
     assert_eq!(status, StatusCode::OK, "still serving: {body}");
+}
+
+/// Issue 43.5: a 3 KiB batch of 64 queries of `k` 10,000 built a 553 MB answer (+1.06 GB of
+/// peak RSS). A batch asks for at most `MAX_BATCH_HITS` hits in all: past it the batch is
+/// refused whole, before anything runs, with a 400 naming the field and the limit, which the
+/// OpenAPI document states; a batch at the limit is answered.
+#[tokio::test]
+async fn a_batch_asking_for_too_many_hits_in_all_is_refused_whole() {
+    use cellar_search::request::{MAX_BATCH, MAX_BATCH_HITS, MAX_K};
+    let (_, app) = app_with(config());
+    let query = |k: usize| json!({ "query": "coffee", "mode": "bm25", "k": k });
+    let big = json!({ "queries": vec![query(MAX_K); MAX_BATCH] });
+    let (status, value, _) = call(&app, post("/v1/search/batch", big.to_string())).await;
+    assert_eq!(
+        (status, value["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_request")),
+        "{value}"
+    );
+    let message = value["message"].as_str().unwrap();
+    for says in ["queries[].k", &MAX_BATCH_HITS.to_string(), &(MAX_BATCH * MAX_K).to_string()] {
+        assert!(message.contains(says), "{says:?} not in {message}");
+    }
+    assert_eq!(value["details"]["max_batch_hits"].as_u64(), Some(MAX_BATCH_HITS as u64));
+    let at_limit = json!({ "queries": vec![query(MAX_BATCH_HITS / 2); 2] });
+    let (status, value, _) = call(&app, post("/v1/search/batch", at_limit.to_string())).await;
+    assert_eq!(status, StatusCode::OK, "{value}");
+    let (_, doc, _) = call(&app, Request::get("/openapi.json").body(Body::empty()).unwrap()).await;
+    assert!(
+        doc.to_string().contains(&format!("\"x-max-total-k\":{MAX_BATCH_HITS}")),
+        "the limit is documented"
+    );
+}
+
+/// Issue 43.5: a 2 MB filter of 255 `in`s of 1,024 values cost 350 MiB to evaluate (813 MiB for
+/// 8 at once): `in` values count against the filter's limit, refused with a 400 naming it.
+#[tokio::test]
+async fn a_filter_comparing_too_many_values_is_refused_naming_the_limit() {
+    use cellar_search::filter::{MAX_FILTER_VALUES, MAX_IN_VALUES};
+    let mut roomy = config();
+    roomy.max_body_bytes = 4 << 20;
+    let (_, app) = app_with(roomy);
+    let values: Vec<String> = (0..MAX_IN_VALUES).map(|i| format!("v{i}")).collect();
+    let any_of = json!({ "in": { "field": "tag", "values": values } });
+    let filter = json!({ "or": vec![any_of; 255] });
+    let (status, value) = search(&app, json!({ "query": "coffee", "mode": "bm25", "filter": filter })).await;
+    assert_eq!((status, value["code"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_input")), "{value}");
+    let message = value["message"].as_str().unwrap();
+    assert!(message.contains(&format!("at most {MAX_FILTER_VALUES} values")), "{message}");
+    assert!(message.contains(&(255 * MAX_IN_VALUES).to_string()), "{message}");
+}
+
+/// Issue 43.5: what a search will allocate (its answer's hits, with their text, and its filter)
+/// is charged against `max_in_flight_bytes` before it runs, not only its body: a batch whose
+/// answer does not fit beside a request already held is refused with 429, and answered once it
+/// would be alone; every charge is given back.
+#[tokio::test]
+async fn a_search_is_charged_for_its_answer_against_the_byte_budget() {
+    let mut tight = config();
+    tight.workers = 1;
+    // Room for small searches, not for 64 queries of 6 hits with their text.
+    tight.max_in_flight_bytes = Some(64 << 10);
+    let (state, app) = app_with(tight);
+    let batch =
+        json!({ "queries": vec![json!({ "query": "coffee", "mode": "bm25", "k": 6 }); 64] }).to_string();
+    let release = block_worker(&state);
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move { search(&app, json!({"query": "coffee", "mode": "bm25", "k": 1})).await })
+    };
+    wait_for_queue_depth(&state, 1).await;
+    let (status, value, retry) = call(&app, post("/v1/search/batch", batch.clone())).await;
+    assert_eq!(
+        (status, value["code"].as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, Some("overloaded")),
+        "{value}"
+    );
+    assert!(value["details"]["charged_bytes"].as_u64().unwrap() > 64 << 10, "{value}");
+    assert_eq!(retry.as_deref(), Some("1"));
+    release.send(()).unwrap();
+    assert_eq!(first.await.unwrap().0, StatusCode::OK);
+    assert_eq!(state.in_flight_bytes(), 0, "the charges were given back");
+    let (status, value, _) = call(&app, post("/v1/search/batch", batch)).await;
+    assert_eq!(status, StatusCode::OK, "alone, the batch is answered: {value}");
+    assert_eq!(state.in_flight_bytes(), 0);
 }

@@ -1,9 +1,11 @@
 //! Writes to an index: the one request type of every front end (`WriteRequest`: HTTP, Python,
-//! the CLI) and `Index::write`, which applies a batch all or nothing.
+//! the CLI) and `Index::write`, which applies a batch all or nothing. Texts are encoded in chunks
+//! of [`ENCODE_CHUNK_DOCS`], between which `Index::write_checked`'s caller may stop the write
+//! (the server, at its deadline): nothing is logged then.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cellar_core::io::wait::waiting_on_io;
 use cellar_core::store::MAX_TOKENS_PER_DOC;
@@ -26,6 +28,23 @@ pub const MAX_WRITE_OPS: usize = 4096;
 /// Bytes of a document's id, title plus text.
 pub const MAX_ID_BYTES: usize = 1024;
 pub const MAX_DOC_TEXT_BYTES: usize = 1 << 20;
+/// Documents whose texts a write encodes in one call: between chunks its caller may stop it
+/// (`Index::write_checked`), and it holds the full-precision vectors of one chunk at a time.
+pub const ENCODE_CHUNK_DOCS: usize = 32;
+
+/// How far a write's encoding has come, as [`Index::write_checked`]'s caller sees it before
+/// each chunk of texts and once they are all encoded.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EncodeProgress {
+    /// Texts encoded so far, of `docs`.
+    pub done: usize,
+    pub docs: usize,
+    /// Bytes (title and text) of the texts encoded so far, of `bytes`.
+    pub done_bytes: usize,
+    pub bytes: usize,
+    /// Time spent encoding so far.
+    pub elapsed: Duration,
+}
 
 /// A document to add or update.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -147,6 +166,18 @@ impl Index {
     /// exist, counting the batch's own earlier operations), then the batch is logged durably
     /// and made visible to searches at once.
     pub fn write(&self, request: WriteRequest) -> Result<WriteReport> {
+        let report = self.write_checked(request, &mut |_| true)?;
+        Ok(report.expect("a write its caller never stops finishes"))
+    }
+
+    /// [`Index::write`], asking `go_on` before each chunk of [`ENCODE_CHUNK_DOCS`] texts is
+    /// encoded and once they all are: when it answers false the write stops there, before
+    /// anything is logged, and returns `None`.
+    pub fn write_checked(
+        &self,
+        request: WriteRequest,
+        go_on: &mut dyn FnMut(&EncodeProgress) -> bool,
+    ) -> Result<Option<WriteReport>> {
         let start = Instant::now();
         let ops = request.ops;
         if ops.is_empty() || ops.len() > MAX_WRITE_OPS {
@@ -156,7 +187,9 @@ impl Index {
             )));
         }
         let encode_start = Instant::now();
-        let mut prepared = self.prepare_docs(&ops)?;
+        let Some(mut prepared) = self.prepare_docs(&ops, go_on)? else {
+            return Ok(None);
+        };
         let encode_ms =
             if ops.iter().any(|op| matches!(op, WriteOp::Add(d) | WriteOp::Update(d) if d.vectors.is_none()))
             {
@@ -267,7 +300,7 @@ impl Index {
         report.encode_ms = encode_ms;
         report.commit_ms = ms_since(commit_start);
         report.total_ms = ms_since(start);
-        Ok(report)
+        Ok(Some(report))
     }
 
     /// The documents each `delete_where` of `ops` matches (collection id and internal id), once
@@ -288,8 +321,13 @@ impl Index {
     }
 
     /// Checks every document of `ops` and encodes it: the caller's vectors, or its text through
-    /// the index's model (all of the batch's texts in one call). `None` for deletes.
-    fn prepare_docs(&self, ops: &[WriteOp]) -> Result<Vec<Option<Prepared>>> {
+    /// the index's model (the batch's texts in chunks, `go_on` asked before each and at the
+    /// end: `None` when it says stop). `None` in the list for deletes.
+    fn prepare_docs(
+        &self,
+        ops: &[WriteOp],
+        go_on: &mut dyn FnMut(&EncodeProgress) -> bool,
+    ) -> Result<Option<Vec<Option<Prepared>>>> {
         let dim = self.config.encoder.model_dim;
         let mut out: Vec<Option<Prepared>> = Vec::with_capacity(ops.len());
         let mut to_encode: Vec<(usize, Document)> = Vec::new();
@@ -335,22 +373,44 @@ impl Index {
         }
         if !to_encode.is_empty() {
             let encoder = self.encoder()?;
-            let contents: Vec<String> = to_encode.iter().map(|(_, d)| d.content()).collect();
-            let refs: Vec<&str> = contents.iter().map(String::as_str).collect();
-            let encoded = encoder.encode_docs(&refs)?;
-            if let Some(((_, document), _)) =
-                to_encode.iter().zip(&encoded).find(|(_, e)| !e.passages.is_empty())
-            {
-                return Err(CellarError::Unsupported(format!(
-                    "document {:?} is longer than this index's {}-token limit, and it splits long documents into passages: written documents are not kept as passages yet; shorten it, send its vectors, or rebuild the index with it",
-                    document.id, self.config.encoder.doc_max_tokens
-                )));
-            }
-            for ((i, document), encoded) in to_encode.into_iter().zip(encoded) {
-                out[i] = Some(self.encode_for_store(document, &encoded));
+            let text_bytes = |d: &Document| d.title.len() + d.text.len();
+            let mut progress = EncodeProgress {
+                done: 0,
+                docs: to_encode.len(),
+                done_bytes: 0,
+                bytes: to_encode.iter().map(|(_, d)| text_bytes(d)).sum(),
+                elapsed: Duration::ZERO,
+            };
+            let start = Instant::now();
+            let mut rest = to_encode.into_iter();
+            loop {
+                progress.elapsed = start.elapsed();
+                if !go_on(&progress) {
+                    return Ok(None);
+                }
+                let chunk: Vec<(usize, Document)> = rest.by_ref().take(ENCODE_CHUNK_DOCS).collect();
+                if chunk.is_empty() {
+                    break;
+                }
+                let contents: Vec<String> = chunk.iter().map(|(_, d)| d.content()).collect();
+                let refs: Vec<&str> = contents.iter().map(String::as_str).collect();
+                let encoded = encoder.encode_docs(&refs)?;
+                if let Some(((_, document), _)) =
+                    chunk.iter().zip(&encoded).find(|(_, e)| !e.passages.is_empty())
+                {
+                    return Err(CellarError::Unsupported(format!(
+                        "document {:?} is longer than this index's {}-token limit, and it splits long documents into passages: written documents are not kept as passages yet; shorten it, send its vectors, or rebuild the index with it",
+                        document.id, self.config.encoder.doc_max_tokens
+                    )));
+                }
+                for ((i, document), encoded) in chunk.into_iter().zip(encoded) {
+                    progress.done += 1;
+                    progress.done_bytes += text_bytes(&document);
+                    out[i] = Some(self.encode_for_store(document, &encoded));
+                }
             }
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// A document's vectors as the index stores them: projected by its PCA, encoded by its
