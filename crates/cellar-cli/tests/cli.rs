@@ -84,13 +84,29 @@ struct Served {
 
 impl Served {
     fn start(args: &[&str]) -> Served {
+        Served::start_with_files(args, None)
+    }
+
+    /// `start`, under a limit of `files` open files (`ulimit -n`) when given.
+    fn start_with_files(args: &[&str], files: Option<u64>) -> Served {
         use std::io::{BufRead, BufReader};
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cellar"))
+        use std::os::unix::process::CommandExt;
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_cellar"));
+        command
             .args(["serve", "--bind", "127.0.0.1:0", "--lazy-encoder", "--workers", "1"])
             .args(args)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(std::process::Stdio::piped());
+        if let Some(files) = files {
+            let limit = libc::rlimit { rlim_cur: files, rlim_max: files };
+            // SAFETY: setrlimit in the child between fork and exec touches nothing but the limit.
+            unsafe {
+                command.pre_exec(move || match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                });
+            }
+        }
+        let mut child = command.spawn().unwrap();
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let ready = lines.next().expect("a ready line").unwrap();
         Served { port: port_of(&ready), child }
@@ -160,4 +176,34 @@ fn a_data_directory_has_one_server_which_follows_other_writers_and_drops_only_fr
     let (status, body) = http(first.port, "DELETE", "/v1/indexes/held", "");
     assert_eq!(status, 200, "no other holder now: {body}");
     assert!(!data.join("held").exists());
+}
+
+/// Issue 43.4 under a file limit: a server allowed 64 open files (it starts with about 13, and
+/// each open index holds 2) creates and searches 32 indexes, keeping at most --max-open-indexes
+/// open (unbounded, PUTs failed with 500 after 119 indexes under 256); and a PUT past
+/// --max-indexes is 409.
+#[test]
+fn many_indexes_fit_in_a_small_file_limit() {
+    const MANY: usize = 32;
+    let tmp = tempfile::TempDir::new().unwrap();
+    let data = tmp.path().join("data");
+    let limits = ["--max-open-indexes", "4", "--max-indexes", "32"];
+    let served =
+        Served::start_with_files(&[&["--data-dir", data.to_str().unwrap()][..], &limits].concat(), Some(64));
+    let create = r#"{"docs": [{"id": "a", "text": "one", "vectors": {"tokens": [[1.0, 0.0]]}},
+                              {"id": "b", "text": "two", "vectors": {"tokens": [[0.0, 1.0]]}}], "codec": "f16"}"#;
+    let search =
+        r#"{"mode": "dense-exact", "k": 1, "query_vectors": {"tokens": [[1.0, 0.1]], "pooled": [1.0, 0.1]}}"#;
+    for i in 0..MANY {
+        let (status, body) = http(served.port, "PUT", &format!("/v1/indexes/i{i}"), create);
+        assert_eq!(status, 200, "PUT i{i}: {body}");
+        let (status, body) = http(served.port, "POST", &format!("/v1/indexes/i{i}/search"), search);
+        assert_eq!(status, 200, "search i{i}: {body}");
+    }
+    let (status, body) = http(served.port, "GET", "/healthz", "");
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let open = health["data_dir_indexes"].as_u64();
+    assert!(status == 200 && open.is_some_and(|n| n <= 4), "{body}");
+    let (status, body) = http(served.port, "PUT", "/v1/indexes/one-more", create);
+    assert!(status == 409 && body.contains("too_many_indexes"), "{status}: {body}");
 }
