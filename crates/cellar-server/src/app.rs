@@ -299,6 +299,17 @@ pub async fn run_blocking<T: Send + 'static>(
     pending.wait(state, deadline).await.map(|(value, _)| value)
 }
 
+/// [`run_blocking`] on the write lane: for work that encodes text (an index's creation).
+pub async fn run_on_write_lane<T: Send + 'static>(
+    state: &AppState,
+    work: impl FnOnce() -> cellar_core::Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    let deadline = Instant::now() + state.config.deadline;
+    let pending =
+        submit_to(&state.writes, "write lane", vec![work], deadline)?.pop().expect("one job submitted");
+    pending.wait(state, deadline).await.map(|(value, _)| value)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicBool;

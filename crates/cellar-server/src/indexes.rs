@@ -25,7 +25,7 @@ use cellar_search::Index;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::app::{parse_body, path, run_blocking, AppState};
+use crate::app::{parse_body, path, run_blocking, run_on_write_lane, AppState};
 use crate::error::ApiError;
 use crate::openapi::{schema, Api, Operation};
 use crate::registry::CreateIndex;
@@ -180,11 +180,16 @@ async fn create(
     let name = path(name)?;
     let request: CreateIndex = parse_body(&headers, body)?;
     let indexes = state.indexes()?.clone();
-    let created = run_blocking(&state, move || {
-        // A refusal of the registry's own (`--max-indexes`) is mapped by `ApiError`.
-        Ok(indexes.create(&name, request).map(|index| facts(&name, &index)))
-    })
-    .await??;
+    // Documents without vectors have their text encoded: on the write lane, as a write's are, so
+    // a large creation never takes the searches' workers.
+    let encodes_text = request.docs.iter().any(|d| d.vectors.is_none());
+    // A refusal of the registry's own (`--max-indexes`) is mapped by `ApiError`.
+    let work = move || Ok(indexes.create(&name, request).map(|index| facts(&name, &index)));
+    let created = if encodes_text {
+        run_on_write_lane(&state, work).await??
+    } else {
+        run_blocking(&state, work).await??
+    };
     Ok(Json(json!(created)))
 }
 

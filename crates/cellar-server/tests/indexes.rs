@@ -402,3 +402,40 @@ fn text_indexes_of_one_model_share_one_encoder() {
     assert!(!Arc::ptr_eq(&a, &b));
     assert!(Arc::ptr_eq(&a.encoder().unwrap(), &b.encoder().unwrap()), "one encoder for both");
 }
+
+/// Issue 43.6: creating an index of texts encodes them as a large write does: on the write lane,
+/// so with one search worker the other indexes' searches are answered while it runs (it is still
+/// unfinished when they are), and it is answered after them.
+#[tokio::test]
+async fn searches_are_answered_while_an_index_of_texts_is_created() {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let indexes = Indexes::open(&tmp.path().join("data"), OpenOptions::default()).unwrap();
+    let mut config = ServerConfig::with_workers("127.0.0.1:0".parse().unwrap(), 1);
+    config.deadline = std::time::Duration::from_secs(300);
+    let state = AppState::serving(None, Some(Arc::new(indexes)), None, config);
+    let app = router(state.clone());
+    let vectors = json!({"docs": (0..4).map(doc).collect::<Vec<_>>()});
+    let (status, created) = call(&app, with_body("PUT", "/v1/indexes/vectors", &vectors)).await;
+    assert_eq!(status, StatusCode::OK, "{created}");
+    let n = 4 * cellar_search::live::write::ENCODE_CHUNK_DOCS;
+    let texts: Vec<Value> = (0..n)
+        .map(|i| json!({"id": format!("t{i}"), "text": format!("{} Note {i}.", common::DOCS[i % 6].1)}))
+        .collect();
+    let put = {
+        let (app, body) = (app.clone(), json!({ "docs": texts }));
+        tokio::spawn(async move { call(&app, with_body("PUT", "/v1/indexes/texts", &body)).await })
+    };
+    for _ in 0..2000 {
+        if state.writes.busy() == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(state.writes.busy(), 1, "the creation runs on the write lane");
+    let (status, answer) =
+        call(&app, with_body("POST", "/v1/indexes/vectors/search", &search(1, None))).await;
+    assert_eq!((status, ids(&answer)[0].as_str()), (StatusCode::OK, "n1"), "{answer}");
+    assert!(!put.is_finished(), "the search was answered while the index was created");
+    let (status, created) = put.await.unwrap();
+    assert_eq!((status, created["docs"].as_u64()), (StatusCode::OK, Some(n as u64)), "{created}");
+}
