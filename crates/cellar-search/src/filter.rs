@@ -19,11 +19,11 @@ use std::ops::Bound;
 use cellar_core::{CellarError, DocId, Result};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::query::{AllQuery, BooleanQuery, EmptyQuery, InvertedIndexRangeQuery, Occur, Query, TermQuery};
 use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::Term;
 
-use crate::meta::{check_key, check_string, MetaValue, Metadata};
+use crate::meta::{check_key, check_string, Indexed, MetaValue, Metadata};
 
 /// Nodes (comparisons and `and`/`or`/`not`) one filter may hold.
 pub const MAX_FILTER_NODES: usize = 256;
@@ -101,19 +101,67 @@ enum Num {
     Float(f64),
 }
 
-impl Num {
-    fn f64(self) -> f64 {
-        match self {
-            Num::Int(i) => i as f64,
-            Num::Float(f) => f,
-        }
+/// An integer and a float compared exactly (no rounding of either; `None` for NaN).
+fn cmp_int_float(i: i128, f: f64) -> Option<std::cmp::Ordering> {
+    use std::cmp::Ordering::*;
+    const FAR: f64 = 1e30; // beyond every i128 this compares (u64 and i64 values)
+    if f.is_nan() {
+        return None;
     }
+    if f >= FAR {
+        return Some(Less);
+    }
+    if f <= -FAR {
+        return Some(Greater);
+    }
+    let whole = f.trunc();
+    // `whole` is an integer of at most 100 bits: exact as an i128.
+    Some(i.cmp(&(whole as i128)).then(if f > whole {
+        Less
+    } else if f < whole {
+        Greater
+    } else {
+        Equal
+    }))
+}
 
+/// A float's floor or ceiling as an i128, clamped far beyond the 64-bit integers.
+fn whole(f: f64) -> i128 {
+    f.clamp(-1e30, 1e30) as i128
+}
+
+impl Num {
     fn of_value(v: &MetaValue) -> Option<Num> {
         match v {
             MetaValue::Int(i) => Some(Num::Int(*i)),
             MetaValue::Float(f) => Some(Num::Float(*f)),
             _ => None,
+        }
+    }
+
+    /// How the BM25 index holds this number.
+    fn indexed(self) -> Indexed {
+        match self {
+            Num::Int(i) => Indexed::I64(i),
+            Num::Float(f) => Indexed::of_float(f),
+        }
+    }
+
+    /// The least integer `n` with `n > self` (`strict`) or `n >= self`.
+    fn int_above(self, strict: bool) -> i128 {
+        match self {
+            Num::Int(i) => i as i128 + strict as i128,
+            Num::Float(f) if strict => whole(f.floor()) + 1,
+            Num::Float(f) => whole(f.ceil()),
+        }
+    }
+
+    /// The greatest integer `n` with `n < self` (`strict`) or `n <= self`.
+    fn int_below(self, strict: bool) -> i128 {
+        match self {
+            Num::Int(i) => i as i128 - strict as i128,
+            Num::Float(f) if strict => whole(f.ceil()) - 1,
+            Num::Float(f) => whole(f.floor()),
         }
     }
 
@@ -125,10 +173,13 @@ impl Num {
         }
     }
 
+    /// Exact: an integer beyond 2^53 is never rounded to the float it is compared with.
     fn cmp(self, other: Num) -> Option<std::cmp::Ordering> {
         match (self, other) {
             (Num::Int(a), Num::Int(b)) => Some(a.cmp(&b)),
-            (a, b) => a.f64().partial_cmp(&b.f64()),
+            (Num::Int(a), Num::Float(b)) => cmp_int_float(a as i128, b),
+            (Num::Float(a), Num::Int(b)) => cmp_int_float(b as i128, a).map(std::cmp::Ordering::reverse),
+            (Num::Float(a), Num::Float(b)) => a.partial_cmp(&b),
         }
     }
 }
@@ -163,18 +214,27 @@ impl Range {
     }
 
     fn holds(&self, value: Num) -> bool {
-        use std::cmp::Ordering::*;
-        let above = match self.lower() {
-            Bound::Excluded(b) => value.cmp(b) == Some(Greater),
-            Bound::Included(b) => matches!(value.cmp(b), Some(Greater | Equal)),
-            Bound::Unbounded => true,
-        };
-        let below = match self.upper() {
-            Bound::Excluded(b) => value.cmp(b) == Some(Less),
-            Bound::Included(b) => matches!(value.cmp(b), Some(Less | Equal)),
-            Bound::Unbounded => true,
-        };
-        above && below
+        above(self.lower(), value) && below(self.upper(), value)
+    }
+}
+
+/// Whether `value` passes a lower bound.
+fn above(lower: Bound<Num>, value: Num) -> bool {
+    use std::cmp::Ordering::*;
+    match lower {
+        Bound::Excluded(b) => value.cmp(b) == Some(Greater),
+        Bound::Included(b) => matches!(value.cmp(b), Some(Greater | Equal)),
+        Bound::Unbounded => true,
+    }
+}
+
+/// Whether `value` passes an upper bound.
+fn below(upper: Bound<Num>, value: Num) -> bool {
+    use std::cmp::Ordering::*;
+    match upper {
+        Bound::Excluded(b) => value.cmp(b) == Some(Less),
+        Bound::Included(b) => matches!(value.cmp(b), Some(Less | Equal)),
+        Bound::Unbounded => true,
     }
 }
 
@@ -283,8 +343,9 @@ impl Filter {
     }
 
     /// The tantivy query over the JSON field `meta` that matches what [`Filter::matches`] does.
-    /// Equality runs on the inverted index (numbers in tantivy's canonical form, as it indexes
-    /// them), ranges on the fast columns.
+    /// Equality and ranges run on the inverted index, where every number keeps its exact value
+    /// ([`Indexed`]); not on the fast columns, which hold a field of integers and floats as
+    /// f64 and so round integers beyond 2^53.
     pub(crate) fn to_query(&self, meta: Field) -> Box<dyn Query> {
         match self {
             Filter::Eq(e) => term_query(meta, &e.field, &e.value),
@@ -310,35 +371,111 @@ fn json(s: &Scalar) -> String {
     serde_json::to_string(s).unwrap_or_default()
 }
 
-fn term_query(meta: Field, field: &str, value: &Scalar) -> Box<dyn Query> {
+fn number_term(meta: Field, field: &str, n: Indexed) -> Term {
     let mut term = Term::from_field_json_path(meta, field, false);
-    match value {
-        Scalar::Bool(b) => term.append_type_and_fast_value(*b),
-        Scalar::Str(s) => term.append_type_and_str(s),
-        Scalar::Int(i) => term.append_type_and_fast_value(*i),
-        // tantivy indexes a float with no fraction that fits an i64 as that integer.
-        Scalar::Float(f) if f.fract() == 0.0 && f.abs() < 9.2e18 => {
-            term.append_type_and_fast_value(*f as i64)
-        }
-        Scalar::Float(f) => term.append_type_and_fast_value(*f),
+    match n {
+        Indexed::I64(i) => term.append_type_and_fast_value(i),
+        Indexed::U64(u) => term.append_type_and_fast_value(u),
+        Indexed::F64(f) => term.append_type_and_fast_value(f),
     }
+    term
+}
+
+fn term_query(meta: Field, field: &str, value: &Scalar) -> Box<dyn Query> {
+    let term = match value {
+        Scalar::Bool(b) => {
+            let mut term = Term::from_field_json_path(meta, field, false);
+            term.append_type_and_fast_value(*b);
+            term
+        }
+        Scalar::Str(s) => {
+            let mut term = Term::from_field_json_path(meta, field, false);
+            term.append_type_and_str(s);
+            term
+        }
+        Scalar::Int(i) => number_term(meta, field, Num::Int(*i).indexed()),
+        Scalar::Float(f) => number_term(meta, field, Num::Float(*f).indexed()),
+    };
     Box::new(TermQuery::new(term, IndexRecordOption::Basic))
 }
 
+/// A range as the union of three runs of the inverted index's terms, one per type a number is
+/// indexed as ([`Indexed`]), each bounded on both sides (so it never strays into another type's
+/// or another field's terms) and each holding exactly the values the range holds.
 fn range_query(meta: Field, r: &Range) -> Box<dyn Query> {
     let (lower, upper) = (r.lower(), r.upper());
-    let any_float = [lower, upper]
-        .iter()
-        .any(|b| matches!(b, Bound::Included(Num::Float(_)) | Bound::Excluded(Num::Float(_))));
-    let term = |n: Num| {
-        let mut term = Term::from_field_json_path(meta, &r.field, false);
-        match (any_float, n) {
-            (false, Num::Int(i)) => term.append_type_and_fast_value(i),
-            (_, n) => term.append_type_and_fast_value(n.f64()),
-        }
-        term
+    // Integers: the least and greatest the range holds.
+    let lo = match lower {
+        Bound::Included(n) => Some(n.int_above(false)),
+        Bound::Excluded(n) => Some(n.int_above(true)),
+        Bound::Unbounded => None,
     };
-    Box::new(RangeQuery::new(lower.map(term), upper.map(term)))
+    let hi = match upper {
+        Bound::Included(n) => Some(n.int_below(false)),
+        Bound::Excluded(n) => Some(n.int_below(true)),
+        Bound::Unbounded => None,
+    };
+    let mut runs: Vec<(Indexed, Indexed)> = Vec::new();
+    let (lo_i64, hi_i64) = (
+        lo.unwrap_or(i64::MIN as i128).max(i64::MIN as i128),
+        hi.unwrap_or(i64::MAX as i128).min(i64::MAX as i128),
+    );
+    if lo_i64 <= hi_i64 {
+        runs.push((Indexed::I64(lo_i64 as i64), Indexed::I64(hi_i64 as i64)));
+    }
+    // U64 terms: 2^63 up to 2^64 - 2048 as themselves, 2^64 as u64::MAX.
+    let two_64 = 1i128 << 64;
+    let lo_u64 = lo.unwrap_or(0).max(0);
+    let hi_u64 = hi.unwrap_or(two_64).min(two_64);
+    if lo_u64 <= hi_u64 {
+        let lo_term = lo_u64.min(u64::MAX as i128) as u64;
+        let hi_term = if hi_u64 == two_64 { u64::MAX } else { hi_u64.min(u64::MAX as i128 - 1) as u64 };
+        if lo_term <= hi_term {
+            runs.push((Indexed::U64(lo_term), Indexed::U64(hi_term)));
+        }
+    }
+    // F64 terms: the least and greatest floats the range holds.
+    let lo_f = match lower {
+        Bound::Unbounded => f64::NEG_INFINITY,
+        Bound::Included(Num::Float(f)) => f,
+        Bound::Excluded(Num::Float(f)) => f.next_up(),
+        // The float nearest the integer, or the next one up when that one is not above it.
+        Bound::Included(Num::Int(i)) | Bound::Excluded(Num::Int(i)) => {
+            let f = i as f64;
+            if above(lower, Num::Float(f)) {
+                f
+            } else {
+                f.next_up()
+            }
+        }
+    };
+    let hi_f = match upper {
+        Bound::Unbounded => f64::INFINITY,
+        Bound::Included(Num::Float(f)) => f,
+        Bound::Excluded(Num::Float(f)) => f.next_down(),
+        Bound::Included(Num::Int(i)) | Bound::Excluded(Num::Int(i)) => {
+            let f = i as f64;
+            if below(upper, Num::Float(f)) {
+                f
+            } else {
+                f.next_down()
+            }
+        }
+    };
+    if lo_f <= hi_f {
+        runs.push((Indexed::F64(lo_f), Indexed::F64(hi_f)));
+    }
+    if runs.is_empty() {
+        return Box::new(EmptyQuery);
+    }
+    let queries = runs.into_iter().map(|(lo, hi)| {
+        let run = InvertedIndexRangeQuery::new(
+            Bound::Included(number_term(meta, &r.field, lo)),
+            Bound::Included(number_term(meta, &r.field, hi)),
+        );
+        (Occur::Should, Box::new(run) as Box<dyn Query>)
+    });
+    Box::new(BooleanQuery::new(queries.collect()))
 }
 
 /// The internal ids a filter matched, one bit each; what every first stage takes.
@@ -460,6 +597,89 @@ mod tests {
         let err = big.check("filter").unwrap_err().to_string();
         assert!(err.contains(&format!("at most {MAX_FILTER_VALUES} values")), "{err}");
         assert!(err.contains(&(255 * MAX_IN_VALUES).to_string()), "{err}");
+    }
+
+    /// Integers and floats near 2^53, 2^62, 2^63 and i64::MIN, and a few halves: every value
+    /// exact as an i128 twice its size.
+    fn numbers_near_the_edges() -> Vec<Num> {
+        let mut out = Vec::new();
+        for centre in [0i128, 1 << 53, 1 << 62, i64::MAX as i128, i64::MIN as i128, -(1 << 53)] {
+            for d in [-2049i128, -1025, -2, -1, 0, 1, 2, 1024, 2048] {
+                let n = centre + d;
+                if let Ok(i) = i64::try_from(n) {
+                    out.push(Num::Int(i));
+                }
+                out.push(Num::Float(n as f64));
+            }
+        }
+        out.extend([0.5, -0.5, 1.5, 9.3e18, 1.9e19, 2f64.powi(64), -1e19].map(Num::Float));
+        out
+    }
+
+    /// A number's exact value, doubled (every value above is a multiple of a half).
+    fn twice(n: Num) -> i128 {
+        match n {
+            Num::Int(i) => 2 * i as i128,
+            Num::Float(f) => (2.0 * f) as i128,
+        }
+    }
+
+    fn scalar(n: Num) -> Scalar {
+        match n {
+            Num::Int(i) => Scalar::Int(i),
+            Num::Float(f) => Scalar::Float(f),
+        }
+    }
+
+    fn value(n: Num) -> MetaValue {
+        match n {
+            Num::Int(i) => MetaValue::Int(i),
+            Num::Float(f) => MetaValue::Float(f),
+        }
+    }
+
+    #[test]
+    fn ranges_and_equality_compare_large_integers_and_floats_exactly() {
+        let numbers = numbers_near_the_edges();
+        let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(43);
+        for &v in &numbers {
+            let m = Metadata([("n".to_string(), value(v))].into_iter().collect());
+            for &b in &numbers {
+                let (x, y) = (twice(v), twice(b));
+                let one = |op: &str| {
+                    let mut r = Range { field: "n".into(), gt: None, gte: None, lt: None, lte: None };
+                    *match op {
+                        "gt" => &mut r.gt,
+                        "gte" => &mut r.gte,
+                        "lt" => &mut r.lt,
+                        _ => &mut r.lte,
+                    } = Some(scalar(b));
+                    Filter::Range(r)
+                };
+                for (op, want) in [("gt", x > y), ("gte", x >= y), ("lt", x < y), ("lte", x <= y)] {
+                    assert_eq!(one(op).matches(&m), want, "{v:?} {op} {b:?}");
+                }
+                let eq = Filter::Eq(Equals { field: "n".into(), value: scalar(b) });
+                assert_eq!(eq.matches(&m), x == y, "{v:?} eq {b:?}");
+                // A two-sided range with a random second bound.
+                let c = numbers[rand::Rng::gen_range(&mut rng, 0..numbers.len())];
+                let r = Range {
+                    field: "n".into(),
+                    gt: Some(scalar(b)),
+                    gte: None,
+                    lt: None,
+                    lte: Some(scalar(c)),
+                };
+                assert_eq!(Filter::Range(r).matches(&m), x > y && x <= twice(c), "{b:?} < {v:?} <= {c:?}");
+            }
+        }
+        // The issue's case: 2^62 and 2^62 + 1 beside a float in one field.
+        let (a, b) = (Num::Int(1 << 62), Num::Int((1 << 62) + 1));
+        let gt: Filter = serde_json::from_str(r#"{"range":{"field":"n","gt":4611686018427387904}}"#).unwrap();
+        let gte: Filter =
+            serde_json::from_str(r#"{"range":{"field":"n","gte":4611686018427387905}}"#).unwrap();
+        let of = |n: Num| Metadata([("n".to_string(), value(n))].into_iter().collect());
+        assert!(gt.matches(&of(b)) && !gt.matches(&of(a)) && gte.matches(&of(b)) && !gte.matches(&of(a)));
     }
 
     #[test]

@@ -65,7 +65,11 @@ impl Metadata {
         let value = |v: &MetaValue| match v {
             MetaValue::Bool(b) => OwnedValue::Bool(*b),
             MetaValue::Int(i) => OwnedValue::I64(*i),
-            MetaValue::Float(f) => OwnedValue::F64(*f),
+            MetaValue::Float(f) => match Indexed::of_float(*f) {
+                Indexed::I64(i) => OwnedValue::I64(i),
+                Indexed::U64(u) => OwnedValue::U64(u),
+                Indexed::F64(f) => OwnedValue::F64(f),
+            },
             MetaValue::Str(s) => OwnedValue::Str(s.clone()),
             MetaValue::List(l) => OwnedValue::Array(l.iter().map(|s| OwnedValue::Str(s.clone())).collect()),
         };
@@ -77,6 +81,40 @@ impl<'de> Deserialize<'de> for Metadata {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let object = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
         Metadata::from_json(object).map_err(serde::de::Error::custom)
+    }
+}
+
+/// How the BM25 index's inverted index holds a number (as tantivy's canonical form, each type
+/// in its own ordered run of terms): an integer, or a float without a fraction in
+/// [-2^63, 2^64), exactly as an `I64` or `U64`; 2^64 as `U64(u64::MAX)` (tantivy's own
+/// rounding; no metadata value is u64::MAX, so it stands for 2^64 alone); any other float as
+/// `F64`. Every value keeps its exact number, so filters compare exactly (`crate::filter`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Indexed {
+    I64(i64),
+    U64(u64),
+    F64(f64),
+}
+
+/// 2^63 and 2^64 as floats (exact).
+pub(crate) const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+pub(crate) const TWO_64: f64 = 18_446_744_073_709_551_616.0;
+
+impl Indexed {
+    /// A finite float's form. (tantivy would index 2^63 as `I64(i64::MAX)`, another number,
+    /// so this gives it the `U64` tantivy keeps exact.)
+    pub(crate) fn of_float(f: f64) -> Indexed {
+        if f.fract() != 0.0 || !f.is_finite() {
+            Indexed::F64(f)
+        } else if (-TWO_63..TWO_63).contains(&f) {
+            Indexed::I64(f as i64)
+        } else if (TWO_63..TWO_64).contains(&f) {
+            Indexed::U64(f as u64)
+        } else if f == TWO_64 {
+            Indexed::U64(u64::MAX)
+        } else {
+            Indexed::F64(f)
+        }
     }
 }
 

@@ -313,3 +313,97 @@ fn bad_filters_and_metadata_are_refused_before_anything_runs() {
     .unwrap_err();
     assert!(err.to_string().contains("metadata \"when\""), "{err}");
 }
+
+/// Numbers around 2^53, 2^62, 2^63 and 2^64 in one field, integers and floats side by side (so
+/// tantivy's fast column of the field is f64, and would round the integers).
+fn edge_numbers() -> Vec<serde_json::Value> {
+    let mut out: Vec<serde_json::Value> = Vec::new();
+    for i in
+        [1i64 << 62, (1 << 62) + 1, (1 << 62) - 1, 1 << 53, (1 << 53) + 1, i64::MAX, i64::MIN, -(1 << 53) - 1]
+    {
+        out.push(i.into());
+    }
+    for f in [2.5, 2f64.powi(62), 2f64.powi(63), 9.3e18, 2f64.powi(64), 1.9e19, -1e19, 2f64.powi(53), -0.5] {
+        out.push(f.into());
+    }
+    out
+}
+
+fn number_scalar(v: &serde_json::Value) -> Scalar {
+    serde_json::from_value(v.clone()).unwrap()
+}
+
+#[test]
+fn ranges_on_integers_beyond_2_pow_53_beside_floats_are_exact_in_the_index_and_in_matches() {
+    let mut rng = StdRng::seed_from_u64(62);
+    let tmp = TempDir::new().unwrap();
+    let values = edge_numbers();
+    let doc = |rng: &mut StdRng, i: usize, v: &serde_json::Value| {
+        let meta = Metadata::from_json([("n".to_string(), v.clone())].into_iter().collect()).unwrap();
+        Doc { tokens: vec![token(rng, i)], meta }
+    };
+    let (built, written) = values.split_at(12);
+    let base: Vec<(String, Doc)> =
+        built.iter().enumerate().map(|(i, v)| (format!("b{i}"), doc(&mut rng, i, v))).collect();
+    let index = build(&tmp.path().join("index"), &base);
+    let mut docs: HashMap<String, Doc> = base.into_iter().collect();
+    let mut ops = Vec::new();
+    for (i, v) in written.iter().enumerate() {
+        let (id, d) = (format!("w{i}"), doc(&mut rng, i, v));
+        ops.push(WriteOp::Add(doc_in(&id, &d)));
+        docs.insert(id, d);
+    }
+    index.write(WriteRequest { ops }).unwrap();
+    let internal: HashMap<DocId, String> = docs.keys().map(|id| (index_id(&index, id), id.clone())).collect();
+
+    // Every bound near the values: each value, as an integer and as a float, and one either side.
+    let mut bounds: Vec<Scalar> = Vec::new();
+    for v in &values {
+        bounds.push(number_scalar(v));
+        if let Some(i) = v.as_i64() {
+            bounds.extend([i.checked_sub(1), i.checked_add(1)].into_iter().flatten().map(Scalar::Int));
+            bounds.push(Scalar::Float(i as f64));
+        }
+    }
+    for b in &bounds {
+        for op in ["gt", "gte", "lt", "lte"] {
+            let filter: Filter = serde_json::from_value(
+                serde_json::json!({"range": {"field": "n", op: serde_json::to_value(b).unwrap()}}),
+            )
+            .unwrap();
+            let want: BTreeSet<&String> =
+                docs.iter().filter(|(_, d)| filter.matches(&d.meta)).map(|(id, _)| id).collect();
+            let got: BTreeSet<&String> =
+                index.matching(&filter).unwrap().iter().map(|id| &internal[id]).collect();
+            assert_eq!(got, want, "{}", serde_json::to_string(&filter).unwrap());
+        }
+        let eq = Filter::Eq(cellar_search::filter::Equals { field: "n".into(), value: b.clone() });
+        let want: BTreeSet<&String> =
+            docs.iter().filter(|(_, d)| eq.matches(&d.meta)).map(|(id, _)| id).collect();
+        let got: BTreeSet<&String> = index.matching(&eq).unwrap().iter().map(|id| &internal[id]).collect();
+        assert_eq!(got, want, "{}", serde_json::to_string(&eq).unwrap());
+    }
+
+    // The issue's case, through a search: `gt 2^62` finds 2^62 + 1 (b1), `gte 2^62 + 1` leaves
+    // 2^62 (b0) out; both in every first stage and in the exact path.
+    for (text, must, never) in [
+        (r#"{"range":{"field":"n","gt":4611686018427387904}}"#, "b1", "b0"),
+        (r#"{"range":{"field":"n","gte":4611686018427387905}}"#, "b1", "b0"),
+    ] {
+        let filter: Filter = serde_json::from_str(text).unwrap();
+        for mode in [Mode::Bm25, Mode::Dense, Mode::Hybrid] {
+            for exact_max in [0, 1024] {
+                let mut request = request(mode, 1, &filter, exact_max);
+                request.query = "document".into();
+                request.k = Some(100);
+                request.nprobe = Some(1);
+                let hits: Vec<String> =
+                    index.search(request).unwrap().hits.into_iter().map(|h| h.id).collect();
+                assert!(
+                    hits.contains(&must.to_string()) && !hits.contains(&never.to_string()),
+                    "{text} {mode}: {hits:?}"
+                );
+            }
+        }
+    }
+}
