@@ -470,8 +470,9 @@ impl Index {
         }
     }
 
-    /// SPLADE's `n` best, skipping deleted documents and those a filter excludes. Refused on an
-    /// index with documents written since its build: the SPLADE stage does not hold them.
+    /// SPLADE's `n` best, skipping deleted documents and those a filter excludes: the build's
+    /// documents from the stage's files, the view's written ones from their texts (encoded on
+    /// first sight, `crate::splade`).
     pub(crate) fn splade_search(
         &self,
         text: &str,
@@ -484,14 +485,15 @@ impl Index {
             )
         })?;
         let view = self.live_view();
-        if view.written() > 0 {
-            return Err(CellarError::invalid(format!(
-                "the SPLADE stage holds the {} documents of the build and {} were written since: rebuild it with `cellar splade build`, or search with lexical bm25",
-                splade.config().docs,
-                view.written()
-            )));
-        }
-        splade.search(text, n, &|id| view.is_deleted(id) || allowed.is_some_and(|a| !a.contains(id)))
+        let content = |id: DocId| -> Result<Option<String>> {
+            if view.is_deleted(id) {
+                return Ok(None);
+            }
+            Ok(view.document(id)?.map(|doc| doc.content()))
+        };
+        let written = crate::splade::Written { end: view.next_id, content: &content };
+        splade
+            .search(text, n, &written, &|id| view.is_deleted(id) || allowed.is_some_and(|a| !a.contains(id)))
     }
 
     /// A probe of the IVF that also visits the view's written documents and skips the

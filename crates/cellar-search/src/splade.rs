@@ -16,9 +16,14 @@
 //! frequencies used as impacts would have to reimplement its query, weight and scorer layers to
 //! return a plain sum; a term-at-a-time accumulator over our own postings is exact and small.
 //!
-//! The index covers the documents of the build; documents written since are not in it, so a
-//! search with the SPLADE stage on an index with written documents is refused (rebuild it).
+//! The files cover the documents of the build. Documents written since (added, or updated: an
+//! update is a new document and a deleted one) are encoded from their text the first time a
+//! SPLADE search finds them not yet encoded, quantised with the build's scale, and held in RAM
+//! as postings per term ([`WrittenPostings`]) that every search scores beside the files'; so
+//! after an open they are encoded again from the texts the log and segments keep. Deleted
+//! documents, of the build or written, are skipped.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -96,14 +101,36 @@ impl SpladeConfig {
 }
 
 /// An open SPLADE stage: the term directory in RAM, the postings on disk, the query encoder
-/// loaded on first use.
+/// loaded on first use, and the written documents' postings in RAM.
 pub struct SpladeIndex {
     config: SpladeConfig,
     /// Per term: (absolute offset of its postings, count).
     terms: Vec<(u64, u32)>,
     postings: ExtentReader,
     encoder: Mutex<Option<Arc<SparseEncoder>>>,
+    written: Mutex<WrittenPostings>,
     dir: PathBuf,
+}
+
+/// The sparse vectors of the documents written since the build, as one-byte impacts of the
+/// build's scale (so their scores and the files' compare), per term: `(internal id, impact)`.
+#[derive(Debug, Default)]
+struct WrittenPostings {
+    /// Internal ids below this are encoded (or were deleted before they were reached).
+    next: u32,
+    terms: HashMap<u32, Vec<(u32, u8)>>,
+}
+
+/// The documents written since the build, as a SPLADE search sees them: internal ids from the
+/// build's count up to `end`, and each one's text (`None`: deleted).
+pub struct Written<'a> {
+    pub end: u32,
+    pub content: &'a dyn Fn(DocId) -> Result<Option<String>>,
+}
+
+/// A weight as an impact of `scale` (0: dropped, as the build drops it).
+fn impact(weight: f32, scale: f32) -> u8 {
+    (weight / scale).round().clamp(0.0, 255.0) as u8
 }
 
 impl SpladeIndex {
@@ -127,7 +154,8 @@ impl SpladeIndex {
         let (_, body) = read_small_file(&terms_path, FileKind::SpladeTerms)?;
         let postings = ExtentReader::open(&dir.join(FileKind::SpladePostings.file_name()), options)?;
         let terms = parse_terms(&terms_path, &body, &config, postings.file_len())?;
-        Ok(Some(SpladeIndex { config, terms, postings, encoder: Mutex::new(None), dir }))
+        let written = Mutex::new(WrittenPostings { next: docs as u32, terms: HashMap::new() });
+        Ok(Some(SpladeIndex { config, terms, postings, encoder: Mutex::new(None), written, dir }))
     }
 
     pub fn config(&self) -> &SpladeConfig {
@@ -146,10 +174,55 @@ impl SpladeIndex {
     }
 
     /// The `n` best documents for `text` that `skip` does not exclude, best first (ties: lower
-    /// id first), with their scores.
-    pub fn search(&self, text: &str, n: usize, skip: &dyn Fn(DocId) -> bool) -> Result<Vec<Scored>> {
+    /// id first), with their scores: the build's documents and the `written` ones.
+    pub fn search(
+        &self,
+        text: &str,
+        n: usize,
+        written: &Written,
+        skip: &dyn Fn(DocId) -> bool,
+    ) -> Result<Vec<Scored>> {
         let query = self.encoder()?.encode(&[text])?.remove(0);
-        self.search_vector(&query, n, skip)
+        self.search_vector(&query, n, written, skip)
+    }
+
+    /// Encodes the written documents not encoded yet (those below `written.end`), in batches,
+    /// into the postings in RAM. Searches wait for one another here, so each document is
+    /// encoded once.
+    fn catch_up(&self, written: &Written) -> Result<std::sync::MutexGuard<'_, WrittenPostings>> {
+        let mut postings = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        while postings.next < written.end {
+            let first = postings.next;
+            let ids: Vec<u32> = (first..written.end.min(first + BUILD_BATCH as u32)).collect();
+            let mut kept = Vec::new();
+            for &id in &ids {
+                if let Some(content) = (written.content)(DocId(id))? {
+                    kept.push((id, content));
+                }
+            }
+            let refs: Vec<&str> = kept.iter().map(|(_, c)| c.as_str()).collect();
+            let vectors = if refs.is_empty() {
+                Vec::new()
+            } else {
+                self.encoder()?.encode_with(&refs, self.config.doc_overflow)?
+            };
+            for ((id, _), vector) in kept.iter().zip(vectors) {
+                for (&t, &w) in vector.terms.iter().zip(&vector.weights) {
+                    match impact(w, self.config.scale) {
+                        0 => {}
+                        i => postings.terms.entry(t).or_default().push((*id, i)),
+                    }
+                }
+            }
+            postings.next = first + ids.len() as u32;
+        }
+        Ok(postings)
+    }
+
+    /// Written documents encoded so far (for tests and reports).
+    pub fn written_encoded(&self) -> u32 {
+        let postings = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        postings.next - self.config.docs as u32
     }
 
     /// [`SpladeIndex::search`] for an encoded query.
@@ -157,6 +230,7 @@ impl SpladeIndex {
         &self,
         query: &SparseVector,
         n: usize,
+        written: &Written,
         skip: &dyn Fn(DocId) -> bool,
     ) -> Result<Vec<Scored>> {
         let wanted: Vec<(usize, f32)> = query
@@ -196,6 +270,21 @@ impl SpladeIndex {
         for id in touched {
             if !skip(DocId(id)) {
                 best.push(DocId(id), scores[id as usize]);
+            }
+        }
+        if written.end > self.config.docs as u32 {
+            let postings = self.catch_up(written)?;
+            let mut written_scores: HashMap<u32, f32> = HashMap::new();
+            for (&t, &w) in query.terms.iter().zip(&query.weights) {
+                let weight = w * self.config.scale;
+                for &(id, impact) in postings.terms.get(&t).map_or(&[][..], Vec::as_slice) {
+                    *written_scores.entry(id).or_default() += weight * f32::from(impact);
+                }
+            }
+            for (id, score) in written_scores {
+                if id < written.end && !skip(DocId(id)) {
+                    best.push(DocId(id), score);
+                }
             }
         }
         Ok(best.into_sorted())

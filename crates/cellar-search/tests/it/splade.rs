@@ -62,26 +62,65 @@ fn splade_ranks_alone_and_feeds_rerank_and_hybrid_alone_or_joined_with_bm25() {
 }
 
 #[test]
-fn deletes_and_filters_are_respected_and_writes_since_the_build_are_refused() {
+fn deletes_filters_and_written_documents_are_respected_before_and_after_a_reopen() {
     let (_tmp, dir) = with_splade();
     let index = Index::open(&dir, OpenOptions::default()).unwrap();
-    let before = index.search(request("lava from a volcano", Mode::Bm25, Lexical::Splade)).unwrap();
-    let first = before.hits[0].id.clone();
+    let splade = |index: &Index, query: &str, mode: Mode| {
+        let mut request = request(query, mode, Lexical::Splade);
+        request.k = Some(10);
+        index.search(request).unwrap().hits
+    };
+    let before = splade(&index, "lava from a volcano", Mode::Bm25);
+    let first = before[0].id.clone();
     index.write(WriteRequest { ops: vec![WriteOp::Delete(first.clone())] }).unwrap();
-    let after = index.search(request("lava from a volcano", Mode::Bm25, Lexical::Splade)).unwrap();
-    assert!(after.hits.iter().all(|h| h.id != first), "a deleted document is never answered");
+    let after = splade(&index, "lava from a volcano", Mode::Bm25);
+    assert!(after.iter().all(|h| h.id != first), "a deleted document is never answered");
     let filter = serde_json::from_value(serde_json::json!({"eq": {"field": "nope", "value": "x"}})).unwrap();
     let none =
         SearchRequest { filter: Some(filter), ..request("lava from a volcano", Mode::Bm25, Lexical::Splade) };
     assert!(index.search(none).unwrap().hits.is_empty(), "a filter nothing matches leaves nothing");
-    let add = WriteOp::Add(DocIn { id: "new".into(), text: "a new volcano".into(), ..DocIn::default() });
-    index.write(WriteRequest { ops: vec![add] }).unwrap();
-    match index.search(request("volcano", Mode::Rerank, Lexical::Splade)) {
-        Err(CellarError::InvalidInput(m)) => {
-            assert!(m.contains("written since") && m.contains("cellar splade build"), "{m}")
+
+    // Written documents: an add, and an update of a document of the build (its old version is
+    // deleted, its new one written), then a second write after the first search.
+    let violin = splade(&index, "violin played with a bow", Mode::Bm25);
+    let old = violin.iter().find(|h| h.id == "violin-0").expect("violin-0 answers its topic").internal_id;
+    let doc = |id: &str, text: &str| DocIn { id: id.into(), text: text.into(), ..DocIn::default() };
+    let ops = vec![
+        WriteOp::Add(doc("new", "A new volcano erupts: magma and lava flow from the crater.")),
+        WriteOp::Update(doc("violin-0", "The saxophone is a reed instrument of jazz improvisation.")),
+    ];
+    index.write(WriteRequest { ops }).unwrap();
+    let check = |index: &Index, stage: &str| {
+        for mode in [Mode::Bm25, Mode::Rerank, Mode::Hybrid] {
+            let volcano = splade(index, "volcano lava", mode);
+            assert!(volcano.iter().any(|h| h.id == "new"), "{stage} {mode}: a written document is found");
+            assert!(volcano.iter().all(|h| h.id != first), "{stage} {mode}: a deleted one is not");
+            let sax = splade(index, "saxophone jazz", mode);
+            assert_eq!(sax[0].id, "violin-0", "{stage} {mode}: an updated document is found by its new text");
+            assert!(sax[0].internal_id != old, "{stage} {mode}");
+            let violin = splade(index, "violin played with a bow", mode);
+            assert!(violin.iter().all(|h| h.internal_id != old), "{stage} {mode}: its old version is not");
         }
-        other => panic!("expected a refusal, got {:?}", other.map(|r| r.hits.len())),
-    }
+    };
+    check(&index, "written");
+    index
+        .write(WriteRequest { ops: vec![WriteOp::Add(doc("later", "Glaciers of ice carve a fjord."))] })
+        .unwrap();
+    assert!(
+        splade(&index, "fjord glaciers", Mode::Bm25).iter().any(|h| h.id == "later"),
+        "a later write too"
+    );
+    index.write(WriteRequest { ops: vec![WriteOp::Delete("later".into())] }).unwrap();
+    assert!(
+        splade(&index, "fjord glaciers", Mode::Bm25).iter().all(|h| h.id != "later"),
+        "a written one deleted"
+    );
+    drop(index);
+    // After a reopen, the written documents are encoded again from their texts.
+    let index = Index::open(&dir, OpenOptions::default()).unwrap();
+    check(&index, "reopened");
+    index.flush().unwrap();
+    check(&index, "flushed");
     // BM25 still covers the written document.
     let bm25 = index.search(request("new volcano", Mode::Bm25, Lexical::Bm25)).unwrap();
     assert!(bm25.hits.iter().any(|h| h.id == "new"));
