@@ -29,19 +29,24 @@ pub struct Fused {
     pub stage: Stage,
 }
 
-/// z-scores of `values` (population std); all zeros when the spread is zero or there is one value.
+/// z-scores of `values` (population std); all zeros when the spread is zero (to the rounding of
+/// the values' size) or there is one value. Always finite, whatever the values: an infinite one
+/// counts as the largest finite f32 of its sign, NaN as the lowest, and the sums run in f64,
+/// where no f32 overflows.
 pub fn z_scores(values: &[f32]) -> Vec<f32> {
     let n = values.len() as f64;
     if values.is_empty() {
         return Vec::new();
     }
-    let mean = values.iter().map(|v| *v as f64).sum::<f64>() / n;
-    let var = values.iter().map(|v| (*v as f64 - mean).powi(2)).sum::<f64>() / n;
+    let finite = |v: &f32| if v.is_nan() { f32::MIN as f64 } else { v.clamp(f32::MIN, f32::MAX) as f64 };
+    let mean = values.iter().map(finite).sum::<f64>() / n;
+    let var = values.iter().map(|v| (finite(v) - mean).powi(2)).sum::<f64>() / n;
     let std = var.sqrt();
-    if std <= f64::EPSILON {
+    let size = values.iter().map(|v| finite(v).abs()).fold(1.0, f64::max);
+    if std <= 4.0 * f64::EPSILON * size {
         return vec![0.0; values.len()];
     }
-    values.iter().map(|v| ((*v as f64 - mean) / std) as f32).collect()
+    values.iter().map(|v| ((finite(v) - mean) / std) as f32).collect()
 }
 
 /// How hybrid turns a re-ranked candidate's two scores into one. `alpha` is the first stage's
@@ -177,6 +182,27 @@ mod tests {
         assert_eq!(s, vec![0.0, 0.0, 0.0], "opposite orders cancel at alpha 0.5");
         let s = Fusion::Z.scores(&[3.0, 2.0, 1.0], &[0.0, 1.0, 2.0], 1.0);
         assert!(s[0] > s[1] && s[1] > s[2]);
+    }
+
+    #[test]
+    fn fusion_of_huge_equal_or_infinite_scores_is_finite() {
+        let huge = [3.0e38f32, 3.0e38, 3.0e38];
+        assert_eq!(z_scores(&huge), vec![0.0; 3], "equal huge scores have no spread");
+        let lists: [&[f32]; 5] = [
+            &huge,
+            &[f32::MAX, -f32::MAX, 0.0],
+            &[f32::INFINITY, 1.0, f32::NEG_INFINITY],
+            &[f32::NAN, 1.0, 2.0],
+            &[1e-30, 2e-30, 3e-30],
+        ];
+        for first in lists {
+            for maxsim in lists {
+                for fusion in Fusion::ALL {
+                    let s = fusion.scores(first, maxsim, 0.3);
+                    assert!(s.iter().all(|v| v.is_finite()), "{fusion} {first:?} {maxsim:?}: {s:?}");
+                }
+            }
+        }
     }
 
     #[test]

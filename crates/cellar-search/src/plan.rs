@@ -243,11 +243,10 @@ pub(crate) fn flatten(
         }
         Some(text) => {
             let values = decode_b64_values(&text, dtype, &format!("{field}.tokens_b64"))?;
+            // The same mistake as a JSON row of the wrong width, and the same answer (422
+            // `wrong_dimension`); with no rows to measure, `received` is the values decoded.
             if !values.len().is_multiple_of(dim) {
-                return Err(CellarError::invalid(format!(
-                    "{field}.tokens_b64 holds {} values, not whole rows of the model's dimension {dim}",
-                    values.len()
-                )));
+                return Err(CellarError::WrongDimension { expected: dim, received: values.len() });
             }
             let n = values.len() / dim;
             (values, n)
@@ -291,9 +290,23 @@ fn decode_b64_values(text: &str, dtype: VectorDtype, field: &str) -> Result<Vec<
     Ok(dtype.values(&bytes))
 }
 
+/// Whether a vector's squared norm (its dot product with itself, as scoring sums it) is finite
+/// in f32: then every score it takes part in is (`|q . d| <= |q| |d|`).
+fn squared_norm_is_finite(v: &[f32]) -> bool {
+    v.iter().map(|x| x * x).sum::<f32>().is_finite()
+}
+
+fn too_large(field: &str) -> CellarError {
+    CellarError::InvalidInput(format!(
+        "{field} is too large: its squared norm overflows f32 (about 3.4e38), so its scores would not be \
+         finite numbers; scale the vector down"
+    ))
+}
+
 /// Checks flattened caller vectors against what the resolved search needs: token vectors for
 /// MaxSim, the pooled vector for every search that probes the IVF or scans the pooled vectors,
-/// finite values throughout.
+/// finite values throughout, and each vector's squared norm finite in f32 (values near 1e38
+/// are finite but their dot products are not, and a score must never be infinite or NaN).
 fn check_vectors(vectors: &QueryVectors, params: &SearchParams) -> Result<()> {
     let mode = params.mode;
     let dim = vectors.tokens.len().checked_div(vectors.n_tokens).unwrap_or(0);
@@ -308,6 +321,18 @@ fn check_vectors(vectors: &QueryVectors, params: &SearchParams) -> Result<()> {
             i / dim,
             i % dim
         )));
+    }
+    if let Some(i) =
+        (0..vectors.n_tokens).find(|&i| !squared_norm_is_finite(&vectors.tokens[i * dim..][..dim]))
+    {
+        return Err(too_large(&format!("query_vectors.tokens[{i}]")));
+    }
+    if vectors
+        .pooled
+        .as_deref()
+        .is_some_and(|p| p.iter().all(|v| v.is_finite()) && !squared_norm_is_finite(p))
+    {
+        return Err(too_large("query_vectors.pooled"));
     }
     let needs_pooled = mode.is_single_vector_first() || (mode == Mode::Hybrid && params.ivf.is_some());
     match &vectors.pooled {

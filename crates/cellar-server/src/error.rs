@@ -79,14 +79,20 @@ impl ApiError {
             .with_details(json!({ "field": path, "line": error.line(), "column": error.column() }))
     }
 
-    /// The JSON body of this error.
+    /// The JSON body of this error: every answer's error leaves through here or
+    /// [`ApiError::into_body`], so both scrub absolute paths ([`public_paths`]) from the message
+    /// and the details, whoever made the error.
     pub fn body(&self) -> Value {
-        json!({ "code": self.code, "message": self.message, "details": self.details })
+        json!({ "code": self.code, "message": public_paths(&self.message), "details": public_details(&self.details) })
     }
 
     /// The body of this error as a typed value.
     pub fn into_body(self) -> ErrorBody {
-        ErrorBody { code: self.code.to_string(), message: self.message, details: self.details }
+        ErrorBody {
+            code: self.code.to_string(),
+            message: public_paths(&self.message),
+            details: public_details(&self.details),
+        }
     }
 }
 
@@ -97,10 +103,55 @@ pub fn public_path(path: &Path) -> PathBuf {
     parts.into_iter().rev().collect()
 }
 
+/// `text` with every absolute path in it (a `/` that starts a word, up to the next space, quote
+/// or bracket) cut to its [`public_path`]: `/srv/data/idx/bm25: corrupted` becomes
+/// `idx/bm25: corrupted`. Errors whose messages carry paths in free text (a tantivy or OS
+/// message, an `Internal` wrapping another error, an index's directory) reach clients this way
+/// and never whole; the log keeps them whole. This API's own routes (`/v1/...`, which a client
+/// sent) are left as they are.
+pub fn public_paths(text: &str) -> String {
+    const STARTS: &[char] = &[' ', '"', '\'', '(', '[', '{', '<', '=', ':', '`', '\n', '\t', ','];
+    const ENDS: &[char] = &[' ', '"', '\'', ')', ']', '}', '>', '`', '\n', '\t', ',', ';'];
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut previous: Option<char> = None;
+    while let Some(c) = rest.chars().next() {
+        let starts_path = c == '/'
+            && previous.is_none_or(|p| STARTS.contains(&p))
+            && rest[1..].chars().next().is_some_and(|n| n != '/' && !ENDS.contains(&n))
+            && !rest.starts_with("/v1/");
+        if !starts_path {
+            out.push(c);
+            previous = Some(c);
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        let end = rest.find(ENDS).unwrap_or(rest.len());
+        // A path ends before the punctuation of the sentence it is in (`/a/b: ...`, `/a/b.`).
+        let path = rest[..end].trim_end_matches([':', '.']);
+        out.push_str(&public_path(Path::new(path)).to_string_lossy());
+        previous = path.chars().last();
+        rest = &rest[path.len()..];
+    }
+    out
+}
+
+/// [`public_paths`] over every string of a details object.
+fn public_details(details: &Value) -> Value {
+    match details {
+        Value::String(s) => Value::String(public_paths(s)),
+        Value::Array(items) => Value::Array(items.iter().map(public_details).collect()),
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), public_details(v))).collect())
+        }
+        other => other.clone(),
+    }
+}
+
 impl From<CellarError> for ApiError {
     fn from(full: CellarError) -> Self {
         let error = full.map_paths(public_path);
-        let message = error.to_string();
+        let message = public_paths(&error.to_string());
         let code = error.code();
         let (status, details) = match &error {
             CellarError::InvalidInput(_) => (StatusCode::BAD_REQUEST, json!({})),
@@ -195,6 +246,64 @@ mod tests {
         let other = std::io::Error::from_raw_os_error(libc::EIO);
         let api = ApiError::from(CellarError::io(Path::new("/a/b/c"), other));
         assert_eq!((api.status, api.code), (StatusCode::INTERNAL_SERVER_ERROR, "io"));
+    }
+
+    /// Issue 43.3 and 43.2: a BM25 commit out of file descriptors is 500 `io` and one out of
+    /// space 507 `disk_full`, naming only `idx/bm25`; a write refused while the memtable cannot
+    /// be flushed (an error of the full disk's kind carrying its explanation) is 507 too.
+    #[test]
+    fn a_failed_bm25_commit_or_a_full_memtable_is_typed_and_names_no_server_path() {
+        let bm25 = Path::new("/srv/data/idx/bm25");
+        for (errno, status, code) in [
+            (libc::EMFILE, StatusCode::INTERNAL_SERVER_ERROR, "io"),
+            (libc::ENOSPC, StatusCode::INSUFFICIENT_STORAGE, "disk_full"),
+        ] {
+            let api = ApiError::from(CellarError::io(bm25, std::io::Error::from_raw_os_error(errno)));
+            assert_eq!((api.status, api.code), (status, code));
+            assert!(
+                api.message.starts_with("idx/bm25: ") && !api.body().to_string().contains("/srv"),
+                "{}",
+                api.message
+            );
+        }
+        let full = std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            "the memtable ...: this batch was not written",
+        );
+        let api = ApiError::from(CellarError::io(Path::new("/srv/data/idx/live"), full));
+        assert_eq!((api.status, api.code), (StatusCode::INSUFFICIENT_STORAGE, "disk_full"));
+        assert_eq!(api.message, "idx/live: the memtable ...: this batch was not written");
+    }
+
+    #[test]
+    fn paths_in_free_text_reach_clients_cut_to_their_last_two_parts() {
+        for (text, want) in [
+            ("/srv/data/idx/bm25: corrupted", "idx/bm25: corrupted"),
+            ("open \"/srv/data/a/b.bin\" failed (/srv/x/y/z).", "open \"a/b.bin\" failed (y/z)."),
+            ("path=/tmp/.tmpAb12/index/meta.json, then", "path=index/meta.json, then"),
+            ("4 bytes / 2 values and a/b/c stay; /v1 too", "4 bytes / 2 values and a/b/c stay; /v1 too"),
+            ("no endpoint at /v1/indexes/x/nothing", "no endpoint at /v1/indexes/x/nothing"),
+            ("file:/srv/data/x/y and http://host/a/b/c", "file:x/y and http://host/a/b/c"),
+            ("", ""),
+        ] {
+            assert_eq!(public_paths(text), want, "{text}");
+            assert_eq!(public_paths(want), want, "scrubbing twice changes nothing: {want}");
+        }
+        // Errors that carry paths in their text, whatever their kind, and errors made by hand.
+        let errors = [
+            CellarError::Internal("bm25 commit: /srv/data/indexes/x/bm25/meta.json: corrupted".into()),
+            CellarError::invalid("/srv/data/indexes/x: this index holds the caller's embeddings"),
+            CellarError::corrupted(Path::new("/srv/data/x/bm25"), 0, "tantivy: open /srv/data/x/bm25/1.idx"),
+        ];
+        for error in errors {
+            let body = ApiError::from(error).body().to_string();
+            assert!(!body.contains("/srv"), "{body}");
+        }
+        let by_hand =
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no index \"x\" in /srv/data/indexes")
+                .with_details(json!({ "dir": "/srv/data/indexes" }));
+        assert!(!by_hand.body().to_string().contains("/srv"), "{}", by_hand.body());
+        assert!(!serde_json::to_string(&by_hand.into_body()).unwrap().contains("/srv"));
     }
 
     #[test]

@@ -180,10 +180,7 @@ async fn require_api_key(State(state): State<Arc<AppState>>, request: Request, n
         return next.run(request).await;
     };
     let headers = request.headers();
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+    let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token);
     let plain = headers.get("x-api-key").and_then(|v| v.to_str().ok());
     let given = bearer.or(plain);
     if given.is_some_and(|key| constant_time_eq(key.as_bytes(), expected.as_bytes())) {
@@ -191,6 +188,13 @@ async fn require_api_key(State(state): State<Arc<AppState>>, request: Request, n
     }
     let message = if given.is_some() { "the API key is wrong" } else { "an API key is required" };
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response()
+}
+
+/// The credentials of `Authorization: Bearer KEY`: the scheme in any case (RFC 9110 11.1),
+/// then one or more spaces.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, key) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| key.trim_start())
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

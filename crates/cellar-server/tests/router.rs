@@ -63,6 +63,8 @@ async fn every_bad_input_is_a_typed_4xx_and_the_server_keeps_serving() {
     let (_, app) = app_with(small);
     let dim = index().config().encoder.model_dim;
     let short_row = json!({ "tokens": [vec![0.1f32; dim - 1]] });
+    // The same mistake in the compact form: a row of dim - 1 f32 values, base64.
+    let short_b64 = cellar_search::QueryVectorsIn::compact(&vec![0.1f32; dim - 1], None, Default::default());
     let huge = format!("{{\"query\": \"{}\"}}", "a".repeat(100 * 1024));
     let cases: Vec<(&str, String, StatusCode, &str)> = vec![
         ("malformed JSON", "{\"query\": \"coffee\"".into(), StatusCode::BAD_REQUEST, "malformed_json"),
@@ -110,6 +112,12 @@ async fn every_bad_input_is_a_typed_4xx_and_the_server_keeps_serving() {
         (
             "wrong dimension",
             json!({"query": "coffee", "query_vectors": short_row}).to_string(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "wrong_dimension",
+        ),
+        (
+            "wrong dimension in tokens_b64",
+            json!({"query": "coffee", "query_vectors": short_b64}).to_string(),
             StatusCode::UNPROCESSABLE_ENTITY,
             "wrong_dimension",
         ),
@@ -185,6 +193,62 @@ async fn every_bad_input_is_a_typed_4xx_and_the_server_keeps_serving() {
         (status, value["code"].as_str()),
         (StatusCode::METHOD_NOT_ALLOWED, Some("method_not_allowed"))
     );
+}
+
+/// Every score of an answer is a number: `score` and `first_stage_score` always, `maxsim` for
+/// re-ranked hits.
+fn assert_scores_are_numbers(answer: &Value, context: &str) {
+    for hit in answer["hits"].as_array().unwrap_or_else(|| panic!("{context}: {answer}")) {
+        assert!(hit["score"].is_number() && hit["first_stage_score"].is_number(), "{context}: {hit}");
+        if hit["stage"] == "reranked" {
+            assert!(hit["maxsim"].is_number(), "{context}: {hit}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn extreme_finite_query_vectors_are_refused_naming_the_field_and_no_score_is_ever_null() {
+    let (_, app) = app_with(config());
+    let dim = index().config().encoder.model_dim;
+    let row = |v: f32| vec![v; dim];
+    let modes = [
+        ("hybrid", "z"),
+        ("hybrid", "z_peak"),
+        ("hybrid", "rrf"),
+        ("dense", "z"),
+        ("rerank", "z"),
+        ("ivf", "z"),
+    ];
+    for (mode, fusion) in modes {
+        let base = |tokens: Vec<Vec<f32>>, pooled: Vec<f32>| {
+            let mut body = json!({"query": "coffee", "k": 6, "mode": mode, "nprobe": 1,
+                                  "query_vectors": {"tokens": tokens, "pooled": pooled}});
+            if mode == "hybrid" {
+                body["fusion"] = json!(fusion);
+            }
+            body
+        };
+        // Finite values whose squared norm overflows f32: refused like NaN, naming the vector.
+        for (tokens, pooled, field) in [
+            (vec![row(0.01), row(1e38)], row(0.01), "query_vectors.tokens[1]"),
+            (vec![row(0.01)], row(-1e38), "query_vectors.pooled"),
+        ] {
+            let (status, value) = search(&app, base(tokens, pooled)).await;
+            assert_eq!(
+                (status, value["code"].as_str()),
+                (StatusCode::BAD_REQUEST, Some("invalid_input")),
+                "{mode}: {value}"
+            );
+            assert!(value["message"].as_str().unwrap().contains(field), "{mode} {fusion}: {value}");
+        }
+        // Large vectors whose squared norm is finite: every score is a number.
+        for scale in [1.0f32, 1e15, 1e17] {
+            let tokens = vec![row(scale), row(-scale), row(0.0)];
+            let (status, answer) = search(&app, base(tokens, row(scale))).await;
+            assert_eq!(status, StatusCode::OK, "{mode} {fusion} x{scale}: {answer}");
+            assert_scores_are_numbers(&answer, &format!("{mode} {fusion} x{scale}"));
+        }
+    }
 }
 
 #[tokio::test]
@@ -387,9 +451,15 @@ async fn an_api_key_guards_the_search_endpoints_only() {
     let mut wrong = post("/v1/search", body.clone());
     wrong.headers_mut().insert("authorization", "Bearer nope".parse().unwrap());
     assert_eq!(call(&app, wrong).await.0, StatusCode::UNAUTHORIZED);
-    let mut bearer = post("/v1/search", body.clone());
-    bearer.headers_mut().insert("authorization", "Bearer s3cret".parse().unwrap());
-    assert_eq!(call(&app, bearer).await.0, StatusCode::OK);
+    // The scheme is case-insensitive (RFC 9110 11.1), and more than one space may follow it.
+    for given in ["Bearer s3cret", "bearer s3cret", "BEARER  s3cret"] {
+        let mut bearer = post("/v1/search", body.clone());
+        bearer.headers_mut().insert("authorization", given.parse().unwrap());
+        assert_eq!(call(&app, bearer).await.0, StatusCode::OK, "{given}");
+    }
+    let mut other = post("/v1/search", body.clone());
+    other.headers_mut().insert("authorization", "Basic s3cret".parse().unwrap());
+    assert_eq!(call(&app, other).await.0, StatusCode::UNAUTHORIZED, "another scheme");
     let mut header = post("/v1/search/batch", json!({"queries": [{"query": "coffee"}]}).to_string());
     header.headers_mut().insert("x-api-key", "s3cret".parse().unwrap());
     assert_eq!(call(&app, header).await.0, StatusCode::OK);
@@ -794,4 +864,61 @@ async fn a_search_is_charged_for_its_answer_against_the_byte_budget() {
     let (status, value, _) = call(&app, post("/v1/search/batch", batch)).await;
     assert_eq!(status, StatusCode::OK, "alone, the batch is answered: {value}");
     assert_eq!(state.in_flight_bytes(), 0);
+}
+
+/// Error answers never carry where the server keeps its files: the 400 of a text query (and of
+/// a text write) on an index of the caller's embeddings, which names the index's directory, and
+/// the 500 of a corrupted record, whose error names the file.
+#[tokio::test]
+async fn no_error_answer_carries_a_server_path() {
+    const DIM: usize = 8;
+    let tmp = tempfile::TempDir::new().unwrap();
+    let dir = tmp.path().join("embedded");
+    let options = cellar_search::BuildOptions::new("", &dir);
+    let docs = (0..4).map(|i| {
+        let mut row = vec![0.0f32; DIM];
+        row[i] = 1.0;
+        Ok(cellar_search::EmbeddedDoc {
+            id: format!("e{i}"),
+            title: String::new(),
+            text: format!("embedded document number {i}"),
+            metadata: Default::default(),
+            tokens: row.clone(),
+            pooled: None,
+        })
+    });
+    Index::build_from_embeddings(&options, DIM, None, docs).unwrap();
+    let index = Arc::new(Index::open(&dir, OpenOptions::default()).unwrap());
+    let app = router(AppState::new(index, config()));
+    let root = tmp.path().to_str().unwrap().to_string();
+    let mut bodies = Vec::new();
+
+    let (status, value) = search(&app, json!({"query": "embedded document"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{value}");
+    assert!(value["message"].as_str().unwrap().contains("caller's embeddings"), "{value}");
+    bodies.push(value);
+    let write = json!({"ops": [{"add": {"id": "t1", "text": "a text to encode"}}]}).to_string();
+    let (status, value, _) = call(&app, post("/v1/docs", write)).await;
+    assert!(status.is_client_error(), "{status}: {value}");
+    bodies.push(value);
+
+    // A flipped byte in texts.bin, read when a hit shows its text: a 500 naming the file.
+    let texts = dir.join("texts.bin");
+    let mut bytes = std::fs::read(&texts).unwrap();
+    let last = bytes.len() - 2;
+    bytes[last] ^= 0x55;
+    std::fs::write(&texts, bytes).unwrap();
+    let query = json!({"query": "embedded", "mode": "dense-exact", "k": 4, "include_text": true,
+                       "query_vectors": {"tokens": [[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]],
+                                         "pooled": [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]}});
+    let (status, value) = search(&app, query).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{value}");
+    assert!(value["message"].as_str().unwrap().contains("texts.bin"), "{value}");
+    bodies.push(value);
+
+    for body in bodies {
+        let text = body.to_string();
+        assert!(!text.contains(&root), "an answer names the server's directory {root}: {text}");
+        assert!(!text.contains(&dir.to_string_lossy().to_string()), "{text}");
+    }
 }

@@ -304,7 +304,8 @@ fn base64_query_vectors_rank_as_json_lists_and_bad_ones_are_refused() {
                 pooled: Some(pooled.clone()),
                 ..Default::default()
             },
-            "not whole rows",
+            // The same answer as a JSON row of the wrong width: `WrongDimension` (422).
+            "wrong vector dimension: expected 16, received 17",
         ),
         (
             QueryVectorsIn {
