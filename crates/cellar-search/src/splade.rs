@@ -219,12 +219,6 @@ impl SpladeIndex {
         Ok(postings)
     }
 
-    /// Written documents encoded so far (for tests and reports).
-    pub fn written_encoded(&self) -> u32 {
-        let postings = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        postings.next - self.config.docs as u32
-    }
-
     /// [`SpladeIndex::search`] for an encoded query.
     pub fn search_vector(
         &self,
