@@ -153,9 +153,10 @@ fn a_full_disk_refuses_writes_with_507_loses_no_acknowledged_write_and_recovers_
 }
 
 /// A living index of a data directory on a disk that fills up (issue 16.4): every write is 200
-/// or 507, searches and reads go on while the disk is full, writes resume once space is freed,
+/// or 507 (never 500, whether the log, BM25's commit or a flush met the full disk: issue 43.2,
+/// 43.3), searches and reads go on while the disk is full, writes resume once space is freed,
 /// and a restart finds every acknowledged document (tantivy's files included, which no
-/// failpoint reaches).
+/// failpoint reaches) and none that was refused.
 #[test]
 fn a_living_index_on_a_full_disk_refuses_writes_keeps_answering_and_loses_nothing() {
     let tmp = tempfile::tempdir().unwrap();
@@ -167,7 +168,7 @@ fn a_living_index_on_a_full_disk_refuses_writes_keeps_answering_and_loses_nothin
         json!({"docs": (0..8).map(|i| note(i, format!("note {i}"))).collect::<Vec<_>>(), "codec": "f16"});
     let (status, body) = http(port, "PUT", "/v1/indexes/notes", &create.to_string());
     assert_eq!(status, 200, "{body}");
-    let (mut acknowledged, mut refused) = (Vec::new(), 0);
+    let (mut acknowledged, mut refused) = (Vec::new(), Vec::new());
     for i in 100..400 {
         let add = json!({"ops": [{"add": note(i, format!("{i} {}", "lorem ipsum ".repeat(5000)))}]});
         let (status, body) = http(port, "POST", "/v1/indexes/notes/docs", &add.to_string());
@@ -175,15 +176,23 @@ fn a_living_index_on_a_full_disk_refuses_writes_keeps_answering_and_loses_nothin
             200 => acknowledged.push(i),
             507 => {
                 assert_eq!(body["code"], "disk_full", "{body}");
-                refused += 1;
-                if refused == 3 {
+                assert!(!body.to_string().contains(tmp.path().to_str().unwrap()), "a path in {body}");
+                refused.push(i);
+                if refused.len() == 3 {
                     break;
                 }
             }
             other => panic!("write {i}: HTTP {other}: {body}"),
         }
     }
-    assert!(refused == 3 && acknowledged.len() > 20, "{} written, {refused} refused", acknowledged.len());
+    assert!(
+        refused.len() == 3 && acknowledged.len() > 20,
+        "{} written, {refused:?} refused",
+        acknowledged.len()
+    );
+    for &i in &refused {
+        assert_eq!(http(port, "GET", &format!("/v1/indexes/notes/docs/n{i}"), "").0, 404, "n{i} was refused");
+    }
     let search = json!({"mode": "dense-exact", "k": 3, "query_vectors": {"tokens": [[1.0, 120.0]], "pooled": [1.0, 120.0]}});
     let (status, body) = http(port, "POST", "/v1/indexes/notes/search", &search.to_string());
     assert_eq!(status, 200, "searches go on while the disk is full: {body}");
@@ -200,6 +209,10 @@ fn a_living_index_on_a_full_disk_refuses_writes_keeps_answering_and_loses_nothin
     for i in acknowledged.iter().copied().chain([9999, 3]) {
         let (status, body) = http(port, "GET", &format!("/v1/indexes/notes/docs/n{i}"), "");
         assert_eq!(status, 200, "n{i} was acknowledged before the restart: {body}");
+    }
+    for &i in &refused {
+        let (status, body) = http(port, "GET", &format!("/v1/indexes/notes/docs/n{i}"), "");
+        assert_eq!(status, 404, "n{i} was refused before the restart: {body}");
     }
     stop(server);
 }

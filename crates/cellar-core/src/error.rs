@@ -82,11 +82,17 @@ impl CellarError {
     }
 
     /// An `Io` error saying the disk (or the user's quota) is full: nothing was written, and
-    /// a retry succeeds once space is freed.
+    /// a retry succeeds once space is freed. The OS error (`ENOSPC`, `EDQUOT`), or an error
+    /// of its kind carrying Cellar's own explanation (a living index's memtable that cannot be
+    /// flushed).
     pub fn is_disk_full(&self) -> bool {
         match self {
             CellarError::Io { source, .. } => {
                 matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+                    || matches!(
+                        source.kind(),
+                        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+                    )
             }
             _ => false,
         }

@@ -9,10 +9,12 @@
 //! - [`FailPoint::WalAppend`]: a batch appended to a write-ahead log (a write's durability);
 //! - [`FailPoint::FileWrite`]: every other file Cellar writes (atomic small files, the bodies
 //!   of binary files, segments of streams and of living indexes, manifests): flushes, merges,
-//!   builds and IVF trainings all write through it.
+//!   builds and IVF trainings all write through it;
+//! - [`FailPoint::Bm25Commit`]: a living index's BM25 (tantivy) commit, after its documents
+//!   were handed to tantivy (armed with [`arm_errno`], it can fail with `EMFILE` as well).
 //!
-//! What Cellar cannot route through here (tantivy's own files of the BM25 index) is shown on a
-//! real full file system instead (the small tmpfs of `cellar-cli/tests/full_disk.rs`).
+//! tantivy's own files are also shown on a real full file system (the small tmpfs of
+//! `cellar-cli/tests/full_disk.rs` and `cellar-search/tests/it/disk_full.rs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,6 +24,7 @@ use std::sync::Mutex;
 pub enum FailPoint {
     WalAppend,
     FileWrite,
+    Bm25Commit,
 }
 
 struct Armed {
@@ -31,6 +34,8 @@ struct Armed {
     /// Writes let through before the failures start.
     pass: u64,
     failed: u64,
+    /// The OS error the failures carry.
+    errno: i32,
 }
 
 static ARMED: Mutex<Vec<Armed>> = Mutex::new(Vec::new());
@@ -64,14 +69,20 @@ fn armed() -> std::sync::MutexGuard<'static, Vec<Armed>> {
 /// Makes `point` fail with `ENOSPC` for files under `under`, after letting `pass` writes
 /// through, until the guard is dropped.
 pub fn arm(point: FailPoint, under: &Path, pass: u64) -> Guard {
+    arm_errno(point, under, pass, libc::ENOSPC)
+}
+
+/// [`arm`], failing with the OS error `errno` (`libc::EMFILE`: out of file descriptors).
+pub fn arm_errno(point: FailPoint, under: &Path, pass: u64, errno: i32) -> Guard {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let mut armed = armed();
-    armed.push(Armed { id, point, under: under.to_path_buf(), pass, failed: 0 });
+    armed.push(Armed { id, point, under: under.to_path_buf(), pass, failed: 0, errno });
     ARMED_COUNT.store(armed.len(), Ordering::Release);
     Guard { id }
 }
 
-/// The error an armed `point` gives a write to `path`, if one does.
+/// The error an armed `point` gives a write to `path`, if one does (`ENOSPC` unless armed
+/// with another).
 pub fn check(point: FailPoint, path: &Path) -> std::io::Result<()> {
     if ARMED_COUNT.load(Ordering::Acquire) == 0 {
         return Ok(());
@@ -85,7 +96,7 @@ pub fn check(point: FailPoint, path: &Path) -> std::io::Result<()> {
         return Ok(());
     }
     hit.failed += 1;
-    Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+    Err(std::io::Error::from_raw_os_error(hit.errno))
 }
 
 #[cfg(test)]

@@ -42,6 +42,36 @@ fn tantivy_error(path: &Path, error: tantivy::TantivyError) -> CellarError {
     CellarError::corrupted(path, 0, format!("bm25 index: {error}"))
 }
 
+/// The OS error inside a tantivy error, if it is one (a full disk, too many open files).
+fn io_of(error: &tantivy::TantivyError) -> Option<std::io::Error> {
+    use tantivy::directory::error::{LockError, OpenDirectoryError, OpenReadError, OpenWriteError};
+    use tantivy::TantivyError as T;
+    let io: &std::io::Error = match error {
+        T::IoError(e) => e,
+        T::OpenWriteError(OpenWriteError::IoError { io_error, .. }) => io_error,
+        T::OpenReadError(OpenReadError::IoError { io_error, .. }) => io_error,
+        T::OpenDirectoryError(OpenDirectoryError::IoError { io_error, .. }) => io_error,
+        T::LockFailure(LockError::IoError(e), _) => e,
+        _ => return None,
+    };
+    // Only the OS error: tantivy's message names files by their whole path.
+    Some(match io.raw_os_error() {
+        Some(code) => std::io::Error::from_raw_os_error(code),
+        None => std::io::Error::new(io.kind(), "bm25 index: an I/O call failed"),
+    })
+}
+
+/// Maps a tantivy error of a write (adding, deleting, committing, reloading) into ours: an I/O
+/// failure is `Io` on the BM25 directory (`disk_full` on a full disk), anything else
+/// `Internal`; never `Corrupted`, as nothing was found damaged. The whole error is logged.
+fn write_error(path: &Path, error: tantivy::TantivyError) -> CellarError {
+    log::error!("{}: bm25 index: a write failed: {error}", path.display());
+    match io_of(&error) {
+        Some(source) => CellarError::io(path, source),
+        None => CellarError::internal("bm25 index: tantivy refused a write (logged)"),
+    }
+}
+
 /// Every segment holds `max_doc` documents (as `meta.json` says) in its `doc` column and its
 /// field norms: a count that does not match its files would send tantivy past their ends.
 fn check_segments(dir: &Path, searcher: &tantivy::Searcher, fields: &Fields) -> Result<()> {
@@ -468,14 +498,12 @@ impl Bm25Index {
             .map_err(|e| tantivy_error(&self.path, e))
     }
 
-    /// Makes searches see tantivy's last commit.
-    pub(crate) fn reload(&self) -> Result<()> {
-        self.reader.reload().map_err(|e| tantivy_error(&self.path, e))
-    }
-
     /// The sequence number of the last write batch tantivy committed (0: none since the build).
     pub fn applied_seq(&self) -> Result<u64> {
-        let metas = self.index.load_metas().map_err(|e| tantivy_error(&self.path, e))?;
+        let metas = self.index.load_metas().map_err(|e| match io_of(&e) {
+            Some(source) => CellarError::io(&self.path.join(META_FILE), source),
+            None => tantivy_error(&self.path, e),
+        })?;
         match metas.payload {
             None => Ok(0),
             Some(p) => p.parse().map_err(|_| {
@@ -491,9 +519,11 @@ impl Bm25Index {
     /// Adds and deletes the documents of `batches` (in order), commits them with the last
     /// batch's sequence number as the commit's payload, and reloads the searcher, so the next
     /// search sees them.
+    /// A failure is `Io` (`disk_full` on a full disk) or `Internal`, never `Corrupted`: the
+    /// caller drops what tantivy holds uncommitted ([`Bm25Index::abandon_writer`]).
     pub(crate) fn apply(&self, batches: &[&LogBatch]) -> Result<()> {
         let Some(last) = batches.last() else { return Ok(()) };
-        let error = |e| tantivy_error(&self.path, e);
+        let error = |e| write_error(&self.path, e);
         let mut slot = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
             *slot = Some(self.index.writer_with_num_threads(1, WRITER_BUDGET_BYTES / 2).map_err(error)?);
@@ -517,11 +547,25 @@ impl Bm25Index {
                 }
             }
         }
+        cellar_core::failpoint::check(cellar_core::failpoint::FailPoint::Bm25Commit, &self.path)
+            .map_err(|e| CellarError::io(&self.path, e))?;
         let mut commit = writer.prepare_commit().map_err(error)?;
         commit.set_payload(&last.seq.to_string());
         commit.commit().map_err(error)?;
         self.reader.reload().map_err(error)?;
         Ok(())
+    }
+
+    /// Drops tantivy's writer and whatever it holds uncommitted (after a failed
+    /// [`Bm25Index::apply`]): the next write opens a new one on the last commit.
+    pub(crate) fn abandon_writer(&self) {
+        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(writer);
+    }
+
+    /// Makes searches see tantivy's last commit.
+    pub(crate) fn reload(&self) -> Result<()> {
+        self.reader.reload().map_err(|e| write_error(&self.path, e))
     }
 
     fn internal_id(

@@ -229,6 +229,22 @@ impl Wal {
         Ok(())
     }
 
+    /// Cuts the log back to `end` bytes (a record boundary [`Wal::len`] gave before an
+    /// append), durably: takes back the batches logged after it.
+    pub fn truncate(&mut self, end: u64) -> Result<()> {
+        if !(WAL_HEADER_BYTES..=self.end).contains(&end) {
+            return Err(CellarError::internal(format!(
+                "{}: truncating the log to {end} bytes, outside {WAL_HEADER_BYTES}..={}",
+                self.path.display(),
+                self.end
+            )));
+        }
+        self.file.set_len(end).at(&self.path)?;
+        self.file.sync_all().at(&self.path)?;
+        self.end = end;
+        Ok(())
+    }
+
     /// Bytes in the log, header included.
     pub fn len(&self) -> u64 {
         self.end

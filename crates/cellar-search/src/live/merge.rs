@@ -122,7 +122,7 @@ impl Index {
         let live = &self.live.dir;
         let mut slot = self.writer()?;
         let writer = slot.as_mut().expect("the writer was just loaded");
-        self.settle()?;
+        self.settle(writer)?;
         let current = self.live.view();
         let n = inputs.len();
         let same = current.segments.len() >= n

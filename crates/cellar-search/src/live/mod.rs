@@ -18,6 +18,10 @@
 //! version and an add of the new one under a new internal id; a delete is a tombstone that BM25,
 //! the IVF probe, the dense scan, re-ranking and text fetch all honour. Once the memtable holds
 //! [`FLUSH_BYTES`], it is written as a segment, the manifest names it, and the log is emptied.
+//! A flush that fails (a full disk) fails no write: the next write tries again, and past
+//! [`MEMTABLE_BOUND_FLUSHES`] times the threshold a new batch is refused before it is logged. A
+//! BM25 commit that fails is undone: its batches are taken back out of the log before their
+//! writers are answered with its error (`recover_bm25`), so none of them comes back later.
 //!
 //! Opening replays the log past the manifest's last flushed batch (and, where tantivy's last
 //! commit is older, into BM25), so every acknowledged write survives a crash. A process that
@@ -42,11 +46,21 @@ use crate::index::Index;
 use crate::written::batch::LogBatch;
 pub use crate::written::batch::{OP_DELETE, OP_PUT, OP_PUT_META};
 use crate::written::segment::{self, Segment, SegmentWriter};
-use crate::written::state::{f16_row, LiveManifest, LiveView, Measured, SegmentEntry, Writer};
+use crate::written::state::{
+    f16_row, Bm25Failure, LiveManifest, LiveView, Measured, Recovered, SegmentEntry, StagedBatch, Writer,
+};
 pub use crate::written::state::{
     LiveStats, DRIFT_RETRAIN, DRIFT_SAMPLE, FLUSH_BYTES, LIVE_DIR, LIVE_MANIFEST, LIVE_READABLE_VERSIONS,
-    LIVE_VERSION, WAL_FILE,
+    LIVE_VERSION, MEMTABLE_BOUND_FLUSHES, WAL_FILE,
 };
+
+/// What [`Index::commit_through`] found of a batch.
+pub(crate) enum Committed {
+    /// In BM25 and published.
+    Yes,
+    /// A BM25 commit failed since it was logged ([`Index::await_commit`] tells its fate).
+    Undone,
+}
 
 impl Index {
     /// The live view this search reads.
@@ -71,10 +85,8 @@ impl Index {
 
     /// The writer, created on first use: takes `live/LOCK` (creating `live/` the first time)
     /// and reloads the live state from disk under it, since another process may have written.
+    /// A failed BM25 commit is undone first (`recover_bm25`); while that fails, so does this.
     pub(crate) fn writer(&self) -> Result<MutexGuard<'_, Option<Writer>>> {
-        if let Some(detail) = self.live.failed.get() {
-            return Err(CellarError::internal(detail.clone()));
-        }
         let mut slot = self.live.lock_writer();
         if slot.is_none() {
             std::fs::create_dir_all(&self.live.dir).at(&self.live.dir)?;
@@ -89,6 +101,7 @@ impl Index {
             }
             self.load_live(Some(lock), &mut slot)?;
         }
+        self.recover_bm25(slot.as_mut().expect("the writer was just loaded"))?;
         Ok(slot)
     }
 
@@ -194,89 +207,257 @@ impl Index {
         Ok(ids)
     }
 
-    /// Returns once batch `seq` is in BM25 and published: if no other writer committed it
-    /// meanwhile, commits every staged batch to BM25 at once (group commit) and publishes the
-    /// view after the last.
-    pub(crate) fn commit_through(&self, seq: u64) -> Result<()> {
+    /// Returns once batch `seq`, logged in `epoch` (`Live::latest`), is in BM25 and published
+    /// (`Yes`): if no other writer committed it meanwhile, commits every staged batch to BM25 at
+    /// once (group commit) and publishes the view after the last. `Undone` when a BM25 commit
+    /// failed since the batch was logged: `await_commit` then tells whether it was kept.
+    pub(crate) fn commit_through(&self, seq: u64, epoch: u64) -> Result<Committed> {
         let _one = self.live.committing.lock().unwrap_or_else(|p| p.into_inner());
-        if self.live.view().seq >= seq {
-            return Ok(());
-        }
         // The view stays staged until it is published: the next batch builds on it meanwhile.
         let (batches, view) = {
-            let mut staged = self.live.staged.lock().unwrap_or_else(|p| p.into_inner());
-            (std::mem::take(&mut staged.batches), staged.view.clone())
+            let mut staged = self.live.lock_staged();
+            if staged.epoch != epoch || staged.failure.is_some() {
+                return Ok(Committed::Undone);
+            }
+            if self.live.view().seq >= seq {
+                return Ok(Committed::Yes);
+            }
+            let Some(view) = staged.view.clone() else {
+                return Err(CellarError::internal(format!("batch {seq} was neither staged nor published")));
+            };
+            (std::mem::take(&mut staged.batches), view)
         };
-        let Some(view) = view else {
-            return Err(CellarError::internal(format!("batch {seq} was neither staged nor published")));
-        };
-        let refs: Vec<&LogBatch> = batches.iter().collect();
-        if let Err(e) = self.bm25.apply(&refs) {
-            let detail = format!(
-                "batches {}..={} are logged but BM25 refused them ({e}); they are applied when the index is \
-                 next opened, and this process takes no more writes",
-                batches.first().map_or(0, |b| b.seq),
+        let refs: Vec<&LogBatch> = batches.iter().map(|b| &b.batch).collect();
+        if let Err(error) = self.bm25.apply(&refs) {
+            // Nothing of them is in BM25: they, and every batch logged after them, are taken
+            // back out of the log by the next holder of the writer (`recover_bm25`).
+            self.bm25.abandon_writer();
+            log::error!(
+                "{}: BM25 refused batches {}..={} ({error}); they are taken back out of the log and answered with that error",
+                self.live.dir.display(),
+                batches.first().map_or(0, |b| b.batch.seq),
                 view.seq
             );
-            let _ = self.live.failed.set(detail.clone());
-            return Err(CellarError::internal(detail));
+            let mut staged = self.live.lock_staged();
+            staged.failure = Some(Bm25Failure { error, batches });
+            staged.epoch += 1;
+            return Ok(Committed::Undone);
         }
         let published = view.seq;
         self.live.publish(view);
         {
-            let mut staged = self.live.staged.lock().unwrap_or_else(|p| p.into_inner());
+            let mut staged = self.live.lock_staged();
             if staged.view.as_ref().is_some_and(|v| v.seq == published) {
                 staged.view = None;
             }
         }
         let mut commits = self.live.commits.lock().unwrap_or_else(|p| p.into_inner());
         *commits = (commits.0 + 1, commits.1 + batches.len() as u64);
-        Ok(())
+        Ok(Committed::Yes)
     }
 
-    /// Commits and publishes every staged batch (with the writer held, so none is added).
-    pub(crate) fn settle(&self) -> Result<()> {
-        let latest = self.live.latest().seq;
-        self.commit_through(latest)
+    /// [`Index::commit_through`] for the writer of batch `seq`: `Ok` once it is in BM25 and
+    /// published, or the error of the BM25 commit that failed when it was taken back out of the
+    /// log (then nothing of it is applied, now or after a restart).
+    pub(crate) fn await_commit(&self, seq: u64, epoch: u64) -> Result<()> {
+        if let Committed::Yes = self.commit_through(seq, epoch)? {
+            return Ok(());
+        }
+        drop(self.writer()?);
+        let staged = self.live.lock_staged();
+        match staged.recoveries.iter().find(|r| r.epoch == epoch) {
+            Some(r) if seq <= r.kept_through => Ok(()),
+            Some(r) => Err(r.error.clone()),
+            None => Err(CellarError::internal(format!(
+                "batch {seq}: the outcome of the BM25 commit that failed after it is forgotten"
+            ))),
+        }
+    }
+
+    /// Commits and publishes every staged batch (with the writer held, so none is added); a
+    /// failed BM25 commit is undone here, and its error returned.
+    pub(crate) fn settle(&self, writer: &mut Writer) -> Result<()> {
+        let (seq, epoch) = self.live.latest_seq();
+        match self.commit_through(seq, epoch)? {
+            Committed::Yes => Ok(()),
+            Committed::Undone => {
+                let error = self.live.lock_staged().failure.as_ref().map(|f| f.error.clone());
+                self.recover_bm25(writer)?;
+                error.map_or(Ok(()), Err)
+            }
+        }
+    }
+
+    /// Undoes a failed BM25 commit (see `Staged`), with the writer held: its batches and every
+    /// batch logged after them are cut from the log and from the writer's id map, and the view
+    /// goes back to the last one published. No-op when nothing failed. On an error the failure
+    /// stays, and the next holder of the writer tries again.
+    pub(crate) fn recover_bm25(&self, writer: &mut Writer) -> Result<()> {
+        let _one = self.live.committing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut staged = self.live.lock_staged();
+        let Some(failure) = staged.failure.take() else { return Ok(()) };
+        let mut batches = failure.batches;
+        batches.append(&mut staged.batches);
+        staged.view = None;
+        match self.take_back(writer, &batches, &failure.error) {
+            Ok(kept_through) => {
+                let epoch = staged.epoch - 1;
+                staged.recovered(Recovered { epoch, kept_through, error: failure.error });
+                Ok(())
+            }
+            Err(e) => {
+                staged.failure = Some(Bm25Failure { error: failure.error, batches });
+                Err(e)
+            }
+        }
+    }
+
+    /// `recover_bm25`'s work; returns the last batch kept. Safe to repeat after an error.
+    fn take_back(&self, writer: &mut Writer, batches: &[StagedBatch], error: &CellarError) -> Result<u64> {
+        self.bm25.abandon_writer();
+        // A commit that failed replaced no commit point, unless the directory's sync failed
+        // after the rename: tantivy's payload decides (unreadable, e.g. out of descriptors: none).
+        let applied = self.bm25.applied_seq().unwrap_or_else(|e| {
+            log::warn!(
+                "{}: reading BM25's commit point ({e}); taking it as unchanged",
+                self.live.dir.display()
+            );
+            0
+        });
+        let view = self.live.view();
+        let (keep, undo): (Vec<&StagedBatch>, Vec<&StagedBatch>) =
+            batches.iter().filter(|b| b.batch.seq > view.seq).partition(|b| b.batch.seq <= applied);
+        if let Some(first) = undo.first() {
+            if first.log_at < writer.wal.len() {
+                writer.wal.truncate(first.log_at)?;
+            }
+        }
+        if !keep.is_empty() {
+            self.bm25.reload()?;
+            let mut next = (*view).clone();
+            for b in &keep {
+                next.apply(&b.batch, &self.assigner(), writer.wal.path())?;
+            }
+            self.live.publish(next);
+        }
+        for b in undo.iter().rev() {
+            for (id, before) in b.undo.iter().rev() {
+                match before {
+                    Some(doc) => writer.ids.insert(id.clone(), *doc),
+                    None => writer.ids.remove(id),
+                };
+            }
+        }
+        if let (Some(first), Some(last)) = (undo.first(), undo.last()) {
+            self.live.taken_back.fetch_add(undo.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            log::warn!(
+                "{}: batches {}..={} taken back out of the log after BM25 refused them ({error})",
+                self.live.dir.display(),
+                first.batch.seq,
+                last.batch.seq
+            );
+        }
+        Ok(self.live.view().seq)
     }
 
     /// Writes the memtable as a segment, commits the manifest, empties the log. Called with the
-    /// writer held.
+    /// writer held. On a failure before the manifest names the segment, its files are removed
+    /// (on a full disk they would take the space the next try needs) and nothing changed.
     fn flush_locked(&self, writer: &mut Writer) -> Result<()> {
-        self.settle()?;
+        self.settle(writer)?;
         let view = self.live.view();
         if view.memtable.is_empty() {
             return Ok(());
         }
         let live = &self.live.dir;
         let name = format!("seg-{:016x}", view.seq);
-        let model_dim = self.config.encoder.model_dim;
-        let mut out = SegmentWriter::create(live, &name, Arc::clone(self.store.codec()), model_dim)?;
-        for doc in &view.memtable {
-            out.add(doc.id, doc.n_tokens as usize, &doc.tokens, &doc.pooled, &doc.doc)?;
-        }
-        let ids = out.finish()?;
-        let first = DocId(ids[0]);
-        let segment =
-            Segment::open(live, &name, first, ids.len(), model_dim, &self.reader_options, &self.assigner())?;
+        let written = self.write_segment(&view, &name);
+        let (segment, manifest) = match written.and_then(|segment| {
+            let mut manifest = writer.manifest.clone();
+            manifest.segments.push(SegmentEntry {
+                name: name.clone(),
+                first: segment.first().0,
+                docs: segment.len() as u32,
+            });
+            manifest.next_id = view.next_id;
+            manifest.flushed_seq = view.seq;
+            manifest.deleted = view.deleted_ids();
+            manifest.save(live)?;
+            Ok((segment, manifest))
+        }) {
+            Ok(done) => done,
+            Err(e) => {
+                segment::discard(live, &name);
+                return Err(e);
+            }
+        };
         let mut next = (*view).clone();
         next.memtable.clear();
         next.mem_clusters.clear();
         next.mem_bytes = 0;
         next.add_segment(segment);
-        let mut manifest = writer.manifest.clone();
-        manifest.segments.push(SegmentEntry { name, first: first.0, docs: ids.len() as u32 });
-        manifest.next_id = next.next_id;
-        manifest.flushed_seq = next.seq;
-        manifest.deleted = next.deleted_ids();
-        manifest.save(live)?;
         writer.manifest = manifest;
         self.live.publish(next);
         writer.wal.reset()
     }
 
-    /// The searchable document whose collection id is `id`, if any. A process that writes the
-    /// index looks it up in its id map; one that reads beside a writer scans the documents.
+    /// The memtable of `view` written as segment `name`, opened.
+    fn write_segment(&self, view: &LiveView, name: &str) -> Result<Segment> {
+        let live = &self.live.dir;
+        let model_dim = self.config.encoder.model_dim;
+        let mut out = SegmentWriter::create(live, name, Arc::clone(self.store.codec()), model_dim)?;
+        for doc in &view.memtable {
+            out.add(doc.id, doc.n_tokens as usize, &doc.tokens, &doc.pooled, &doc.doc)?;
+        }
+        let ids = out.finish()?;
+        Segment::open(live, name, DocId(ids[0]), ids.len(), model_dim, &self.reader_options, &self.assigner())
+    }
+
+    /// After a write logged and published its batch: flushes the memtable when it is past
+    /// `flush_bytes`. A failure is the flush's, not the batch's: counted (`flush_failures`),
+    /// logged, and tried again by the next write; the memtable keeps serving meanwhile.
+    pub(crate) fn flush_after_write(&self) {
+        if self.live.view().mem_bytes <= self.flush_bytes() {
+            return;
+        }
+        let flushed = self.writer().and_then(|mut slot| match slot.as_mut() {
+            Some(writer) if self.live.view().mem_bytes > self.flush_bytes() => self.flush_locked(writer),
+            _ => Ok(()),
+        });
+        if let Err(e) = flushed {
+            self.live.flush_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            log::error!(
+                "{}: flushing the memtable ({} bytes) failed ({e}); its batches stay acknowledged, in the log and the memtable, and the next write tries again",
+                self.live.dir.display(),
+                self.live.view().mem_bytes
+            );
+        }
+    }
+
+    /// With the writer held, before a batch is logged: the newest state and its epoch
+    /// (`Live::latest`), a failed BM25 commit undone first. A memtable past
+    /// `MEMTABLE_BOUND_FLUSHES` times `flush_bytes` (its flushes failed) is flushed now; if that
+    /// fails too, the batch is refused with that error before anything of it is logged.
+    pub(crate) fn ready_to_log(&self, writer: &mut Writer) -> Result<(LiveView, u64)> {
+        let bound = self.flush_bytes().saturating_mul(MEMTABLE_BOUND_FLUSHES);
+        for _ in 0..3 {
+            let Some((view, epoch)) = self.live.latest() else {
+                self.recover_bm25(writer)?;
+                continue;
+            };
+            if view.mem_bytes <= bound {
+                return Ok((view, epoch));
+            }
+            if let Err(e) = self.flush_locked(writer) {
+                self.live.flush_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Err(memtable_full(&self.live.dir, view.mem_bytes, bound, e));
+            }
+        }
+        Err(CellarError::internal("the live state kept changing under the writer"))
+    }
+
+    /// The searchable document whose collection id is `id`, if any: looked up in the writer's
+    /// id map, or in a process that does not write, in the maps its first lookup builds.
     pub fn get(&self, id: &str) -> Result<Option<Document>> {
         self.lookup(id)?.map(|i| self.document(i)).transpose()
     }
@@ -289,19 +470,58 @@ impl Index {
         };
         match found {
             Some(found) => Ok(found),
-            None => self.scan_for(id),
+            None => self.read_lookup(id),
         }
     }
 
-    fn scan_for(&self, id: &str) -> Result<Option<DocId>> {
+    /// `lookup` in a process that does not write: the written documents of the current view
+    /// first (their map built once per view), then the build's (built once).
+    fn read_lookup(&self, id: &str) -> Result<Option<DocId>> {
         let view = self.live_view();
-        for i in (0..view.next_id).rev() {
-            let internal = DocId(i);
-            if !view.is_deleted(internal) && self.document(internal)?.id == id {
-                return Ok(Some(internal));
+        if let Some(internal) = self.written_ids(&view)?.get(id) {
+            return Ok(Some(*internal));
+        }
+        Ok(self.base_ids()?.get(id).copied().filter(|internal| !view.is_deleted(*internal)))
+    }
+
+    /// Collection id → internal id of every document of the build (deleted ones included).
+    fn base_ids(&self) -> Result<Arc<HashMap<String, DocId>>> {
+        if let Some(ids) = self.live.base_ids.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            return Ok(Arc::clone(ids));
+        }
+        let base = self.base_len() as u32;
+        let mut ids = HashMap::with_capacity(base as usize);
+        for i in 0..base {
+            ids.insert(self.texts.get(DocId(i))?.id, DocId(i));
+        }
+        let ids = Arc::new(ids);
+        *self.live.base_ids.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&ids));
+        // `live_stats` counts the map from now on.
+        *self.live.measured.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        Ok(ids)
+    }
+
+    /// Collection id → internal id of the written documents of `view` not deleted.
+    fn written_ids(&self, view: &Arc<LiveView>) -> Result<Arc<HashMap<String, DocId>>> {
+        let mut cached = self.live.written_ids.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((seen, ids)) = cached.as_ref() {
+            if std::ptr::eq(seen.as_ptr(), Arc::as_ptr(view)) {
+                return Ok(Arc::clone(ids));
             }
         }
-        Ok(None)
+        let mut ids = HashMap::new();
+        for i in view.base_docs..view.next_id {
+            let internal = DocId(i);
+            if view.is_deleted(internal) {
+                continue;
+            }
+            if let Some(doc) = view.document(internal)? {
+                ids.insert(doc.id, internal);
+            }
+        }
+        let ids = Arc::new(ids);
+        *cached = Some((Arc::downgrade(view), Arc::clone(&ids)));
+        Ok(ids)
     }
 
     /// What is written since the build, and its disk and RAM.
@@ -326,6 +546,8 @@ impl Index {
             disk_bytes,
             ram_bytes: segments + memtable + view.deleted.len() as u64 * 8,
             id_map_bytes,
+            flush_failures: self.live.flush_failures.load(std::sync::atomic::Ordering::Relaxed),
+            batches_taken_back: self.live.taken_back.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -337,9 +559,19 @@ impl Index {
                 return *measured;
             }
         }
-        let id_map_bytes = self.live.lock_writer().as_ref().map_or(0, |w| {
-            w.ids.keys().map(|k| (k.len() + std::mem::size_of::<String>() + 4 + 8) as u64).sum()
-        });
+        let entry = |k: &String| (k.len() + std::mem::size_of::<String>() + 4 + 8) as u64;
+        let id_map_bytes = match self.live.lock_writer().as_ref() {
+            Some(w) => w.ids.keys().map(entry).sum(),
+            None => {
+                let base = self.live.base_ids.lock().unwrap_or_else(|p| p.into_inner());
+                let written = self.live.written_ids.lock().unwrap_or_else(|p| p.into_inner());
+                base.iter()
+                    .flat_map(|m| m.keys())
+                    .chain(written.iter().flat_map(|(_, m)| m.keys()))
+                    .map(entry)
+                    .sum()
+            }
+        };
         let ivf_drift = self.ivf_drift(view).unwrap_or_else(|e| {
             log::warn!("measuring the IVF's drift: {e}");
             None
@@ -431,6 +663,21 @@ impl Index {
         let writer = slot.as_mut().expect("the writer was just loaded");
         self.flush_locked(writer)
     }
+}
+
+/// The refusal of a write while the memtable is past its bound (`bytes` of `bound`) and its
+/// flush fails (`flush`): of the flush's kind (`disk_full` on a full disk), saying that nothing
+/// of the batch was written.
+fn memtable_full(live: &Path, bytes: usize, bound: usize, flush: CellarError) -> CellarError {
+    let CellarError::Io { source, .. } = &flush else { return flush };
+    let kind = if flush.is_disk_full() { std::io::ErrorKind::StorageFull } else { source.kind() };
+    let mib = |b: usize| b as f64 / f64::from(1u32 << 20);
+    let detail = format!(
+        "the memtable holds {:.1} MiB of logged documents, past its bound of {:.1} MiB, and flushing them to a segment failed ({source}): this batch was not written; retry once the disk has room",
+        mib(bytes),
+        mib(bound)
+    );
+    CellarError::io(live, std::io::Error::new(kind, detail))
 }
 
 /// The mean squared distance from `rows` to their nearest centroids.

@@ -22,6 +22,7 @@ use crate::meta::Metadata;
 use crate::plan::flatten;
 use crate::request::QueryVectorsIn;
 use crate::written::batch::{LiveDoc, LogBatch, LogOp};
+use crate::written::state::StagedBatch;
 
 /// Operations one write request may hold.
 pub const MAX_WRITE_OPS: usize = 4096;
@@ -201,7 +202,7 @@ impl Index {
         let matched = self.resolve_filters(&ops)?;
         let mut slot = self.writer()?;
         let writer = slot.as_mut().expect("the writer was just loaded");
-        let view = self.live.latest();
+        let (view, epoch) = self.ready_to_log(writer)?;
         let mut changed: HashMap<&str, Option<DocId>> = HashMap::new();
         let current = |changed: &HashMap<&str, Option<DocId>>, id: &str| match changed.get(id) {
             Some(now) => *now,
@@ -273,14 +274,16 @@ impl Index {
         let batch = LogBatch { seq: view.seq + 1, ops: log_ops };
         let payload = batch.encode();
         let log_start = Instant::now();
+        let log_at = writer.wal.len();
         // The log's fdatasync and the BM25 commit wait on the disk: a server's CPU slot is
         // given back meanwhile (`cellar_core::io::wait`).
         waiting_on_io(|| writer.wal.append(&[&payload]))?;
         report.log_ms = ms_since(log_start);
         let mut next = view;
         next.apply(&batch, &self.assigner(), writer.wal.path())?;
-        let (flush, alive, seq) = (next.mem_bytes > self.flush_bytes(), next.alive(), batch.seq);
-        self.live.stage(batch, next);
+        let (alive, seq) = (next.alive(), batch.seq);
+        let undo = changed.keys().map(|id| (id.to_string(), writer.ids.get(*id).copied())).collect();
+        self.live.stage(StagedBatch { batch, log_at, undo }, next);
         for (id, now) in changed {
             match now {
                 Some(doc) => writer.ids.insert(id.to_string(), doc),
@@ -289,12 +292,11 @@ impl Index {
         }
         drop(slot);
         let bm25_start = Instant::now();
-        waiting_on_io(|| self.commit_through(seq))?;
+        // Answered with an error only when the batch was taken back out of the log.
+        waiting_on_io(|| self.await_commit(seq, epoch))?;
         report.bm25_ms = ms_since(bm25_start);
-        if flush {
-            let mut slot = self.writer()?;
-            self.flush_locked(slot.as_mut().expect("the writer is loaded"))?;
-        }
+        // Durable and published: a flush that fails now is not this batch's to report.
+        self.flush_after_write();
         report.seq = seq;
         report.docs = alive;
         report.encode_ms = encode_ms;
@@ -309,7 +311,8 @@ impl Index {
         if !ops.iter().any(|op| matches!(op, WriteOp::DeleteWhere(_))) {
             return Ok(vec![Vec::new(); ops.len()]);
         }
-        waiting_on_io(|| self.commit_through(self.live.latest().seq))?;
+        let (seq, epoch) = self.live.latest_seq();
+        waiting_on_io(|| self.await_commit(seq, epoch))?;
         ops.iter()
             .map(|op| match op {
                 WriteOp::DeleteWhere(filter) => {

@@ -104,6 +104,21 @@ impl SegmentWriter {
     }
 }
 
+/// Removes what a flush that failed left of segment `name` (written or half written), best
+/// effort: the manifest does not name it.
+pub(crate) fn discard(live: &Path, name: &str) {
+    for dir in [live.join(format!("{name}{WRITING_SUFFIX}")), live.join(name)] {
+        if dir.exists() {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                log::warn!(
+                    "{}: not removed after a failed flush ({e}); the next open removes it",
+                    dir.display()
+                );
+            }
+        }
+    }
+}
+
 impl Segment {
     /// Opens segment `name` of `live`, which must hold `docs` documents, the first `first`.
     pub fn open(

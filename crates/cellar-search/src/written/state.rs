@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use cellar_core::format::fsio::{write_atomic, DirLock};
@@ -35,6 +36,13 @@ pub const DRIFT_RETRAIN: f64 = 1.5;
 
 /// Memtable bytes (encoded vectors and text) past which a write flushes it to a segment.
 pub const FLUSH_BYTES: usize = 16 << 20;
+/// While its flushes fail (a full disk), the memtable keeps every logged document and each
+/// write tries the flush again; past this many times the flush threshold (`flush_bytes`), a
+/// write whose flush still fails is refused before it is logged.
+pub const MEMTABLE_BOUND_FLUSHES: usize = 4;
+/// Recoveries from a failed BM25 commit remembered, so that every writer of the failed group
+/// learns whether its batch was kept.
+const RECOVERIES_KEPT: usize = 16;
 
 /// `live/MANIFEST.json`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -307,9 +315,16 @@ pub struct LiveStats {
     /// Whether `ivf_drift` is past `DRIFT_RETRAIN`: rebuilding the IVF would serve written
     /// documents better (`cellar ivf build`).
     pub ivf_retrain_advised: bool,
-    /// RAM of the writer's map from collection id to internal id (every searchable document,
-    /// the build's included), estimated from its entries; 0 in a process that does not write.
+    /// RAM of the map from collection id to internal id (every searchable document, the
+    /// build's included), estimated from its entries: the writer's, or in a process that does
+    /// not write, the one its first `get` builds (0 before).
     pub id_map_bytes: u64,
+    /// Segment flushes that failed (a full disk) after their batches were logged: those
+    /// batches stay acknowledged, in the log and the memtable, and the next write tries again.
+    pub flush_failures: u64,
+    /// Write batches taken back out of the log because BM25 refused their commit (a full disk,
+    /// too many open files): each was answered with that error and is not applied.
+    pub batches_taken_back: u64,
 }
 
 /// A segment's records by IVF cluster.
@@ -325,6 +340,9 @@ fn clusters_of(segment: &Segment) -> HashMap<u32, Vec<u32>> {
 pub(crate) fn f16_row(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
 }
+
+/// Collection id → internal id.
+pub(crate) type IdMap = HashMap<String, DocId>;
 
 /// The writer's state, held by the one process that holds `live/LOCK`.
 pub(crate) struct Writer {
@@ -346,9 +364,14 @@ pub(crate) struct Live {
     pub(crate) staged: Mutex<Staged>,
     /// Held by the one writer committing the staged batches (`commit_through`).
     pub(crate) committing: Mutex<()>,
-    /// Set when BM25 refused logged batches: the log is ahead of what this process shows, so it
-    /// takes no more writes (reopening replays the log).
-    pub(crate) failed: std::sync::OnceLock<String>,
+    /// `LiveStats::flush_failures` and `batches_taken_back`.
+    pub(crate) flush_failures: AtomicU64,
+    pub(crate) taken_back: AtomicU64,
+    /// In a process that does not write: collection id → internal id of the build's documents
+    /// (built by the first lookup), and of the written ones of one view (built again for a newer
+    /// view), so `get` is a lookup, not a scan.
+    pub(crate) base_ids: Mutex<Option<Arc<IdMap>>>,
+    pub(crate) written_ids: Mutex<Option<(std::sync::Weak<LiveView>, Arc<IdMap>)>>,
     /// What `live_stats` measured by walking files and samples (disk bytes, IVF drift, id map
     /// bytes), for the view it measured: asked again (a polled `/healthz`) before the next
     /// write or merge publishes another view, it answers without measuring again. (A `Weak`:
@@ -361,11 +384,54 @@ pub(crate) struct Live {
 }
 
 /// Logged batches waiting for their BM25 commit (group commit: one tantivy commit takes every
-/// batch logged while the previous one ran) and the view that includes them.
+/// batch logged while the previous one ran) and the view that includes them; and what a failed
+/// commit left to undo.
+///
+/// A BM25 commit that fails makes its batches, and every batch logged after them, not applied:
+/// the next holder of the writer takes them back out of the log (`Index::recover_bm25`), so a
+/// batch answered with an error never reappears. `epoch` counts the failures: a writer notes it
+/// before logging, and finding it changed at its commit learns from `recoveries` whether its
+/// batch was kept (committed before the failure) or taken back.
 #[derive(Default)]
 pub(crate) struct Staged {
-    pub(crate) batches: Vec<LogBatch>,
+    pub(crate) batches: Vec<StagedBatch>,
     pub(crate) view: Option<LiveView>,
+    pub(crate) epoch: u64,
+    pub(crate) failure: Option<Bm25Failure>,
+    pub(crate) recoveries: std::collections::VecDeque<Recovered>,
+}
+
+/// A logged batch waiting for its BM25 commit.
+pub(crate) struct StagedBatch {
+    pub(crate) batch: LogBatch,
+    /// The log's length before it: where the log is cut to take it back.
+    pub(crate) log_at: u64,
+    /// What the writer's id map held before it, for each collection id it changed.
+    pub(crate) undo: Vec<(String, Option<DocId>)>,
+}
+
+/// A BM25 commit that failed: its error and its batches (ascending).
+pub(crate) struct Bm25Failure {
+    pub(crate) error: CellarError,
+    pub(crate) batches: Vec<StagedBatch>,
+}
+
+/// What the recovery from the failure that ended epoch `epoch` kept: every batch up to
+/// `kept_through`; the later ones of that epoch were answered `error`.
+pub(crate) struct Recovered {
+    pub(crate) epoch: u64,
+    pub(crate) kept_through: u64,
+    pub(crate) error: CellarError,
+}
+
+impl Staged {
+    /// Remembers a recovery (the oldest forgotten past `RECOVERIES_KEPT`).
+    pub(crate) fn recovered(&mut self, recovered: Recovered) {
+        if self.recoveries.len() == RECOVERIES_KEPT {
+            self.recoveries.pop_front();
+        }
+        self.recoveries.push_back(recovered);
+    }
 }
 
 impl Live {
@@ -377,7 +443,10 @@ impl Live {
             merging: Mutex::new(()),
             staged: Mutex::new(Staged::default()),
             committing: Mutex::new(()),
-            failed: std::sync::OnceLock::new(),
+            flush_failures: AtomicU64::new(0),
+            taken_back: AtomicU64::new(0),
+            base_ids: Mutex::new(None),
+            written_ids: Mutex::new(None),
             commits: Mutex::new((0, 0)),
             base_error: std::sync::OnceLock::new(),
             measured: Mutex::new(None),
@@ -390,17 +459,34 @@ impl Live {
     }
 
     /// The newest state, published or staged: what the next batch builds on (with the writer
-    /// held).
-    pub(crate) fn latest(&self) -> LiveView {
-        let staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
-        staged.view.clone().unwrap_or_else(|| (*self.view()).clone())
+    /// held), and the epoch it belongs to; `None` while a failed BM25 commit waits to be
+    /// undone (`Index::recover_bm25`).
+    pub(crate) fn latest(&self) -> Option<(LiveView, u64)> {
+        let staged = self.lock_staged();
+        if staged.failure.is_some() {
+            return None;
+        }
+        let view = staged.view.clone().unwrap_or_else(|| (*self.view()).clone());
+        Some((view, staged.epoch))
+    }
+
+    /// The sequence number of the newest batch, published or staged, and the epoch it was
+    /// logged in (while a failed BM25 commit waits to be undone, the epoch that failure ended).
+    pub(crate) fn latest_seq(&self) -> (u64, u64) {
+        let staged = self.lock_staged();
+        let seq = staged.view.as_ref().map_or_else(|| self.view().seq, |v| v.seq);
+        (seq, staged.epoch - u64::from(staged.failure.is_some()))
     }
 
     /// Queues a logged batch and the view after it, for the next BM25 commit.
-    pub(crate) fn stage(&self, batch: LogBatch, view: LiveView) {
-        let mut staged = self.staged.lock().unwrap_or_else(|p| p.into_inner());
+    pub(crate) fn stage(&self, batch: StagedBatch, view: LiveView) {
+        let mut staged = self.lock_staged();
         staged.batches.push(batch);
         staged.view = Some(view);
+    }
+
+    pub(crate) fn lock_staged(&self) -> MutexGuard<'_, Staged> {
+        self.staged.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn publish(&self, view: LiveView) {

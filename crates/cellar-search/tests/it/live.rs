@@ -244,6 +244,34 @@ fn a_reader_beside_a_writer_follows_its_commits() {
     assert_eq!(reader.live_stats().segments, 1, "the flushed segment");
 }
 
+/// Issue 43.10(c): a process that does not write finds a document by its id in maps it builds
+/// once (its first lookup builds them, and `id_map_bytes` counts them), not by scanning every
+/// document, and finds the current version: written, updated, of the build, or none.
+#[test]
+fn a_reader_looks_documents_up_by_id_in_a_map_it_builds_once() {
+    let (_tmp, dir) = copy_index();
+    let writer = open(&dir, ReaderKind::Mmap);
+    write(
+        &writer,
+        vec![
+            WriteOp::Add(doc("harpsichord-0", HARPSICHORD)),
+            WriteOp::Update(doc("coffee-0", "Coffee, written again.")),
+            WriteOp::Delete("bread-0".into()),
+        ],
+    );
+    let reader = open(&dir, ReaderKind::Mmap);
+    assert_eq!(reader.live_stats().id_map_bytes, 0, "nothing looked up yet");
+    assert_eq!(reader.get("harpsichord-0").unwrap().unwrap().text, HARPSICHORD);
+    assert_eq!(reader.get("coffee-0").unwrap().unwrap().text, "Coffee, written again.");
+    assert!(reader.get("bread-0").unwrap().is_none(), "deleted");
+    assert!(reader.get("no-such-document").unwrap().is_none());
+    for id in ["harpsichord-0", "coffee-0", "coffee-1", "bread-1", "bread-0"] {
+        assert_eq!(reader.lookup(id).unwrap(), writer.lookup(id).unwrap(), "{id}");
+    }
+    assert_eq!(reader.get("coffee-1").unwrap().unwrap().id, "coffee-1", "a document of the build");
+    assert!(reader.live_stats().id_map_bytes > 0, "the reader's id maps are built and counted");
+}
+
 #[test]
 fn commands_that_read_the_build_alone_refuse_a_written_index() {
     let (tmp, dir) = copy_index();
