@@ -35,6 +35,10 @@ const WRITE_ERRORS: &[(u16, &str)] = &[
     (429, "The write lane is full"),
     (503, "The model that encodes the documents' text is unavailable"),
     (504, "The deadline passed: nothing was written if it passed while the texts were encoded"),
+    (
+        507,
+        "The disk is full: nothing of the batch was written (a batch whose BM25 commit failed is taken back out of the log; a segment flush failing after the batch was logged fails no write)",
+    ),
 ];
 
 /// The write endpoints, on the `--index` and on a named index of the data directory.

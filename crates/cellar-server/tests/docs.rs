@@ -125,6 +125,9 @@ async fn writes_are_searchable_when_answered_and_bad_writes_change_nothing() {
     assert!(
         doc["paths"]["/v1/docs"]["post"].is_object() && doc["paths"]["/v1/docs/{id}"]["delete"].is_object()
     );
+    // Issue 43.2/43.3: a full disk is a 507 of the write routes, nothing of the batch written.
+    let full = &doc["paths"]["/v1/docs"]["post"]["responses"]["507"]["description"];
+    assert!(full.as_str().is_some_and(|d| d.contains("nothing of the batch was written")), "{full}");
 }
 
 #[tokio::test]
