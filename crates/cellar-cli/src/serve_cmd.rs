@@ -124,6 +124,8 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
+    // Before the index, the model and the pools start their threads.
+    cellar_server::pressure::limit_heap_arenas();
     let config = server_config(&args)?;
     let index = match &args.index {
         Some(path) => Some(Index::open(path, open_options(&args)?)?),

@@ -50,6 +50,8 @@ pub struct AppState {
     /// Bytes of the `/v1` request bodies being read or admitted (see `routes::read_body`), and
     /// what the admitted requests are estimated to allocate ([`AppState::charge`]).
     pub(crate) in_flight_bytes: AtomicUsize,
+    /// Whether the memory cap is near: admission refuses new work while it says so (`pressure`).
+    pub memory: Arc<crate::pressure::Guard>,
 }
 
 impl AppState {
@@ -72,6 +74,17 @@ impl AppState {
         streams: Option<StreamsState>,
         config: ServerConfig,
     ) -> Arc<AppState> {
+        AppState::guarded(index, indexes, streams, config, Arc::default())
+    }
+
+    /// [`AppState::serving`] with the memory guard that admission consults (`pressure::watch`).
+    pub fn guarded(
+        index: Option<Arc<Index>>,
+        indexes: Option<Arc<Indexes>>,
+        streams: Option<StreamsState>,
+        config: ServerConfig,
+        memory: Arc<crate::pressure::Guard>,
+    ) -> Arc<AppState> {
         let pool = CpuPool::new(config.workers, config.io_waiters, config.queue_capacity);
         let writes = CpuPool::new(crate::WRITE_LANE_THREADS, 0, crate::WRITE_LANE_QUEUE);
         Arc::new(AppState {
@@ -84,6 +97,7 @@ impl AppState {
             config,
             in_flight: AtomicUsize::new(0),
             in_flight_bytes: AtomicUsize::new(0),
+            memory,
         })
     }
 

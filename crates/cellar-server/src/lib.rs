@@ -24,6 +24,7 @@ pub mod indexes;
 pub mod metrics;
 pub mod openapi;
 pub mod pool;
+pub mod pressure;
 pub mod registry;
 pub mod routes;
 pub mod search_api;
@@ -226,7 +227,8 @@ pub fn serve_with(
             .await
             .map_err(|e| CellarError::io(Path::new(&format!("tcp://{}", config.bind)), e))?;
         let address = listener.local_addr().map_err(|e| CellarError::io(Path::new("listener"), e))?;
-        let state = AppState::serving(index.map(Arc::new), indexes.map(Arc::new), streams, config);
+        let memory = pressure::watch();
+        let state = AppState::guarded(index.map(Arc::new), indexes.map(Arc::new), streams, config, memory);
         let merger = spawn_merger(state.clone());
         on_ready(address);
         let served = serve_on(listener, state, shutdown_signal()).await;

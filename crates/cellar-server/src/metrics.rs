@@ -71,6 +71,8 @@ pub struct Gauges {
     pub request_byte_budget: usize,
     /// The served index's hot-record cache, when it has one.
     pub hot: Option<cellar_core::io::hot::HotStats>,
+    /// The memory guard's shedding episodes and refusals, and its line (0: no cap watched).
+    pub memory_shed: (u64, u64, u64),
 }
 
 impl Metrics {
@@ -120,6 +122,19 @@ impl Metrics {
             header(&mut out, name, "counter", help);
             let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
         }
+        let (episodes, shed) = (gauges.memory_shed.0, gauges.memory_shed.1);
+        let memory = [
+            (
+                "cellar_memory_shed_episodes_total",
+                "Times the server started refusing requests near its memory cap",
+                episodes,
+            ),
+            ("cellar_memory_shed_requests_total", "Requests refused (429) near the memory cap", shed),
+        ];
+        for (name, help, value) in memory {
+            header(&mut out, name, "counter", help);
+            let _ = writeln!(out, "{name} {value}");
+        }
         let rss = resident_bytes().unwrap_or(0);
         let hot = gauges.hot;
         let gauges = [
@@ -144,6 +159,11 @@ impl Metrics {
                 if gauges.request_byte_budget == usize::MAX { 0 } else { gauges.request_byte_budget as u64 },
             ),
             ("cellar_process_rss_bytes", "Resident set size of the server process", rss),
+            (
+                "cellar_memory_shed_line_bytes",
+                "Unreclaimable charge of the memory cgroup past which requests are refused (0: no cap)",
+                gauges.memory_shed.2,
+            ),
             (
                 "cellar_read_buffer_bytes",
                 "Read buffers held by searches",

@@ -134,9 +134,18 @@ fn over_byte_budget(state: &AppState, held: &Held) -> Option<Response> {
     Some(ApiError::overloaded(message, json!({ "max_in_flight_bytes": budget })).into_response())
 }
 
-/// Refuses a request with 429 when `max_in_flight` are already admitted (its body is read,
+/// Refuses a request with 429 while the memory guard sheds load (`pressure`: the cap is near)
+/// or when `max_in_flight` are already admitted (its body is read,
 /// bounded in size and time, by [`read_body`] first).
 async fn admit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    if state.memory.shedding() {
+        let line = state.memory.line().unwrap_or(0);
+        let message = format!(
+            "the server is near its memory cap (more than {} MiB of it cannot be reclaimed); retry later",
+            line >> 20
+        );
+        return ApiError::overloaded(message, json!({ "memory_pressure": true })).into_response();
+    }
     let limit = state.config.max_in_flight;
     let admitted = Held::take(&state.in_flight, 1);
     if admitted.before >= limit {
@@ -234,6 +243,10 @@ async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         request_bytes: state.in_flight_bytes(),
         request_byte_budget: state.config.max_in_flight_bytes.unwrap_or(usize::MAX),
         hot: state.index.as_ref().and_then(|i| i.hot_stats()),
+        memory_shed: {
+            let (episodes, refused) = state.memory.counts();
+            (episodes, refused, state.memory.line().unwrap_or(0))
+        },
     };
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(&gauges))
 }
