@@ -237,7 +237,8 @@ pub fn serve_with(
     })
 }
 
-/// The served indexes' background merger: once a second, for each open index whose written
+/// The served indexes' background merger: once a second, for each open index, a flush that
+/// failed after its batches were logged tried again (`Index::retry_flush`); where the written
 /// segments need it, a merge within the default budget (`MergeBudget`: 32 MiB/s of records
 /// copied, 256 records held), one index at a time; and an IVF retrain where written documents
 /// drifted past `DRIFT_RETRAIN` (`Index::needs_retrain`: writes wait while it runs, searches go
@@ -251,6 +252,7 @@ fn spawn_merger(state: Arc<AppState>) -> Arc<std::sync::atomic::AtomicBool> {
         while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
             std::thread::sleep(Duration::from_secs(1));
             for index in state.open_indexes() {
+                index.retry_flush();
                 if index.needs_merge() {
                     merge_one(&index);
                 }

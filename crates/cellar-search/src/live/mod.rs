@@ -415,7 +415,8 @@ impl Index {
 
     /// After a write logged and published its batch: flushes the memtable when it is past
     /// `flush_bytes`. A failure is the flush's, not the batch's: counted (`flush_failures`),
-    /// logged, and tried again by the next write; the memtable keeps serving meanwhile.
+    /// logged, and tried again by the next write or [`Index::retry_flush`]; the memtable keeps
+    /// serving meanwhile.
     pub(crate) fn flush_after_write(&self) {
         if self.live.view().mem_bytes <= self.flush_bytes() {
             return;
@@ -431,6 +432,16 @@ impl Index {
                 self.live.dir.display(),
                 self.live.view().mem_bytes
             );
+        }
+    }
+
+    /// A flush that failed after its batches were logged, tried again without waiting for the
+    /// next write (the server's background thread calls this once a second): when this process
+    /// writes the index and its memtable is past `flush_bytes`, flushes it, a failure counted
+    /// and logged as after a write. A process that does not write never flushes.
+    pub fn retry_flush(&self) {
+        if self.live.is_writer() {
+            self.flush_after_write();
         }
     }
 

@@ -245,6 +245,33 @@ fn a_flush_failing_after_its_batch_was_logged_fails_no_write_and_the_memtable_st
     assert_eq!(index.len(), 48 + acknowledged.len() + 1);
 }
 
+/// Issue 43.2: a flush that failed after its batches were logged is tried again without
+/// waiting for a write (`Index::retry_flush`, which the server's background thread calls once a
+/// second), and never by a handle that does not write the index.
+#[test]
+fn a_failed_flush_is_tried_again_without_a_write_and_only_by_the_writer() {
+    let (_tmp, dir) = built();
+    // Every written document (1 KiB of text) is past the flush size: each write flushes.
+    let options = || OpenOptions { flush_bytes: 256, ..OpenOptions::default() };
+    let index = Index::open(&dir, options()).unwrap();
+    write(&index, vec![add_big("w0", 500, 1)]).unwrap();
+    assert_eq!((index.live_stats().segments, index.live_stats().memtable_docs), (1, 0));
+    let guard = arm(FailPoint::FileWrite, &dir, 0);
+    write(&index, vec![add_big("w1", 501, 1)]).unwrap();
+    index.retry_flush();
+    let stats = index.live_stats();
+    assert!(stats.flush_failures >= 2, "the write's flush and the retry failed: {stats:?}");
+    assert_eq!((stats.segments, stats.memtable_docs), (1, 1), "{stats:?}");
+    drop(guard);
+    let reader = Index::open(&dir, options()).unwrap();
+    reader.retry_flush();
+    assert_eq!(index.live_stats().segments, 1, "a handle that does not write never flushes");
+    index.retry_flush();
+    let stats = index.live_stats();
+    assert_eq!((stats.segments, stats.memtable_docs), (2, 0), "flushed with no write: {stats:?}");
+    assert_eq!(present(&index, &["w0", "w1"]), [true, true]);
+}
+
 /// Issue 43.3: a BM25 commit that fails (a full disk, too many open files) is a typed error
 /// (disk_full, io: never corrupted nor internal), its batch is taken back out of the log (not
 /// applied now, nor after a reopen), and the next write lands without a reopen, in BM25 too.
