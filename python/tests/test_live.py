@@ -117,3 +117,19 @@ def test_metadata_filters_search_and_delete(written: Path) -> None:
     assert report["deleted"] == 3
     assert len(index) == before + 3
     assert index.get("m0") is None
+
+
+def test_a_reader_sees_what_another_handle_wrote_at_its_next_read(written: Path) -> None:
+    """Issue 43.1: an `Index` that does not write follows another writer's commits (another
+    handle here; `cellar add` or a server alike) at its next search, batch or get."""
+    reader = cellar.Index.open(written)
+    assert reader.get("harp") is None
+    writer = cellar.Index.open(written)
+    writer.add([{"id": "harp", "title": "Harp", "text": HARP}])
+    assert reader.get("harp")["text"] == HARP
+    assert top(reader, "harp strings plucked by the fingers", "bm25")[0] == "harp"
+    writer.delete("harp")
+    found = reader.search_batch(["harp strings plucked by the fingers"], mode="bm25", k=5)[0]
+    assert "harp" not in list(found.ids)
+    assert reader.get("harp") is None
+    assert len(reader) == len(writer)

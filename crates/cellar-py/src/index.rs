@@ -116,6 +116,18 @@ fn open_index(py: Python<'_>, path: PathBuf, options: OpenOptions) -> PyResult<P
 }
 
 impl PyIndex {
+    /// Loads what another process (`cellar add`, a server, another `Index`) committed to this
+    /// index since this handle last looked: a `stat` each of the live manifest and log when
+    /// nothing changed (`Index::behind`), the new view when something did (`Index::follow`).
+    /// Every read (search, batch, get) calls it first. Its error, if any, is the caller's.
+    fn follow_other_writer(&self) -> cellar_core::Result<()> {
+        if self.index.behind() {
+            self.index.follow()?;
+            self.ids.lock().unwrap_or_else(|p| p.into_inner()).take();
+        }
+        Ok(())
+    }
+
     /// `docs` (one dict or a list of them) as operations `kind` ("add", "update").
     fn write_docs<'py>(
         &self,
@@ -322,7 +334,10 @@ impl PyIndex {
     ) -> PyResult<PySearchResult> {
         let defaults = [("k", json!(DEFAULT_K)), ("mode", json!("hybrid"))];
         let request = request_from_kwargs(py, query, params, &defaults)?;
-        let response = without_gil(py, || self.index.search(request))?;
+        let response = without_gil(py, || {
+            self.follow_other_writer()?;
+            self.index.search(request)
+        })?;
         Ok(PySearchResult::new(response))
     }
 
@@ -371,6 +386,7 @@ impl PyIndex {
             requests.push(request);
         }
         let responses = without_gil(py, || {
+            self.follow_other_writer()?;
             let index = &self.index;
             let n = requests.len();
             let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).min(n).max(1);
@@ -503,10 +519,14 @@ impl PyIndex {
     }
 
     /// The document stored under ``id`` as a dict (``id``, ``title``, ``text``, ``metadata``), or
-    /// ``None``. Releases the GIL.
+    /// ``None``. Like :meth:`search`, it first loads what another writer (``cellar add``, a
+    /// server, another ``Index``) committed since this handle last looked. Releases the GIL.
     fn get<'py>(&self, py: Python<'py>, id: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let id = args::id(id, "id")?;
-        let doc = without_gil(py, || self.index.get(&id))?;
+        let doc = without_gil(py, || {
+            self.follow_other_writer()?;
+            self.index.get(&id)
+        })?;
         let doc =
             doc.map(|d| json!({ "id": d.id, "title": d.title, "text": d.text, "metadata": d.metadata }));
         to_python(py, &doc)
