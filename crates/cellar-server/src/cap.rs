@@ -1,5 +1,6 @@
 //! The memory cap this process runs under (its cgroup's, v1 or v2), for defaults that must fit
-//! inside it.
+//! inside it: `CgroupFiles` finds the cgroup and reads it (its headroom here, its
+//! unreclaimable charge for `pressure`).
 
 use std::path::{Path, PathBuf};
 
@@ -11,26 +12,87 @@ pub fn memory_headroom() -> Option<u64> {
 }
 
 fn headroom_in(root: &Path, cgroups: &str) -> Option<u64> {
-    let read = |path: PathBuf| std::fs::read_to_string(path).ok().map(|s| s.trim().to_string());
-    for line in cgroups.lines() {
-        let mut fields = line.splitn(3, ':');
-        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-        let path = path.trim_start_matches('/');
-        let (limit, usage) = if controllers.split(',').any(|c| c == "memory") {
-            let dir = root.join("memory").join(path);
-            (read(dir.join("memory.limit_in_bytes")), read(dir.join("memory.usage_in_bytes")))
-        } else if controllers.is_empty() {
-            let dir = root.join(path);
-            (read(dir.join("memory.max")), read(dir.join("memory.current")))
-        } else {
-            continue;
-        };
-        // v1 writes "no limit" as a number near 2^63; v2 as "max".
-        let limit: u64 = limit?.parse().ok().filter(|l| *l < 1 << 60)?;
-        let usage: u64 = usage?.parse().ok()?;
-        return Some(limit.saturating_sub(usage));
+    CgroupFiles::find(root, cgroups)?.headroom()
+}
+
+/// One reading of a memory cgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Charge {
+    pub limit: u64,
+    /// What reclaim cannot take back: anonymous memory and kernel memory.
+    pub unreclaimable: u64,
+}
+
+/// Where a memory cgroup's files are, and which layout they have.
+#[derive(Clone, Debug)]
+pub struct CgroupFiles {
+    dir: PathBuf,
+    v1: bool,
+}
+
+impl CgroupFiles {
+    /// This process's memory cgroup under `root` (normally `/sys/fs/cgroup`), from the lines of
+    /// `/proc/self/cgroup`; `None` without one.
+    pub fn find(root: &Path, cgroups: &str) -> Option<CgroupFiles> {
+        for line in cgroups.lines() {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            let path = path.trim_start_matches('/');
+            if controllers.split(',').any(|c| c == "memory") {
+                return Some(CgroupFiles { dir: root.join("memory").join(path), v1: true });
+            }
+            if controllers.is_empty() && root.join(path).join("memory.max").is_file() {
+                return Some(CgroupFiles { dir: root.join(path), v1: false });
+            }
+        }
+        None
     }
-    None
+
+    /// Bytes the cgroup may still be charged (its limit less its usage, page cache included);
+    /// `None` when it has no limit or cannot be read.
+    pub fn headroom(&self) -> Option<u64> {
+        let (limit, usage) = if self.v1 {
+            (self.number("memory.limit_in_bytes")?, self.number("memory.usage_in_bytes")?)
+        } else {
+            (self.number("memory.max")?, self.number("memory.current")?)
+        };
+        // v1 writes "no limit" as a number near 2^63; v2 as "max" (which does not parse).
+        (limit < 1 << 60).then(|| limit.saturating_sub(usage))
+    }
+
+    fn number(&self, name: &str) -> Option<u64> {
+        std::fs::read_to_string(self.dir.join(name)).ok()?.trim().parse().ok()
+    }
+
+    /// Whether this is the v1 layout (the memory controller on a tree of its own).
+    pub fn is_v1(&self) -> bool {
+        self.v1
+    }
+
+    /// The cgroup's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The charge now; `None` when the cgroup has no limit or cannot be read.
+    pub fn read(&self) -> Option<Charge> {
+        let number = |name: &str| self.number(name);
+        let stat = std::fs::read_to_string(self.dir.join("memory.stat")).ok()?;
+        let field = |name: &str| {
+            stat.lines().find_map(|l| {
+                let (key, value) = l.split_once(' ')?;
+                (key == name).then(|| value.trim().parse::<u64>().ok()).flatten()
+            })
+        };
+        let (limit, usage, file) = if self.v1 {
+            let file = field("total_inactive_file")? + field("total_active_file")?;
+            (number("memory.limit_in_bytes")?, number("memory.usage_in_bytes")?, file)
+        } else {
+            (number("memory.max")?, number("memory.current")?, field("file")?)
+        };
+        // v1 writes "no limit" as a number near 2^63; v2 as "max" (which does not parse).
+        (limit < 1 << 60).then_some(Charge { limit, unreclaimable: usage.saturating_sub(file) })
+    }
 }
 
 #[cfg(test)]

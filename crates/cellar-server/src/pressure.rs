@@ -16,10 +16,12 @@
 //! - Entering the shedding state asks glibc to give freed heap pages back (`malloc_trim`): the
 //!   allocator's arenas otherwise keep a burst's peak charged to the cgroup.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+use crate::cap::{CgroupFiles, Charge};
 
 /// How often the watcher reads the cgroup's charge.
 const POLL: Duration = Duration::from_millis(10);
@@ -38,62 +40,6 @@ pub const MIN_RESERVE_BYTES: u64 = 2 << 20;
 pub fn reserve_for(limit: u64, unreclaimable_at_start: u64) -> u64 {
     let room = limit.saturating_sub(unreclaimable_at_start);
     (limit / 32).max(MIN_RESERVE_BYTES).min(room / 2)
-}
-
-/// One reading of a memory cgroup.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Charge {
-    pub limit: u64,
-    /// What reclaim cannot take back: anonymous memory and kernel memory.
-    pub unreclaimable: u64,
-}
-
-/// Where a memory cgroup's files are, and which layout they have.
-#[derive(Clone, Debug)]
-pub struct CgroupFiles {
-    dir: PathBuf,
-    v1: bool,
-}
-
-impl CgroupFiles {
-    /// This process's memory cgroup under `root` (normally `/sys/fs/cgroup`), from the lines of
-    /// `/proc/self/cgroup`; `None` without one.
-    pub fn find(root: &Path, cgroups: &str) -> Option<CgroupFiles> {
-        for line in cgroups.lines() {
-            let mut fields = line.splitn(3, ':');
-            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-            let path = path.trim_start_matches('/');
-            if controllers.split(',').any(|c| c == "memory") {
-                return Some(CgroupFiles { dir: root.join("memory").join(path), v1: true });
-            }
-            if controllers.is_empty() && root.join(path).join("memory.max").is_file() {
-                return Some(CgroupFiles { dir: root.join(path), v1: false });
-            }
-        }
-        None
-    }
-
-    /// The charge now; `None` when the cgroup has no limit or cannot be read.
-    pub fn read(&self) -> Option<Charge> {
-        let number = |name: &str| -> Option<u64> {
-            std::fs::read_to_string(self.dir.join(name)).ok()?.trim().parse().ok()
-        };
-        let stat = std::fs::read_to_string(self.dir.join("memory.stat")).ok()?;
-        let field = |name: &str| {
-            stat.lines().find_map(|l| {
-                let (key, value) = l.split_once(' ')?;
-                (key == name).then(|| value.trim().parse::<u64>().ok()).flatten()
-            })
-        };
-        let (limit, usage, file) = if self.v1 {
-            let file = field("total_inactive_file")? + field("total_active_file")?;
-            (number("memory.limit_in_bytes")?, number("memory.usage_in_bytes")?, file)
-        } else {
-            (number("memory.max")?, number("memory.current")?, field("file")?)
-        };
-        // v1 writes "no limit" as a number near 2^63; v2 as "max" (which does not parse).
-        (limit < 1 << 60).then_some(Charge { limit, unreclaimable: usage.saturating_sub(file) })
-    }
 }
 
 /// Whether admission should refuse new work now, and why.
@@ -180,7 +126,7 @@ pub fn watch() -> Arc<Guard> {
         line >> 20,
         start.unreclaimable >> 20
     );
-    let events = files.v1.then(|| distress_events(&files.dir)).flatten();
+    let events = files.is_v1().then(|| distress_events(files.dir())).flatten();
     let watched = guard.clone();
     let spawned = std::thread::Builder::new()
         .name("cellar-memory".into())
