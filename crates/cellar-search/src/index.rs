@@ -81,7 +81,7 @@ pub struct Index {
     encoder: Mutex<Option<Arc<Encoder>>>,
     pooled: Mutex<Option<Arc<PooledMatrix>>>,
     /// What this process last loaded of another process's writes (`live::follow`).
-    pub(crate) followed: Mutex<crate::live::follow::Stamp>,
+    pub(crate) followed: Mutex<crate::written::stamp::Stamp>,
     /// The directory's shared lock, held while the index is open (`lock`).
     _lock: DirLock,
 }
@@ -94,7 +94,7 @@ impl Index {
     pub fn open(dir: &Path, options: OpenOptions) -> Result<Index> {
         let lock = crate::lock::shared(dir)?;
         // Before anything written is read: a commit made from here on is followed later.
-        let followed = Mutex::new(crate::live::follow::Stamp::of(&dir.join(LIVE_DIR)));
+        let followed = Mutex::new(crate::written::stamp::Stamp::of(&dir.join(LIVE_DIR)));
         let config = IndexConfig::load(dir)?;
         if options.inject_latency.is_some() && options.reader != ReaderKind::Direct {
             return Err(CellarError::InvalidInput(format!(

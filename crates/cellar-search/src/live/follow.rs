@@ -13,48 +13,15 @@
 //! file's inode, size and modification time: the log only grows between two manifests, and
 //! each manifest is a new file.
 
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::sync::TryLockError;
 
 use cellar_core::Result;
 
 use crate::index::Index;
-use crate::written::state::{LIVE_MANIFEST, WAL_FILE};
+use crate::written::stamp::Stamp;
 
 /// Loads made again when the writer flushed or merged during one.
 pub const FOLLOW_TRIES: usize = 4;
-
-/// What a reader last loaded of `live/`: its manifest's and its log's identity, size and
-/// modification time (`None`: missing).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Stamp {
-    manifest: Option<FileStamp>,
-    wal: Option<FileStamp>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct FileStamp {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime_ns: i128,
-}
-
-impl FileStamp {
-    fn of(path: &Path) -> Option<FileStamp> {
-        let meta = std::fs::metadata(path).ok()?;
-        let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
-        Some(FileStamp { dev: meta.dev(), ino: meta.ino(), len: meta.len(), mtime_ns })
-    }
-}
-
-impl Stamp {
-    /// The stamp of the `live/` directory `live` now (two `stat` calls).
-    pub(crate) fn of(live: &Path) -> Stamp {
-        Stamp { manifest: FileStamp::of(&live.join(LIVE_MANIFEST)), wal: FileStamp::of(&live.join(WAL_FILE)) }
-    }
-}
 
 impl Index {
     /// Whether another process committed writes to this index since this one loaded them: two

@@ -440,7 +440,8 @@ impl Index {
     /// writes the index and its memtable is past `flush_bytes`, flushes it, a failure counted
     /// and logged as after a write. A process that does not write never flushes.
     pub fn retry_flush(&self) {
-        if self.live.is_writer() {
+        // The memtable first: a lock-free read, where the writer's mutex would wait out a write.
+        if self.live.view().mem_bytes > self.flush_bytes() && self.live.is_writer() {
             self.flush_after_write();
         }
     }

@@ -1,8 +1,9 @@
 //! The documents written to an index after its build, as data: the live manifest and the view
 //! searches read (`state`), a write batch's bytes in the log (`batch`), a segment's files
-//! (`segment`). Every stage of a search reads them; what `Index` does with them (write, replay,
-//! flush, merge) is the `live` module, above. Kept apart so that the search path (`index`, `bm25`,
-//! `rank`, `reads`) imports the data without importing the operations that import it.
+//! (`segment`), what a reader last loaded of `live/` (`stamp`). Every stage of a search reads
+//! them; what `Index` does with them (write, replay, flush, merge, follow) is the `live` module,
+//! above. Kept apart so that the search path (`index`, `bm25`, `rank`, `reads`) imports the data
+//! without importing the operations that import it.
 
 use std::path::Path;
 
@@ -10,6 +11,7 @@ use cellar_core::{CellarError, Result};
 
 pub(crate) mod batch;
 pub(crate) mod segment;
+pub(crate) mod stamp;
 pub(crate) mod state;
 
 use state::LIVE_DIR;
