@@ -8,6 +8,8 @@ use cellar_search::{BuildOptions, Index, OpenOptions};
 use cellar_server::ServerConfig;
 use serde_json::json;
 
+pub mod http;
+
 pub const DOCS: [(&str, &str); 6] = [
     ("espresso", "Espresso is brewed by forcing hot water through finely ground roasted coffee beans."),
     ("lava", "Lava flows from the volcano after magma rises through the crust during an eruption."),
