@@ -10,6 +10,7 @@ mod ivf_cmd;
 mod search_cmd;
 mod serve_cmd;
 mod splade_cmd;
+mod tokens_cmd;
 mod stream_search_cmd;
 mod tune_cmd;
 mod write_cmd;
@@ -33,6 +34,9 @@ enum Command {
     Ivf(ivf_cmd::IvfArgs),
     /// Build the learned-sparse (SPLADE) first stage of an index.
     Splade(splade_cmd::SpladeArgs),
+    /// Build the token-level first stage (a quantizer of the token vectors and its document
+    /// lists) of an index: dense searches without text then find what MaxSim ranks first.
+    Tokens(tokens_cmd::TokensArgs),
     /// Answer one query: bm25, dense-exact, ivf, dense, rerank or hybrid.
     Search(search_cmd::SearchArgs),
     /// Evaluate every mode against a split's relevance judgments and print one table.
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
         Command::Index(args) => index_cmd::run(args),
         Command::Ivf(args) => ivf_cmd::run(args),
         Command::Splade(args) => splade_cmd::run(args),
+        Command::Tokens(args) => tokens_cmd::run(args),
         Command::Search(args) => search_cmd::run(args),
         Command::Eval(args) => eval_cmd::run(args),
         Command::Tune(args) => tune_cmd::run(args),

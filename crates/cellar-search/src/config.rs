@@ -195,3 +195,34 @@ impl IndexConfig {
         self.pca_dim.unwrap_or(self.encoder.model_dim)
     }
 }
+
+/// The commit point `config_file` of an optional part of an index in `dir` (the IVF's, the
+/// token stage's), parsed at its versions: `None` when neither it nor any of the part's binary
+/// `kinds` is there. One of them without the commit point is `Corrupted` naming the missing
+/// file (`hint` says how to rebuild): a build swaps all of them in at once, and reading the
+/// index as one without the part would silently change what its modes answer.
+pub(crate) fn load_committed<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    config_file: &str,
+    kinds: &[cellar_core::format::FileKind],
+    versions: VersionRange,
+    hint: impl Fn() -> String,
+) -> Result<Option<T>> {
+    let path = dir.join(config_file);
+    if !path.is_file() {
+        return match kinds.iter().find(|k| dir.join(k.file_name()).exists()) {
+            None => Ok(None),
+            Some(kind) => Err(CellarError::corrupted(
+                &path,
+                0,
+                format!(
+                    "missing: the {} is there but not its commit point {config_file}; {}",
+                    kind.file_name(),
+                    hint()
+                ),
+            )),
+        };
+    }
+    let bytes = std::fs::read(&path).at(&path)?;
+    Ok(Some(parse_versioned_json(&path, &bytes, FORMAT_VERSION_FIELD, versions)?))
+}

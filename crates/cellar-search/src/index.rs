@@ -71,6 +71,8 @@ pub struct Index {
     /// The dense first stage, when the index has one (`ivf/`); replaced whole by a retrain,
     /// while searches that took the old one finish with it.
     pub(crate) ivf: RwLock<Option<Arc<Ivf>>>,
+    /// The token-level first stage, when `cellar tokens build` made one (`tokens/`).
+    pub(crate) tokens: Option<crate::tokens::TokenStage>,
     /// The learned-sparse first stage, when `cellar splade build` made one.
     pub(crate) splade: Option<crate::splade::SpladeIndex>,
     options: OpenOptions,
@@ -114,6 +116,7 @@ impl Index {
         open_pooled(&dir.join(FileKind::Pooled.file_name()), config.encoder.model_dim, config.build.docs)?;
         let ivf = Ivf::open(dir, config.build.docs, config.encoder.model_dim, &reader_options)?;
         let splade = crate::splade::SpladeIndex::open(dir, config.build.docs, &reader_options)?;
+        let tokens = crate::tokens::TokenStage::open(dir, store.len() as u64, store.dim(), &reader_options)?;
         let pca = match config.pca_dim {
             Some(_) => Some(Pca::load(&dir.join(PCA_FILE))?),
             None => None,
@@ -128,6 +131,7 @@ impl Index {
             pca,
             isa: Isa::detected(),
             ivf: RwLock::new(ivf.map(Arc::new)),
+            tokens,
             splade,
             options,
             reader_options,

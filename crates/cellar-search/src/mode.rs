@@ -17,11 +17,12 @@ pub enum Mode {
     DenseExact,
     /// The IVF alone: approximate single-vector search on disk, no re-ranking.
     Ivf,
-    /// IVF candidates re-ranked by MaxSim alone (alpha = 0).
+    /// Dense first-stage candidates (the token stage's, or the IVF's) re-ranked by MaxSim
+    /// alone (alpha = 0).
     Dense,
     /// BM25 candidates re-ranked by MaxSim alone (alpha = 0).
     Rerank,
-    /// BM25 candidates (joined by IVF candidates when `hybrid_candidates` > 0) re-ranked by
+    /// BM25 candidates (joined by the dense stage's when `hybrid_candidates` > 0) re-ranked by
     /// `alpha * z(first stage) + (1 - alpha) * z(MaxSim)`.
     Hybrid,
 }
@@ -57,8 +58,9 @@ impl Mode {
         matches!(self, Mode::DenseExact | Mode::Ivf | Mode::Dense)
     }
 
-    /// True when the mode always probes the IVF.
-    pub fn needs_ivf(self) -> bool {
+    /// True when the mode always runs a dense first stage (the IVF, or for dense the token
+    /// stage where there is one).
+    pub fn needs_dense_stage(self) -> bool {
         matches!(self, Mode::Ivf | Mode::Dense)
     }
 }
@@ -131,6 +133,44 @@ impl FromStr for Lexical {
             CellarError::InvalidInput(format!(
                 "unknown lexical stage {s:?}: expected one of bm25, splade, both"
             ))
+        })
+    }
+}
+
+/// Which dense first stage feeds the dense mode and joins BM25 in hybrid: the token-level stage
+/// (`cellar tokens build`: each query token's nearest leaves, the documents holding them) or
+/// the IVF over one pooled vector per document (`cellar ivf build`). By default the token stage
+/// where the index has one, else the IVF.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DenseStage {
+    Tokens,
+    Pooled,
+}
+
+impl DenseStage {
+    pub const ALL: [DenseStage; 2] = [DenseStage::Tokens, DenseStage::Pooled];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DenseStage::Tokens => "tokens",
+            DenseStage::Pooled => "pooled",
+        }
+    }
+}
+
+impl fmt::Display for DenseStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DenseStage {
+    type Err = CellarError;
+
+    fn from_str(s: &str) -> Result<DenseStage> {
+        DenseStage::ALL.into_iter().find(|l| l.name() == s).ok_or_else(|| {
+            CellarError::InvalidInput(format!("unknown dense stage {s:?}: expected one of tokens, pooled"))
         })
     }
 }

@@ -9,7 +9,8 @@ use crate::config::SearchDefaults;
 use crate::filter::DEFAULT_FILTER_EXACT_MAX;
 use crate::fusion::Fusion;
 use crate::ivf::{IvfConfig, IvfDefaults, ProbeParams};
-use crate::mode::{Lexical, Mode};
+use crate::mode::{DenseStage, Lexical, Mode};
+use crate::tokens::{TokenQuery, TokensConfig};
 use crate::request::{SearchRequest, DEFAULT_K, MAX_CANDIDATES, MAX_K, MAX_NPROBE};
 
 /// Fully resolved, validated parameters of one search.
@@ -31,6 +32,10 @@ pub struct SearchParams {
     pub early_read: bool,
     /// IVF settings; `None` when the search does not probe the IVF.
     pub ivf: Option<IvfParams>,
+    /// Token-stage settings; `None` when the search does not run it (then dense and hybrid
+    /// use the IVF, when they use a dense stage at all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokenParams>,
     /// A filter matching at most this many documents ranks them all exactly.
     pub filter_exact_max: usize,
 }
@@ -52,6 +57,43 @@ impl IvfParams {
     pub fn probe(&self, depth: usize) -> ProbeParams {
         ProbeParams { nprobe: self.nprobe, depth, oversample: self.oversample, rescore: self.rescore }
     }
+}
+
+/// The token stage's part of a search's parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenParams {
+    /// Leaves probed per query token.
+    pub nprobe: usize,
+    /// Groups of leaves scored per query token.
+    pub route: usize,
+    /// Hybrid: token-stage candidates joined to BM25's; dense: the stage's depth is `candidates`.
+    pub hybrid_candidates: usize,
+}
+
+impl TokenParams {
+    /// The stage's query for `depth` documents.
+    pub fn query(&self, depth: usize) -> TokenQuery {
+        TokenQuery { nprobe: self.nprobe, route: self.route, depth }
+    }
+}
+
+/// Fills the token stage's settings from its defaults and checks them against its leaves.
+fn resolve_tokens(options: &SearchRequest, tokens: &TokensConfig) -> Result<TokenParams> {
+    let d = tokens.search;
+    let nprobe = options.nprobe.unwrap_or(d.nprobe);
+    if nprobe == 0 || nprobe > tokens.leaves.min(MAX_NPROBE) {
+        return Err(CellarError::InvalidInput(format!(
+            "nprobe must be between 1 and the token stage's {} leaves (at most {MAX_NPROBE}), got {nprobe}",
+            tokens.leaves
+        )));
+    }
+    let hybrid_candidates = options.hybrid_candidates.unwrap_or(d.hybrid_candidates);
+    if hybrid_candidates > MAX_K {
+        return Err(CellarError::InvalidInput(format!(
+            "hybrid_candidates must be at most {MAX_K}, got {hybrid_candidates}"
+        )));
+    }
+    Ok(TokenParams { nprobe, route: d.route.min(tokens.groups).max(1), hybrid_candidates })
 }
 
 /// Fills the IVF settings from the IVF's defaults and checks them against its cluster count.
@@ -93,12 +135,19 @@ fn resolve_ivf(options: &SearchRequest, mode: Mode, ivf: &IvfConfig) -> Result<I
 }
 
 impl SearchParams {
+    /// Hybrid's dense candidates joined to BM25's, from whichever dense stage the search runs
+    /// (`None`: BM25's alone).
+    pub fn hybrid_dense(&self) -> Option<usize> {
+        self.tokens.map(|t| t.hybrid_candidates).or(self.ivf.map(|i| i.hybrid_candidates)).filter(|n| *n > 0)
+    }
+
     /// Fills the settings of `options` from `defaults` (and the IVF's, when the index has one)
     /// and checks every value. The query itself is checked by [`crate::Index::plan`].
     pub fn resolve(
         options: &SearchRequest,
         defaults: &SearchDefaults,
         ivf: Option<&IvfConfig>,
+        tokens: Option<&TokensConfig>,
         has_splade: bool,
     ) -> Result<SearchParams> {
         let k = options.k.unwrap_or(DEFAULT_K);
@@ -134,18 +183,36 @@ impl SearchParams {
                 "lexical stage {lexical} needs a SPLADE stage and this index has none: build one with `cellar splade build --index DIR`"
             )));
         }
+        let dense_stage = match (options.dense_stage, tokens) {
+            (Some(DenseStage::Tokens), None) => {
+                return Err(CellarError::InvalidInput(
+                    "dense_stage tokens needs a token stage and this index has none: build one with `cellar tokens build --index DIR`".into(),
+                ))
+            }
+            (Some(stage), _) => stage,
+            (None, Some(_)) => DenseStage::Tokens,
+            (None, None) => DenseStage::Pooled,
+        };
+        let uses_tokens = dense_stage == DenseStage::Tokens && matches!(mode, Mode::Dense | Mode::Hybrid);
+        let tokens = match tokens {
+            Some(config) if uses_tokens => Some(resolve_tokens(options, config)?),
+            _ => None,
+        };
+        let tokens = tokens.filter(|p| mode != Mode::Hybrid || p.hybrid_candidates > 0);
         let ivf = match ivf {
-            Some(config) if mode.needs_ivf() || mode == Mode::Hybrid => {
+            Some(config) if !uses_tokens && (mode.needs_dense_stage() || mode == Mode::Hybrid) => {
                 Some(resolve_ivf(options, mode, config)?)
             }
             _ => None,
         };
         // A hybrid search that joins no IVF candidates does not use the IVF.
         let ivf = ivf.filter(|p| mode != Mode::Hybrid || p.hybrid_candidates > 0);
-        let hybrid_ivf = options.hybrid_candidates.is_some_and(|n| n > 0);
-        if ivf.is_none() && (mode.needs_ivf() || (mode == Mode::Hybrid && hybrid_ivf)) {
+        let hybrid_dense = options.hybrid_candidates.is_some_and(|n| n > 0);
+        if !uses_tokens && ivf.is_none() && (mode.needs_dense_stage() || (mode == Mode::Hybrid && hybrid_dense)) {
+            let what = if mode == Mode::Ivf { "an IVF" } else { "a dense first stage (an IVF or a token stage)" };
             return Err(CellarError::InvalidInput(format!(
-                "mode {mode} needs an IVF and this index has none: build one with `cellar ivf build --index DIR`"
+                "mode {mode} needs {what} and this index has none: build one with `cellar ivf build --index DIR`{}",
+                if mode == Mode::Ivf { "" } else { " or `cellar tokens build --index DIR`" }
             )));
         }
         let early_read = options.early_read.unwrap_or(true);
@@ -165,6 +232,7 @@ impl SearchParams {
             lexical,
             early_read,
             ivf,
+            tokens,
             filter_exact_max,
         })
     }

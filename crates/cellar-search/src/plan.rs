@@ -104,7 +104,8 @@ impl Index {
         // The IVF's settings borrowed from the handle searches use, not copied per request.
         let ivf = self.current_ivf();
         let ivf = ivf.as_deref().map(crate::ivf::Ivf::config);
-        SearchParams::resolve(request, &self.config.search, ivf, self.splade.is_some())
+        let tokens = self.tokens.as_ref().map(crate::tokens::TokenStage::config);
+        SearchParams::resolve(request, &self.config.search, ivf, tokens, self.splade.is_some())
     }
 
     /// The plan's query as the kernels take it: its text encoded when the mode needs vectors
@@ -125,6 +126,7 @@ impl Index {
             return Ok(PreparedQuery {
                 text,
                 tokens: self.store.codec().prepare_query(&tokens),
+                store_tokens: tokens,
                 n_tokens: vectors.n_tokens,
                 pooled: vectors.pooled.unwrap_or_default(),
                 encode_ms: 0.0,
@@ -137,6 +139,7 @@ impl Index {
             return Ok(PreparedQuery {
                 text,
                 tokens: Vec::new(),
+                store_tokens: Vec::new(),
                 n_tokens: 0,
                 pooled: Vec::new(),
                 encode_ms: 0.0,
@@ -152,6 +155,7 @@ impl Index {
         Ok(PreparedQuery {
             text,
             tokens: self.store.codec().prepare_query(&tokens),
+            store_tokens: tokens,
             n_tokens: encoded.n_tokens,
             pooled: encoded.pooled,
             encode_ms: ms_since(start),
@@ -304,7 +308,8 @@ fn too_large(field: &str) -> CellarError {
 }
 
 /// Checks flattened caller vectors against what the resolved search needs: token vectors for
-/// MaxSim, the pooled vector for every search that probes the IVF or scans the pooled vectors,
+/// MaxSim, the pooled vector for every search that probes the IVF or scans the pooled vectors
+/// (not the token stage's),
 /// finite values throughout, and each vector's squared norm finite in f32 (values near 1e38
 /// are finite but their dot products are not, and a score must never be infinite or NaN).
 fn check_vectors(vectors: &QueryVectors, params: &SearchParams) -> Result<()> {
@@ -334,7 +339,9 @@ fn check_vectors(vectors: &QueryVectors, params: &SearchParams) -> Result<()> {
     {
         return Err(too_large("query_vectors.pooled"));
     }
-    let needs_pooled = mode.is_single_vector_first() || (mode == Mode::Hybrid && params.ivf.is_some());
+    // The token stage routes the token vectors: only the IVF and the pooled scan need the pooled one.
+    let needs_pooled = matches!(mode, Mode::DenseExact | Mode::Ivf)
+        || (matches!(mode, Mode::Dense | Mode::Hybrid) && params.ivf.is_some());
     match &vectors.pooled {
         None if needs_pooled => {
             let hint = if mode == Mode::Hybrid {

@@ -10,6 +10,9 @@ pub struct PreparedQuery {
     pub text: String,
     /// Token vectors in the store's space (PCA applied), prepared for the codec's kernel.
     pub tokens: Vec<f32>,
+    /// The same token vectors in the store's space before the codec's preparation (what the
+    /// token stage routes).
+    pub store_tokens: Vec<f32>,
     pub n_tokens: usize,
     /// Pooled vector in the model's space.
     pub pooled: Vec<f32>,

@@ -27,7 +27,8 @@ use crate::fusion::{self, Fused, Stage};
 use crate::index::Index;
 use crate::ivf::{Ivf, LiveMembers, Probe, ProbeParams, ProbeStats};
 use crate::mode::{Lexical, Mode};
-use crate::params::{IvfParams, SearchParams};
+use crate::params::{IvfParams, SearchParams, TokenParams};
+use crate::tokens::{TokenQuery, TokenStats};
 use crate::prefetch::{PrefetchStats, ScoredRecords};
 use crate::query::PreparedQuery;
 use crate::reads::Reads;
@@ -35,7 +36,7 @@ use crate::scored::better;
 use crate::scored::Scored;
 use crate::search::{FilterReport, Ranking, Timings};
 use crate::topk::TopK;
-use crate::written::state::LiveView;
+use crate::written::state::{LiveView, Located};
 use cellar_core::kernels::dot_f16;
 
 fn ms_since(start: Instant) -> f64 {
@@ -92,6 +93,10 @@ impl Index {
                 self.rank_matches(query, params, exact.expect("matched"), bm25, &mut timings)?
             }
             (Mode::DenseExact, _) => self.rank_exact(query, params, &mut timings)?,
+            (Mode::Dense | Mode::Hybrid, _) if params.tokens.is_some() => {
+                let tokens = params.tokens.expect("checked");
+                self.rank_tokens(query, params, tokens, bm25, early, &mut timings)?
+            }
             (Mode::Ivf, Some(ivf)) => self.rank_ivf_only(query, params, ivf, &mut timings)?,
             (Mode::Dense, Some(ivf)) => self.rank_probed(query, params, ivf, None, None, &mut timings)?,
             (Mode::Hybrid, Some(ivf)) if ivf.hybrid_candidates > 0 => {
@@ -226,6 +231,20 @@ impl Index {
             }
         };
         let rerank_k = if params.mode == Mode::Bm25 { 0 } else { params.rerank_k.min(candidates.len()) };
+        self.rerank_list(query, params, candidates, rerank_k, early, timings)
+    }
+
+    /// MaxSim of the best `rerank_k` of `candidates` (those read early scored while the rest
+    /// are read), fused with the first stage's scores.
+    fn rerank_list(
+        &self,
+        query: &PreparedQuery,
+        params: &SearchParams,
+        candidates: Vec<Scored>,
+        rerank_k: usize,
+        early: Option<Reads>,
+        timings: &mut Timings,
+    ) -> Result<Ranking> {
         let needed: Vec<DocId> = candidates[..rerank_k].iter().map(|c| c.id).collect();
         let covered = early.as_ref().map(Reads::covered).unwrap_or_default();
         let missing: Vec<DocId> = needed.iter().filter(|id| !covered.contains(id)).copied().collect();
@@ -237,6 +256,82 @@ impl Index {
         let mut io = early.io;
         io += late.io;
         Ok(fused(&candidates, &maxsim, params, timings, io))
+    }
+
+    /// The token stage's path: its candidates (joined with BM25's list for hybrid), then the
+    /// best `rerank_k` read and scored with MaxSim, then fusion.
+    fn rank_tokens(
+        &self,
+        query: &PreparedQuery,
+        params: &SearchParams,
+        tokens: TokenParams,
+        bm25: Option<Vec<Scored>>,
+        early: Option<Reads>,
+        timings: &mut Timings,
+    ) -> Result<Ranking> {
+        let start = Instant::now();
+        let bm25 = match (params.mode, bm25) {
+            (Mode::Hybrid, None) => Some(self.lexical_search(
+                &query.text,
+                params.candidates,
+                query.allowed.as_ref(),
+                params.lexical,
+            )?),
+            (_, given) => given,
+        };
+        let depth = if bm25.is_some() { tokens.hybrid_candidates } else { params.candidates };
+        let (dense, stats) = self.token_candidates(&query.store_tokens, query.allowed.as_deref(), tokens.query(depth))?;
+        let candidates = first_stage(bm25.as_deref(), &dense);
+        timings.first_stage_ms += ms_since(start);
+        let rerank_k = params.rerank_k.min(candidates.len());
+        let mut ranking = self.rerank_list(query, params, candidates, rerank_k, early, timings)?;
+        ranking.io += ReadStats {
+            read_calls: stats.read_calls,
+            pages: stats.bytes_read / 4096,
+            bytes: stats.bytes_read,
+            cached: 0,
+        };
+        ranking.tokens = Some(stats);
+        Ok(ranking)
+    }
+
+    /// The token stage's `query.depth` best searchable documents for `tokens` (store space),
+    /// under `allowed` when given; written documents the stage has not seen are assigned first.
+    pub(crate) fn token_candidates(
+        &self,
+        tokens: &[f32],
+        allowed: Option<&Allowed>,
+        query: TokenQuery,
+    ) -> Result<(Vec<Scored>, TokenStats)> {
+        let stage = self
+            .tokens
+            .as_ref()
+            .ok_or_else(|| CellarError::internal("a token-stage search was planned on an index without one"))?;
+        let view = self.live_view();
+        let searchable = Searchable::new(&view, allowed);
+        stage.catch_up(self.isa, view.next_id, &|id| self.written_tokens(&view, id))?;
+        let restricted = view.has_deletes() || allowed.is_some();
+        stage.candidates(self.isa, tokens, query, view.next_id, restricted, &|id| searchable.skips(DocId(id)))
+    }
+
+    /// A written document's token vectors in the store's space, `None` when it is deleted.
+    fn written_tokens(&self, view: &LiveView, id: DocId) -> Result<Option<Vec<f32>>> {
+        if view.is_deleted(id) {
+            return Ok(None);
+        }
+        let codec = self.store.codec();
+        let mut out = Vec::new();
+        match view.locate(id)? {
+            Located::Memtable(doc) => codec.decode(&doc.tokens, &mut out),
+            Located::Segment(segment, local) => {
+                let batch = segment.store.read_batch(&[local])?;
+                codec.decode(batch.record(0).tokens, &mut out);
+            }
+            Located::Base => {
+                return Err(CellarError::internal(format!("document {} is in the base, not written", id.0)))
+            }
+        }
+        Ok(Some(out))
     }
 
     /// The IVF path: probe (joined with BM25's list for hybrid), prefetching the likely
@@ -272,6 +367,7 @@ impl Index {
             reranked: probed.reranked,
             ivf: Some(probed.probe),
             prefetch: probed.prefetch,
+            tokens: None,
             filter: None,
         })
     }
@@ -567,6 +663,7 @@ fn fused(
         reranked: maxsim.len(),
         ivf: None,
         prefetch: None,
+        tokens: None,
         filter: None,
     }
 }

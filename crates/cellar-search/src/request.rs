@@ -13,7 +13,7 @@ use cellar_core::codec::MAX_DIM;
 
 use crate::filter::Filter;
 use crate::fusion::Fusion;
-use crate::mode::{Lexical, Mode};
+use crate::mode::{DenseStage, Lexical, Mode};
 
 /// Results per query when the request does not say.
 pub const DEFAULT_K: usize = 10;
@@ -81,7 +81,12 @@ pub struct SearchRequest {
     /// A caller-encoded query, used instead of encoding the text on the server.
     #[cfg_attr(feature = "cli", arg(skip))]
     pub query_vectors: Option<QueryVectorsIn>,
-    /// IVF clusters probed (1 to the IVF's cluster count).
+    /// Dense and hybrid modes: the dense first stage, tokens (the token-level stage of
+    /// `cellar tokens build`) or pooled (the IVF). Default: tokens where the index has them.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub dense_stage: Option<DenseStage>,
+    /// Clusters probed: the IVF's (1 to its cluster count), or for the token stage the leaves
+    /// probed per query token (1 to its leaf count).
     #[schemars(range(min = 1, max = MAX_NPROBE))]
     #[cfg_attr(feature = "cli", arg(long))]
     pub nprobe: Option<usize>,
@@ -99,7 +104,7 @@ pub struct SearchRequest {
     #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0))]
     #[cfg_attr(feature = "cli", arg(long))]
     pub prefetch_step: Option<f32>,
-    /// Hybrid: IVF candidates joined to BM25's (0: BM25 only).
+    /// Hybrid: the dense stage's candidates joined to BM25's (0: BM25 only).
     #[schemars(range(max = MAX_K))]
     #[cfg_attr(feature = "cli", arg(long))]
     pub hybrid_candidates: Option<usize>,

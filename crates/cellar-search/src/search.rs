@@ -73,6 +73,8 @@ pub struct Ranking {
     pub ivf: Option<ProbeStats>,
     /// What the prefetcher did, when it ran.
     pub prefetch: Option<PrefetchStats>,
+    /// What the token stage did, when the search ran it.
+    pub tokens: Option<crate::tokens::TokenStats>,
     /// What the filter did, when the search had one.
     pub filter: Option<FilterReport>,
 }
@@ -100,6 +102,7 @@ impl Ranking {
             reranked: 0,
             ivf: None,
             prefetch: None,
+            tokens: None,
             filter: None,
         }
     }
@@ -156,6 +159,9 @@ pub struct SearchResponse {
     pub ivf: Option<Box<ProbeStats>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefetch: Option<Box<PrefetchStats>>,
+    /// What the token stage did, when the search ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<crate::tokens::TokenStats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<FilterReport>,
     /// How the query's text was encoded, when it was: its tokens, the windows a long one took,
@@ -205,6 +211,7 @@ impl Index {
             io,
             ivf: ranking.ivf.map(Box::new),
             prefetch: ranking.prefetch.map(Box::new),
+            tokens: ranking.tokens,
             filter: ranking.filter,
             query: encoding,
         })

@@ -187,18 +187,28 @@ impl Index {
             let depth = if params.mode == Mode::Bm25 { params.k } else { params.candidates };
             self.lexical_lists(text, depth, allowed, params.lexical, stats, &mut out)?;
         }
-        let depth = match (params.mode, params.ivf) {
+        let dense_stage = params.ivf.is_some() || params.tokens.is_some();
+        let depth = match (params.mode, dense_stage) {
             (Mode::DenseExact, _) => {
                 out.dense =
                     Some(shard_list(self.dense_scan(&query.pooled, params.k, allowed.map(|a| &**a))?));
                 None
             }
-            (Mode::Ivf, Some(_)) => Some(params.k),
-            (Mode::Dense, Some(_)) => Some(params.candidates),
-            (Mode::Hybrid, Some(ivf)) => Some(ivf.hybrid_candidates),
+            (Mode::Ivf, true) => Some(params.k),
+            (Mode::Dense, true) => Some(params.candidates),
+            (Mode::Hybrid, true) => params.hybrid_dense(),
             _ => None,
         };
-        if let (Some(depth), Some(ivf)) = (depth, params.ivf) {
+        if let (Some(depth), Some(tokens)) = (depth, params.tokens) {
+            let (hits, stats) = self.token_candidates(&query.store_tokens, allowed.map(|a| &**a), tokens.query(depth))?;
+            out.io = IoReport {
+                read_calls: stats.read_calls,
+                pages: stats.bytes_read / 4096,
+                bytes_read: stats.bytes_read,
+                records_cached: 0,
+            };
+            out.dense = Some(shard_list(hits));
+        } else if let (Some(depth), Some(ivf)) = (depth, params.ivf) {
             let view = self.live_view();
             let searchable = Searchable::new(&view, allowed.map(|a| &**a));
             let index_ivf = self.ivf()?;
@@ -437,7 +447,7 @@ impl Gather {
             }
         };
         let exact = filter.filter(|f| f.exact && params.mode != Mode::Ivf);
-        let candidates = match (params.mode, params.ivf, exact) {
+        let candidates = match (params.mode, params.hybrid_dense(), exact) {
             (Mode::Dense | Mode::Rerank | Mode::Hybrid, _, Some(f)) => {
                 // Every match: the lexical list's with their scores, the rest at its lowest.
                 let mut listed = match params.mode {
@@ -455,9 +465,9 @@ impl Gather {
             (Mode::DenseExact | Mode::Ivf, _, _) => merger.merge(dense, params.k),
             (Mode::Bm25, _, _) => lexical(&mut merger, params.k),
             (Mode::Dense, _, None) => merger.merge(dense, params.candidates),
-            (Mode::Hybrid, Some(ivf), None) => {
+            (Mode::Hybrid, Some(joined), None) => {
                 let lexical = lexical(&mut merger, params.candidates);
-                first_stage(Some(&lexical), &merger.merge(dense, ivf.hybrid_candidates))
+                first_stage(Some(&lexical), &merger.merge(dense, joined))
             }
             (Mode::Rerank, _, None) | (Mode::Hybrid, None, None) => lexical(&mut merger, params.candidates),
         };
@@ -543,6 +553,7 @@ impl Gather {
             io,
             ivf: None,
             prefetch: None,
+            tokens: None,
             filter: self.filter,
             query,
         }
@@ -561,7 +572,7 @@ mod tests {
 
     fn params(mode: Mode, hybrid_candidates: usize) -> SearchParams {
         let request = SearchRequest { mode: Some(mode), k: Some(3), rerank_k: Some(2), ..Default::default() };
-        let mut params = SearchParams::resolve(&request, &SearchDefaults::default(), None, false).unwrap();
+        let mut params = SearchParams::resolve(&request, &SearchDefaults::default(), None, None, false).unwrap();
         params.ivf = (hybrid_candidates > 0).then_some(IvfParams {
             nprobe: 1,
             oversample: 1.0,

@@ -65,10 +65,14 @@ pub enum FileKind {
     SpladeTerms = 11,
     /// The SPLADE first stage's impact-ordered postings (`splade_postings.bin`).
     SpladePostings = 12,
+    /// The token stage's quantizer (tops, leaves) and its lists' directory (`token_centroids.bin`).
+    TokenCentroids = 13,
+    /// The token stage's lists: per leaf, its documents, delta-coded and bit-packed (`token_lists.bin`).
+    TokenLists = 14,
 }
 
 impl FileKind {
-    pub const ALL: [FileKind; 12] = [
+    pub const ALL: [FileKind; 14] = [
         FileKind::Vectors,
         FileKind::Offsets,
         FileKind::CodecParams,
@@ -81,6 +85,8 @@ impl FileKind {
         FileKind::SegmentIds,
         FileKind::SpladeTerms,
         FileKind::SpladePostings,
+        FileKind::TokenCentroids,
+        FileKind::TokenLists,
     ];
 
     /// The files of a token-vector store directory (the others belong to a search index).
@@ -105,6 +111,8 @@ impl FileKind {
             FileKind::SegmentIds => "segment_ids",
             FileKind::SpladeTerms => "splade_terms",
             FileKind::SpladePostings => "splade_postings",
+            FileKind::TokenCentroids => "token_centroids",
+            FileKind::TokenLists => "token_lists",
         }
     }
 
@@ -140,6 +148,8 @@ impl FileKind {
             FileKind::SegmentIds => "ids.bin",
             FileKind::SpladeTerms => "splade_terms.bin",
             FileKind::SpladePostings => "splade_postings.bin",
+            FileKind::TokenCentroids => "token_centroids.bin",
+            FileKind::TokenLists => "token_lists.bin",
         }
     }
 }

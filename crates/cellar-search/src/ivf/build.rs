@@ -254,7 +254,7 @@ fn build_ivf_rows(
     // A retrained IVF keeps its documents' mean distance to it: the baseline of its drift.
     let config = IvfConfig { drift_baseline: covers.map(|_| mean_error), ..config };
     config.save(&building)?;
-    swap_in(index_dir, &building)?;
+    swap_dir_in(index_dir, IVF_DIR, OLD_DIR, &building)?;
     Ok(config)
 }
 
@@ -513,9 +513,12 @@ pub(crate) fn remove_build_leftovers(index_dir: &Path) -> Result<()> {
 }
 
 /// Replaces `ivf/` with the finished build: the old one is moved aside first, then removed.
-fn swap_in(index_dir: &Path, building: &Path) -> Result<()> {
-    let live = index_dir.join(IVF_DIR);
-    let old = index_dir.join(OLD_DIR);
+/// Replaces `index_dir/name` (when there is one) by the finished `building` directory: the old
+/// one renamed aside to `old_name`, the new one renamed in, the index directory synced, the old
+/// one removed. A crash leaves the old part, the new one, or one beside a leftover.
+pub(crate) fn swap_dir_in(index_dir: &Path, name: &str, old_name: &str, building: &Path) -> Result<()> {
+    let live = index_dir.join(name);
+    let old = index_dir.join(old_name);
     let _ = std::fs::remove_dir_all(&old);
     if live.exists() {
         std::fs::rename(&live, &old).at(&live)?;

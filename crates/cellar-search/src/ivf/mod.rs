@@ -19,9 +19,9 @@ pub mod rotation;
 use std::path::{Path, PathBuf};
 
 use cellar_core::format::fsio::write_atomic;
-use cellar_core::format::versioned::{parse_versioned_json, VersionRange, FORMAT_VERSION_FIELD};
+use cellar_core::format::versioned::VersionRange;
 use cellar_core::format::FileKind;
-use cellar_core::{CellarError, IoContext, Result};
+use cellar_core::{CellarError, Result};
 use serde::{Deserialize, Serialize};
 
 pub use build::{build_ivf, build_ivf_over, IvfBuildOptions};
@@ -135,26 +135,9 @@ impl IvfConfig {
     /// them in at once, and reading the index as one without an IVF would silently change what
     /// the hybrid mode answers.
     pub fn load(index_dir: &Path) -> Result<Option<IvfConfig>> {
-        let dir = Self::dir(index_dir);
-        let path = dir.join(IVF_CONFIG_FILE);
-        if !path.is_file() {
-            return match IVF_KINDS.iter().find(|k| dir.join(k.file_name()).exists()) {
-                None => Ok(None),
-                Some(kind) => Err(CellarError::corrupted(
-                    &path,
-                    0,
-                    format!(
-                        "missing: the IVF's {} is there but not its commit point {IVF_CONFIG_FILE}; {}",
-                        kind.file_name(),
-                        rebuild_hint(index_dir)
-                    ),
-                )),
-            };
-        }
-        let bytes = std::fs::read(&path).at(&path)?;
-        let config: IvfConfig =
-            parse_versioned_json(&path, &bytes, FORMAT_VERSION_FIELD, IVF_READABLE_VERSIONS)?;
-        Ok(Some(config))
+        crate::config::load_committed(&Self::dir(index_dir), IVF_CONFIG_FILE, &IVF_KINDS, IVF_READABLE_VERSIONS, || {
+            rebuild_hint(index_dir)
+        })
     }
 
     /// `Corrupted` naming the first of the IVF's binary files missing from `index_dir/ivf/`: `ivf.json`

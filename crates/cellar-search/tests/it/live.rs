@@ -32,7 +32,7 @@ fn every_mode(query: &str, k: usize) -> Vec<(Mode, SearchRequest)> {
                 query: query.into(),
                 mode: Some(mode),
                 k: Some(k),
-                nprobe: mode.needs_ivf().then_some(4),
+                nprobe: (mode == Mode::Ivf || mode == Mode::Dense).then_some(4),
                 ..Default::default()
             };
             (mode, request)

@@ -23,4 +23,5 @@ mod retrain;
 mod search;
 mod splade;
 mod synthetic_ivf;
+mod tokens;
 mod versions;

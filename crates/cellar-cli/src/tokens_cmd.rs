@@ -1,0 +1,79 @@
+//! `cellar tokens build`: adds (or rebuilds) the token-level first stage of an index: a
+//! quantizer of 16·√tokens leaves trained on a sample of its token vectors, and per leaf the
+//! documents holding a token there, under `tokens/`. Dense searches then take their candidates
+//! from it (and hybrid joins them to BM25's); `--dense-stage pooled` still asks for the IVF.
+
+use std::path::PathBuf;
+
+use cellar_core::Result;
+use cellar_search::tokens::{build_tokens, TokenDefaults, TokensBuildOptions, TokensConfig};
+use clap::{Args, Subcommand};
+
+#[derive(Args)]
+pub struct TokensArgs {
+    #[command(subcommand)]
+    pub action: TokensAction,
+}
+
+#[derive(Subcommand)]
+pub enum TokensAction {
+    /// Quantize the build's token vectors and write the leaves' document lists (replaces an
+    /// existing token stage; no index may be open meanwhile).
+    Build(TokensBuildArgs),
+}
+
+#[derive(Args)]
+pub struct TokensBuildArgs {
+    #[arg(long)]
+    pub index: PathBuf,
+    /// Leaves of the quantizer (default: 16·√tokens rounded down to a power of two, PLAID's rule).
+    #[arg(long)]
+    pub leaves: Option<usize>,
+    /// Default leaves probed per query token.
+    #[arg(long, default_value_t = TokenDefaults::default().nprobe)]
+    pub default_nprobe: usize,
+    /// Default groups of leaves scored per query token.
+    #[arg(long, default_value_t = TokenDefaults::default().route)]
+    pub default_route: usize,
+    /// Default token-stage candidates joined to BM25's in hybrid mode (0: BM25 only).
+    #[arg(long, default_value_t = TokenDefaults::default().hybrid_candidates)]
+    pub default_hybrid_candidates: usize,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+pub fn run(args: TokensArgs) -> Result<()> {
+    let TokensAction::Build(args) = args.action;
+    let options = TokensBuildOptions {
+        leaves: args.leaves.unwrap_or(0),
+        seed: args.seed,
+        defaults: TokenDefaults {
+            nprobe: args.default_nprobe,
+            route: args.default_route,
+            hybrid_candidates: args.default_hybrid_candidates,
+        },
+        progress: true,
+    };
+    print_report(&build_tokens(&args.index, &options)?);
+    Ok(())
+}
+
+/// The line `cellar tokens build` prints.
+pub fn print_report(c: &TokensConfig) {
+    let b = &c.build;
+    println!(
+        "token stage: {} leaves in {} groups over {} tokens of {} documents; {} postings, lists {:.1} MiB ({:.1} bytes/doc), centroids {:.1} MiB; trained on {} tokens in {:.1}s, assigned in {:.1}s, {:.1}s in all",
+        c.leaves,
+        c.groups,
+        c.tokens,
+        c.docs,
+        b.postings,
+        b.lists_bytes as f64 / (1 << 20) as f64,
+        b.disk_bytes_per_doc,
+        b.centroids_bytes as f64 / (1 << 20) as f64,
+        b.sample_tokens,
+        b.train_secs,
+        b.assign_secs,
+        b.total_secs
+    );
+}

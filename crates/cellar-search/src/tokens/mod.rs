@@ -1,0 +1,420 @@
+//! The token-level first stage (PLAID's and WARP's candidate generation, on disk): every
+//! document token is assigned to one of K leaf centroids (K = 16·√tokens, PLAID's rule), and
+//! each leaf keeps the list of documents that have a token there.
+//!
+//! - `quantizer`: the two-level tree (about √K tops in f32, K leaves in f16) trained on a sample
+//!   of tokens; it assigns the build's tokens and written documents' tokens, and routes queries;
+//! - `lists`: a leaf's documents, delta-coded and bit-packed in blocks of 128 (docs/format/tokens.md);
+//! - `layout`: `token_centroids.bin` (the tree and the lists' directory, in RAM);
+//! - `build`: a streaming pass over the store (sample → train → assign every token → lists),
+//!   built aside and swapped in under the index's exclusive lock, `tokens.json` its commit point;
+//! - here: [`TokenStage`], the query path. Each query token's `nprobe` best leaves (by inner
+//!   product, among its `route` best groups) are gathered, every leaf's list read once through
+//!   `cellar-core`'s `ExtentReader` (the index's reader kind: ram, mmap or direct), and each
+//!   document scored as WARP does without residuals: per query token, the best score of a probed
+//!   leaf that holds it, or, where none does, the score of the token's last probed leaf (its
+//!   imputed bound); summed over the query tokens. The best `depth` go to MaxSim.
+//!
+//! Documents written after the build (the living index) are assigned to the same leaves the
+//! first time a search sees them (held in RAM, `WrittenLists`); deleted ones and, under a
+//! filter, the ones it does not match are skipped while the lists are gathered.
+
+pub mod build;
+pub mod layout;
+pub mod lists;
+pub mod quantizer;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use cellar_core::format::fsio::{read_small_file, write_atomic};
+use cellar_core::format::versioned::VersionRange;
+use cellar_core::format::FileKind;
+use cellar_core::io::{Extent, ExtentReader, ReadStats, ReaderKind, ReaderOptions};
+use cellar_core::kernels::Isa;
+use cellar_core::{CellarError, DocId, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::scored::Scored;
+use crate::topk::TopK;
+
+pub use build::{build_tokens, TokensBuildOptions};
+use layout::{CentroidsFile, ListEntry};
+use quantizer::Quantizer;
+
+/// Version of the `tokens/` layout.
+pub const TOKENS_FORMAT_VERSION: u32 = 1;
+/// The versions of `tokens/` (its `tokens.json`) this build reads.
+pub const TOKENS_READABLE_VERSIONS: VersionRange = VersionRange::only(TOKENS_FORMAT_VERSION);
+pub const TOKENS_DIR: &str = "tokens";
+pub const TOKENS_CONFIG_FILE: &str = "tokens.json";
+/// The stage's binary files, which `tokens.json` commits.
+pub const TOKEN_KINDS: [FileKind; 2] = [FileKind::TokenCentroids, FileKind::TokenLists];
+/// A lists file of at most this many bytes is read into RAM at open whatever the index's reader
+/// (as the IVF's postings).
+pub const LISTS_IN_RAM_MAX: u64 = 16 << 20;
+
+/// Query-time settings used when a request does not give them.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TokenDefaults {
+    /// Leaves probed per query token.
+    pub nprobe: usize,
+    /// Groups of leaves scored per query token (the leaves' routing).
+    pub route: usize,
+    /// Hybrid mode: token-stage candidates joined to BM25's (0: BM25 only).
+    pub hybrid_candidates: usize,
+}
+
+impl Default for TokenDefaults {
+    fn default() -> Self {
+        TokenDefaults { nprobe: 16, route: 8, hybrid_candidates: 100 }
+    }
+}
+
+/// Sizes and times of a token-stage build.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TokensBuildReport {
+    /// Tokens the tree was trained on.
+    pub sample_tokens: usize,
+    pub train_secs: f64,
+    pub assign_secs: f64,
+    pub write_secs: f64,
+    pub total_secs: f64,
+    /// (leaf, document) pairs in the lists.
+    pub postings: u64,
+    pub centroids_bytes: u64,
+    pub lists_bytes: u64,
+    /// Lists' bytes on disk per document.
+    pub disk_bytes_per_doc: f64,
+    /// RAM per leaf: its f16 centroid, its directory entry and its share of the tops.
+    pub ram_bytes_per_leaf: f64,
+    /// Mean squared distance of a token to its leaf (the quantizer's error).
+    pub mean_error: f64,
+}
+
+/// `tokens/tokens.json`: the commit point of a token-stage build.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TokensConfig {
+    pub format_version: u32,
+    pub dim: usize,
+    /// Documents covered: every internal id below it is in the lists (written ones from it on
+    /// join by assignment at search time).
+    pub docs: u64,
+    pub tokens: u64,
+    pub groups: usize,
+    pub leaves: usize,
+    pub seed: u64,
+    pub search: TokenDefaults,
+    pub build: TokensBuildReport,
+}
+
+impl TokensConfig {
+    pub fn dir(index_dir: &Path) -> PathBuf {
+        index_dir.join(TOKENS_DIR)
+    }
+
+    /// `None` when the index has no token stage; `Corrupted` when some of its files are there
+    /// without `tokens.json` (see `config::load_committed`).
+    pub fn load(index_dir: &Path) -> Result<Option<TokensConfig>> {
+        crate::config::load_committed(
+            &Self::dir(index_dir),
+            TOKENS_CONFIG_FILE,
+            &TOKEN_KINDS,
+            TOKENS_READABLE_VERSIONS,
+            || rebuild_hint(index_dir),
+        )
+    }
+
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let json = serde_json::to_vec_pretty(self)
+            .map_err(|e| CellarError::internal(format!("tokens.json does not serialise: {e}")))?;
+        write_atomic(&dir.join(TOKENS_CONFIG_FILE), &json)
+    }
+}
+
+fn rebuild_hint(index_dir: &Path) -> String {
+    format!("rebuild it with `cellar tokens build --index {}`", index_dir.display())
+}
+
+/// What one search's token stage did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TokenStats {
+    /// Distinct leaves whose lists were read.
+    pub lists: usize,
+    /// Documents met in those lists (with repeats across query tokens).
+    pub postings: u64,
+    /// Documents scored.
+    pub scored: usize,
+    pub bytes_read: u64,
+    pub read_calls: u64,
+    pub ms: f64,
+}
+
+/// Written documents' leaves, in RAM: every id in `base..end` not deleted when it was assigned.
+#[derive(Clone, Default)]
+struct WrittenLists {
+    end: u32,
+    lists: HashMap<u32, Vec<u32>>,
+}
+
+/// The open token stage of an index.
+pub struct TokenStage {
+    config: TokensConfig,
+    quantizer: Quantizer,
+    entries: Vec<ListEntry>,
+    lists: ExtentReader,
+    written: Mutex<Arc<WrittenLists>>,
+}
+
+/// A search's settings of the stage.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TokenQuery {
+    pub nprobe: usize,
+    pub route: usize,
+    pub depth: usize,
+}
+
+/// Per-thread accumulators over the documents, reused by every search of the thread.
+#[derive(Default)]
+struct Scratch {
+    gain: Vec<f32>,
+    /// The last query token (plus one) that credited a document.
+    seen: Vec<u16>,
+    touched: Vec<u32>,
+    ids: Vec<u32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+impl TokenStage {
+    /// Opens `index_dir/tokens/` when there is one, checking it covers `docs` documents of `dim`.
+    pub fn open(
+        index_dir: &Path,
+        docs: u64,
+        dim: usize,
+        options: &ReaderOptions,
+    ) -> Result<Option<TokenStage>> {
+        let Some(config) = TokensConfig::load(index_dir)? else { return Ok(None) };
+        let dir = TokensConfig::dir(index_dir);
+        let config_path = dir.join(TOKENS_CONFIG_FILE);
+        if config.docs != docs || config.dim != dim {
+            return Err(CellarError::corrupted(
+                &config_path,
+                0,
+                format!(
+                    "the token stage covers {} documents of {} dimensions, the index holds {docs} of {dim}; {}",
+                    config.docs,
+                    config.dim,
+                    rebuild_hint(index_dir)
+                ),
+            ));
+        }
+        let centroids_path = dir.join(FileKind::TokenCentroids.file_name());
+        if !centroids_path.exists() {
+            return Err(missing(&centroids_path, index_dir));
+        }
+        let (header, body) = read_small_file(&centroids_path, FileKind::TokenCentroids)?;
+        let file = CentroidsFile::decode(&body, &centroids_path, header.body_offset)?;
+        if file.quantizer.dim != dim
+            || u64::from(file.docs) != docs
+            || file.quantizer.leaves() != config.leaves
+        {
+            return Err(CellarError::corrupted(
+                &centroids_path,
+                0,
+                format!("the centroids disagree with {TOKENS_CONFIG_FILE}; {}", rebuild_hint(index_dir)),
+            ));
+        }
+        let lists_path = dir.join(FileKind::TokenLists.file_name());
+        if !lists_path.exists() {
+            return Err(missing(&lists_path, index_dir));
+        }
+        cellar_core::format::fsio::open_checked(&lists_path, FileKind::TokenLists)?;
+        let len = std::fs::metadata(&lists_path).map_or(u64::MAX, |m| m.len());
+        let kind = if len <= LISTS_IN_RAM_MAX { ReaderKind::Ram } else { options.kind };
+        let lists = ExtentReader::open(&lists_path, &ReaderOptions { kind, ..options.clone() })?;
+        for (j, e) in file.lists.iter().enumerate() {
+            if e.offset + u64::from(e.bytes) > lists.file_len() || u64::from(e.count) > docs {
+                return Err(CellarError::corrupted(
+                    &centroids_path,
+                    0,
+                    format!(
+                        "leaf {j}'s list lies outside {} or holds more than {docs} documents",
+                        lists_path.display()
+                    ),
+                ));
+            }
+        }
+        Ok(Some(TokenStage {
+            config,
+            quantizer: file.quantizer,
+            entries: file.lists,
+            lists,
+            written: Mutex::new(Arc::new(WrittenLists { end: docs as u32, lists: HashMap::new() })),
+        }))
+    }
+
+    pub fn config(&self) -> &TokensConfig {
+        &self.config
+    }
+
+    pub fn quantizer(&self) -> &Quantizer {
+        &self.quantizer
+    }
+
+    /// Bytes this stage holds in RAM: the tree, the directory, the lists file when read into
+    /// RAM, and the written documents' lists.
+    pub fn ram_bytes(&self) -> u64 {
+        let q = &self.quantizer;
+        let written: usize =
+            self.written.lock().expect("written lists").lists.values().map(|l| l.len() * 4 + 32).sum();
+        (q.tops.len() * 4 + q.starts.len() * 4 + q.leaves.len() + self.entries.len() * layout::ENTRY_BYTES)
+            as u64
+            + self.lists.ram_bytes()
+            + written as u64
+    }
+
+    /// Assigns the written documents `from..end` not yet assigned: `tokens(id)` gives a
+    /// document's token vectors in the store's space, or `None` for one deleted (never assigned,
+    /// never searched again).
+    pub fn catch_up(
+        &self,
+        isa: Isa,
+        end: u32,
+        tokens: &dyn Fn(DocId) -> Result<Option<Vec<f32>>>,
+    ) -> Result<()> {
+        let mut guard = self
+            .written
+            .lock()
+            .map_err(|_| CellarError::internal("the token stage's written lists were poisoned"))?;
+        if guard.end >= end {
+            return Ok(());
+        }
+        let mut next = (**guard).clone();
+        let dim = self.quantizer.dim;
+        for id in next.end..end {
+            let Some(vectors) = tokens(DocId(id))? else { continue };
+            let mut leaves: Vec<u32> =
+                vectors.chunks_exact(dim).map(|v| self.quantizer.assign(isa, v)).collect();
+            leaves.sort_unstable();
+            leaves.dedup();
+            for leaf in leaves {
+                next.lists.entry(leaf).or_default().push(id);
+            }
+        }
+        next.end = end;
+        *guard = Arc::new(next);
+        Ok(())
+    }
+
+    /// The `depth` best documents for the query `tokens` (store space, row after row) by the
+    /// stage's approximate score; `skip(id)` leaves out deleted or filtered documents (called
+    /// only when `restricted`). Written documents must have been caught up to `end`.
+    pub fn candidates(
+        &self,
+        isa: Isa,
+        tokens: &[f32],
+        query: TokenQuery,
+        end: u32,
+        restricted: bool,
+        skip: &dyn Fn(u32) -> bool,
+    ) -> Result<(Vec<Scored>, TokenStats)> {
+        let start = Instant::now();
+        let mut stats = TokenStats::default();
+        let probed = self.quantizer.probe(isa, tokens, query.nprobe, query.route);
+        // Every distinct leaf's list, read once in one batch.
+        let mut leaves: Vec<u32> = probed.iter().flatten().map(|(j, _)| *j).collect();
+        leaves.sort_unstable();
+        leaves.dedup();
+        let extents: Vec<Extent> = leaves
+            .iter()
+            .map(|&j| Extent {
+                offset: self.entries[j as usize].offset,
+                len: self.entries[j as usize].bytes as usize,
+            })
+            .collect();
+        let batch = self.lists.read(&extents)?;
+        let io: ReadStats = batch.stats();
+        (stats.lists, stats.bytes_read, stats.read_calls) = (leaves.len(), io.bytes, io.read_calls);
+        let written = self
+            .written
+            .lock()
+            .map_err(|_| CellarError::internal("the token stage's written lists were poisoned"))?
+            .clone();
+        let mut decoded: Vec<Vec<u32>> = Vec::with_capacity(leaves.len());
+        for (i, &j) in leaves.iter().enumerate() {
+            let entry = self.entries[j as usize];
+            let bytes = batch.get(i);
+            if crc32c::crc32c(bytes) != entry.crc {
+                return Err(CellarError::corrupted(
+                    self.lists.path(),
+                    entry.offset,
+                    format!("leaf {j}'s list fails its checksum"),
+                ));
+            }
+            let mut ids = Vec::new();
+            lists::decode_at(bytes, entry.count as usize, &mut ids, self.lists.path(), entry.offset)?;
+            if let Some(extra) = written.lists.get(&j) {
+                ids.extend(extra.iter().filter(|id| **id < end));
+            }
+            decoded.push(ids);
+        }
+        let imputed: f32 = probed.iter().map(|p| p.last().map_or(0.0, |l| l.1)).sum();
+        let best = SCRATCH.with(|cell| {
+            let mut s = cell.borrow_mut();
+            let s = &mut *s;
+            if s.gain.len() < end as usize {
+                s.gain.resize(end as usize, 0.0);
+                s.seen.resize(end as usize, 0);
+            }
+            for (t, leaves_of_t) in probed.iter().enumerate() {
+                let mark = (t + 1) as u16;
+                let floor = leaves_of_t.last().map_or(0.0, |l| l.1);
+                for &(j, score) in leaves_of_t {
+                    let ids = &decoded[leaves.binary_search(&j).expect("probed leaf read")];
+                    stats.postings += ids.len() as u64;
+                    let gain = score - floor;
+                    for &id in ids {
+                        let d = id as usize;
+                        if s.seen[d] == mark || (restricted && skip(id)) {
+                            continue;
+                        }
+                        if s.seen[d] == 0 {
+                            s.touched.push(id);
+                        }
+                        s.seen[d] = mark;
+                        s.gain[d] += gain;
+                    }
+                }
+            }
+            let mut top = TopK::new(query.depth);
+            for &id in &s.touched {
+                top.push(DocId(id), imputed + s.gain[id as usize]);
+                s.gain[id as usize] = 0.0;
+                s.seen[id as usize] = 0;
+            }
+            stats.scored = s.touched.len();
+            s.touched.clear();
+            s.ids.clear();
+            top.into_sorted()
+        });
+        stats.ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok((best, stats))
+    }
+}
+
+fn missing(path: &Path, index_dir: &Path) -> CellarError {
+    CellarError::corrupted(
+        path,
+        0,
+        format!(
+            "missing: {TOKENS_CONFIG_FILE} commits a token stage of which this file is gone; {}",
+            rebuild_hint(index_dir)
+        ),
+    )
+}

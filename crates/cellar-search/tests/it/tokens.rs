@@ -1,0 +1,406 @@
+//! The token-level first stage (`cellar_search::tokens`): its candidates against a brute-force
+//! reference of the same rule, the dense mode through it against exact MaxSim, written, deleted
+//! and filtered documents, bad requests, and its golden files (`testdata/tokens-v1/`).
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use cellar_core::codec::CodecKind;
+use cellar_core::io::{ReaderKind, ReaderOptions};
+use cellar_core::kernels::Isa;
+use cellar_core::CellarError;
+use cellar_search::filter::Filter;
+use cellar_search::mode::DenseStage;
+use cellar_search::tokens::{
+    build_tokens, TokenQuery, TokenStage, TokensBuildOptions, TokensBuildReport, TokensConfig,
+    TOKENS_CONFIG_FILE, TOKENS_DIR,
+};
+use cellar_search::{
+    BuildOptions, DocIn, EmbeddedDoc, Index, Mode, OpenOptions, QueryVectorsIn, SearchRequest, WriteOp,
+    WriteRequest,
+};
+use half::f16;
+use tempfile::TempDir;
+
+use crate::golden_files;
+
+const DIM: usize = 16;
+const DOCS: usize = 240;
+/// Directions ("words") the tokens gather around.
+const WORDS: usize = 40;
+
+/// A value in [-0.5, 0.5) from a counter (integer arithmetic: the same bits everywhere).
+fn noise(state: &mut u64) -> f32 {
+    *state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+    ((*state >> 40) % 1001) as f32 / 1000.0 - 0.5
+}
+
+/// Word `w`'s direction.
+fn word(w: usize) -> Vec<f32> {
+    let mut state = (w as u64 + 7).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (0..DIM).map(|_| noise(&mut state)).collect()
+}
+
+fn unit(v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.into_iter().map(|x| x / norm).collect()
+}
+
+/// Document `i`'s tokens: 3 to 10 words near their directions, unit length.
+fn doc_tokens(i: usize) -> Vec<f32> {
+    let mut state = (i as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
+    let n = 3 + i % 8;
+    (0..n)
+        .flat_map(|t| {
+            let w = (i * 7 + t * 13 + (i / 5) * t) % WORDS;
+            unit(word(w).into_iter().map(|x| x + 0.3 * noise(&mut state)).collect())
+        })
+        .collect()
+}
+
+fn lang(i: usize) -> &'static str {
+    if i % 3 == 0 {
+        "de"
+    } else {
+        "en"
+    }
+}
+
+fn docs() -> Vec<EmbeddedDoc> {
+    (0..DOCS)
+        .map(|i| EmbeddedDoc {
+            id: format!("d{i}"),
+            title: String::new(),
+            text: format!("document {i}"),
+            metadata: serde_json::from_value(serde_json::json!({"lang": lang(i)})).unwrap(),
+            tokens: doc_tokens(i),
+            pooled: None,
+        })
+        .collect()
+}
+
+fn stage_options() -> TokensBuildOptions {
+    TokensBuildOptions { leaves: 64, ..TokensBuildOptions::default() }
+}
+
+/// An f16 index of the synthetic documents with its token stage.
+fn build(dir: &Path) -> TokensConfig {
+    let mut options = BuildOptions::new("", dir);
+    options.codec = CodecKind::F16;
+    options.sample_tokens = 256;
+    Index::build_from_embeddings(&options, DIM, None, docs().into_iter().map(Ok)).unwrap();
+    build_tokens(dir, &stage_options()).unwrap()
+}
+
+struct Built {
+    _tmp: TempDir,
+    dir: PathBuf,
+}
+
+fn built() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let tmp = TempDir::new().unwrap();
+        let dir = tmp.path().join("index");
+        build(&dir);
+        Built { _tmp: tmp, dir }
+    })
+}
+
+fn rounded(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|x| f16::from_f32(*x).to_f32()).collect()
+}
+
+/// A query of four tokens near document `i`'s first words.
+fn query_of(i: usize) -> Vec<f32> {
+    let mut state = 99 + i as u64;
+    doc_tokens(i)[..3 * DIM]
+        .chunks(DIM)
+        .chain(std::iter::once(&word(i % WORDS)[..]))
+        .flat_map(|t| unit(t.iter().map(|x| x + 0.1 * noise(&mut state)).collect()))
+        .collect()
+}
+
+fn maxsim(query: &[f32], doc: &[f32]) -> f32 {
+    query
+        .chunks(DIM)
+        .map(|q| {
+            doc.chunks(DIM).map(|d| q.iter().zip(d).map(|(a, b)| a * b).sum::<f32>()).fold(f32::MIN, f32::max)
+        })
+        .sum()
+}
+
+#[test]
+fn candidates_are_the_brute_force_scores_of_the_same_rule_with_every_reader() {
+    let b = built();
+    let isa = Isa::detected();
+    let query_kinds = [(3, 2), (8, 64), (1, 1)];
+    for kind in ReaderKind::ALL {
+        let stage = TokenStage::open(&b.dir, DOCS as u64, DIM, &ReaderOptions::new(kind))
+            .unwrap()
+            .expect("a tokens/");
+        let q = stage.quantizer();
+        let leaves = q.leaves_f32();
+        // Every document's leaves, by the build's rule, from its stored (f16) tokens.
+        let doc_leaves: Vec<Vec<u32>> = (0..DOCS)
+            .map(|i| {
+                let mut out = Vec::new();
+                q.assign_rows(&rounded(&doc_tokens(i)), &leaves, &mut out);
+                out
+            })
+            .collect();
+        for (i, (nprobe, route)) in query_kinds.into_iter().enumerate() {
+            let query = query_of(i * 31);
+            let probed = q.probe(isa, &query, nprobe, route);
+            let mut expected: Vec<(u32, f32)> = Vec::new();
+            for (d, held) in doc_leaves.iter().enumerate() {
+                let mut touched = false;
+                let score: f32 = probed
+                    .iter()
+                    .map(|p| {
+                        let floor = p.last().unwrap().1;
+                        match p.iter().find(|(j, _)| held.contains(j)) {
+                            Some((_, s)) => {
+                                touched = true;
+                                *s
+                            }
+                            None => floor,
+                        }
+                    })
+                    .sum();
+                if touched {
+                    expected.push((d as u32, score));
+                }
+            }
+            let (found, stats) = stage
+                .candidates(
+                    isa,
+                    &query,
+                    TokenQuery { nprobe, route, depth: DOCS },
+                    DOCS as u32,
+                    false,
+                    &|_| false,
+                )
+                .unwrap();
+            assert_eq!(found.len(), expected.len(), "{kind:?} nprobe {nprobe}: documents met");
+            assert_eq!(stats.scored, expected.len());
+            for s in &found {
+                let (_, want) = expected.iter().find(|(d, _)| *d == s.id.0).expect("a met document");
+                assert!((s.score - want).abs() < 1e-4, "{kind:?} doc {}: {} against {want}", s.id.0, s.score);
+            }
+            assert!(found.windows(2).all(|w| w[0].score >= w[1].score), "best first");
+            // Skipped documents are left out, the others keep their scores.
+            let (kept, _) = stage
+                .candidates(
+                    isa,
+                    &query,
+                    TokenQuery { nprobe, route, depth: DOCS },
+                    DOCS as u32,
+                    true,
+                    &|id| id % 2 == 0,
+                )
+                .unwrap();
+            assert_eq!(kept.len(), expected.iter().filter(|(d, _)| d % 2 == 1).count());
+            assert!(kept.iter().all(|s| s.id.0 % 2 == 1));
+        }
+    }
+}
+
+fn dense(query: &[f32], k: usize) -> SearchRequest {
+    SearchRequest {
+        k: Some(k),
+        mode: Some(Mode::Dense),
+        query_vectors: Some(QueryVectorsIn {
+            tokens: query.chunks(DIM).map(<[f32]>::to_vec).collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn ids(index: &Index, request: SearchRequest) -> Vec<String> {
+    index.search(request).unwrap().hits.into_iter().map(|h| h.id).collect()
+}
+
+#[test]
+fn dense_mode_runs_the_token_stage_and_probing_everything_is_exact_maxsim() {
+    let index = Index::open(&built().dir, OpenOptions::default()).unwrap();
+    let stored: Vec<Vec<f32>> = (0..DOCS).map(|i| rounded(&doc_tokens(i))).collect();
+    for i in [0, 17, 101] {
+        let query = query_of(i);
+        let mut exact: Vec<(usize, f32)> = stored.iter().map(|d| maxsim(&query, d)).enumerate().collect();
+        exact.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let want: Vec<String> = exact[..10].iter().map(|(d, _)| format!("d{d}")).collect();
+        let everything = SearchRequest {
+            nprobe: Some(64),
+            candidates: Some(DOCS),
+            rerank_k: Some(DOCS),
+            ..dense(&query, 10)
+        };
+        let response = index.search(everything).unwrap();
+        assert!(response.params.tokens.is_some() && response.params.ivf.is_none());
+        let stats = response.tokens.expect("the token stage's report");
+        assert!(stats.lists > 0 && stats.scored > 0);
+        assert_eq!(response.hits.iter().map(|h| h.id.clone()).collect::<Vec<_>>(), want, "query {i}");
+        // The default settings find the exact best document of a query near it.
+        assert_eq!(ids(&index, dense(&query, 10))[0], want[0], "query {i} at the defaults");
+    }
+    // The pooled IVF stays an option (this index has none: a clear error).
+    let pooled = SearchRequest { dense_stage: Some(DenseStage::Pooled), ..dense(&query_of(0), 10) };
+    let err = index.search(pooled).unwrap_err();
+    assert!(
+        matches!(err, CellarError::InvalidInput(_)) && err.to_string().contains("cellar ivf build"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_token_stage_requests_are_refused_with_the_reason() {
+    let index = Index::open(&built().dir, OpenOptions::default()).unwrap();
+    let err = index.search(SearchRequest { nprobe: Some(65), ..dense(&query_of(0), 10) }).unwrap_err();
+    assert!(matches!(err, CellarError::InvalidInput(_)) && err.to_string().contains("64 leaves"), "{err}");
+    let tmp = TempDir::new().unwrap();
+    let bare = tmp.path().join("index");
+    let mut options = BuildOptions::new("", &bare);
+    options.codec = CodecKind::F16;
+    Index::build_from_embeddings(&options, DIM, None, docs().into_iter().take(20).map(Ok)).unwrap();
+    let index = Index::open(&bare, OpenOptions::default()).unwrap();
+    let err = index
+        .search(SearchRequest { dense_stage: Some(DenseStage::Tokens), ..dense(&query_of(0), 5) })
+        .unwrap_err();
+    assert!(err.to_string().contains("cellar tokens build"), "{err}");
+    drop(index);
+    let err = build_tokens(
+        &bare,
+        &TokensBuildOptions {
+            defaults: cellar_search::tokens::TokenDefaults { nprobe: 0, ..Default::default() },
+            ..stage_options()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(err, CellarError::InvalidInput(_)), "{err}");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else if entry.file_name() != "LOCK" {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn written_documents_join_deleted_ones_leave_and_filters_hold_in_the_token_stage() {
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path().join("index");
+    copy_dir(&built().dir, &dir);
+    let index = Index::open(&dir, OpenOptions { flush_bytes: 1 << 30, ..OpenOptions::default() }).unwrap();
+    // A new document made of words no document holds together, queried by its own tokens.
+    let fresh: Vec<f32> = [3usize, 29, 11]
+        .iter()
+        .flat_map(|w| unit(word(*w).iter().map(|x| x * 1.0 + 0.01).collect()))
+        .collect();
+    let doc = DocIn {
+        id: "new".into(),
+        text: "a written document".into(),
+        metadata: serde_json::from_value(serde_json::json!({"lang": "de"})).unwrap(),
+        vectors: Some(QueryVectorsIn {
+            tokens: fresh.chunks(DIM).map(<[f32]>::to_vec).collect(),
+            ..Default::default()
+        }),
+        ..DocIn::default()
+    };
+    index.write(WriteRequest { ops: vec![WriteOp::Add(doc)] }).unwrap();
+    assert_eq!(ids(&index, dense(&fresh, 3))[0], "new", "from the memtable");
+    index.flush().unwrap();
+    let reopened = Index::open(&dir, OpenOptions::default()).unwrap();
+    assert_eq!(ids(&reopened, dense(&fresh, 3))[0], "new", "from a segment, after an open");
+    drop(reopened);
+    // Deleting the best document of a query removes it; it never comes back.
+    let query = query_of(17);
+    let best = ids(&index, dense(&query, 5))[0].clone();
+    index.write(WriteRequest { ops: vec![WriteOp::Delete(best.clone())] }).unwrap();
+    for _ in 0..2 {
+        let after = ids(&index, dense(&query, 20));
+        assert!(!after.contains(&best), "{best} deleted but found: {after:?}");
+    }
+    assert!(!ids(&index, dense(&fresh, 20)).contains(&best));
+    // Under a filter the stage itself skips what does not match (no exact switch).
+    let filter: Filter =
+        serde_json::from_value(serde_json::json!({"eq": {"field": "lang", "value": "de"}})).unwrap();
+    let filtered = SearchRequest { filter: Some(filter), filter_exact_max: Some(0), ..dense(&query, 10) };
+    let hits = index.search(filtered).unwrap().hits;
+    assert_eq!(hits.len(), 10);
+    for h in &hits {
+        let n: usize = h.id.strip_prefix('d').map_or(usize::MAX, |n| n.parse().unwrap());
+        assert!(h.id == "new" || lang(n) == "de", "{} does not match the filter", h.id);
+    }
+}
+
+// Golden files: `testdata/tokens-v1/tokens/` is the stage built over the synthetic documents
+// (layout version 1, binary headers of format version 1), timings zeroed in `tokens.json`.
+// After an intended change (with a new TOKENS_FORMAT_VERSION or FORMAT_VERSION), bless with
+// `CELLAR_BLESS=1 cargo test -p cellar-search --test it tokens::golden`.
+
+fn golden_dir() -> &'static Path {
+    static GOLDEN: OnceLock<PathBuf> = OnceLock::new();
+    golden_files::dir(&GOLDEN, "tokens-v1", write_golden)
+}
+
+fn write_golden(dir: &Path) {
+    let tmp = TempDir::new().unwrap();
+    let index = tmp.path().join("index");
+    let built = build(&index);
+    std::fs::create_dir_all(dir.join(TOKENS_DIR)).unwrap();
+    for name in golden_names() {
+        std::fs::copy(index.join(TOKENS_DIR).join(name), dir.join(TOKENS_DIR).join(name)).unwrap();
+    }
+    let build = TokensBuildReport {
+        train_secs: 0.0,
+        assign_secs: 0.0,
+        write_secs: 0.0,
+        total_secs: 0.0,
+        ..built.build
+    };
+    TokensConfig { build, ..built }.save(&dir.join(TOKENS_DIR)).unwrap();
+}
+
+fn golden_names() -> [&'static str; 3] {
+    use cellar_core::format::FileKind;
+    [TOKENS_CONFIG_FILE, FileKind::TokenCentroids.file_name(), FileKind::TokenLists.file_name()]
+}
+
+#[test]
+fn golden_token_stage_is_reproduced_byte_for_byte_and_read() {
+    let fresh = TempDir::new().unwrap();
+    write_golden(fresh.path());
+    let files: Vec<PathBuf> = golden_names().iter().map(|n| Path::new(TOKENS_DIR).join(n)).collect();
+    golden_files::assert_same_bytes(
+        golden_dir(),
+        fresh.path(),
+        &files,
+        "TOKENS_FORMAT_VERSION or FORMAT_VERSION",
+    );
+    for kind in ReaderKind::ALL {
+        let stage = TokenStage::open(golden_dir(), DOCS as u64, DIM, &ReaderOptions::new(kind))
+            .unwrap()
+            .expect("tokens/");
+        assert_eq!(stage.config().leaves, 64);
+        let (found, _) = stage
+            .candidates(
+                Isa::detected(),
+                &query_of(5),
+                TokenQuery { nprobe: 4, route: 8, depth: 10 },
+                DOCS as u32,
+                false,
+                &|_| false,
+            )
+            .unwrap();
+        assert!(found.iter().any(|s| s.id.0 == 5), "{kind:?}: a query near document 5 finds it: {found:?}");
+    }
+}
