@@ -26,7 +26,7 @@ const SEARCH_TEST: &str = "crates/cellar-search/tests/it/format_docs.rs";
 const STREAM_TEST: &str = "crates/cellar-stream/tests/format/docs.rs";
 
 /// Every page of `docs/format/` and the test that holds it to the code.
-const PAGES: [(&str, &str); 11] = [
+const PAGES: [(&str, &str); 12] = [
     ("README.md", THIS_TEST),
     ("codec.md", THIS_TEST),
     ("header.md", THIS_TEST),
@@ -38,6 +38,7 @@ const PAGES: [(&str, &str); 11] = [
     ("splade.md", SEARCH_TEST),
     ("stream.md", STREAM_TEST),
     ("texts.md", SEARCH_TEST),
+    ("tokens.md", SEARCH_TEST),
 ];
 
 /// The crates that answer for rows of README.md's compatibility table, and their test.

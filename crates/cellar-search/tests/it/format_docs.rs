@@ -16,6 +16,11 @@ use cellar_search::index::PCA_FILE;
 use cellar_search::ivf::layout::{CENTROIDS_PREAMBLE_BYTES, MEMBER_FIXED_BYTES, TABLE_ENTRY_BYTES};
 use cellar_search::ivf::{IVF_CONFIG_FILE, IVF_DIR, IVF_FORMAT_VERSION, IVF_KINDS, IVF_READABLE_VERSIONS};
 use cellar_search::texts::{TEXT_END_BYTES, TEXT_ENTRY_BYTES, TEXT_ENTRY_FIELDS};
+use cellar_search::tokens::layout::{ENTRY_BYTES, HEAD_BYTES};
+use cellar_search::tokens::{
+    TOKENS_CONFIG_FILE, TOKENS_DIR, TOKENS_FORMAT_VERSION, TOKENS_READABLE_VERSIONS, TOKEN_KINDS,
+};
+use cellar_search::tokens::lists::BLOCK_IDS;
 
 use cellar_search::live::merge::MERGED_SUFFIX;
 use cellar_search::live::{
@@ -89,6 +94,32 @@ fn ivf_page_matches_the_code() {
     assert_eq!(file_names(&text), known, "ivf.md names exactly the IVF's files");
 }
 
+#[test]
+fn tokens_page_matches_the_code() {
+    let text = page("tokens.md");
+    let files: Vec<(String, String)> =
+        table(&text, "file").into_iter().map(|r| (r[0].clone(), r[1].clone())).collect();
+    let mut expected = vec![(TOKENS_CONFIG_FILE.to_string(), "commit point".to_string())];
+    expected.extend(TOKEN_KINDS.map(|k| (k.file_name().to_string(), format!("{} {}", k as u32, k.name()))));
+    assert_eq!(files, expected);
+    let version = format!("`{FORMAT_VERSION_FIELD}` in `{TOKENS_CONFIG_FILE}` ({TOKENS_FORMAT_VERSION})");
+    assert!(text.contains(&version), "tokens.md does not say {version}");
+    // The head of token_centroids.bin: contiguous fields ending where the tops start.
+    let body = table(&text, "offset");
+    let mut end = 0;
+    for row in body.iter().take_while(|r| r[1].parse::<usize>().is_ok()) {
+        assert_eq!(row[0].parse::<usize>().unwrap(), end, "{row:?} does not follow the field before it");
+        end += row[1].parse::<usize>().unwrap();
+    }
+    assert_eq!(end, HEAD_BYTES);
+    assert!(text.contains(&format!("| {ENTRY_BYTES}·K |")), "the directory's entries");
+    assert!(text.contains(&format!("in blocks of {BLOCK_IDS}")));
+    assert!(text.contains(&format!("body at {PAGE_BYTES}")));
+    let mut known: BTreeSet<String> = TOKEN_KINDS.iter().map(|k| k.file_name().to_string()).collect();
+    known.insert(TOKENS_CONFIG_FILE.to_string());
+    assert_eq!(file_names(&text), known, "tokens.md names exactly the token stage's files");
+}
+
 /// Where the compatibility table says `pca.bin` keeps its version: checked by writing one and
 /// claiming the next version there, which must be refused as `Incompatible`.
 fn pca_version_bytes_are_where_the_table_says(field: &str) {
@@ -143,6 +174,13 @@ fn readme_names_the_search_index_files_and_their_versions() {
             cellar_search::splade::SPLADE_FORMAT_VERSION,
             cellar_search::splade::SPLADE_READABLE_VERSIONS,
             "",
+        ),
+        version_row(
+            &format!("{TOKENS_DIR}/{TOKENS_CONFIG_FILE}"),
+            FORMAT_VERSION_FIELD,
+            TOKENS_FORMAT_VERSION,
+            TOKENS_READABLE_VERSIONS,
+            "testdata/tokens-v1/",
         ),
         version_row(
             &format!("{LIVE_DIR}/{LIVE_MANIFEST}"),
