@@ -34,8 +34,10 @@ const OLD_DIR: &str = "tokens.cellar-old";
 const MAX_SAMPLE_BYTES: usize = 256 << 20;
 /// Sample tokens asked for per leaf (fewer where `MAX_SAMPLE_BYTES` binds).
 const SAMPLE_PER_LEAF: usize = 8;
-/// Documents read, decoded and assigned at once.
-const ASSIGN_BATCH: usize = 2048;
+/// Documents read at once.
+const READ_BATCH: usize = 256;
+/// Decoded tokens assigned at once (at 384 dimensions 48 MiB of f32).
+const ASSIGN_TOKENS: usize = 32_768;
 
 /// What a token-stage build may set.
 #[derive(Clone, Debug)]
@@ -130,7 +132,8 @@ fn read_sample(store: &VectorStore, tokens_total: u64, wanted: usize) -> Result<
     let ids: Vec<DocId> = (0..docs as u32).step_by(stride).map(DocId).collect();
     let mut out = Vec::new();
     let codec = store.codec();
-    for chunk in ids.chunks(ASSIGN_BATCH) {
+    out.reserve(wanted.max(1) * store.dim());
+    for chunk in ids.chunks(READ_BATCH) {
         let batch = store.read_batch(chunk)?;
         for i in 0..chunk.len() {
             codec.decode(batch.record(i).tokens, &mut out);
@@ -199,31 +202,53 @@ impl Gaps {
 }
 
 /// Every document's distinct leaves, appended to the leaves' lists in id order; the token count.
+/// Records are read `READ_BATCH` documents at a time and assigned once `ASSIGN_TOKENS` tokens
+/// wait (split over the cores), so RAM holds at most about `ASSIGN_TOKENS` decoded tokens.
 fn assign_all(store: &VectorStore, q: &Quantizer, progress: bool) -> Result<(Vec<Gaps>, u64)> {
-    let docs = store.len();
+    let docs = store.len() as u32;
     let dim = q.dim;
     let leaves = q.leaves_f32();
     let mut gaps: Vec<Gaps> = (0..q.leaves()).map(|_| Gaps::default()).collect();
-    let bar = if progress { crate::progress::bar(docs as u64, "token lists") } else { ProgressBar::hidden() };
+    let bar =
+        if progress { crate::progress::bar(u64::from(docs), "token lists") } else { ProgressBar::hidden() };
     let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).max(1);
     let codec = store.codec();
     let mut tokens = 0u64;
-    for first in (0..docs as u32).step_by(ASSIGN_BATCH) {
-        let ids: Vec<DocId> = (first..(first + ASSIGN_BATCH as u32).min(docs as u32)).map(DocId).collect();
+    let mut pending = Pending::default();
+    for first in (0..docs).step_by(READ_BATCH) {
+        let ids: Vec<DocId> = (first..(first + READ_BATCH as u32).min(docs)).map(DocId).collect();
         let batch = store.read_batch(&ids)?;
-        let mut rows = Vec::new();
-        let mut ends = Vec::with_capacity(ids.len());
-        for i in 0..ids.len() {
-            codec.decode(batch.record(i).tokens, &mut rows);
-            ends.push(rows.len() / dim);
+        for (i, id) in ids.iter().enumerate() {
+            codec.decode(batch.record(i).tokens, &mut pending.rows);
+            pending.docs.push((id.0, pending.rows.len() / dim));
         }
-        tokens += (rows.len() / dim) as u64;
-        let n = rows.len() / dim;
+        if pending.rows.len() >= ASSIGN_TOKENS * dim || ids.last().is_some_and(|l| l.0 + 1 == docs) {
+            tokens += (pending.rows.len() / dim) as u64;
+            pending.assign(q, &leaves, threads, &mut gaps);
+        }
+        bar.inc(ids.len() as u64);
+    }
+    bar.finish_and_clear();
+    Ok((gaps, tokens))
+}
+
+/// Decoded documents waiting for their assignment: their rows, and each one's id and end row.
+#[derive(Default)]
+struct Pending {
+    rows: Vec<f32>,
+    docs: Vec<(u32, usize)>,
+    assigned: Vec<u32>,
+    distinct: Vec<u32>,
+}
+
+impl Pending {
+    fn assign(&mut self, q: &Quantizer, leaves: &[f32], threads: usize, gaps: &mut [Gaps]) {
+        let dim = q.dim;
+        let n = self.rows.len() / dim;
         let per = n.div_ceil(threads).max(1);
-        let mut assigned = vec![0u32; n];
+        self.assigned.resize(n, 0);
         std::thread::scope(|scope| {
-            for (part, out) in rows.chunks(per * dim).zip(assigned.chunks_mut(per)) {
-                let leaves = &leaves;
+            for (part, out) in self.rows.chunks(per * dim).zip(self.assigned.chunks_mut(per)) {
                 scope.spawn(move || {
                     let mut found = Vec::new();
                     q.assign_rows(part, leaves, &mut found);
@@ -232,21 +257,19 @@ fn assign_all(store: &VectorStore, q: &Quantizer, progress: bool) -> Result<(Vec
             }
         });
         let mut begin = 0;
-        let mut distinct = Vec::new();
-        for (i, &end) in ends.iter().enumerate() {
-            distinct.clear();
-            distinct.extend_from_slice(&assigned[begin..end]);
-            distinct.sort_unstable();
-            distinct.dedup();
-            for &leaf in &distinct {
-                gaps[leaf as usize].push(ids[i].0);
+        for &(id, end) in &self.docs {
+            self.distinct.clear();
+            self.distinct.extend_from_slice(&self.assigned[begin..end]);
+            self.distinct.sort_unstable();
+            self.distinct.dedup();
+            for &leaf in &self.distinct {
+                gaps[leaf as usize].push(id);
             }
             begin = end;
         }
-        bar.inc(ids.len() as u64);
+        self.rows.clear();
+        self.docs.clear();
     }
-    bar.finish_and_clear();
-    Ok((gaps, tokens))
 }
 
 /// Packs every leaf's list into `token_lists.bin` (body page-aligned and padded to whole pages,
