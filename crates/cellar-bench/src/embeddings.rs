@@ -1,7 +1,9 @@
 //! `cellar-bench embeddings`: folders of embeddings in the layout of `cellar index --vectors`
 //! (docs/embeddings.md) for the build-from-embeddings benchmark (`bench/embeddings.sh`): a
 //! synthetic one of any size, an existing index's own vectors exported, or a collection encoded
-//! by the default model exactly as `cellar index` encodes it (float32, before any codec).
+//! by the default model exactly as `cellar index` encodes it (float32, before any codec), or a
+//! collection's judged queries encoded by an index's own encoder exactly as a text search encodes
+//! them (the folder `cellar eval --query-vectors` reads).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -46,6 +48,20 @@ pub enum Action {
         out: PathBuf,
         #[arg(long, default_value_t = 1_000)]
         shard_docs: usize,
+    },
+    /// The judged queries of a split encoded by the index's own encoder exactly as a text search
+    /// encodes them (`Index::prepare`: before any PCA or codec), written as float32 with their
+    /// ids and texts: the folder `cellar eval --query-vectors` and `cellar-bench exact` read.
+    Queries {
+        #[arg(long)]
+        index: PathBuf,
+        /// BEIR folder (queries.jsonl, qrels/<split>.tsv).
+        #[arg(long)]
+        data: PathBuf,
+        #[arg(long, default_value = "test")]
+        split: String,
+        #[arg(long)]
+        out: PathBuf,
     },
     /// An index's token and pooled vectors, ids and texts (float16, as its f16 store holds them).
     Export {
@@ -93,6 +109,7 @@ pub fn run(args: EmbeddingsArgs) -> Result<()> {
             );
         }
         Action::Encode { data, out, shard_docs } => encode(&data, &out, shard_docs.max(1), started)?,
+        Action::Queries { index, data, split, out } => encode_queries(&index, &data, &split, &out, started)?,
         Action::Export { index, out, shard_docs } => {
             let n = export(&index, &out, NpyDtype::F16, shard_docs)?;
             println!(
@@ -139,6 +156,56 @@ fn encode(data: &std::path::Path, out: &std::path::Path, shard_docs: usize, star
         "encoded {} docs of {} to {} in {:.1} s",
         docs.len(),
         data.display(),
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `Action::Queries`: each judged query through `Encoder::encode_query`, the call
+/// `Index::prepare` makes for a text search (same text, same encoder settings from index.json),
+/// one float32 shard in judged order.
+fn encode_queries(
+    index: &std::path::Path,
+    data: &std::path::Path,
+    split: &str,
+    out: &std::path::Path,
+    started: Instant,
+) -> Result<()> {
+    use cellar_core::CellarError;
+    use cellar_search::corpus::Collection;
+    use cellar_search::{eval, Index, OpenOptions};
+
+    let opened = Index::open(index, OpenOptions::default())?;
+    let collection = Collection::locate(data)?;
+    let queries = eval::judged_queries(&collection.queries()?, &collection.qrels(split)?);
+    if queries.is_empty() {
+        return Err(CellarError::invalid(format!(
+            "no judged query of split {split:?} in {}",
+            data.display()
+        )));
+    }
+    let encoder = opened.encoder()?;
+    let dim = encoder.dim();
+    let (mut tokens, mut pooled, mut lens, mut lines) = (Vec::new(), Vec::new(), Vec::new(), String::new());
+    for q in &queries {
+        let encoded = encoder.encode_query(&q.text).map_err(|e| eval::with_query(e, &q.id))?;
+        tokens.extend_from_slice(&encoded.tokens);
+        pooled.extend_from_slice(&encoded.pooled);
+        lens.push(encoded.n_tokens);
+        lines.push_str(&serde_json::json!({"_id": q.id, "text": q.text}).to_string());
+        lines.push('\n');
+    }
+    std::fs::create_dir_all(out).at(out)?;
+    write_shard(out, 0, NpyDtype::F32, dim, &tokens, &pooled, &lens)?;
+    let path = out.join(CORPUS_FILE);
+    std::fs::write(&path, lines).at(&path)?;
+    println!(
+        "encoded {} judged queries ({} tokens of {dim} dims) of {} with the encoder of {} to {} in {:.1} s",
+        queries.len(),
+        lens.iter().sum::<usize>(),
+        data.display(),
+        index.display(),
         out.display(),
         started.elapsed().as_secs_f64()
     );

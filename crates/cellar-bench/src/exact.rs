@@ -27,7 +27,7 @@ use crate::harness::provenance::Provenance;
 use crate::ivf::common::{QueryArgs, Workload};
 
 /// Depth of the exact ranking and of the modes' answers.
-const DEPTH: usize = 100;
+pub(crate) const DEPTH: usize = 100;
 /// Records read at once by each thread of the scan.
 const SCAN_BATCH: usize = 2048;
 
@@ -40,6 +40,15 @@ pub struct ExactArgs {
     /// Modes compared with the exact ranking, at their stored defaults.
     #[arg(long, value_delimiter = ',', default_value = "dense,rerank,hybrid")]
     pub modes: Vec<Mode>,
+    /// A labelled request compared too, `NAME=JSON` (fields of a search request, e.g.
+    /// `tokens-32={"mode":"dense","nprobe":32}`); repeatable. Its query, k (100) and vectors are
+    /// the sample's.
+    #[arg(long = "variant", value_name = "NAME=JSON")]
+    pub variants: Vec<String>,
+    /// Keep the exact rankings in this JSON file: read when it is there (for the same queries),
+    /// written after the scan otherwise, so further variants skip the scan.
+    #[arg(long)]
+    pub exact_cache: Option<std::path::PathBuf>,
 }
 
 /// Judged queries in the sample when `--max-queries` is not given.
@@ -53,6 +62,9 @@ struct Row {
     /// Share of the exact top 10 (top 100) in the system's top 10 (top 100).
     exact_overlap_at_10: f64,
     exact_overlap_at_100: f64,
+    /// Single-query latency over the sample, one search at a time (0 for the exact scan).
+    p50_ms: f64,
+    p95_ms: f64,
 }
 
 #[derive(Serialize)]
@@ -75,22 +87,63 @@ pub fn run(mut args: ExactArgs) -> Result<()> {
     let store =
         VectorStore::open(&args.queries.index.join(VECTORS_DIR), &ReaderOptions::new(ReaderKind::Mmap))?;
     let started = Instant::now();
-    let exact = scan(&store, &given)?;
+    let exact = match args.exact_cache.as_deref().filter(|p| p.exists()) {
+        Some(path) => {
+            let bytes = std::fs::read(path).map_err(|e| CellarError::io(path, e))?;
+            let cached: Vec<Vec<u32>> = serde_json::from_slice(&bytes)
+                .map_err(|e| CellarError::invalid(format!("{}: not an exact cache: {e}", path.display())))?;
+            if cached.len() != queries.len() {
+                return Err(CellarError::invalid(format!(
+                    "{} holds {} queries' rankings, the sample has {}",
+                    path.display(),
+                    cached.len(),
+                    queries.len()
+                )));
+            }
+            cached
+        }
+        None => {
+            let exact = scan(&store, &given)?;
+            if let Some(path) = &args.exact_cache {
+                let json = serde_json::to_vec(&exact).map_err(|e| CellarError::internal(e.to_string()))?;
+                std::fs::write(path, json).map_err(|e| CellarError::io(path, e))?;
+            }
+            exact
+        }
+    };
     let scan_secs = started.elapsed().as_secs_f64();
-    let mut rows = vec![row("exact MaxSim (every document)", &queries, &qrels, &exact, &exact, &ids)];
-    for &mode in &args.modes {
+    let mut rows = vec![row("exact MaxSim (every document)", &queries, &qrels, &exact, &exact, &ids, &[])];
+    let mut asked: Vec<(String, SearchRequest)> = args
+        .modes
+        .iter()
+        .map(|&mode| (format!("{mode} (served defaults)"), SearchRequest::new(String::new(), mode)))
+        .collect();
+    for variant in &args.variants {
+        let (name, json) = variant
+            .split_once('=')
+            .ok_or_else(|| CellarError::invalid(format!("--variant {variant:?}: expected NAME=JSON")))?;
+        let request: SearchRequest = serde_json::from_str(json)
+            .map_err(|e| CellarError::invalid(format!("--variant {name}: not a search request: {e}")))?;
+        asked.push((name.to_string(), request));
+    }
+    for (name, asked) in &asked {
+        let mut ms = Vec::with_capacity(queries.len());
         let answers: Vec<Vec<u32>> = queries
             .iter()
             .zip(&given)
             .map(|(q, (tokens, pooled))| {
-                let mut request = SearchRequest::new(q.text.clone(), mode);
+                let mut request = asked.clone();
+                request.query = q.text.clone();
                 request.k = Some(DEPTH);
                 request.include_text = Some(false);
                 request.query_vectors = Some(QueryVectorsIn::compact(tokens, Some(pooled), VectorDtype::F32));
-                Ok(index.search(request)?.hits.iter().map(|h| h.internal_id).collect())
+                let start = Instant::now();
+                let hits = index.search(request)?.hits;
+                ms.push(start.elapsed().as_secs_f64() * 1e3);
+                Ok(hits.iter().map(|h| h.internal_id).collect())
             })
             .collect::<Result<_>>()?;
-        rows.push(row(&format!("{mode} (served defaults)"), &queries, &qrels, &answers, &exact, &ids));
+        rows.push(row(name, &queries, &qrels, &answers, &exact, &ids, &ms));
     }
     let report = Report {
         provenance: Provenance::now(),
@@ -105,8 +158,9 @@ pub fn run(mut args: ExactArgs) -> Result<()> {
     Ok(())
 }
 
-/// The exact top `DEPTH` of every query over every record of `store`, on every core.
-fn scan(store: &VectorStore, queries: &[(Vec<f32>, Vec<f32>)]) -> Result<Vec<Vec<u32>>> {
+/// The exact top `DEPTH` of every query over every record of `store`, on every core (also the
+/// reference of `cellar-bench plaid`).
+pub(crate) fn scan(store: &VectorStore, queries: &[(Vec<f32>, Vec<f32>)]) -> Result<Vec<Vec<u32>>> {
     let codec = store.codec();
     let isa = Isa::detected();
     let prepared: Vec<Vec<f32>> = queries.iter().map(|(tokens, _)| codec.prepare_query(tokens)).collect();
@@ -157,7 +211,13 @@ fn row(
     answers: &[Vec<u32>],
     exact: &[Vec<u32>],
     ids: &[String],
+    ms: &[f64],
 ) -> Row {
+    let mut sorted = ms.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let at = |p: f64| {
+        sorted.get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0.0)
+    };
     let n = queries.len() as f64;
     let (mut ndcg, mut recall, mut at10, mut at100) = (0.0, 0.0, 0.0, 0.0);
     for ((q, answer), exact) in queries.iter().zip(answers).zip(exact) {
@@ -178,6 +238,8 @@ fn row(
         recall_at_100: recall / n,
         exact_overlap_at_10: at10 / n,
         exact_overlap_at_100: at100 / n,
+        p50_ms: at(0.5),
+        p95_ms: at(0.95),
     }
 }
 
@@ -190,13 +252,24 @@ fn markdown(r: &Report) -> String {
          pass over the store on every core) took {:.0} s.\n",
         r.queries, r.documents, r.scan_secs
     );
-    s.push_str("| system | nDCG@10 | Recall@100 | exact top-10 found | exact top-100 found |\n|---|---|---|---|---|\n");
+    s.push_str(
+        "| system | nDCG@10 | Recall@100 | exact top-10 found | exact top-100 found | P50 ms | P95 ms |\n|---|---|---|---|---|---|---|\n",
+    );
     for row in &r.rows {
         let _ = writeln!(
             s,
-            "| {} | {:.3} | {:.3} | {:.3} | {:.3} |",
-            row.system, row.ndcg_at_10, row.recall_at_100, row.exact_overlap_at_10, row.exact_overlap_at_100
+            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} |",
+            row.system,
+            row.ndcg_at_10,
+            row.recall_at_100,
+            row.exact_overlap_at_10,
+            row.exact_overlap_at_100,
+            row.p50_ms,
+            row.p95_ms
         );
     }
+    s.push_str(
+        "\nLatency: one search at a time on this machine, k = 100, every other setting as the row says.\n",
+    );
     s
 }

@@ -15,6 +15,7 @@ mod harness;
 mod ivf;
 mod live;
 mod load;
+mod plaid;
 mod retrain;
 mod store;
 mod stream;
@@ -66,6 +67,10 @@ enum Command {
     /// IVF drift of documents from the same and from another collection, and what a retrain
     /// gives back: recall at the default nprobe before and after, its time, search beside it.
     Retrain(retrain::RetrainArgs),
+    /// Cellar's dense mode side by side with next-plaid on identical vectors: recall of the
+    /// exact top 10/100, nDCG@10, latency, P95 against QPS, peak RSS, index bytes, build CPU
+    /// (next-plaid needs the `next-plaid` feature).
+    Plaid(plaid::PlaidArgs),
     /// Benchmark the ram, mmap and direct readers side by side, with fio and memory caps.
     Store(store::StoreArgs),
     /// Studies of the IVF first stage: recall over nprobe, the prefetcher, rerank_k, RAM caps.
@@ -95,6 +100,7 @@ fn main() -> ExitCode {
         Command::Live(args) => live::run(args),
         Command::Filter(args) => filter::run(args),
         Command::Retrain(args) => retrain::run(args),
+        Command::Plaid(args) => plaid::run(args),
         Command::Store(args) => store::run(args),
         Command::Ivf(args) => ivf::run(args),
         Command::Stream(args) => stream::run(args),

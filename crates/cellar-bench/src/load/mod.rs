@@ -19,7 +19,7 @@ mod provenance;
 mod quality;
 mod queries;
 mod report;
-mod schedule;
+pub(crate) mod schedule;
 pub(crate) mod server_proc;
 mod spawned;
 mod sweep;
