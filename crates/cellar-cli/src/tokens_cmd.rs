@@ -1,6 +1,6 @@
 //! `cellar tokens build`: adds (or rebuilds) the token-level first stage of an index: a
-//! quantizer of 16·√tokens leaves trained on a sample of its token vectors, and per leaf the
-//! documents holding a token there, under `tokens/`. Dense searches then take their candidates
+//! quantizer of 16·√tokens leaves trained on a sample of its token vectors, and per leaf its
+//! tokens' postings (document, residual sign bits), under `tokens/`. Dense searches then take their candidates
 //! from it (and hybrid joins them to BM25's); `--dense-stage pooled` still asks for the IVF.
 
 use std::path::PathBuf;
@@ -53,6 +53,7 @@ pub fn run(args: TokensArgs) -> Result<()> {
             hybrid_candidates: args.default_hybrid_candidates,
         },
         progress: true,
+        ..TokensBuildOptions::default()
     };
     print_report(&build_tokens(&args.index, &options)?);
     Ok(())

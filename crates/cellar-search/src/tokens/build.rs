@@ -4,14 +4,20 @@
 //! 1. a sample of whole documents' tokens (evenly spread, at most `MAX_SAMPLE_BYTES` as f32)
 //!    trains the quantizer (`quantizer::Quantizer::train`);
 //! 2. every document's records are read in batches, decoded, and each token assigned to its
-//!    leaf on every core; a document joins the list of each distinct leaf of its tokens (lists
-//!    held as varint gaps while the pass runs: about 2 bytes per posting);
-//! 3. the lists are packed (`lists`) into `token_lists.bin`, then `token_centroids.bin` and
-//!    `tokens.json`, the commit point, are written.
+//!    leaf on every core, with its residual's code (`codes`); the postings `(leaf, doc, code)`
+//!    are sorted in runs of at most `RUN_BYTES`, spilled to temporary files when the collection
+//!    is larger, and merged;
+//! 3. each leaf's postings are packed (ids by `lists`, then codes, then factors) into
+//!    `token_lists.bin`, then `token_centroids.bin` and `tokens.json`, the commit point, are
+//!    written.
 //!
-//! RAM: the sample (at most 256 MiB), the leaves as f32 (4·dim bytes each) and the lists' gaps.
+//! RAM: the sample (at most 256 MiB, freed before the pass), the leaves as f32 (4·dim bytes
+//! each), one run of postings and its sort order (about 1.6 x `RUN_BYTES`).
 
-use std::path::Path;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cellar_core::cluster::Points;
@@ -24,7 +30,9 @@ use indicatif::ProgressBar;
 
 use super::layout::{CentroidsFile, ListEntry};
 use super::quantizer::{leaves_for, Quantizer};
-use super::{lists, TokenDefaults, TokensBuildReport, TokensConfig, TOKENS_DIR, TOKENS_FORMAT_VERSION};
+use super::{
+    codes, lists, TokenDefaults, TokensBuildReport, TokensConfig, TOKENS_DIR, TOKENS_FORMAT_VERSION,
+};
 use crate::config::IndexConfig;
 use crate::names::VECTORS_DIR;
 
@@ -38,6 +46,8 @@ const SAMPLE_PER_LEAF: usize = 8;
 const READ_BATCH: usize = 256;
 /// Decoded tokens assigned at once (at 384 dimensions 48 MiB of f32).
 const ASSIGN_TOKENS: usize = 32_768;
+/// Bytes of postings sorted in RAM before a run is spilled to a temporary file.
+const RUN_BYTES: usize = 192 << 20;
 
 /// What a token-stage build may set.
 #[derive(Clone, Debug)]
@@ -47,11 +57,19 @@ pub struct TokensBuildOptions {
     pub seed: u64,
     pub defaults: TokenDefaults,
     pub progress: bool,
+    /// Bytes of postings sorted in RAM before a run is spilled to a temporary file.
+    pub run_bytes: usize,
 }
 
 impl Default for TokensBuildOptions {
     fn default() -> Self {
-        TokensBuildOptions { leaves: 0, seed: 42, defaults: TokenDefaults::default(), progress: false }
+        TokensBuildOptions {
+            leaves: 0,
+            seed: 42,
+            defaults: TokenDefaults::default(),
+            progress: false,
+            run_bytes: RUN_BYTES,
+        }
     }
 }
 
@@ -86,14 +104,15 @@ pub fn build_tokens(index_dir: &Path, options: &TokensBuildOptions) -> Result<To
     report.train_secs = start.elapsed().as_secs_f64();
 
     let assign_start = Instant::now();
-    let (gaps, tokens) = assign_all(&store, &quantizer, options.progress)?;
-    report.assign_secs = assign_start.elapsed().as_secs_f64();
-
-    let write_start = Instant::now();
     let building = index_dir.join(BUILDING_DIR);
     let _ = std::fs::remove_dir_all(&building);
     std::fs::create_dir_all(&building).at(&building)?;
-    let (entries, postings) = write_lists(&building, gaps)?;
+    let mut runs = Runs::new(&building, dim, options.run_bytes.max(1));
+    let tokens = assign_all(&store, &quantizer, &mut runs, options.progress)?;
+    report.assign_secs = assign_start.elapsed().as_secs_f64();
+
+    let write_start = Instant::now();
+    let (entries, postings) = write_lists(&building, runs, quantizer.leaves(), dim)?;
     let file = CentroidsFile { quantizer, docs: docs as u32, tokens, lists: entries };
     write_small_file(
         &building.join(FileKind::TokenCentroids.file_name()),
@@ -162,53 +181,120 @@ fn mean_error(q: &Quantizer, sample: &[f32]) -> f64 {
     total / assigned.len().max(1) as f64
 }
 
-/// One leaf's list while the pass runs: varint gaps from its last document.
-#[derive(Default)]
-struct Gaps {
-    last: Option<u32>,
-    count: u32,
-    bytes: Vec<u8>,
+/// Every token's posting `(leaf, doc, residual code)`, made as the store is read and kept in
+/// sorted runs: in RAM up to `RUN_BYTES`, spilled to temporary files in `dir` beyond that and
+/// merged at the end, so the build's RAM does not grow with the collection.
+struct Runs {
+    dir: PathBuf,
+    /// Bytes of one record: leaf u32, doc u32, the code and its factor.
+    record: usize,
+    buf: Vec<u8>,
+    files: Vec<PathBuf>,
+    limit: usize,
 }
 
-impl Gaps {
-    fn push(&mut self, id: u32) {
-        let mut gap = match self.last {
-            None => id,
-            Some(last) => id - last,
-        };
-        while gap >= 0x80 {
-            self.bytes.push(gap as u8 | 0x80);
-            gap >>= 7;
-        }
-        self.bytes.push(gap as u8);
-        self.last = Some(id);
-        self.count += 1;
+impl Runs {
+    fn new(dir: &Path, dim: usize, limit: usize) -> Runs {
+        let record = 8 + codes::posting_bytes(dim);
+        Runs { dir: dir.to_path_buf(), record, buf: Vec::new(), files: Vec::new(), limit }
     }
 
-    fn ids(&self) -> Vec<u32> {
-        let mut out = Vec::with_capacity(self.count as usize);
-        let (mut value, mut shift, mut last) = (0u32, 0u32, 0u32);
-        for &b in &self.bytes {
-            value |= u32::from(b & 0x7f) << shift;
-            shift += 7;
-            if b < 0x80 {
-                last = if out.is_empty() { value } else { last + value };
-                out.push(last);
-                (value, shift) = (0, 0);
+    fn push(&mut self, leaf: u32, doc: u32, code: &[u8], factor: u16) -> Result<()> {
+        self.buf.extend_from_slice(&leaf.to_le_bytes());
+        self.buf.extend_from_slice(&doc.to_le_bytes());
+        self.buf.extend_from_slice(code);
+        self.buf.extend_from_slice(&factor.to_le_bytes());
+        if self.buf.len() >= self.limit {
+            self.spill()?;
+        }
+        Ok(())
+    }
+
+    /// The buffer's records in (leaf, doc, arrival) order.
+    fn sorted(&self) -> Vec<u32> {
+        let n = self.buf.len() / self.record;
+        let key = |i: u32| {
+            let at = i as usize * self.record;
+            let leaf = u32::from_le_bytes(self.buf[at..at + 4].try_into().expect("4 bytes"));
+            let doc = u32::from_le_bytes(self.buf[at + 4..at + 8].try_into().expect("4 bytes"));
+            (u64::from(leaf) << 32 | u64::from(doc), i)
+        };
+        let mut order: Vec<(u64, u32)> = (0..n as u32).map(key).collect();
+        order.sort_unstable();
+        order.into_iter().map(|(_, i)| i).collect()
+    }
+
+    fn spill(&mut self) -> Result<()> {
+        let path = self.dir.join(format!("run-{}.tmp", self.files.len()));
+        let file = std::fs::File::create(&path).at(&path)?;
+        let mut out = BufWriter::new(file);
+        for i in self.sorted() {
+            let at = i as usize * self.record;
+            out.write_all(&self.buf[at..at + self.record]).at(&path)?;
+        }
+        out.flush().at(&path)?;
+        self.files.push(path);
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Calls `each(record)` for every record in (leaf, doc) order, then removes the runs.
+    fn drain(mut self, mut each: impl FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        if self.files.is_empty() {
+            for i in self.sorted() {
+                let at = i as usize * self.record;
+                each(&self.buf[at..at + self.record])?;
+            }
+            return Ok(());
+        }
+        if !self.buf.is_empty() {
+            self.spill()?;
+        }
+        self.buf = Vec::new();
+        let mut readers = Vec::with_capacity(self.files.len());
+        for path in &self.files {
+            readers.push(BufReader::with_capacity(1 << 16, std::fs::File::open(path).at(path)?));
+        }
+        let mut heads: Vec<Vec<u8>> = vec![vec![0u8; self.record]; readers.len()];
+        let mut heap = BinaryHeap::new();
+        let key = |r: &[u8]| {
+            u64::from(u32::from_le_bytes(r[..4].try_into().expect("4"))) << 32
+                | u64::from(u32::from_le_bytes(r[4..8].try_into().expect("4")))
+        };
+        for (run, reader) in readers.iter_mut().enumerate() {
+            if read_record(reader, &mut heads[run], &self.files[run])? {
+                heap.push(Reverse((key(&heads[run]), run)));
             }
         }
-        out
+        while let Some(Reverse((_, run))) = heap.pop() {
+            each(&heads[run])?;
+            if read_record(&mut readers[run], &mut heads[run], &self.files[run])? {
+                heap.push(Reverse((key(&heads[run]), run)));
+            }
+        }
+        for path in &self.files {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(())
     }
 }
 
-/// Every document's distinct leaves, appended to the leaves' lists in id order; the token count.
-/// Records are read `READ_BATCH` documents at a time and assigned once `ASSIGN_TOKENS` tokens
-/// wait (split over the cores), so RAM holds at most about `ASSIGN_TOKENS` decoded tokens.
-fn assign_all(store: &VectorStore, q: &Quantizer, progress: bool) -> Result<(Vec<Gaps>, u64)> {
+/// Reads one record into `out`; false at the end of the run.
+fn read_record(reader: &mut BufReader<std::fs::File>, out: &mut [u8], path: &Path) -> Result<bool> {
+    match reader.read_exact(out) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(CellarError::io(path, e)),
+    }
+}
+
+/// Every token's leaf and residual code, into `runs`; the token count. Records are read
+/// `READ_BATCH` documents at a time and assigned once `ASSIGN_TOKENS` tokens wait (split over
+/// the cores), so RAM holds at most about `ASSIGN_TOKENS` decoded tokens.
+fn assign_all(store: &VectorStore, q: &Quantizer, runs: &mut Runs, progress: bool) -> Result<u64> {
     let docs = store.len() as u32;
     let dim = q.dim;
     let leaves = q.leaves_f32();
-    let mut gaps: Vec<Gaps> = (0..q.leaves()).map(|_| Gaps::default()).collect();
     let bar =
         if progress { crate::progress::bar(u64::from(docs), "token lists") } else { ProgressBar::hidden() };
     let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).max(1);
@@ -224,12 +310,12 @@ fn assign_all(store: &VectorStore, q: &Quantizer, progress: bool) -> Result<(Vec
         }
         if pending.rows.len() >= ASSIGN_TOKENS * dim || ids.last().is_some_and(|l| l.0 + 1 == docs) {
             tokens += (pending.rows.len() / dim) as u64;
-            pending.assign(q, &leaves, threads, &mut gaps);
+            pending.assign(q, &leaves, threads, runs)?;
         }
         bar.inc(ids.len() as u64);
     }
     bar.finish_and_clear();
-    Ok((gaps, tokens))
+    Ok(tokens)
 }
 
 /// Decoded documents waiting for their assignment: their rows, and each one's id and end row.
@@ -238,61 +324,76 @@ struct Pending {
     rows: Vec<f32>,
     docs: Vec<(u32, usize)>,
     assigned: Vec<u32>,
-    distinct: Vec<u32>,
+    codes: Vec<u8>,
+    factors: Vec<u16>,
 }
 
 impl Pending {
-    fn assign(&mut self, q: &Quantizer, leaves: &[f32], threads: usize, gaps: &mut [Gaps]) {
+    fn assign(&mut self, q: &Quantizer, leaves: &[f32], threads: usize, runs: &mut Runs) -> Result<()> {
         let dim = q.dim;
+        let bytes = codes::code_bytes(dim);
         let n = self.rows.len() / dim;
         let per = n.div_ceil(threads).max(1);
         self.assigned.resize(n, 0);
+        self.codes.resize(n * bytes, 0);
+        self.factors.resize(n, 0);
         std::thread::scope(|scope| {
-            for (part, out) in self.rows.chunks(per * dim).zip(self.assigned.chunks_mut(per)) {
+            let parts = self.rows.chunks(per * dim).zip(self.assigned.chunks_mut(per));
+            let outs = self.codes.chunks_mut(per * bytes).zip(self.factors.chunks_mut(per));
+            for ((part, out), (codes_out, factors_out)) in parts.zip(outs) {
                 scope.spawn(move || {
                     let mut found = Vec::new();
                     q.assign_rows(part, leaves, &mut found);
                     out.copy_from_slice(&found);
+                    for (t, token) in part.chunks_exact(dim).enumerate() {
+                        let leaf = found[t] as usize;
+                        factors_out[t] = codes::encode(
+                            token,
+                            &leaves[leaf * dim..(leaf + 1) * dim],
+                            &mut codes_out[t * bytes..(t + 1) * bytes],
+                        );
+                    }
                 });
             }
         });
         let mut begin = 0;
         for &(id, end) in &self.docs {
-            self.distinct.clear();
-            self.distinct.extend_from_slice(&self.assigned[begin..end]);
-            self.distinct.sort_unstable();
-            self.distinct.dedup();
-            for &leaf in &self.distinct {
-                gaps[leaf as usize].push(id);
+            for t in begin..end {
+                runs.push(self.assigned[t], id, &self.codes[t * bytes..(t + 1) * bytes], self.factors[t])?;
             }
             begin = end;
         }
         self.rows.clear();
         self.docs.clear();
+        Ok(())
     }
 }
 
-/// Packs every leaf's list into `token_lists.bin` (body page-aligned and padded to whole pages,
-/// for the direct reader); the directory and the postings count.
-fn write_lists(dir: &Path, gaps: Vec<Gaps>) -> Result<(Vec<ListEntry>, u64)> {
+/// Packs every leaf's postings into `token_lists.bin` (body page-aligned and padded to whole
+/// pages, for the direct reader): per leaf its document ids (`lists`), then its codes, then its
+/// factors. Returns the directory and the postings count.
+fn write_lists(dir: &Path, runs: Runs, leaves: usize, dim: usize) -> Result<(Vec<ListEntry>, u64)> {
     let path = dir.join(FileKind::TokenLists.file_name());
     let mut out = BodyWriter::create(&path, FileKind::TokenLists, PAGE_BYTES as u64)?;
-    let mut entries = Vec::with_capacity(gaps.len());
+    let mut entries: Vec<ListEntry> = Vec::with_capacity(leaves);
+    let bytes = codes::code_bytes(dim);
+    let mut list = ListBuf::default();
+    let mut current = 0u32;
     let mut postings = 0u64;
-    let mut bytes = Vec::new();
-    for list in gaps {
-        let ids = list.ids();
-        bytes.clear();
-        lists::encode(&ids, &mut bytes);
-        let offset = out.position();
-        out.write(&bytes)?;
-        postings += ids.len() as u64;
-        entries.push(ListEntry {
-            offset,
-            bytes: bytes.len() as u32,
-            count: ids.len() as u32,
-            crc: crc32c::crc32c(&bytes),
-        });
+    runs.drain(|record| {
+        let leaf = u32::from_le_bytes(record[..4].try_into().expect("4 bytes"));
+        while current < leaf {
+            entries.push(list.write(&mut out)?);
+            current += 1;
+        }
+        list.ids.push(u32::from_le_bytes(record[4..8].try_into().expect("4 bytes")));
+        list.codes.extend_from_slice(&record[8..8 + bytes]);
+        list.factors.extend_from_slice(&record[8 + bytes..8 + bytes + 2]);
+        postings += 1;
+        Ok(())
+    })?;
+    while entries.len() < leaves {
+        entries.push(list.write(&mut out)?);
     }
     let tail = out.position() % PAGE_BYTES as u64;
     if tail != 0 {
@@ -300,4 +401,34 @@ fn write_lists(dir: &Path, gaps: Vec<Gaps>) -> Result<(Vec<ListEntry>, u64)> {
     }
     out.finish()?;
     Ok((entries, postings))
+}
+
+/// One leaf's postings while they are gathered.
+#[derive(Default)]
+struct ListBuf {
+    ids: Vec<u32>,
+    codes: Vec<u8>,
+    factors: Vec<u8>,
+    bytes: Vec<u8>,
+}
+
+impl ListBuf {
+    /// Writes the list, empties it and returns its directory entry.
+    fn write(&mut self, out: &mut BodyWriter) -> Result<ListEntry> {
+        self.bytes.clear();
+        lists::encode(&self.ids, &mut self.bytes);
+        self.bytes.extend_from_slice(&self.codes);
+        self.bytes.extend_from_slice(&self.factors);
+        let entry = ListEntry {
+            offset: out.position(),
+            bytes: self.bytes.len() as u32,
+            count: self.ids.len() as u32,
+            crc: crc32c::crc32c(&self.bytes),
+        };
+        out.write(&self.bytes)?;
+        self.ids.clear();
+        self.codes.clear();
+        self.factors.clear();
+        Ok(entry)
+    }
 }

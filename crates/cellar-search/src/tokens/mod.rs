@@ -1,18 +1,21 @@
 //! The token-level first stage (PLAID's and WARP's candidate generation, on disk): every
 //! document token is assigned to one of K leaf centroids (K = 16·√tokens, PLAID's rule), and
-//! each leaf keeps the list of documents that have a token there.
+//! each leaf keeps its tokens' postings: the document, and the token's residual from the leaf
+//! in one bit per dimension and a factor (`codes`).
 //!
 //! - `quantizer`: the two-level tree (about √K tops in f32, K leaves in f16) trained on a sample
 //!   of tokens; it assigns the build's tokens and written documents' tokens, and routes queries;
-//! - `lists`: a leaf's documents, delta-coded and bit-packed in blocks of 128 (docs/format/tokens.md);
+//! - `lists`: a leaf's document ids, delta-coded and bit-packed in blocks of 128
+//!   (docs/format/tokens.md); `codes`: the residuals' sign bits and the estimator over them;
 //! - `layout`: `token_centroids.bin` (the tree and the lists' directory, in RAM);
 //! - `build`: a streaming pass over the store (sample → train → assign every token → lists),
 //!   built aside and swapped in under the index's exclusive lock, `tokens.json` its commit point;
 //! - here: [`TokenStage`], the query path. Each query token's `nprobe` best leaves (by inner
 //!   product, among its `route` best groups) are gathered, every leaf's list read once through
 //!   `cellar-core`'s `ExtentReader` (the index's reader kind: ram, mmap or direct), and each
-//!   document scored as WARP does without residuals: per query token, the best score of a probed
-//!   leaf that holds it, or, where none does, the score of the token's last probed leaf (its
+//!   document scored as WARP does: per query token, the best estimate `q·c + q·r` over its
+//!   tokens in the probed leaves (the residual's product read from the codes without decoding
+//!   them), or, where it has none there, the score of the query token's last probed leaf (its
 //!   imputed bound); summed over the query tokens. The best `depth` go to MaxSim.
 //!
 //! Documents written after the build (the living index) are assigned to the same leaves the
@@ -20,6 +23,7 @@
 //! filter, the ones it does not match are skipped while the lists are gathered.
 
 pub mod build;
+pub mod codes;
 pub mod layout;
 pub mod lists;
 pub mod quantizer;
@@ -153,11 +157,19 @@ pub struct TokenStats {
     pub ms: f64,
 }
 
-/// Written documents' leaves, in RAM: every id in `base..end` not deleted when it was assigned.
+/// Written documents' postings, in RAM: every token of the ids in `base..end` not deleted when
+/// they were assigned.
 #[derive(Clone, Default)]
 struct WrittenLists {
     end: u32,
-    lists: HashMap<u32, Vec<u32>>,
+    lists: HashMap<u32, WrittenList>,
+}
+
+#[derive(Clone, Default)]
+struct WrittenList {
+    ids: Vec<u32>,
+    codes: Vec<u8>,
+    factors: Vec<u16>,
 }
 
 /// The open token stage of an index.
@@ -180,11 +192,24 @@ pub struct TokenQuery {
 /// Per-thread accumulators over the documents, reused by every search of the thread.
 #[derive(Default)]
 struct Scratch {
+    /// A document's score above the imputed bounds, summed over the query tokens so far.
     gain: Vec<f32>,
-    /// The last query token (plus one) that credited a document.
+    /// Its best estimate for the current query token.
+    best: Vec<f32>,
+    /// The last query token (plus one) that met it.
     seen: Vec<u16>,
+    /// Whether it is in `touched`.
+    member: Vec<bool>,
     touched: Vec<u32>,
+    this_token: Vec<u32>,
+}
+
+/// One probed leaf's postings as a search reads them.
+struct Postings<'a> {
     ids: Vec<u32>,
+    codes: &'a [u8],
+    factors: &'a [u8],
+    written: Option<&'a WrittenList>,
 }
 
 thread_local! {
@@ -271,8 +296,14 @@ impl TokenStage {
     /// RAM, and the written documents' lists.
     pub fn ram_bytes(&self) -> u64 {
         let q = &self.quantizer;
-        let written: usize =
-            self.written.lock().expect("written lists").lists.values().map(|l| l.len() * 4 + 32).sum();
+        let written: usize = self
+            .written
+            .lock()
+            .expect("written lists")
+            .lists
+            .values()
+            .map(|l| l.ids.len() * 6 + l.codes.len() + 64)
+            .sum();
         (q.tops.len() * 4 + q.starts.len() * 4 + q.leaves.len() + self.entries.len() * layout::ENTRY_BYTES)
             as u64
             + self.lists.ram_bytes()
@@ -297,14 +328,16 @@ impl TokenStage {
         }
         let mut next = (**guard).clone();
         let dim = self.quantizer.dim;
+        let mut code = vec![0u8; codes::code_bytes(dim)];
         for id in next.end..end {
             let Some(vectors) = tokens(DocId(id))? else { continue };
-            let mut leaves: Vec<u32> =
-                vectors.chunks_exact(dim).map(|v| self.quantizer.assign(isa, v)).collect();
-            leaves.sort_unstable();
-            leaves.dedup();
-            for leaf in leaves {
-                next.lists.entry(leaf).or_default().push(id);
+            for v in vectors.chunks_exact(dim) {
+                let leaf = self.quantizer.assign(isa, v);
+                let factor = codes::encode(v, &self.quantizer.leaf_values(leaf as usize), &mut code);
+                let list = next.lists.entry(leaf).or_default();
+                list.ids.push(id);
+                list.codes.extend_from_slice(&code);
+                list.factors.push(factor);
             }
         }
         next.end = end;
@@ -346,23 +379,32 @@ impl TokenStage {
             .lock()
             .map_err(|_| CellarError::internal("the token stage's written lists were poisoned"))?
             .clone();
-        let mut decoded: Vec<Vec<u32>> = Vec::with_capacity(leaves.len());
+        let dim = self.quantizer.dim;
+        let code_bytes = codes::code_bytes(dim);
+        let mut read: Vec<Postings> = Vec::with_capacity(leaves.len());
         for (i, &j) in leaves.iter().enumerate() {
             let entry = self.entries[j as usize];
             let bytes = batch.get(i);
+            let path = self.lists.path();
             if crc32c::crc32c(bytes) != entry.crc {
                 return Err(CellarError::corrupted(
-                    self.lists.path(),
+                    path,
                     entry.offset,
                     format!("leaf {j}'s list fails its checksum"),
                 ));
             }
+            let n = entry.count as usize;
             let mut ids = Vec::new();
-            lists::decode_at(bytes, entry.count as usize, &mut ids, self.lists.path(), entry.offset)?;
-            if let Some(extra) = written.lists.get(&j) {
-                ids.extend(extra.iter().filter(|id| **id < end));
+            let used = lists::decode_at(bytes, n, &mut ids, path, entry.offset)?;
+            if bytes.len() != used + n * (code_bytes + 2) {
+                return Err(CellarError::corrupted(
+                    path,
+                    entry.offset,
+                    format!("leaf {j}'s list holds {} bytes, not those of {n} postings", bytes.len()),
+                ));
             }
-            decoded.push(ids);
+            let (codes, factors) = bytes[used..].split_at(n * code_bytes);
+            read.push(Postings { ids, codes, factors, written: written.lists.get(&j) });
         }
         let imputed: f32 = probed.iter().map(|p| p.last().map_or(0.0, |l| l.1)).sum();
         let best = SCRATCH.with(|cell| {
@@ -370,37 +412,63 @@ impl TokenStage {
             let s = &mut *s;
             if s.gain.len() < end as usize {
                 s.gain.resize(end as usize, 0.0);
+                s.best.resize(end as usize, 0.0);
                 s.seen.resize(end as usize, 0);
+                s.member.resize(end as usize, false);
             }
             for (t, leaves_of_t) in probed.iter().enumerate() {
                 let mark = (t + 1) as u16;
                 let floor = leaves_of_t.last().map_or(0.0, |l| l.1);
+                let table = codes::QueryTable::new(&tokens[t * dim..(t + 1) * dim]);
+                let meet = |s: &mut Scratch, id: u32, estimate: f32| {
+                    let d = id as usize;
+                    if s.seen[d] != mark {
+                        s.seen[d] = mark;
+                        s.best[d] = estimate;
+                        s.this_token.push(id);
+                    } else if estimate > s.best[d] {
+                        s.best[d] = estimate;
+                    }
+                };
                 for &(j, score) in leaves_of_t {
-                    let ids = &decoded[leaves.binary_search(&j).expect("probed leaf read")];
-                    stats.postings += ids.len() as u64;
-                    let gain = score - floor;
-                    for &id in ids {
-                        let d = id as usize;
-                        if s.seen[d] == mark || (restricted && skip(id)) {
+                    let p = &read[leaves.binary_search(&j).expect("probed leaf read")];
+                    stats.postings += p.ids.len() as u64;
+                    for (k, &id) in p.ids.iter().enumerate() {
+                        if restricted && skip(id) {
                             continue;
                         }
-                        if s.seen[d] == 0 {
-                            s.touched.push(id);
+                        let code = &p.codes[k * code_bytes..(k + 1) * code_bytes];
+                        let factor = u16::from_le_bytes([p.factors[2 * k], p.factors[2 * k + 1]]);
+                        meet(s, id, score + table.residual(code, factor));
+                    }
+                    if let Some(w) = p.written {
+                        for (k, &id) in w.ids.iter().enumerate() {
+                            if id >= end || (restricted && skip(id)) {
+                                continue;
+                            }
+                            let code = &w.codes[k * code_bytes..(k + 1) * code_bytes];
+                            meet(s, id, score + table.residual(code, w.factors[k]));
                         }
-                        s.seen[d] = mark;
-                        s.gain[d] += gain;
                     }
                 }
+                for i in 0..s.this_token.len() {
+                    let d = s.this_token[i] as usize;
+                    s.gain[d] += (s.best[d] - floor).max(0.0);
+                    if !s.member[d] {
+                        s.member[d] = true;
+                        s.touched.push(d as u32);
+                    }
+                }
+                s.this_token.clear();
             }
             let mut top = TopK::new(query.depth);
             for &id in &s.touched {
-                top.push(DocId(id), imputed + s.gain[id as usize]);
-                s.gain[id as usize] = 0.0;
-                s.seen[id as usize] = 0;
+                let d = id as usize;
+                top.push(DocId(id), imputed + s.gain[d]);
+                (s.gain[d], s.seen[d], s.member[d]) = (0.0, 0, false);
             }
             stats.scored = s.touched.len();
             s.touched.clear();
-            s.ids.clear();
             top.into_sorted()
         });
         stats.ms = start.elapsed().as_secs_f64() * 1e3;

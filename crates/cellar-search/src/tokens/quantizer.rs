@@ -1,4 +1,5 @@
-//! The token quantizer: a two-level tree of centroids sized to the collection.
+//! The token quantizer: a two-level tree of centroids sized to the collection, every centroid
+//! of unit length.
 //!
 //! `tops` (about √K of them, f32) split the token space into groups; each group holds a run of
 //! leaves (K in all, f16 in RAM), so routing one vector costs about 2√K dot products, not K:
@@ -71,7 +72,7 @@ impl Quantizer {
             let mut rng = StdRng::seed_from_u64(seed ^ (g as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             kmeans_with(sample, &groups[g], wanted[g], LEAF_ITERATIONS, &mut rng)
                 .iter()
-                .flat_map(|members| mean(sample, members))
+                .flat_map(|members| unit(mean(sample, members)))
                 .collect()
         };
         let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).min(groups.len()).max(1);
@@ -91,7 +92,7 @@ impl Quantizer {
                 }
             }
         });
-        let tops: Vec<f32> = groups.iter().flat_map(|g| mean(sample, g)).collect();
+        let tops: Vec<f32> = groups.iter().flat_map(|g| unit(mean(sample, g))).collect();
         let mut starts = vec![0u32];
         let mut leaves = Vec::new();
         for part in parts {
@@ -111,6 +112,11 @@ impl Quantizer {
 
     fn leaf(&self, j: usize) -> &[u8] {
         &self.leaves[j * 2 * self.dim..(j + 1) * 2 * self.dim]
+    }
+
+    /// Leaf `j`'s values as f32.
+    pub fn leaf_values(&self, j: usize) -> Vec<f32> {
+        leaves_f32(self.leaf(j))
     }
 
     /// The leaves as f32 (their f16 values), for a build's assignment.
@@ -184,6 +190,17 @@ impl Quantizer {
             })
             .collect()
     }
+}
+
+/// `v` scaled to unit length (as PLAID normalises its centroids): a query token's inner product
+/// with a centroid is then its cosine with the cluster's direction, not biased towards tight
+/// clusters, whose means are longer than those of loose ones.
+fn unit(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
 }
 
 fn leaves_f32(leaves: &[u8]) -> Vec<f32> {
