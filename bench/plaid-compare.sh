@@ -4,7 +4,7 @@
 #   usage: sh bench/plaid-compare.sh [scifact] [200k] [2m]      (default: scifact 200k)
 # Per collection, in $WORK/<name>/ (default /work/plaid-compare):
 # - cellar/: a copy of the Cellar index (the shared one is never written). Its dense first stage
-#   is built on the copy under /usr/bin/time: `cellar tokens build` when the command exists
+#   is (re)built on the copy under /usr/bin/time: `cellar tokens build` when the command exists
 #   (the token stage), else `cellar ivf build` (the pooled IVF);
 # - the store's build cost from the same vectors: the index's vectors exported (float16) and
 #   built again by `cellar index --vectors --no-ivf` under /usr/bin/time (then both removed);
@@ -14,7 +14,8 @@
 # - one `cellar-bench plaid search` child per system (its own peak RSS): recall of the exact
 #   top 10/100, nDCG@10, single-query latency (one search at a time), and P95 against offered
 #   QPS (open loop, Poisson, $WORKERS serving threads). RAYON_NUM_THREADS=$THREADS for next-plaid.
-# Then writes $OUT.md and $OUT.json from every collection of $WORK that has its results (a run of
+# Then writes $OUT.md (with $OUT.notes.md, the reading, at its end) and $OUT.json (REPORT_ONLY=1:
+# only that) from every collection of $WORK that has its results (a run of
 # one collection keeps the others' rows).
 set -eu
 WORK=${WORK:-/work/plaid-compare}
@@ -25,6 +26,8 @@ WINDOW=${WINDOW:-10}
 PLAID_CAP_MIB=${PLAID_CAP_MIB:-18432}
 export RAYON_NUM_THREADS=$THREADS
 [ $# -gt 0 ] || set -- scifact 200k
+# REPORT_ONLY=1: only write the report from what $WORK holds.
+[ -z "${REPORT_ONLY:-}" ] || { set --; BIN=${BIN:-./target/release}; }
 # BIN=DIR: use DIR/cellar-bench and DIR/cellar as they are (copies of release builds) instead of
 # building the checkout (whose other crates may be mid-edit).
 GIVEN_BIN=${BIN:-}
@@ -54,7 +57,10 @@ collection() { # NAME INDEX DATA QUERY_VECTORS MAX_QUERIES RATES
   rm -f "$d/cellar/LOCK"
   if "$C" tokens --help > /dev/null 2>&1; then
     echo token > "$d/first-stage"
-    [ -f "$d/cellar/tokens/tokens.json" ] || timed "$d/cellar-first-stage.time" "$C" tokens build --index "$d/cellar"
+    # Built again on the copy even when the index has one: its build is measured, and it is
+    # this binary's token stage at its defaults.
+    rm -rf "$d/cellar/tokens"
+    timed "$d/cellar-first-stage.time" "$C" tokens build --index "$d/cellar"
   else
     echo ivf > "$d/first-stage"
     rm -rf "$d/cellar/ivf"
@@ -164,7 +170,9 @@ for name in names:
             else:
                 cells += ["sat." if row["saturated"] else fmt(row["p95_ms"], 1), f"{row['achieved_qps']:.1f}"]
         md.append(f"| {rate:g} | " + " | ".join(cells) + " |")
-    md += ["", "Parameters: Cellar `" + json.dumps(c["params"]) + "`; next-plaid search `" + json.dumps(p["params"]["search"]) + "`", ""]
+    md += ["", "Parameters: Cellar `" + json.dumps(c["params"]) + "`; next-plaid `SearchParameters::default()` but `top_k` (100 on every call): `" + json.dumps(p["params"]["search"]) + "`", ""]
+if os.path.exists(out + ".notes.md"):  # the hand-written reading, kept across runs
+    md += [open(out + ".notes.md").read().rstrip()]
 json.dump(report, open(out + ".json", "w"), indent=1)
 open(out + ".md", "w").write("\n".join(md) + "\n")
 print("\n".join(md))
