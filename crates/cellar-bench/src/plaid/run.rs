@@ -294,3 +294,35 @@ fn sweep_rate(
         saturated: p95.is_none(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Overlaps count the exact ids found within the same depth, and nDCG@10 reads the
+    /// judgments keyed by internal id (a judged document absent from the index still counts in
+    /// the ideal ranking).
+    #[test]
+    fn quality_against_the_exact_ranking_and_internal_judgments() {
+        let exact: Vec<u32> = (0..100).collect();
+        let reference = Reference {
+            index: PathBuf::from("i"),
+            documents: 1000,
+            query_ids: vec!["q".into()],
+            exact: vec![exact.clone()],
+            judged: vec![[("0".to_string(), 1), ("missing:x".to_string(), 1)].into_iter().collect()],
+            scan_secs: 0.0,
+        };
+        // Half of the exact top 10 in the top 10; 55 of the top 100 within 100.
+        let mut answer: Vec<u32> = (0..5).chain(500..505).collect();
+        answer.extend(5..55);
+        answer.extend(600..640);
+        let q = quality(&reference, &[answer]);
+        assert_eq!(q.exact_top10_found, 0.5);
+        assert_eq!(q.exact_top100_found, 0.55);
+        // Document 0 at rank 1 of 2 relevant: DCG 1, ideal 1 + 1/log2(3).
+        let ideal = 1.0 + 1.0 / 3f64.log2();
+        assert!((q.ndcg_at_10 - 1.0 / ideal).abs() < 1e-9);
+        assert!((q.exact_ndcg_at_10 - 1.0 / ideal).abs() < 1e-9);
+    }
+}
