@@ -1,5 +1,5 @@
 //! `cellar tokens build`: adds (or rebuilds) the token-level first stage of an index: a
-//! quantizer of 16·√tokens leaves trained on a sample of its token vectors, and per leaf its
+//! quantizer of 4·√tokens leaves trained on a sample of its token vectors, and per leaf its
 //! tokens' postings (document, residual sign bits), under `tokens/`. Dense searches then take their candidates
 //! from it (and hybrid joins them to BM25's); `--dense-stage pooled` still asks for the IVF.
 
@@ -26,7 +26,7 @@ pub enum TokensAction {
 pub struct TokensBuildArgs {
     #[arg(long)]
     pub index: PathBuf,
-    /// Leaves of the quantizer (default: 16·√tokens rounded down to a power of two, PLAID's rule).
+    /// Leaves of the quantizer (default: 4·√tokens rounded down to a power of two; PLAID's rule is 16·√tokens).
     #[arg(long)]
     pub leaves: Option<usize>,
     /// Default leaves probed per query token.

@@ -79,6 +79,16 @@ impl Index {
                 format!("{postings} postings, body checksum"),
             );
         }
+        if let Some(tokens) = &self.tokens {
+            let dir = Path::new(crate::tokens::TOKENS_DIR);
+            done(dir.join(crate::tokens::TOKENS_CONFIG_FILE), "agrees with the index and its files".into());
+            done(dir.join(FileKind::TokenCentroids.file_name()), "header and body checksum".into());
+            let postings = tokens.verify()?;
+            done(
+                dir.join(FileKind::TokenLists.file_name()),
+                format!("{postings} postings, every list against its checksum, body checksum"),
+            );
+        }
         let bm25 = Bm25Index::verify(&self.dir.join(BM25_DIR))?;
         done(BM25_DIR.into(), format!("{bm25} documents, every file's footer checksum"));
         self.verify_live(&mut done)

@@ -52,7 +52,7 @@ const RUN_BYTES: usize = 192 << 20;
 /// What a token-stage build may set.
 #[derive(Clone, Debug)]
 pub struct TokensBuildOptions {
-    /// Leaves of the quantizer; 0: PLAID's 16·√tokens, rounded down to a power of two.
+    /// Leaves of the quantizer; 0: `quantizer::leaves_for` (4·√tokens, a power of two).
     pub leaves: usize,
     pub seed: u64,
     pub defaults: TokenDefaults,

@@ -1,5 +1,5 @@
 //! The token-level first stage (PLAID's and WARP's candidate generation, on disk): every
-//! document token is assigned to one of K leaf centroids (K = 16·√tokens, PLAID's rule), and
+//! document token is assigned to one of K leaf centroids (K = 4·√tokens; PLAID's rule is 16), and
 //! each leaf keeps its tokens' postings: the document, and the token's residual from the leaf
 //! in one bit per dimension and a factor (`codes`).
 //!
@@ -74,7 +74,7 @@ pub struct TokenDefaults {
 
 impl Default for TokenDefaults {
     fn default() -> Self {
-        TokenDefaults { nprobe: 16, route: 8, hybrid_candidates: 100 }
+        TokenDefaults { nprobe: 32, route: 8, hybrid_candidates: 100 }
     }
 }
 
@@ -308,6 +308,32 @@ impl TokenStage {
             as u64
             + self.lists.ram_bytes()
             + written as u64
+    }
+
+    /// Every byte of the lists file against its body checksum, then every list against its own
+    /// (`cellar inspect --verify`); the postings count.
+    pub fn verify(&self) -> Result<u64> {
+        let path = self.lists.path().to_path_buf();
+        let (file, header) = cellar_core::format::fsio::open_checked(&path, FileKind::TokenLists)?;
+        cellar_core::format::fsio::verify_body(&file, &path, &header)?;
+        let mut postings = 0u64;
+        for (first, chunk) in self.entries.chunks(1024).enumerate() {
+            let extents: Vec<Extent> =
+                chunk.iter().map(|e| Extent { offset: e.offset, len: e.bytes as usize }).collect();
+            let batch = self.lists.read(&extents)?;
+            for (i, e) in chunk.iter().enumerate() {
+                if crc32c::crc32c(batch.get(i)) != e.crc {
+                    let leaf = first * 1024 + i;
+                    return Err(CellarError::corrupted(
+                        &path,
+                        e.offset,
+                        format!("leaf {leaf}'s list fails its checksum"),
+                    ));
+                }
+                postings += u64::from(e.count);
+            }
+        }
+        Ok(postings)
     }
 
     /// Assigns the written documents `from..end` not yet assigned: `tokens(id)` gives a
