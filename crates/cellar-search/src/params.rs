@@ -10,8 +10,8 @@ use crate::filter::DEFAULT_FILTER_EXACT_MAX;
 use crate::fusion::Fusion;
 use crate::ivf::{IvfConfig, IvfDefaults, ProbeParams};
 use crate::mode::{DenseStage, Lexical, Mode};
-use crate::tokens::{TokenQuery, TokensConfig};
 use crate::request::{SearchRequest, DEFAULT_K, MAX_CANDIDATES, MAX_K, MAX_NPROBE};
+use crate::tokens::{TokenQuery, TokensConfig};
 
 /// Fully resolved, validated parameters of one search.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -77,6 +77,13 @@ impl TokenParams {
     }
 }
 
+fn check_hybrid_candidates(n: usize) -> Result<()> {
+    if n > MAX_K {
+        return Err(CellarError::InvalidInput(format!("hybrid_candidates must be at most {MAX_K}, got {n}")));
+    }
+    Ok(())
+}
+
 /// Fills the token stage's settings from its defaults and checks them against its leaves.
 fn resolve_tokens(options: &SearchRequest, tokens: &TokensConfig) -> Result<TokenParams> {
     let d = tokens.search;
@@ -88,11 +95,7 @@ fn resolve_tokens(options: &SearchRequest, tokens: &TokensConfig) -> Result<Toke
         )));
     }
     let hybrid_candidates = options.hybrid_candidates.unwrap_or(d.hybrid_candidates);
-    if hybrid_candidates > MAX_K {
-        return Err(CellarError::InvalidInput(format!(
-            "hybrid_candidates must be at most {MAX_K}, got {hybrid_candidates}"
-        )));
-    }
+    check_hybrid_candidates(hybrid_candidates)?;
     Ok(TokenParams { nprobe, route: d.route.min(tokens.groups).max(1), hybrid_candidates })
 }
 
@@ -115,11 +118,7 @@ fn resolve_ivf(options: &SearchRequest, mode: Mode, ivf: &IvfConfig) -> Result<I
     let prefetch_step = options.prefetch_step.unwrap_or(d.prefetch_step);
     IvfDefaults::check_prefetch_step(prefetch_step)?;
     let hybrid_candidates = options.hybrid_candidates.unwrap_or(d.hybrid_candidates);
-    if hybrid_candidates > MAX_K {
-        return Err(CellarError::InvalidInput(format!(
-            "hybrid_candidates must be at most {MAX_K}, got {hybrid_candidates}"
-        )));
-    }
+    check_hybrid_candidates(hybrid_candidates)?;
     Ok(IvfParams {
         nprobe,
         oversample,
@@ -208,8 +207,12 @@ impl SearchParams {
         // A hybrid search that joins no IVF candidates does not use the IVF.
         let ivf = ivf.filter(|p| mode != Mode::Hybrid || p.hybrid_candidates > 0);
         let hybrid_dense = options.hybrid_candidates.is_some_and(|n| n > 0);
-        if !uses_tokens && ivf.is_none() && (mode.needs_dense_stage() || (mode == Mode::Hybrid && hybrid_dense)) {
-            let what = if mode == Mode::Ivf { "an IVF" } else { "a dense first stage (an IVF or a token stage)" };
+        if !uses_tokens
+            && ivf.is_none()
+            && (mode.needs_dense_stage() || (mode == Mode::Hybrid && hybrid_dense))
+        {
+            let what =
+                if mode == Mode::Ivf { "an IVF" } else { "a dense first stage (an IVF or a token stage)" };
             return Err(CellarError::InvalidInput(format!(
                 "mode {mode} needs {what} and this index has none: build one with `cellar ivf build --index DIR`{}",
                 if mode == Mode::Ivf { "" } else { " or `cellar tokens build --index DIR`" }

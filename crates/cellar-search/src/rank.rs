@@ -28,13 +28,13 @@ use crate::index::Index;
 use crate::ivf::{Ivf, LiveMembers, Probe, ProbeParams, ProbeStats};
 use crate::mode::{Lexical, Mode};
 use crate::params::{IvfParams, SearchParams, TokenParams};
-use crate::tokens::{TokenQuery, TokenStats};
 use crate::prefetch::{PrefetchStats, ScoredRecords};
 use crate::query::PreparedQuery;
 use crate::reads::Reads;
 use crate::scored::better;
 use crate::scored::Scored;
 use crate::search::{FilterReport, Ranking, Timings};
+use crate::tokens::{TokenQuery, TokenStats};
 use crate::topk::TopK;
 use crate::written::state::{LiveView, Located};
 use cellar_core::kernels::dot_f16;
@@ -200,12 +200,7 @@ impl Index {
         timings.first_stage_ms = ms_since(start);
         let hits: Vec<Fused> = hits.iter().map(first_stage_hit).collect();
         let mut ranking = Ranking::first_stage_only(hits, *timings, stats.codes);
-        ranking.io = ReadStats {
-            read_calls: stats.read_calls,
-            pages: stats.bytes_read / 4096,
-            bytes: stats.bytes_read,
-            cached: 0,
-        };
+        ranking.io = stage_reads(stats.read_calls, stats.bytes_read);
         ranking.ivf = Some(stats);
         Ok(ranking)
     }
@@ -258,6 +253,25 @@ impl Index {
         Ok(fused(&candidates, &maxsim, params, timings, io))
     }
 
+    /// The sparse list a hybrid search joins (the one made before the encoding, or made now);
+    /// `None` for the other modes.
+    fn hybrid_lexical(
+        &self,
+        query: &PreparedQuery,
+        params: &SearchParams,
+        bm25: Option<Vec<Scored>>,
+    ) -> Result<Option<Vec<Scored>>> {
+        Ok(match (params.mode, bm25) {
+            (Mode::Hybrid, None) => Some(self.lexical_search(
+                &query.text,
+                params.candidates,
+                query.allowed.as_ref(),
+                params.lexical,
+            )?),
+            (_, given) => given,
+        })
+    }
+
     /// The token stage's path: its candidates (joined with BM25's list for hybrid), then the
     /// best `rerank_k` read and scored with MaxSim, then fusion.
     fn rank_tokens(
@@ -270,27 +284,15 @@ impl Index {
         timings: &mut Timings,
     ) -> Result<Ranking> {
         let start = Instant::now();
-        let bm25 = match (params.mode, bm25) {
-            (Mode::Hybrid, None) => Some(self.lexical_search(
-                &query.text,
-                params.candidates,
-                query.allowed.as_ref(),
-                params.lexical,
-            )?),
-            (_, given) => given,
-        };
+        let bm25 = self.hybrid_lexical(query, params, bm25)?;
         let depth = if bm25.is_some() { tokens.hybrid_candidates } else { params.candidates };
-        let (dense, stats) = self.token_candidates(&query.store_tokens, query.allowed.as_deref(), tokens.query(depth))?;
+        let (dense, stats) =
+            self.token_candidates(&query.store_tokens, query.allowed.as_deref(), tokens.query(depth))?;
         let candidates = first_stage(bm25.as_deref(), &dense);
         timings.first_stage_ms += ms_since(start);
         let rerank_k = params.rerank_k.min(candidates.len());
         let mut ranking = self.rerank_list(query, params, candidates, rerank_k, early, timings)?;
-        ranking.io += ReadStats {
-            read_calls: stats.read_calls,
-            pages: stats.bytes_read / 4096,
-            bytes: stats.bytes_read,
-            cached: 0,
-        };
+        ranking.io += stage_reads(stats.read_calls, stats.bytes_read);
         ranking.tokens = Some(stats);
         Ok(ranking)
     }
@@ -303,10 +305,9 @@ impl Index {
         allowed: Option<&Allowed>,
         query: TokenQuery,
     ) -> Result<(Vec<Scored>, TokenStats)> {
-        let stage = self
-            .tokens
-            .as_ref()
-            .ok_or_else(|| CellarError::internal("a token-stage search was planned on an index without one"))?;
+        let stage = self.tokens.as_ref().ok_or_else(|| {
+            CellarError::internal("a token-stage search was planned on an index without one")
+        })?;
         let view = self.live_view();
         let searchable = Searchable::new(&view, allowed);
         stage.catch_up(self.isa, view.next_id, &|id| self.written_tokens(&view, id))?;
@@ -346,15 +347,7 @@ impl Index {
         timings: &mut Timings,
     ) -> Result<Ranking> {
         let start = Instant::now();
-        let bm25 = match (params.mode, bm25) {
-            (Mode::Hybrid, None) => Some(self.lexical_search(
-                &query.text,
-                params.candidates,
-                query.allowed.as_ref(),
-                params.lexical,
-            )?),
-            (_, given) => given,
-        };
+        let bm25 = self.hybrid_lexical(query, params, bm25)?;
         timings.first_stage_ms += ms_since(start);
         let probed = self.probe_and_rerank(query, params, ivf, bm25.as_deref(), early, timings)?;
         let mut hits = probed.hits;
@@ -440,12 +433,7 @@ impl Index {
             let mut io = before.io;
             io += prefetched.io;
             io += late.io;
-            io += ReadStats {
-                read_calls: probe_stats.read_calls,
-                pages: probe_stats.bytes_read / 4096,
-                bytes: probe_stats.bytes_read,
-                cached: 0,
-            };
+            io += stage_reads(probe_stats.read_calls, probe_stats.bytes_read);
             Ok(Probed {
                 hits,
                 io,
@@ -627,6 +615,12 @@ impl Index {
         }
         Ok(top.into_sorted())
     }
+}
+
+/// What a first stage read from its own files (the IVF's blocks, the token stage's lists), as
+/// a search's read statistics.
+pub(crate) fn stage_reads(read_calls: u64, bytes: u64) -> ReadStats {
+    ReadStats { read_calls, pages: bytes / 4096, bytes, cached: 0 }
 }
 
 /// Whether a search ranks every document its filter matched exactly (MaxSim of each, or the

@@ -34,7 +34,7 @@ use crate::index::Index;
 use crate::mode::{Lexical, Mode};
 use crate::params::SearchParams;
 use crate::query::QueryEncoding;
-use crate::rank::{first_stage, ranks_count_exactly, Searchable};
+use crate::rank::{first_stage, ranks_count_exactly, stage_reads, Searchable};
 use crate::request::{QueryVectorsIn, SearchRequest, VectorDtype};
 use crate::scored::{better, Scored};
 use crate::search::{ms_since, FilterReport, Hit, IoReport, SearchResponse, Timings};
@@ -200,13 +200,9 @@ impl Index {
             _ => None,
         };
         if let (Some(depth), Some(tokens)) = (depth, params.tokens) {
-            let (hits, stats) = self.token_candidates(&query.store_tokens, allowed.map(|a| &**a), tokens.query(depth))?;
-            out.io = IoReport {
-                read_calls: stats.read_calls,
-                pages: stats.bytes_read / 4096,
-                bytes_read: stats.bytes_read,
-                records_cached: 0,
-            };
+            let (hits, stats) =
+                self.token_candidates(&query.store_tokens, allowed.map(|a| &**a), tokens.query(depth))?;
+            out.io = IoReport::from(stage_reads(stats.read_calls, stats.bytes_read));
             out.dense = Some(shard_list(hits));
         } else if let (Some(depth), Some(ivf)) = (depth, params.ivf) {
             let view = self.live_view();
@@ -214,12 +210,7 @@ impl Index {
             let index_ivf = self.ivf()?;
             let (hits, probe) =
                 self.ivf_probe(&index_ivf, &searchable, &query.pooled, ivf.probe(depth)).finish()?;
-            out.io = IoReport {
-                read_calls: probe.read_calls,
-                pages: probe.bytes_read / 4096,
-                bytes_read: probe.bytes_read,
-                records_cached: 0,
-            };
+            out.io = IoReport::from(stage_reads(probe.read_calls, probe.bytes_read));
             out.dense = Some(shard_list(hits));
         }
         out.first_stage_ms = ms_since(start);
@@ -572,7 +563,8 @@ mod tests {
 
     fn params(mode: Mode, hybrid_candidates: usize) -> SearchParams {
         let request = SearchRequest { mode: Some(mode), k: Some(3), rerank_k: Some(2), ..Default::default() };
-        let mut params = SearchParams::resolve(&request, &SearchDefaults::default(), None, None, false).unwrap();
+        let mut params =
+            SearchParams::resolve(&request, &SearchDefaults::default(), None, None, false).unwrap();
         params.ivf = (hybrid_candidates > 0).then_some(IvfParams {
             nprobe: 1,
             oversample: 1.0,

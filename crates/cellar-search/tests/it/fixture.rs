@@ -100,7 +100,7 @@ pub fn copy_index() -> (TempDir, PathBuf) {
     (tmp, to)
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();

@@ -22,6 +22,7 @@ use cellar_search::{
 use half::f16;
 use tempfile::TempDir;
 
+use crate::fixture::copy_dir;
 use crate::golden_files;
 
 const DIM: usize = 16;
@@ -292,19 +293,6 @@ fn bad_token_stage_requests_are_refused_with_the_reason() {
     )
     .unwrap_err();
     assert!(matches!(err, CellarError::InvalidInput(_)), "{err}");
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else if entry.file_name() != "LOCK" {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 #[test]
