@@ -139,8 +139,9 @@ impl FromStr for Lexical {
 
 /// Which dense first stage feeds the dense mode and joins BM25 in hybrid: the token-level stage
 /// (`cellar tokens build`: each query token's nearest leaves, the documents holding them) or
-/// the IVF over one pooled vector per document (`cellar ivf build`). By default the token stage
-/// where the index has one, else the IVF.
+/// the IVF over one pooled vector per document (`cellar ivf build`). By default dense takes the
+/// token stage where the index has one, and hybrid the IVF where there is one (then the token
+/// stage).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DenseStage {

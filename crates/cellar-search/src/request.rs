@@ -82,7 +82,8 @@ pub struct SearchRequest {
     #[cfg_attr(feature = "cli", arg(skip))]
     pub query_vectors: Option<QueryVectorsIn>,
     /// Dense and hybrid modes: the dense first stage, tokens (the token-level stage of
-    /// `cellar tokens build`) or pooled (the IVF). Default: tokens where the index has them.
+    /// `cellar tokens build`) or pooled (the IVF). Default: dense takes tokens where the index
+    /// has them, hybrid the IVF where there is one.
     #[cfg_attr(feature = "cli", arg(long))]
     pub dense_stage: Option<DenseStage>,
     /// Clusters probed: the IVF's (1 to its cluster count), or for the token stage the leaves

@@ -269,6 +269,41 @@ fn dense_mode_runs_the_token_stage_and_probing_everything_is_exact_maxsim() {
 }
 
 #[test]
+fn dense_takes_the_token_stage_and_hybrid_the_ivf_where_there_is_one() {
+    let hybrid = |index: &Index, stage: Option<DenseStage>| {
+        let request = SearchRequest {
+            query: "document 3".into(),
+            mode: Some(Mode::Hybrid),
+            dense_stage: stage,
+            query_vectors: Some(QueryVectorsIn {
+                tokens: query_of(3).chunks(DIM).map(<[f32]>::to_vec).collect(),
+                pooled: Some(query_of(3)[..DIM].to_vec()),
+                ..Default::default()
+            }),
+            ..dense(&query_of(3), 10)
+        };
+        let params = index.search(request).unwrap().params;
+        (params.tokens.is_some(), params.ivf.is_some())
+    };
+    let index = Index::open(&built().dir, OpenOptions::default()).unwrap();
+    assert_eq!(hybrid(&index, None), (true, false), "no IVF: hybrid joins the token stage");
+    drop(index);
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path().join("index");
+    copy_dir(&built().dir, &dir);
+    cellar_search::ivf::build_ivf(
+        &dir,
+        &cellar_search::ivf::IvfBuildOptions { cluster_size: 16, ..Default::default() },
+    )
+    .unwrap();
+    let index = Index::open(&dir, OpenOptions::default()).unwrap();
+    assert_eq!(hybrid(&index, None), (false, true), "hybrid keeps the IVF by default");
+    assert_eq!(hybrid(&index, Some(DenseStage::Tokens)), (true, false));
+    let params = index.search(dense(&query_of(3), 10)).unwrap().params;
+    assert_eq!((params.tokens.is_some(), params.ivf.is_some()), (true, false), "dense takes the tokens");
+}
+
+#[test]
 fn bad_token_stage_requests_are_refused_with_the_reason() {
     let index = Index::open(&built().dir, OpenOptions::default()).unwrap();
     let err = index.search(SearchRequest { nprobe: Some(65), ..dense(&query_of(0), 10) }).unwrap_err();
