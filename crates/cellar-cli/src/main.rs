@@ -10,8 +10,8 @@ mod ivf_cmd;
 mod search_cmd;
 mod serve_cmd;
 mod splade_cmd;
-mod tokens_cmd;
 mod stream_search_cmd;
+mod tokens_cmd;
 mod tune_cmd;
 mod write_cmd;
 

@@ -135,9 +135,13 @@ impl IvfConfig {
     /// them in at once, and reading the index as one without an IVF would silently change what
     /// the hybrid mode answers.
     pub fn load(index_dir: &Path) -> Result<Option<IvfConfig>> {
-        crate::config::load_committed(&Self::dir(index_dir), IVF_CONFIG_FILE, &IVF_KINDS, IVF_READABLE_VERSIONS, || {
-            rebuild_hint(index_dir)
-        })
+        crate::config::load_committed(
+            &Self::dir(index_dir),
+            IVF_CONFIG_FILE,
+            &IVF_KINDS,
+            IVF_READABLE_VERSIONS,
+            || rebuild_hint(index_dir),
+        )
     }
 
     /// `Corrupted` naming the first of the IVF's binary files missing from `index_dir/ivf/`: `ivf.json`

@@ -17,10 +17,10 @@ use cellar_search::ivf::layout::{CENTROIDS_PREAMBLE_BYTES, MEMBER_FIXED_BYTES, T
 use cellar_search::ivf::{IVF_CONFIG_FILE, IVF_DIR, IVF_FORMAT_VERSION, IVF_KINDS, IVF_READABLE_VERSIONS};
 use cellar_search::texts::{TEXT_END_BYTES, TEXT_ENTRY_BYTES, TEXT_ENTRY_FIELDS};
 use cellar_search::tokens::layout::{ENTRY_BYTES, HEAD_BYTES};
+use cellar_search::tokens::lists::BLOCK_IDS;
 use cellar_search::tokens::{
     TOKENS_CONFIG_FILE, TOKENS_DIR, TOKENS_FORMAT_VERSION, TOKENS_READABLE_VERSIONS, TOKEN_KINDS,
 };
-use cellar_search::tokens::lists::BLOCK_IDS;
 
 use cellar_search::live::merge::MERGED_SUFFIX;
 use cellar_search::live::{
