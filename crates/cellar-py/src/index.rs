@@ -315,8 +315,10 @@ impl PyIndex {
     /// ``POST /v1/search`` (see ``cellar.SEARCH_PARAMETERS``): ``k`` (default 10), ``mode``
     /// (default ``"hybrid"``; ``None`` takes the index's stored default): ``"hybrid"`` (BM25
     /// candidates, joined by ``hybrid_candidates`` IVF candidates, re-ranked by fused
-    /// first-stage and MaxSim scores), ``"rerank"`` (BM25 then MaxSim alone), ``"dense"`` (IVF
-    /// then MaxSim alone), ``"ivf"`` (the IVF alone), ``"dense-exact"`` (a scan of the pooled
+    /// first-stage and MaxSim scores), ``"rerank"`` (BM25 then MaxSim alone), ``"dense"`` (the
+    /// token stage of ``cellar tokens build`` where the index has one, else the IVF, then MaxSim
+    /// alone; ``dense_stage="pooled"`` or ``"tokens"`` chooses), ``"ivf"`` (the IVF alone),
+    /// ``"dense-exact"`` (a scan of the pooled
     /// vectors) or ``"bm25"``. ``candidates`` (first-stage depth), ``rerank_k`` (how many
     /// candidates are re-scored) and ``alpha`` (first-stage weight in [0, 1]) default to the
     /// index's stored, possibly tuned, values; ``nprobe``, ``oversample``, ``rescore``,
