@@ -669,3 +669,53 @@ async fn no_error_answer_carries_a_server_path() {
         assert!(!text.contains(&dir.to_string_lossy().to_string()), "{text}");
     }
 }
+
+/// Dense over HTTP takes the token stage (`cellar tokens build`) with the caller's token vectors
+/// alone, reports it, and refuses a dense stage the index lacks or an nprobe past its leaves
+/// with a 400 and its reason.
+#[tokio::test]
+async fn dense_over_http_takes_the_token_stage_and_refuses_what_it_cannot_run() {
+    const DIM: usize = 8;
+    let tmp = tempfile::TempDir::new().unwrap();
+    let dir = tmp.path().join("embedded");
+    let options = cellar_search::BuildOptions::new("", &dir);
+    let docs = (0..8).map(|i| {
+        let mut tokens = vec![0.0f32; 2 * DIM];
+        tokens[i] = 1.0;
+        tokens[DIM + (i + 3) % DIM] = 1.0;
+        Ok(cellar_search::EmbeddedDoc {
+            id: format!("e{i}"),
+            title: String::new(),
+            text: format!("embedded document number {i}"),
+            metadata: Default::default(),
+            tokens,
+            pooled: None,
+        })
+    });
+    Index::build_from_embeddings(&options, DIM, None, docs).unwrap();
+    let stage = cellar_search::tokens::TokensBuildOptions { leaves: 4, ..Default::default() };
+    cellar_search::tokens::build_tokens(&dir, &stage).unwrap();
+    let index = Arc::new(Index::open(&dir, OpenOptions::default()).unwrap());
+    let app = router(AppState::new(index, config()));
+    // Document e5's two tokens, no pooled vector.
+    let mut first = vec![0.0f32; DIM];
+    first[5] = 1.0;
+    let mut second = vec![0.0f32; DIM];
+    second[0] = 1.0;
+    let query = json!({"mode": "dense", "k": 3, "query_vectors": {"tokens": [first, second]}});
+    let (status, value) = search(&app, query.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{value}");
+    assert_eq!(value["hits"][0]["id"], "e5", "{value}");
+    assert!(value["tokens"]["lists"].as_u64().unwrap() > 0, "the stage's report: {value}");
+    assert!(value["params"]["tokens"]["nprobe"].is_u64(), "{value}");
+    let mut pooled = query.clone();
+    pooled["dense_stage"] = json!("pooled");
+    let (status, value) = search(&app, pooled).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{value}");
+    assert!(value["message"].as_str().unwrap().contains("cellar ivf build"), "{value}");
+    let mut wide = query;
+    wide["nprobe"] = json!(99);
+    let (status, value) = search(&app, wide).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{value}");
+    assert!(value["message"].as_str().unwrap().contains("leaves"), "{value}");
+}
