@@ -77,6 +77,17 @@ impl TokenParams {
     }
 }
 
+/// `nprobe` if it is between 1 and the stage's `most` (the IVF's clusters, the token stage's
+/// leaves) and `MAX_NPROBE`.
+fn check_nprobe(nprobe: usize, most: usize, whose: &str, what: &str) -> Result<usize> {
+    if nprobe == 0 || nprobe > most.min(MAX_NPROBE) {
+        return Err(CellarError::InvalidInput(format!(
+            "nprobe must be between 1 and {whose} {most} {what} (at most {MAX_NPROBE}), got {nprobe}"
+        )));
+    }
+    Ok(nprobe)
+}
+
 fn check_hybrid_candidates(n: usize) -> Result<()> {
     if n > MAX_K {
         return Err(CellarError::InvalidInput(format!("hybrid_candidates must be at most {MAX_K}, got {n}")));
@@ -87,13 +98,8 @@ fn check_hybrid_candidates(n: usize) -> Result<()> {
 /// Fills the token stage's settings from its defaults and checks them against its leaves.
 fn resolve_tokens(options: &SearchRequest, tokens: &TokensConfig) -> Result<TokenParams> {
     let d = tokens.search;
-    let nprobe = options.nprobe.unwrap_or(d.nprobe);
-    if nprobe == 0 || nprobe > tokens.leaves.min(MAX_NPROBE) {
-        return Err(CellarError::InvalidInput(format!(
-            "nprobe must be between 1 and the token stage's {} leaves (at most {MAX_NPROBE}), got {nprobe}",
-            tokens.leaves
-        )));
-    }
+    let nprobe =
+        check_nprobe(options.nprobe.unwrap_or(d.nprobe), tokens.leaves, "the token stage's", "leaves")?;
     let hybrid_candidates = options.hybrid_candidates.unwrap_or(d.hybrid_candidates);
     check_hybrid_candidates(hybrid_candidates)?;
     Ok(TokenParams { nprobe, route: d.route.min(tokens.groups).max(1), hybrid_candidates })
@@ -102,13 +108,7 @@ fn resolve_tokens(options: &SearchRequest, tokens: &TokensConfig) -> Result<Toke
 /// Fills the IVF settings from the IVF's defaults and checks them against its cluster count.
 fn resolve_ivf(options: &SearchRequest, mode: Mode, ivf: &IvfConfig) -> Result<IvfParams> {
     let d = ivf.search;
-    let nprobe = options.nprobe.unwrap_or(d.nprobe);
-    if nprobe == 0 || nprobe > ivf.clusters.min(MAX_NPROBE) {
-        return Err(CellarError::InvalidInput(format!(
-            "nprobe must be between 1 and the IVF's {} clusters (at most {MAX_NPROBE}), got {nprobe}",
-            ivf.clusters
-        )));
-    }
+    let nprobe = check_nprobe(options.nprobe.unwrap_or(d.nprobe), ivf.clusters, "the IVF's", "clusters")?;
     let oversample = options.oversample.unwrap_or(d.oversample);
     if !(1.0..=100.0).contains(&oversample) {
         return Err(CellarError::InvalidInput(format!(

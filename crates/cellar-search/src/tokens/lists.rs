@@ -44,15 +44,16 @@ fn block_bytes(n: usize, w: u8) -> usize {
     5 + ((n.saturating_sub(1)) * w as usize).div_ceil(8)
 }
 
-/// Decodes `count` ids from the start of `bytes` into `out` (cleared first) and returns the
-/// bytes they took. A list whose bytes do not hold `count` ids, or whose ids would pass
-/// `u32::MAX`, is `Err(detail)`: the caller names the file and offset.
+/// Decodes `count` ids from the start of `bytes`, appended to `out`, and returns the bytes
+/// they took (a search decodes every list it reads into one buffer). A list whose bytes do not
+/// hold `count` ids, or whose ids would pass `u32::MAX`, is `Err(detail)`: the caller names the
+/// file and offset.
 pub fn decode(bytes: &[u8], count: usize, out: &mut Vec<u32>) -> std::result::Result<usize, String> {
-    out.clear();
+    let start = out.len();
     out.reserve(count);
     let mut at = 0usize;
-    while out.len() < count {
-        let n = (count - out.len()).min(BLOCK_IDS);
+    while out.len() - start < count {
+        let n = (count - (out.len() - start)).min(BLOCK_IDS);
         let head =
             bytes.get(at..at + 5).ok_or_else(|| format!("list ends inside a block head at byte {at}"))?;
         let first = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
@@ -131,6 +132,18 @@ mod tests {
                 round_trip(&ids);
             }
         }
+    }
+
+    #[test]
+    fn lists_decoded_one_after_another_share_one_buffer() {
+        let (a, b) = ((0..300).map(|i| i * 3).collect::<Vec<u32>>(), vec![7u32, 7, 9]);
+        let (mut ea, mut eb) = (Vec::new(), Vec::new());
+        encode(&a, &mut ea);
+        encode(&b, &mut eb);
+        let mut out = Vec::new();
+        assert_eq!(decode(&ea, a.len(), &mut out).unwrap(), ea.len());
+        assert_eq!(decode(&eb, b.len(), &mut out).unwrap(), eb.len());
+        assert_eq!(out, [a, b].concat());
     }
 
     #[test]

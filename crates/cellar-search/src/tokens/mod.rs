@@ -196,17 +196,16 @@ struct Scratch {
     gain: Vec<f32>,
     /// Its best estimate for the current query token.
     best: Vec<f32>,
-    /// The last query token (plus one) that met it.
+    /// The last query token (plus one) that met it; 0: none yet, so not in `touched`.
     seen: Vec<u16>,
-    /// Whether it is in `touched`.
-    member: Vec<bool>,
     touched: Vec<u32>,
     this_token: Vec<u32>,
 }
 
 /// One probed leaf's postings as a search reads them.
 struct Postings<'a> {
-    ids: Vec<u32>,
+    /// Its document ids: this range of the search's one decoded buffer.
+    ids: std::ops::Range<usize>,
     codes: &'a [u8],
     factors: &'a [u8],
     written: Option<&'a WrittenList>,
@@ -408,6 +407,7 @@ impl TokenStage {
         let dim = self.quantizer.dim;
         let code_bytes = codes::code_bytes(dim);
         let mut read: Vec<Postings> = Vec::with_capacity(leaves.len());
+        let mut ids: Vec<u32> = Vec::new();
         for (i, &j) in leaves.iter().enumerate() {
             let entry = self.entries[j as usize];
             let bytes = batch.get(i);
@@ -420,7 +420,7 @@ impl TokenStage {
                 ));
             }
             let n = entry.count as usize;
-            let mut ids = Vec::new();
+            let first = ids.len();
             let used = lists::decode_at(bytes, n, &mut ids, path, entry.offset)?;
             if bytes.len() != used + n * (code_bytes + 2) {
                 return Err(CellarError::corrupted(
@@ -430,7 +430,7 @@ impl TokenStage {
                 ));
             }
             let (codes, factors) = bytes[used..].split_at(n * code_bytes);
-            read.push(Postings { ids, codes, factors, written: written.lists.get(&j) });
+            read.push(Postings { ids: first..ids.len(), codes, factors, written: written.lists.get(&j) });
         }
         let imputed: f32 = probed.iter().map(|p| p.last().map_or(0.0, |l| l.1)).sum();
         let best = SCRATCH.with(|cell| {
@@ -440,7 +440,6 @@ impl TokenStage {
                 s.gain.resize(end as usize, 0.0);
                 s.best.resize(end as usize, 0.0);
                 s.seen.resize(end as usize, 0);
-                s.member.resize(end as usize, false);
             }
             for (t, leaves_of_t) in probed.iter().enumerate() {
                 let mark = (t + 1) as u16;
@@ -449,6 +448,9 @@ impl TokenStage {
                 let meet = |s: &mut Scratch, id: u32, estimate: f32| {
                     let d = id as usize;
                     if s.seen[d] != mark {
+                        if s.seen[d] == 0 {
+                            s.touched.push(id);
+                        }
                         s.seen[d] = mark;
                         s.best[d] = estimate;
                         s.this_token.push(id);
@@ -459,7 +461,7 @@ impl TokenStage {
                 for &(j, score) in leaves_of_t {
                     let p = &read[leaves.binary_search(&j).expect("probed leaf read")];
                     stats.postings += p.ids.len() as u64;
-                    for (k, &id) in p.ids.iter().enumerate() {
+                    for (k, &id) in ids[p.ids.clone()].iter().enumerate() {
                         if restricted && skip(id) {
                             continue;
                         }
@@ -480,10 +482,6 @@ impl TokenStage {
                 for i in 0..s.this_token.len() {
                     let d = s.this_token[i] as usize;
                     s.gain[d] += (s.best[d] - floor).max(0.0);
-                    if !s.member[d] {
-                        s.member[d] = true;
-                        s.touched.push(d as u32);
-                    }
                 }
                 s.this_token.clear();
             }
@@ -491,7 +489,7 @@ impl TokenStage {
             for &id in &s.touched {
                 let d = id as usize;
                 top.push(DocId(id), imputed + s.gain[d]);
-                (s.gain[d], s.seen[d], s.member[d]) = (0.0, 0, false);
+                (s.gain[d], s.seen[d]) = (0.0, 0);
             }
             stats.scored = s.touched.len();
             s.touched.clear();
