@@ -81,17 +81,144 @@ pub struct Range {
     pub lte: Option<Scalar>,
 }
 
-/// A condition on documents' metadata.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase", deny_unknown_fields)]
-#[schemars(extend("x-max-values" = MAX_FILTER_VALUES))]
+/// A condition on documents' metadata. It is written in its long form (one operator:
+/// `{"eq": {"field": "color", "value": "red"}}`) or in the shorthand of equality,
+/// `{"color": "red", "year": 2001}` (each field equals its value; a list value is `in`), which
+/// may also stand inside `and`, `or` and `not`. A field named like an operator (`eq`, `in`,
+/// `range`, `and`, `or`, `not`) takes the long form. It serialises in the long form.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Filter {
+    Eq(Equals),
+    In(AnyOf),
+    Range(Range),
+    And(Vec<Filter>),
+    Or(Vec<Filter>),
+    Not(Box<Filter>),
+}
+
+/// The operators of a filter's long form, as it is read.
+const OPERATORS: [&str; 6] = ["eq", "in", "range", "and", "or", "not"];
+
+/// A filter's long form: one operator.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+#[schemars(rename = "FilterOperator")]
+enum Long {
     Eq(Equals),
     In(AnyOf),
     Range(Range),
     And(#[schemars(length(min = 1, max = MAX_FILTER_NODES))] Vec<Filter>),
     Or(#[schemars(length(min = 1, max = MAX_FILTER_NODES))] Vec<Filter>),
     Not(Box<Filter>),
+}
+
+/// The value of one field in the shorthand: equal to a scalar, or to any of a list's.
+#[derive(Deserialize, JsonSchema)]
+#[serde(untagged)]
+enum Short {
+    One(Scalar),
+    Any(#[schemars(length(min = 1, max = MAX_IN_VALUES))] Vec<Scalar>),
+}
+
+/// The shorthand of equality: `{"color": "red", "tags": ["a", "b"]}`.
+#[derive(JsonSchema)]
+#[schemars(rename = "FilterShorthand", extend("minProperties" = 1))]
+#[allow(dead_code)] // only its schema is used: the shorthand is read in `Filter::deserialize`
+struct Shorthand(std::collections::BTreeMap<String, Short>);
+
+impl From<Long> for Filter {
+    fn from(long: Long) -> Filter {
+        match long {
+            Long::Eq(e) => Filter::Eq(e),
+            Long::In(a) => Filter::In(a),
+            Long::Range(r) => Filter::Range(r),
+            Long::And(all) => Filter::And(all),
+            Long::Or(any) => Filter::Or(any),
+            Long::Not(f) => Filter::Not(f),
+        }
+    }
+}
+
+impl Filter {
+    /// A filter from its JSON: the long form (one operator key) or the shorthand of equality.
+    fn from_json(value: serde_json::Value) -> std::result::Result<Filter, String> {
+        let serde_json::Value::Object(map) = value else {
+            return Err(format!(
+                "a filter is an object: {{\"eq\": {{\"field\": ..., \"value\": ...}}}} or the shorthand \
+                 {{\"field\": value}}, got {}",
+                kind_of(&value)
+            ));
+        };
+        let operators = map.keys().filter(|k| OPERATORS.contains(&k.as_str())).count();
+        if operators > 0 {
+            if map.len() > 1 {
+                let keys: Vec<&str> = map.keys().map(String::as_str).collect();
+                return Err(format!(
+                    "a filter object holds one operator, or only fields (the shorthand), got keys {keys:?}: \
+                     join conditions with {{\"and\": [...]}} (a field named like an operator takes the long \
+                     form {{\"eq\": {{\"field\": ..., \"value\": ...}}}})"
+                ));
+            }
+            return serde_json::from_value::<Long>(serde_json::Value::Object(map))
+                .map(Filter::from)
+                .map_err(|e| e.to_string());
+        }
+        if map.is_empty() {
+            return Err("an empty filter object: give an operator or at least one field".into());
+        }
+        let mut all = Vec::with_capacity(map.len());
+        for (field, value) in map {
+            let short = serde_json::from_value::<Short>(value.clone()).map_err(|_| {
+                format!(
+                    "filter shorthand: field {field:?} must equal a string, number or boolean, or a list of \
+                     them (for any of), got {}",
+                    kind_of(&value)
+                )
+            })?;
+            all.push(match short {
+                Short::One(value) => Filter::Eq(Equals { field, value }),
+                Short::Any(values) => Filter::In(AnyOf { field, values }),
+            });
+        }
+        Ok(if all.len() == 1 { all.pop().expect("one condition") } else { Filter::And(all) })
+    }
+}
+
+/// What a JSON value is, for messages.
+fn kind_of(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+impl<'de> Deserialize<'de> for Filter {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Filter, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        Filter::from_json(value).map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for Filter {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Filter".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let long = generator.subschema_for::<Long>();
+        let short = generator.subschema_for::<Shorthand>();
+        schemars::json_schema!({
+            "description": "A condition on documents' metadata: one operator (eq, in, range, and, or, not), \
+                            or the shorthand of equality {\"field\": value, ...} (a list value: any of).",
+            "anyOf": [long, short],
+            "x-max-values": MAX_FILTER_VALUES,
+        })
+    }
 }
 
 /// A number of a filter: exact integer or float.
@@ -578,6 +705,42 @@ mod tests {
         assert!(f.check("filter").unwrap_err().to_string().contains("nest at most"));
         assert!(serde_json::from_str::<Filter>(r#"{"eq":{"field":"a","value":1,"x":2}}"#).is_err());
         assert!(serde_json::from_str::<Filter>(r#"{"like":{"field":"a"}}"#).is_err());
+    }
+
+    #[test]
+    fn the_shorthand_means_equality_of_each_field_and_nests_in_the_long_form() {
+        let long = |text: &str| serde_json::from_str::<Filter>(text).unwrap();
+        assert_eq!(filter(r#"{"lang":"en"}"#), long(r#"{"eq":{"field":"lang","value":"en"}}"#));
+        assert_eq!(
+            filter(r#"{"lang":"en","year":2004}"#),
+            long(r#"{"and":[{"eq":{"field":"lang","value":"en"}},{"eq":{"field":"year","value":2004}}]}"#)
+        );
+        assert_eq!(
+            filter(r#"{"lang":["fr","en"]}"#),
+            long(r#"{"in":{"field":"lang","values":["fr","en"]}}"#)
+        );
+        let m = meta(r#"{"lang":"en","year":2004,"ok":true}"#);
+        for (text, want) in [
+            (r#"{"lang":"en","ok":true}"#, true),
+            (r#"{"lang":"en","year":2005}"#, false),
+            (r#"{"not":{"lang":"fr"}}"#, true),
+            (r#"{"or":[{"lang":"de"},{"range":{"field":"year","gte":2000}}]}"#, true),
+        ] {
+            assert_eq!(filter(text).matches(&m), want, "{text}");
+        }
+        // It serialises in the long form, which reads back the same.
+        let f = filter(r#"{"lang":"en","year":2004}"#);
+        assert_eq!(long(&serde_json::to_string(&f).unwrap()), f);
+        for (text, says) in [
+            (r#"{}"#, "empty filter object"),
+            (r#"{"lang":null}"#, "field \"lang\" must equal"),
+            (r#"{"lang":{"x":1}}"#, "got an object"),
+            (r#"{"eq":{"field":"a","value":1},"lang":"en"}"#, "holds one operator, or only fields"),
+            (r#""lang""#, "a filter is an object"),
+        ] {
+            let err = serde_json::from_str::<Filter>(text).unwrap_err().to_string();
+            assert!(err.contains(says), "{text}: {err}");
+        }
     }
 
     /// `in` values count against the filter's limit: 255 full `in`s (a 2 MB body) cost 350 MiB

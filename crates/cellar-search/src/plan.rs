@@ -9,6 +9,7 @@ use std::time::Instant;
 use cellar_core::{CellarError, DocId, Result};
 
 use crate::bm25::no_metadata_field;
+use crate::build::mean_normalized;
 use crate::filter::{Allowed, Filter};
 use crate::index::Index;
 use crate::mode::Mode;
@@ -52,8 +53,12 @@ impl Index {
         let params = self.params(&request)?;
         let mode = params.mode;
         let dim = self.config.encoder.model_dim;
-        let vectors =
+        let mut vectors =
             request.query_vectors.map(|v| flatten(v, dim, "query_vectors", MAX_QUERY_VECTORS)).transpose()?;
+        // A pooled vector left out is the normalised mean of the token vectors, as a document's is.
+        if let Some(v) = vectors.as_mut().filter(|v| v.pooled.is_none() && v.n_tokens > 0) {
+            v.pooled = mean_normalized(&v.tokens, dim);
+        }
         // The single-vector-first modes need no text when the caller sends the vectors.
         if vectors.is_none() || !(mode.is_single_vector_first() && request.query.is_empty()) {
             check_query(&request.query)?;

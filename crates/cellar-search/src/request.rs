@@ -142,8 +142,8 @@ pub struct QueryVectorsIn {
     #[serde(default)]
     #[schemars(length(max = MAX_QUERY_VECTORS), inner(length(max = MAX_DIM)))]
     pub tokens: Vec<Vec<f32>>,
-    /// The query's pooled vector: needed by dense-exact, ivf, dense, and hybrid when it joins IVF
-    /// candidates.
+    /// The query's pooled vector (dense-exact, ivf, and dense or hybrid over the IVF). Default: the
+    /// L2-normalised mean of `tokens`, as a document's pooled vector defaults to.
     #[schemars(length(max = MAX_DIM))]
     pub pooled: Option<Vec<f32>>,
     /// `tokens` in compact form, instead of them: base64 (standard alphabet, padded) of the rows'

@@ -570,6 +570,38 @@ async fn every_documented_request_field_is_accepted_by_the_router_and_no_other()
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
+/// Token vectors alone are enough for every mode that needs a pooled vector: it defaults to the
+/// normalised mean of the tokens, and answers as that vector sent explicitly does.
+#[tokio::test]
+async fn a_pooled_vector_left_out_is_the_normalised_mean_of_the_tokens() {
+    let (_, app) = app_with(config());
+    let full = encoded("coffee");
+    let tokens: Vec<Vec<f32>> = serde_json::from_value(full["tokens"].clone()).unwrap();
+    let mut mean = vec![0f64; tokens[0].len()];
+    for row in &tokens {
+        mean.iter_mut().zip(row).for_each(|(m, v)| *m += f64::from(*v));
+    }
+    let norm = mean.iter().map(|m| m * m).sum::<f64>().sqrt();
+    let mean: Vec<f32> = mean.iter().map(|m| (m / norm) as f32).collect();
+    for mode in ["ivf", "dense-exact", "hybrid"] {
+        let query = if mode == "hybrid" { "coffee" } else { "" };
+        let (status, alone) =
+            search(&app, json!({ "query": query, "mode": mode, "query_vectors": { "tokens": tokens } }))
+                .await;
+        assert_eq!(status, StatusCode::OK, "{mode}: {alone}");
+        let given = json!({ "tokens": tokens, "pooled": mean });
+        let (status, explicit) =
+            search(&app, json!({ "query": query, "mode": mode, "query_vectors": given })).await;
+        assert_eq!(status, StatusCode::OK, "{mode}: {explicit}");
+        assert!(!alone["hits"].as_array().unwrap().is_empty(), "{mode}: {alone}");
+        assert_eq!(alone["hits"], explicit["hits"], "{mode}");
+    }
+    // With neither, the modes that need one still say so.
+    let (status, body) = search(&app, json!({ "query": "", "mode": "ivf", "query_vectors": {} })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("pooled vector"), "{body}");
+}
+
 #[tokio::test]
 async fn a_user_error_is_refused_before_the_search_is_queued() {
     // Every worker blocked and the queue full: a valid search gets 429, an invalid one 400.
@@ -583,14 +615,14 @@ async fn a_user_error_is_refused_before_the_search_is_queued() {
     wait_for_queue_depth(&state, 1).await;
     let (status, _) = search(&app, json!({ "query": "coffee", "mode": "bm25" })).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
-    // Hybrid joins IVF candidates by default: token vectors without the pooled one are refused
-    // by the plan, not by a worker.
+    // Hybrid scores MaxSim: a pooled vector without token vectors is refused by the plan, not by
+    // a worker.
     let mut vectors = encoded("coffee");
-    vectors.as_object_mut().unwrap().remove("pooled");
+    vectors["tokens"] = json!([]);
     let (status, body) =
         search(&app, json!({ "query": "coffee", "mode": "hybrid", "query_vectors": vectors })).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert!(body["message"].as_str().unwrap().contains("hybrid_candidates 0"), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("scores MaxSim"), "{body}");
     let (status, _) = search(&app, json!({ "query": "", "mode": "bm25" })).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     release.send(()).unwrap();
