@@ -112,8 +112,8 @@ async fn every_bad_input_is_a_typed_4xx_and_the_server_keeps_serving() {
             "invalid_input",
         ),
         (
-            "dense without pooled",
-            json!({"query": "coffee", "mode": "dense", "query_vectors": {"tokens": [vec![0.1f32; dim]]}})
+            "dense with a pooled vector but no token vectors",
+            json!({"query": "coffee", "mode": "dense", "query_vectors": {"pooled": vec![0.1f32; dim]}})
                 .to_string(),
             StatusCode::BAD_REQUEST,
             "invalid_input",
