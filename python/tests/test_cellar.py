@@ -549,6 +549,6 @@ def test_search_takes_query_vectors_and_every_request_field(index: cellar.Index)
     with pytest.raises(cellar.InvalidInputError, match=f"expected {dim}"):
         index.search(text, mode="rerank", query_vectors={"tokens": np.ones((2, dim + 1))})
     with pytest.raises(cellar.InvalidInputError, match="pooled"):
-        index.search("", mode="ivf", query_vectors={"tokens": np.ones((1, dim))})
+        index.search("", mode="ivf", query_vectors={"tokens": []})
     with pytest.raises(TypeError, match="evaluate.*query_vectors"):
         index.evaluate({"q": text}, {"q": {"x": 1}}, query_vectors={"tokens": []})

@@ -44,7 +44,7 @@ def test_text_is_encoded_and_search_stays_in_its_group(notes: cellar.Stream) -> 
     assert hits[0]["text"] == NOTES["ana"]["n1"]
     assert hits == sorted(hits, key=lambda h: -h["score"])
     assert [h["id"] for h in notes.search("ben", "bread", k=1, mode="pooled")] == ["m1"]
-    assert [h["id"] for h in notes.search("ana", "bread", filters={"first": True})] == ["n1"]
+    assert [h["id"] for h in notes.search("ana", "bread", filter={"first": True})] == ["n1"]
     assert [h["id"] for h in notes.search("ana", "anything", require_terms="LAVA sea")] == ["n3"]
     assert notes.search("ana", "bread", include_text=False)[0]["text"] is None
 

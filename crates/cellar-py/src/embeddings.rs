@@ -116,7 +116,7 @@ impl Sources {
     }
 
     /// The next document, or the end (checking every argument ended together).
-    fn next_doc(&mut self, py: Python<'_>) -> PyResult<Option<EmbeddedDoc>> {
+    pub fn next_doc(&mut self, py: Python<'_>) -> PyResult<Option<EmbeddedDoc>> {
         let i = self.at;
         let vectors = match self.first.take() {
             Some(first) => Some(first),

@@ -9,7 +9,10 @@ use cellar_core::io::ReaderKind;
 use cellar_search::eval::doc_ids;
 use cellar_search::ivf::IvfBuildOptions;
 use cellar_search::request::DEFAULT_K;
-use cellar_search::{BuildOptions, Index, OpenOptions, SearchRequest, WeightPrecision, WriteRequest};
+use cellar_search::{
+    BuildOptions, DocIn, Index, OpenOptions, QueryVectorsIn, SearchRequest, WeightPrecision, WriteOp,
+    WriteRequest,
+};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -21,6 +24,14 @@ use crate::embeddings::Sources;
 use crate::errors::{invalid, without_gil};
 use crate::evaluate::evaluate;
 use crate::result::PySearchResult;
+
+/// `doc_vectors, texts, pooled, metadata` of a write in the columns form.
+type Columns<'a, 'py> = (
+    Option<&'a Bound<'py, PyAny>>,
+    Option<&'a Bound<'py, PyAny>>,
+    Option<&'a Bound<'py, PyAny>>,
+    Option<&'a Bound<'py, PyAny>>,
+);
 
 /// An open Cellar index. Thread-safe: one instance serves concurrent searches from many threads.
 ///
@@ -34,14 +45,15 @@ pub struct PyIndex {
 }
 
 /// A [`SearchRequest`] from a method's keyword arguments: each argument is a field of the
-/// request (`None` leaves it to the index's default), `defaults` fill the arguments not given.
-/// A misspelt argument or a value of the wrong type raises `TypeError`; a value out of range,
+/// request (`None` leaves it to the index's default); `k` is the default of `k`, and the mode's
+/// is hybrid with a text and dense without one. `query_vectors` may be a bare `(n, dim)` array
+/// (the token vectors). A misspelt argument or a value of the wrong type raises `TypeError`; a value out of range,
 /// `InvalidInputError` naming the field.
 fn request_from_kwargs(
     py: Python<'_>,
-    query: &str,
+    query: Option<&str>,
     params: Option<&Bound<'_, PyDict>>,
-    defaults: &[(&str, Value)],
+    k: usize,
 ) -> PyResult<SearchRequest> {
     let mut fields = Map::new();
     if let Some(params) = params {
@@ -50,11 +62,20 @@ fn request_from_kwargs(
             fields.insert(key.clone(), python_to_json(py, &key, &value)?);
         }
     }
-    for (key, value) in defaults {
-        fields.entry(key.to_string()).or_insert_with(|| value.clone());
+    // A bare `(n, dim)` array is the query's token vectors.
+    if let Some(tokens) = fields.get_mut("query_vectors").filter(|v| v.is_array()) {
+        *tokens = json!({ "tokens": tokens.take() });
+    }
+    if query.is_none() && fields.get("query_vectors").is_none_or(Value::is_null) {
+        return Err(invalid(py, "give a query text, query_vectors, or both"));
+    }
+    // Without text there is nothing for BM25: the default mode is dense, not hybrid.
+    let mode = if query.is_some() { "hybrid" } else { "dense" };
+    for (key, value) in [("k", json!(k)), ("mode", json!(mode))] {
+        fields.entry(key.to_string()).or_insert(value);
     }
     fields.retain(|_, v| !v.is_null());
-    fields.insert("query".into(), Value::String(query.to_string()));
+    fields.insert("query".into(), Value::String(query.unwrap_or_default().to_string()));
     SearchRequest::from_value(Value::Object(fields)).map_err(|e| {
         if e.is_type_error() {
             PyTypeError::new_err(e.to_string())
@@ -128,13 +149,49 @@ impl PyIndex {
         Ok(())
     }
 
-    /// `docs` (one dict or a list of them) as operations `kind` ("add", "update").
+    /// Operations `kind` ("add", "update") of `docs`: one dict or a list of them, or, with
+    /// `columns` (`doc_vectors, texts, pooled, metadata`), the ids of documents given as
+    /// `from_embeddings` takes them (and checked by the same reader).
     fn write_docs<'py>(
         &self,
         py: Python<'py>,
         kind: &str,
         docs: &Bound<'py, PyAny>,
+        columns: Columns<'_, 'py>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let (doc_vectors, texts, pooled, metadata) = columns;
+        if let Some(doc_vectors) = doc_vectors {
+            let mut sources = Sources::new(py, docs, doc_vectors, texts, pooled, metadata)?;
+            let dim = sources.dim();
+            let mut ops = Vec::new();
+            while let Some(doc) = sources.next_doc(py)? {
+                let vectors = QueryVectorsIn {
+                    tokens: doc.tokens.chunks_exact(dim).map(<[f32]>::to_vec).collect(),
+                    pooled: doc.pooled,
+                    ..QueryVectorsIn::default()
+                };
+                let doc = DocIn {
+                    id: doc.id,
+                    title: doc.title,
+                    text: doc.text,
+                    metadata: doc.metadata,
+                    vectors: Some(vectors),
+                };
+                ops.push(if kind == "add" { WriteOp::Add(doc) } else { WriteOp::Update(doc) });
+            }
+            return self.write_request(py, WriteRequest { ops });
+        }
+        if let Some(name) = [("texts", texts), ("pooled", pooled), ("metadata", metadata)]
+            .iter()
+            .find_map(|(name, given)| given.is_some().then_some(name))
+        {
+            return Err(invalid(
+                py,
+                format!(
+                    "{name} goes with doc_vectors (the columns form); documents as dicts carry it inside"
+                ),
+            ));
+        }
         let items: Vec<Bound<'py, PyAny>> = if docs.is_instance_of::<PyDict>() {
             vec![docs.clone()]
         } else {
@@ -143,7 +200,14 @@ impl PyIndex {
         let ops = items
             .iter()
             .enumerate()
-            .map(|(i, doc)| Ok(json!({ kind: python_to_json(py, &format!("docs[{i}]"), doc)? })))
+            .map(|(i, doc)| {
+                let mut doc = python_to_json(py, &format!("docs[{i}]"), doc)?;
+                // A bare `(n, dim)` array is the document's token vectors, as for a query.
+                if let Some(tokens) = doc.get_mut("vectors").filter(|v| v.is_array()) {
+                    *tokens = json!({ "tokens": tokens.take() });
+                }
+                Ok(json!({ kind: doc }))
+            })
             .collect::<PyResult<Vec<Value>>>()?;
         self.write(py, ops)
     }
@@ -151,6 +215,10 @@ impl PyIndex {
     fn write<'py>(&self, py: Python<'py>, ops: Vec<Value>) -> PyResult<Bound<'py, PyAny>> {
         let request: WriteRequest =
             serde_json::from_value(json!({ "ops": ops })).map_err(|e| invalid(py, e.to_string()))?;
+        self.write_request(py, request)
+    }
+
+    fn write_request<'py>(&self, py: Python<'py>, request: WriteRequest) -> PyResult<Bound<'py, PyAny>> {
         let report = without_gil(py, || self.index.write(request))?;
         *self.ids.lock().unwrap_or_else(|p| p.into_inner()) = None;
         to_python(py, &report)
@@ -309,11 +377,13 @@ impl PyIndex {
         open_index(py, path, options)
     }
 
-    /// Searches for ``query`` and returns the top ``k`` hits as a :class:`SearchResult`.
+    /// Searches for ``query`` (a text, or ``None`` with ``query_vectors``) and returns the top
+    /// ``k`` hits as a :class:`SearchResult`.
     ///
     /// The keyword arguments are the fields of a search request, the same as the JSON body of
     /// ``POST /v1/search`` (see ``cellar.SEARCH_PARAMETERS``): ``k`` (default 10), ``mode``
-    /// (default ``"hybrid"``; ``None`` takes the index's stored default): ``"hybrid"`` (BM25
+    /// (default ``"hybrid"`` with a text, ``"dense"`` without; ``None`` takes the index's stored
+    /// default): ``"hybrid"`` (BM25
     /// candidates, joined by ``hybrid_candidates`` IVF candidates, re-ranked by fused
     /// first-stage and MaxSim scores), ``"rerank"`` (BM25 then MaxSim alone), ``"dense"`` (the
     /// token stage of ``cellar tokens build`` where the index has one, else the IVF, then MaxSim
@@ -324,18 +394,21 @@ impl PyIndex {
     /// index's stored, possibly tuned, values; ``nprobe``, ``oversample``, ``rescore``,
     /// ``prefetch``, ``prefetch_step`` and ``hybrid_candidates`` to its IVF's; ``early_read``
     /// (default true) reads BM25's candidates while the text is encoded.
-    /// ``query_vectors={"tokens": [[...], ...], "pooled": [...]}`` (lists or NumPy arrays, in
-    /// the model's space) replaces encoding the text; ``include_text=False`` leaves titles and
-    /// texts out. A misspelt argument raises ``TypeError``. Releases the GIL.
-    #[pyo3(signature = (query, **params), text_signature = "($self, query, **params)")]
+    /// ``query_vectors`` (a ``(n, dim)`` array of token vectors, or ``{"tokens": ..., "pooled":
+    /// ...}``; lists or NumPy arrays, in the model's space) replaces encoding the text; a pooled
+    /// vector left out is the normalised mean of the tokens. ``filter`` takes the one filter
+    /// grammar: ``{"color": "red"}`` (each field equals its value; a list means any of) or the
+    /// long form (``{"eq": {"field": "color", "value": "red"}}``, ``in``, ``range``, ``and``,
+    /// ``or``, ``not``). ``include_text=False`` leaves titles and texts out. A misspelt argument
+    /// raises ``TypeError``. Releases the GIL.
+    #[pyo3(signature = (query=None, **params), text_signature = "($self, query=None, **params)")]
     fn search(
         &self,
         py: Python<'_>,
-        query: &str,
+        query: Option<&str>,
         params: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PySearchResult> {
-        let defaults = [("k", json!(DEFAULT_K)), ("mode", json!("hybrid"))];
-        let request = request_from_kwargs(py, query, params, &defaults)?;
+        let request = request_from_kwargs(py, query, params, DEFAULT_K)?;
         let response = without_gil(py, || {
             self.follow_other_writer()?;
             self.index.search(request)
@@ -359,26 +432,25 @@ impl PyIndex {
         queries: &Bound<'_, PyAny>,
         params: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Vec<PySearchResult>> {
-        let defaults = [("k", json!(DEFAULT_K)), ("mode", json!("hybrid"))];
         let mut requests = Vec::new();
         for (i, item) in queries.try_iter()?.enumerate() {
             let item = item?;
             let request = if let Ok(text) = item.extract::<String>() {
-                request_from_kwargs(py, &text, params, &defaults)?
+                request_from_kwargs(py, Some(&text), params, DEFAULT_K)?
             } else if let Ok(fields) = item.cast::<PyDict>() {
                 let merged = PyDict::new(py);
                 if let Some(params) = params {
                     merged.update(params.as_mapping())?;
                 }
                 merged.update(fields.as_mapping())?;
-                let text: String = match merged.get_item("query")? {
-                    Some(text) => text.extract().map_err(|_| {
+                let text: Option<String> = match merged.get_item("query")? {
+                    Some(text) if !text.is_none() => Some(text.extract().map_err(|_| {
                         PyTypeError::new_err(format!("queries[{i}]['query']: a str is needed"))
-                    })?,
-                    None => String::new(),
+                    })?),
+                    _ => None,
                 };
                 merged.del_item("query").ok();
-                request_from_kwargs(py, &text, Some(&merged), &defaults)?
+                request_from_kwargs(py, text.as_deref(), Some(&merged), DEFAULT_K)?
             } else {
                 return Err(PyTypeError::new_err(format!(
                     "queries[{i}]: a query text (str) or a dict of request fields is needed, got {}",
@@ -450,8 +522,7 @@ impl PyIndex {
                  the whole collection"
             )));
         }
-        let defaults = [("k", json!(100)), ("mode", json!("hybrid"))];
-        let options = request_from_kwargs(py, "", params, &defaults)?;
+        let options = request_from_kwargs(py, Some(""), params, 100)?;
         let queries = args::queries(queries)?;
         let qrels = args::qrels(qrels)?;
         let row = without_gil(py, || {
@@ -480,22 +551,45 @@ impl PyIndex {
         Ok(dict)
     }
 
-    /// Adds documents: each a dict with ``id`` (new to the index), ``title`` and ``text``
-    /// (optional), and optionally ``vectors={"tokens": (n, dim) array, "pooled": (dim,)
-    /// array}`` in the model's space (else the text is encoded with the index's model). The
-    /// batch is all or nothing: any bad document or existing id raises and nothing is written.
-    /// Returns the write's report (``seq``, ``added``, ``docs``, timings); once it returns the
-    /// documents are durable and searchable. Releases the GIL.
-    #[pyo3(signature = (docs))]
-    fn add<'py>(&self, py: Python<'py>, docs: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        self.write_docs(py, "add", docs)
+    /// Adds documents, in either of two shapes:
+    ///
+    /// - the columns of :meth:`from_embeddings`: ``add(ids, doc_vectors, texts=None,
+    ///   pooled=None, metadata=None)``, read and checked the same way;
+    /// - dicts (one, or a list): ``id`` (new to the index), ``title`` and ``text`` (optional),
+    ///   ``metadata`` (optional), and optionally ``vectors``: a ``(n, dim)`` array of token
+    ///   vectors, or ``{"tokens": array, "pooled": array}``, in the model's space (without
+    ///   vectors the text is encoded with the index's model).
+    ///
+    /// A pooled vector left out is the normalised mean of the token vectors. The batch is all
+    /// or nothing: any bad document or existing id raises and nothing is written. Returns the
+    /// write's report (``seq``, ``added``, ``docs``, timings); once it returns the documents are
+    /// durable and searchable. Releases the GIL.
+    #[pyo3(signature = (docs, doc_vectors=None, texts=None, pooled=None, metadata=None))]
+    fn add<'py>(
+        &self,
+        py: Python<'py>,
+        docs: &Bound<'py, PyAny>,
+        doc_vectors: Option<&Bound<'py, PyAny>>,
+        texts: Option<&Bound<'py, PyAny>>,
+        pooled: Option<&Bound<'py, PyAny>>,
+        metadata: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.write_docs(py, "add", docs, (doc_vectors, texts, pooled, metadata))
     }
 
-    /// Replaces documents by id (each must exist), as :meth:`add` takes them: the new version
-    /// wins everywhere. All or nothing. Releases the GIL.
-    #[pyo3(signature = (docs))]
-    fn update<'py>(&self, py: Python<'py>, docs: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        self.write_docs(py, "update", docs)
+    /// Replaces documents by id (each must exist), in the shapes :meth:`add` takes: the new
+    /// version wins everywhere. All or nothing. Releases the GIL.
+    #[pyo3(signature = (docs, doc_vectors=None, texts=None, pooled=None, metadata=None))]
+    fn update<'py>(
+        &self,
+        py: Python<'py>,
+        docs: &Bound<'py, PyAny>,
+        doc_vectors: Option<&Bound<'py, PyAny>>,
+        texts: Option<&Bound<'py, PyAny>>,
+        pooled: Option<&Bound<'py, PyAny>>,
+        metadata: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.write_docs(py, "update", docs, (doc_vectors, texts, pooled, metadata))
     }
 
     /// Deletes documents by id (a str, or a list of them; each must exist: ``NotFoundError``

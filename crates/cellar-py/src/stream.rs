@@ -3,6 +3,7 @@
 //! the same path as the HTTP API's bodies (`cellar_stream::input`). Engine calls run with the
 //! GIL released.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
@@ -15,11 +16,34 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 
 use crate::convert::{json_to_python, to_python};
-use crate::errors::{invalid, without_gil};
+use crate::errors::{invalid, without_gil, IntoPyResult};
 
 /// A streaming collection on disk. Thread-safe: writers and searchers may share one instance.
 ///
 /// Open (or create) one with :meth:`Stream.open`.
+/// A filter of the one grammar (`cellar_search::Filter`) as the equalities a stream runs: a
+/// field's `eq`, and `and` of them (the shorthand `{"field": value, ...}` is that).
+fn equality_filter(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, Value>> {
+    use cellar_search::Filter;
+    fn equalities(filter: &Filter, out: &mut BTreeMap<String, Value>) -> bool {
+        match filter {
+            Filter::Eq(e) => out.insert(e.field.clone(), json!(e.value)).is_none(),
+            Filter::And(all) => all.iter().all(|f| equalities(f, out)),
+            _ => false,
+        }
+    }
+    let filter: Filter = from_python(py, value, "filter")?;
+    let mut out = BTreeMap::new();
+    if !equalities(&filter, &mut out) {
+        return Err(CellarError::Unsupported(
+            "a stream filters on equality only: {\"field\": value, ...}, or eq and and of them (each field once)"
+                .into(),
+        ))
+        .py_err(py);
+    }
+    Ok(out)
+}
+
 #[pyclass(frozen, module = "cellar", name = "Stream")]
 pub struct PyStream {
     /// `None` once closed: the collection's lock is released when the last call using it ends.
@@ -166,8 +190,10 @@ impl PyStream {
     /// The exact top-``k`` of ``group``: a list of dicts ``{id, score, text, metadata}``, best
     /// first. ``mode`` is ``"maxsim"`` (token vectors) or ``"pooled"``; the query is ``query``
     /// text (encoded) or ``query_tokens``; ``require_terms`` keeps documents holding every term;
-    /// ``filters`` is a dict of metadata values that must be equal.
-    #[pyo3(signature = (group, query=None, *, k=10, mode="maxsim", query_tokens=None, query_pooled=None, require_terms=None, filters=None, include_text=true))]
+    /// ``filter`` is a filter in the grammar of :meth:`Index.search`, of which a stream runs
+    /// equality: ``{"kind": "todo"}`` (every field equal), or ``eq`` and ``and`` of them in the
+    /// long form (others raise ``UnsupportedError``).
+    #[pyo3(signature = (group, query=None, *, k=10, mode="maxsim", query_tokens=None, query_pooled=None, require_terms=None, filter=None, include_text=true))]
     #[allow(clippy::too_many_arguments)]
     fn search<'py>(
         &self,
@@ -179,7 +205,7 @@ impl PyStream {
         query_tokens: Option<Bound<'_, PyAny>>,
         query_pooled: Option<Bound<'_, PyAny>>,
         require_terms: Option<String>,
-        filters: Option<Bound<'_, PyAny>>,
+        filter: Option<Bound<'_, PyAny>>,
         include_text: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let k = usize::try_from(k).map_err(|_| invalid(py, format!("k must be positive, got {k}")))?;
@@ -190,7 +216,7 @@ impl PyStream {
             mode: Some(mode.to_string()),
             k: Some(k),
             require_terms,
-            filters: filters.map(|f| from_python(py, &f, "filters")).transpose()?.unwrap_or_default(),
+            filters: filter.map(|f| equality_filter(py, &f)).transpose()?.unwrap_or_default(),
             include_text: Some(include_text),
         };
         let (collection, encoder, group) = (self.collection(py)?, self.encoder.clone(), group.to_string());

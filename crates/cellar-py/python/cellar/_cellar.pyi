@@ -10,6 +10,11 @@ _Mode = Literal["hybrid", "rerank", "bm25", "dense", "ivf", "dense-exact"]
 _Reader = Literal["mmap", "direct", "ram"]
 _Codec = Literal["f16", "int8", "residual1", "residual2", "residual4"]
 _Id = str | int
+#: A ``(n, dim)`` array (or nested lists) of token vectors, or ``{"tokens": ..., "pooled": ...}``.
+_QueryVectors = Any
+#: A filter: ``{"field": value, ...}`` (equality; a list value means any of) or the long form
+#: (``{"eq": {"field": ..., "value": ...}}``, ``in``, ``range``, ``and``, ``or``, ``not``).
+_Filter = Mapping[str, Any]
 
 __version__: str
 CODECS: tuple[str, ...]
@@ -100,7 +105,7 @@ class Index:
     ) -> Index: ...
     def search(
         self,
-        query: str,
+        query: str | None = None,
         *,
         k: int = 10,
         mode: _Mode | None = "hybrid",
@@ -110,7 +115,7 @@ class Index:
         rerank_k: int | None = None,
         candidates: int | None = None,
         include_text: bool | None = None,
-        query_vectors: Mapping[str, Any] | None = None,
+        query_vectors: _QueryVectors | None = None,
         dense_stage: Literal["tokens", "pooled"] | None = None,
         nprobe: int | None = None,
         oversample: float | None = None,
@@ -119,7 +124,7 @@ class Index:
         prefetch_step: float | None = None,
         hybrid_candidates: int | None = None,
         early_read: bool | None = None,
-        filter: Mapping[str, Any] | None = None,
+        filter: _Filter | None = None,
         filter_exact_max: int | None = None,
     ) -> SearchResult: ...
     def search_batch(
@@ -134,7 +139,7 @@ class Index:
         rerank_k: int | None = None,
         candidates: int | None = None,
         include_text: bool | None = None,
-        query_vectors: Mapping[str, Any] | None = None,
+        query_vectors: _QueryVectors | None = None,
         dense_stage: Literal["tokens", "pooled"] | None = None,
         nprobe: int | None = None,
         oversample: float | None = None,
@@ -143,7 +148,7 @@ class Index:
         prefetch_step: float | None = None,
         hybrid_candidates: int | None = None,
         early_read: bool | None = None,
-        filter: Mapping[str, Any] | None = None,
+        filter: _Filter | None = None,
         filter_exact_max: int | None = None,
     ) -> list[SearchResult]: ...
     def evaluate(
@@ -167,11 +172,23 @@ class Index:
         hybrid_candidates: int | None = None,
         early_read: bool | None = None,
     ) -> dict[str, Any]: ...
-    def add(self, docs: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> dict[str, Any]: ...
-    def update(self, docs: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> dict[str, Any]: ...
-    def delete(
-        self, ids: _Id | Iterable[_Id] | None = None, *, filter: Mapping[str, Any] | None = None
+    def add(
+        self,
+        docs: Mapping[str, Any] | Iterable[Mapping[str, Any]] | Iterable[str],
+        doc_vectors: Iterable[Any] | None = None,
+        texts: Iterable[str] | None = None,
+        pooled: Iterable[Any] | None = None,
+        metadata: Iterable[Mapping[str, Any] | None] | None = None,
     ) -> dict[str, Any]: ...
+    def update(
+        self,
+        docs: Mapping[str, Any] | Iterable[Mapping[str, Any]] | Iterable[str],
+        doc_vectors: Iterable[Any] | None = None,
+        texts: Iterable[str] | None = None,
+        pooled: Iterable[Any] | None = None,
+        metadata: Iterable[Mapping[str, Any] | None] | None = None,
+    ) -> dict[str, Any]: ...
+    def delete(self, ids: _Id | Iterable[_Id] | None = None, *, filter: _Filter | None = None) -> dict[str, Any]: ...
     def flush(self) -> None: ...
     def merge(self, mib_per_sec: int = 32) -> dict[str, Any] | None: ...
     def retrain_ivf(self) -> dict[str, Any]: ...
@@ -184,6 +201,12 @@ class Index:
     @property
     def reader(self) -> _Reader: ...
     def __len__(self) -> int: ...
+    # The shards' calls of `cellar.cluster` (JSON in, JSON out).
+    def _write_ops(self, request: str) -> dict[str, Any]: ...
+    def _shard_prepare(self, request: str, encode: bool) -> str: ...
+    def _shard_candidates(self, request: str, stats: str | None = None, matched: int | None = None) -> str: ...
+    def _shard_maxsim(self, request: str, docs: list[int], describe: bool | None = None) -> str: ...
+    def _shard_hits(self, hits: str, include_text: bool) -> str: ...
 
 def merge_stats(stats: list[str]) -> str: ...
 
@@ -236,13 +259,10 @@ class Stream:
         query_tokens: Any | None = None,
         query_pooled: Any | None = None,
         require_terms: str | None = None,
-        filters: dict[str, str | int | float | bool] | None = None,
+        filter: _Filter | None = None,
         include_text: bool = True,
     ) -> list[dict[str, Any]]: ...
     def flush(self) -> None: ...
-    def merge(self, mib_per_sec: int = 32) -> dict[str, Any] | None: ...
-    def get(self, id: _Id) -> dict[str, Any] | None: ...
-    def live_stats(self) -> dict[str, Any]: ...
     def compact(self) -> bool: ...
     def stats(self) -> dict[str, Any]: ...
     @property

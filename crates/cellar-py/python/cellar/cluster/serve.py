@@ -26,7 +26,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse, PlainTextResponse
 
 from .. import _cellar, _errors
 from ._manifest import Manifest
-from ._search import USER_ERRORS, ShardsUnavailable, search, write
+from ._search import USER_ERRORS, Reader, ShardsUnavailable, search, write
 
 #: HTTP status of each error class, as ``cellar serve`` answers them.
 STATUS = {
@@ -61,12 +61,13 @@ class Shard:
 
     def __init__(self, path: str, reader: str = "direct", model: str | None = None):
         self.path = path
-        self.index = _cellar.Index.open(path, reader=reader, model=model)
+        self.index = _cellar.Index.open(path, reader=cast(Reader, reader), model=model)
 
     def call(self, method: str, *args: Any) -> dict[str, Any]:
         """Runs ``Index._shard_<method>`` (``write``: ``_write_ops``; ``get``: ``get``). A
         Cellar error comes back as data (class, code, message), not as a failure of the
         replica."""
+        out: Any
         try:
             if method == "write":
                 out = self.index._write_ops(*args)
@@ -260,10 +261,12 @@ def app(
     if shard_memory:
         actor["memory"] = shard_memory
     shards = [
-        Shard.options(name=entry.name, num_replicas=replicas, ray_actor_options=actor).bind(str(path), reader, model)
+        Shard.options(  # type: ignore[attr-defined]  # added by @serve.deployment
+            name=entry.name, num_replicas=replicas, ray_actor_options=actor).bind(str(path), reader, model)
         for entry, path in zip(manifest.shards, manifest.paths(collection))
     ]
-    return Router.options(ray_actor_options={"num_cpus": router_cpus}).bind(
+    return Router.options(  # type: ignore[attr-defined]  # added by @serve.deployment
+        ray_actor_options={"num_cpus": router_cpus}).bind(
         str(collection), *shards, shard_timeout_s=shard_timeout_s, writable=replicas == 1
     )
 
