@@ -15,7 +15,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{delete, get, post};
 use axum::Json;
-use cellar_core::CellarError;
 use cellar_search::live::write::EncodeProgress;
 use cellar_search::{Index, Metadata, WriteOp, WriteReport, WriteRequest};
 use schemars::JsonSchema;
@@ -95,20 +94,25 @@ struct StoredDoc {
 
 async fn get_one(State(state): State<Arc<AppState>>, target: Target) -> Result<Json<StoredDoc>, ApiError> {
     let (index, id) = (target.index(&state).await?, target.id()?);
+    let wanted = id.clone();
     let found = run_blocking(&state, move || {
-        let internal =
-            index.lookup(&id)?.ok_or_else(|| CellarError::NotFound(format!("no document {id:?}")))?;
+        let Some(internal) = index.lookup(&wanted)? else { return Ok(None) };
         let doc = index.document(internal)?;
-        Ok(StoredDoc {
+        Ok(Some(StoredDoc {
             id: doc.id,
             internal_id: internal.0,
             title: doc.title,
             text: doc.text,
             metadata: doc.metadata,
-        })
+        }))
     })
     .await?;
-    Ok(Json(found))
+    // `details.id` tells a missing document from a missing index (`cellar.Client.get` answers
+    // `None` for the first and raises for the second).
+    found.map(Json).ok_or_else(|| {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no document {id:?}"))
+            .with_details(json!({ "id": id }))
+    })
 }
 
 /// Whether a write encodes text (an add or update without vectors).

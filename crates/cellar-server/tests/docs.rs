@@ -108,9 +108,9 @@ async fn writes_are_searchable_when_answered_and_bad_writes_change_nothing() {
     assert!(stored["internal_id"].as_u64().unwrap() >= 6, "a written document's id follows the build's");
     let (status, error) = call(&app, read("violin")).await;
     assert_eq!(
-        (status, error["code"].as_str()),
-        (StatusCode::NOT_FOUND, Some("not_found")),
-        "deleted: {error}"
+        (status, error["code"].as_str(), error["details"]["id"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"), Some("violin")),
+        "deleted (details.id tells a missing document from a missing index): {error}"
     );
     let (status, health) = call(&app, Request::get("/healthz").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::OK);

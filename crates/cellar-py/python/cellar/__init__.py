@@ -19,6 +19,9 @@ exactly, with no index::
     stream.put("alice", "n1", "buy sourdough flour", metadata={"kind": "todo"})
     stream.search("alice", "bread", k=5)                   # [{"id", "score", "text", "metadata"}]
 
+A running ``cellar serve`` is reached with :class:`Client` (standard library only), which has
+the same methods: ``cellar.Client("http://127.0.0.1:7700", api_key=...)``.
+
 Searches and evaluations release the GIL: one :class:`Index` can serve many Python threads.
 Errors derive from :class:`CellarError`; bad input raises :class:`InvalidInputError`, which is
 also a :class:`ValueError`.
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 from ._cellar import CODECS, MAX_K, MAX_QUERY_BYTES, SEARCH_REQUEST_SCHEMA, Index, SearchResult, Stream, __version__
 from . import _errors
-from ._client import Client
+from ._client import Client, RemoteIndex, RemoteStream
 from ._errors import (
     CellarError,
     CellarIOError,
@@ -39,6 +42,9 @@ from ._errors import (
     LockedError,
     ModelError,
     NotFoundError,
+    OverloadedError,
+    UnauthorizedError,
+    UnreachableError,
     UnsupportedError,
 )
 
@@ -54,6 +60,8 @@ READERS = ("mmap", "direct", "ram")
 __all__ = [
     "Index",
     "Client",
+    "RemoteIndex",
+    "RemoteStream",
     "SearchResult",
     "Stream",
     *_errors.__all__,

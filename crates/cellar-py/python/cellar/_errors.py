@@ -8,6 +8,10 @@ internal bug). Bad input is also a :class:`ValueError`, and I/O failures are als
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
 __all__ = [
     "CellarError",
     "InvalidInputError",
@@ -19,6 +23,9 @@ __all__ = [
     "UnsupportedError",
     "InternalError",
     "CellarIOError",
+    "UnauthorizedError",
+    "OverloadedError",
+    "UnreachableError",
 ]
 
 
@@ -27,6 +34,11 @@ class CellarError(Exception):
 
     #: Stable identifier of the cause, e.g. ``"invalid_input"``.
     code: str = "cellar"
+    #: The facts of a server's error answer (:class:`Client`): a field, a limit, the expected
+    #: dimension; empty otherwise.
+    details: Mapping[str, Any] = MappingProxyType({})
+    #: The HTTP status of a server's error answer (:class:`Client`); ``None`` otherwise.
+    status: int | None = None
 
 
 class InvalidInputError(CellarError, ValueError):
@@ -87,3 +99,28 @@ class CellarIOError(CellarError, OSError):
     """A read or write failed; the message names the file."""
 
     code = "io"
+
+
+class UnauthorizedError(CellarError, PermissionError):
+    """A ``cellar serve`` started with an API key refused the request: the :class:`Client` sent
+    no key (none given and ``CELLAR_API_KEY`` unset) or the wrong one (HTTP 401)."""
+
+    code = "unauthorized"
+
+
+class OverloadedError(CellarError):
+    """The server could not serve the request now; retry later. Its queue, its admitted
+    requests or its memory were full (HTTP 429, code ``"overloaded"``: nothing was done), or the
+    request passed the server's deadline (HTTP 504, code ``"deadline_exceeded"``): a write may
+    still have completed then, but for one stopped while its texts were encoded, which wrote
+    nothing."""
+
+    code = "overloaded"
+
+
+class UnreachableError(CellarError, ConnectionError):
+    """The :class:`Client` got no answer from the server: the connection was refused or broken,
+    the name did not resolve (code ``"unreachable"``), or no answer came within the client's
+    ``timeout`` (code ``"timeout"``; a write may still have been applied)."""
+
+    code = "unreachable"
