@@ -362,7 +362,7 @@ def test_bad_input_raises_invalid_input_before_or_from_the_server(served: tuple[
     assert client.get("e1") is None, "no refused write wrote anything"
 
 
-def test_no_answer_raises_unreachable(tmp_path: Path) -> None:
+def test_no_answer_raises_unreachable() -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
