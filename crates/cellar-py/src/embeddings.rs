@@ -161,6 +161,7 @@ impl Sources {
         };
         let text: String = match text {
             None => String::new(),
+            Some(Some(t)) if t.is_none() => String::new(),
             Some(Some(text)) => {
                 text.extract().map_err(|_| PyTypeError::new_err(format!("texts[{i}]: a str is needed")))?
             }
@@ -168,6 +169,8 @@ impl Sources {
         };
         let pooled = match pooled {
             None => None,
+            // `None` for one document: the normalised mean of its tokens, as for all without `pooled`.
+            Some(Some(p)) if p.is_none() => None,
             Some(Some(p)) => {
                 let (values, _, cols) = array_values(py, &p, &format!("pooled[{i}]"), true)?;
                 if cols != self.dim {

@@ -8,6 +8,7 @@ use cellar_core::codec::CodecKind;
 use cellar_core::io::ReaderKind;
 use cellar_search::eval::doc_ids;
 use cellar_search::ivf::IvfBuildOptions;
+use cellar_search::request::VectorDtype;
 use cellar_search::request::DEFAULT_K;
 use cellar_search::{
     BuildOptions, DocIn, Index, OpenOptions, QueryVectorsIn, SearchRequest, WeightPrecision, WriteOp,
@@ -26,12 +27,73 @@ use crate::evaluate::evaluate;
 use crate::result::PySearchResult;
 
 /// `doc_vectors, texts, pooled, metadata` of a write in the columns form.
-type Columns<'a, 'py> = (
-    Option<&'a Bound<'py, PyAny>>,
-    Option<&'a Bound<'py, PyAny>>,
-    Option<&'a Bound<'py, PyAny>>,
-    Option<&'a Bound<'py, PyAny>>,
-);
+type Columns<'a, 'py> = (Column<'a, 'py>, Column<'a, 'py>, Column<'a, 'py>, Column<'a, 'py>);
+
+/// One optional column of a write (`texts`, `pooled`, ...).
+type Column<'a, 'py> = Option<&'a Bound<'py, PyAny>>;
+
+/// How [`column_docs`] holds each document's vectors: rows of floats (written here) or the
+/// compact base64 form (sent over HTTP by `cellar.Client`).
+enum VectorForm {
+    Rows,
+    Compact,
+}
+
+/// The documents of a write given as the columns of `from_embeddings` (`ids`, `doc_vectors`,
+/// then `texts`, `pooled`, `metadata`), read and checked by its reader ([`Sources`]): the one
+/// reading of that shape, for `Index.add`/`update` and, through [`_documents_from_columns`],
+/// `cellar.Client`'s.
+fn column_docs(
+    py: Python<'_>,
+    ids: &Bound<'_, PyAny>,
+    doc_vectors: &Bound<'_, PyAny>,
+    (texts, pooled, metadata): (Column<'_, '_>, Column<'_, '_>, Column<'_, '_>),
+    form: VectorForm,
+) -> PyResult<Vec<DocIn>> {
+    let mut sources = Sources::new(py, ids, doc_vectors, texts, pooled, metadata)?;
+    let dim = sources.dim();
+    let mut docs = Vec::new();
+    while let Some(doc) = sources.next_doc(py)? {
+        let vectors = match form {
+            VectorForm::Rows => QueryVectorsIn {
+                tokens: doc.tokens.chunks_exact(dim).map(<[f32]>::to_vec).collect(),
+                pooled: doc.pooled,
+                ..QueryVectorsIn::default()
+            },
+            VectorForm::Compact => {
+                QueryVectorsIn::compact(&doc.tokens, doc.pooled.as_deref(), VectorDtype::F32)
+            }
+        };
+        docs.push(DocIn {
+            id: doc.id,
+            title: doc.title,
+            text: doc.text,
+            metadata: doc.metadata,
+            vectors: Some(vectors),
+        });
+    }
+    Ok(docs)
+}
+
+/// The documents of the columns `ids, doc_vectors, texts, pooled, metadata` (as
+/// `Index.from_embeddings` takes them) as the dicts of a write's JSON body, vectors in the
+/// compact base64 form (`compact`) or as rows: `cellar.Client`'s reading of the columns, the
+/// same as `Index.add`'s.
+#[pyfunction]
+#[pyo3(signature = (ids, doc_vectors, texts=None, pooled=None, metadata=None, *, compact=true))]
+pub(crate) fn _documents_from_columns<'py>(
+    py: Python<'py>,
+    ids: &Bound<'py, PyAny>,
+    doc_vectors: &Bound<'py, PyAny>,
+    texts: Option<&Bound<'py, PyAny>>,
+    pooled: Option<&Bound<'py, PyAny>>,
+    metadata: Option<&Bound<'py, PyAny>>,
+    compact: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let form = if compact { VectorForm::Compact } else { VectorForm::Rows };
+    let docs = column_docs(py, ids, doc_vectors, (texts, pooled, metadata), form)?;
+    to_python(py, &docs)
+}
 
 /// An open Cellar index. Thread-safe: one instance serves concurrent searches from many threads.
 ///
@@ -161,25 +223,10 @@ impl PyIndex {
     ) -> PyResult<Bound<'py, PyAny>> {
         let (doc_vectors, texts, pooled, metadata) = columns;
         if let Some(doc_vectors) = doc_vectors {
-            let mut sources = Sources::new(py, docs, doc_vectors, texts, pooled, metadata)?;
-            let dim = sources.dim();
-            let mut ops = Vec::new();
-            while let Some(doc) = sources.next_doc(py)? {
-                let vectors = QueryVectorsIn {
-                    tokens: doc.tokens.chunks_exact(dim).map(<[f32]>::to_vec).collect(),
-                    pooled: doc.pooled,
-                    ..QueryVectorsIn::default()
-                };
-                let doc = DocIn {
-                    id: doc.id,
-                    title: doc.title,
-                    text: doc.text,
-                    metadata: doc.metadata,
-                    vectors: Some(vectors),
-                };
-                ops.push(if kind == "add" { WriteOp::Add(doc) } else { WriteOp::Update(doc) });
-            }
-            return self.write_request(py, WriteRequest { ops });
+            let docs = column_docs(py, docs, doc_vectors, (texts, pooled, metadata), VectorForm::Rows)?;
+            let ops =
+                docs.into_iter().map(|d| if kind == "add" { WriteOp::Add(d) } else { WriteOp::Update(d) });
+            return self.write_request(py, WriteRequest { ops: ops.collect() });
         }
         if let Some(name) = [("texts", texts), ("pooled", pooled), ("metadata", metadata)]
             .iter()

@@ -18,32 +18,17 @@ use serde_json::{json, Map, Value};
 use crate::convert::{json_to_python, to_python};
 use crate::errors::{invalid, without_gil, IntoPyResult};
 
-/// A streaming collection on disk. Thread-safe: writers and searchers may share one instance.
-///
-/// Open (or create) one with :meth:`Stream.open`.
 /// A filter of the one grammar (`cellar_search::Filter`) as the equalities a stream runs: a
 /// field's `eq`, and `and` of them (the shorthand `{"field": value, ...}` is that).
 fn equality_filter(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, Value>> {
-    use cellar_search::Filter;
-    fn equalities(filter: &Filter, out: &mut BTreeMap<String, Value>) -> bool {
-        match filter {
-            Filter::Eq(e) => out.insert(e.field.clone(), json!(e.value)).is_none(),
-            Filter::And(all) => all.iter().all(|f| equalities(f, out)),
-            _ => false,
-        }
-    }
-    let filter: Filter = from_python(py, value, "filter")?;
-    let mut out = BTreeMap::new();
-    if !equalities(&filter, &mut out) {
-        return Err(CellarError::Unsupported(
-            "a stream filters on equality only: {\"field\": value, ...}, or eq and and of them (each field once)"
-                .into(),
-        ))
-        .py_err(py);
-    }
-    Ok(out)
+    let filter: cellar_search::Filter = from_python(py, value, "filter")?;
+    let equal = filter.equalities().map_err(CellarError::InvalidInput).py_err(py)?;
+    Ok(equal.into_iter().map(|(field, value)| (field, json!(value))).collect())
 }
 
+/// A streaming collection on disk. Thread-safe: writers and searchers may share one instance.
+///
+/// Open (or create) one with :meth:`Stream.open`.
 #[pyclass(frozen, module = "cellar", name = "Stream")]
 pub struct PyStream {
     /// `None` once closed: the collection's lock is released when the last call using it ends.
@@ -192,7 +177,7 @@ impl PyStream {
     /// text (encoded) or ``query_tokens``; ``require_terms`` keeps documents holding every term;
     /// ``filter`` is a filter in the grammar of :meth:`Index.search`, of which a stream runs
     /// equality: ``{"kind": "todo"}`` (every field equal), or ``eq`` and ``and`` of them in the
-    /// long form (others raise ``UnsupportedError``).
+    /// long form (others raise ``InvalidInputError``).
     #[pyo3(signature = (group, query=None, *, k=10, mode="maxsim", query_tokens=None, query_pooled=None, require_terms=None, filter=None, include_text=true))]
     #[allow(clippy::too_many_arguments)]
     fn search<'py>(
@@ -217,6 +202,7 @@ impl PyStream {
             k: Some(k),
             require_terms,
             filters: filter.map(|f| equality_filter(py, &f)).transpose()?.unwrap_or_default(),
+            filter: None,
             include_text: Some(include_text),
         };
         let (collection, encoder, group) = (self.collection(py)?, self.encoder.clone(), group.to_string());
@@ -250,11 +236,13 @@ impl PyStream {
         to_python(py, &self.collection(py)?.stats())
     }
 
+    /// The dimension of the collection's vectors.
     #[getter]
     fn dim(&self) -> usize {
         self.dim
     }
 
+    /// The collection's directory.
     #[getter]
     fn path(&self) -> PathBuf {
         self.dir.clone()

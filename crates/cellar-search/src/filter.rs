@@ -393,6 +393,27 @@ impl Filter {
         Ok(())
     }
 
+    /// The filter as equalities of distinct fields (`eq`, and `and` of them: what the shorthand
+    /// `{"field": value, ...}` reads as), or `None` when it is anything else. Streams run only
+    /// these (`Err` names why not, for their callers' message).
+    pub fn equalities(&self) -> std::result::Result<std::collections::BTreeMap<String, Scalar>, String> {
+        fn walk(filter: &Filter, out: &mut std::collections::BTreeMap<String, Scalar>) -> bool {
+            match filter {
+                Filter::Eq(e) => out.insert(e.field.clone(), e.value.clone()).is_none(),
+                Filter::And(all) => all.iter().all(|f| walk(f, out)),
+                _ => false,
+            }
+        }
+        let mut out = std::collections::BTreeMap::new();
+        if walk(self, &mut out) {
+            Ok(out)
+        } else {
+            Err("a stream filters on equality only: {\"field\": value, ...}, or eq and and of them (each field \
+                 once)"
+                .into())
+        }
+    }
+
     /// Values this filter compares with: one per `eq` and `range`, each of an `in`'s values.
     pub fn values(&self) -> usize {
         match self {
@@ -727,6 +748,12 @@ mod tests {
             (r#"{"or":[{"lang":"de"},{"range":{"field":"year","gte":2000}}]}"#, true),
         ] {
             assert_eq!(filter(text).matches(&m), want, "{text}");
+        }
+        // Streams run its equalities: the shorthand and eq/and of distinct fields, nothing else.
+        let equal = filter(r#"{"and":[{"lang":"en"},{"eq":{"field":"year","value":2004}}]}"#).equalities();
+        assert_eq!(equal.unwrap().keys().collect::<Vec<_>>(), ["lang", "year"]);
+        for text in [r#"{"lang":["en","fr"]}"#, r#"{"or":[{"lang":"en"}]}"#, r#"{"and":[{"a":1},{"a":2}]}"#] {
+            assert!(filter(text).equalities().unwrap_err().contains("equality only"), "{text}");
         }
         // It serialises in the long form, which reads back the same.
         let f = filter(r#"{"lang":"en","year":2004}"#);

@@ -139,11 +139,12 @@ fn parse_filter(text: &str) -> std::result::Result<Filter, String> {
 pub struct QueryVectorsIn {
     /// One row of the model's dimension per query token. At least one for the modes that score
     /// MaxSim (dense, rerank, hybrid); may be left out by dense-exact and ivf.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_QUERY_VECTORS), inner(length(max = MAX_DIM)))]
     pub tokens: Vec<Vec<f32>>,
     /// The query's pooled vector (dense-exact, ivf, and dense or hybrid over the IVF). Default: the
     /// L2-normalised mean of `tokens`, as a document's pooled vector defaults to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_DIM))]
     pub pooled: Option<Vec<f32>>,
     /// `tokens` in compact form, instead of them: base64 (standard alphabet, padded) of the rows'

@@ -236,7 +236,17 @@ async fn search(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let (name, group) = path(keys)?;
-    let request: QueryJson = parse_body(&headers, body)?;
+    let mut request: QueryJson = parse_body(&headers, body)?;
+    if let Some(filter) = request.filter.take() {
+        if !request.filters.is_empty() {
+            return Err(CellarError::invalid("give filter or filters, not both").into());
+        }
+        let filter: cellar_search::Filter =
+            serde_json::from_value(filter).map_err(|e| CellarError::invalid(format!("filter: {e}")))?;
+        filter.check("filter")?;
+        let equal = filter.equalities().map_err(CellarError::InvalidInput)?;
+        request.filters = equal.into_iter().map(|(field, value)| (field, json!(value))).collect();
+    }
     let start = Instant::now();
     let (result, encode_ms) = blocking(&state, move |s| {
         let collection = s.streams.get(&name, None)?;

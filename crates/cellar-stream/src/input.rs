@@ -57,6 +57,11 @@ pub struct QueryJson {
     /// Metadata equality filters.
     #[serde(default)]
     pub filters: BTreeMap<String, Value>,
+    /// A filter of the index's grammar (`{"field": value}`, or `eq` and `and` of them in the long
+    /// form: a stream runs equality), instead of `filters`. Read by the front end, which turns
+    /// it into `filters` (`cellar_search::Filter::equalities`).
+    #[serde(default)]
+    pub filter: Option<Value>,
     pub include_text: Option<bool>,
 }
 
@@ -154,6 +159,11 @@ impl QueryJson {
 
     /// The query with its vectors: the caller's, or `encoded` (tokens, pooled) from `query`.
     pub fn into_query(self, dim: usize, encoded: Option<(Vec<f32>, Vec<f32>)>) -> Result<Query> {
+        if self.filter.is_some() {
+            return Err(CellarError::Unsupported(
+                "`filter` is read by the front end, which left it here".into(),
+            ));
+        }
         let mode: Mode = self.mode.as_deref().unwrap_or("maxsim").parse()?;
         let (tokens, pooled) = match (self.query_tokens, encoded) {
             (Some(rows), _) => (flatten_rows(&rows, dim)?, self.query_pooled),

@@ -3,7 +3,7 @@
 from collections.abc import Iterable, Mapping
 from os import PathLike
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 _Path = str | PathLike[str]
 _Mode = Literal["hybrid", "rerank", "bm25", "dense", "ivf", "dense-exact"]
@@ -16,6 +16,22 @@ _QueryVectors = Any
 #: (``{"eq": {"field": ..., "value": ...}}``, ``in``, ``range``, ``and``, ``or``, ``not``).
 _Filter = Mapping[str, Any]
 
+__all__ = [
+    "_panic_for_tests",
+    "Index",
+    "SearchResult",
+    "Stream",
+    "Gather",
+    "merge_stats",
+    "_documents_from_columns",
+    "__version__",
+    "MAX_K",
+    "MAX_BATCH",
+    "CODECS",
+    "MAX_QUERY_BYTES",
+    "SEARCH_REQUEST_SCHEMA",
+]
+
 __version__: str
 CODECS: tuple[str, ...]
 MAX_K: int
@@ -24,6 +40,7 @@ MAX_QUERY_BYTES: int
 #: The JSON schema of a search request: the fields `Index.search` takes as keyword arguments.
 SEARCH_REQUEST_SCHEMA: dict[str, Any]
 
+@final
 class SearchResult:
     @property
     def ids(self) -> list[str]: ...
@@ -52,6 +69,7 @@ class SearchResult:
     @staticmethod
     def _from_json(body: str) -> SearchResult: ...
 
+@final
 class Index:
     @staticmethod
     def build(
@@ -209,17 +227,29 @@ class Index:
     def _shard_hits(self, hits: str, include_text: bool) -> str: ...
 
 def merge_stats(stats: list[str]) -> str: ...
+def _panic_for_tests(message: str) -> None: ...
+def _documents_from_columns(
+    ids: Iterable[_Id],
+    doc_vectors: Iterable[Any],
+    texts: Iterable[str] | None = None,
+    pooled: Iterable[Any] | None = None,
+    metadata: Iterable[Mapping[str, Any] | None] | None = None,
+    *,
+    compact: bool = True,
+) -> list[dict[str, Any]]: ...
 
+@final
 class Gather:
     """The router's merge of one sharded search (``cellar.cluster``)."""
 
-    def __init__(self, params: str, candidates: list[str], matched: int | None = None, filter_ms: float = 0.0) -> None: ...
+    def __new__(cls, params: str, candidates: list[str], matched: int | None = None, filter_ms: float = 0.0) -> Gather: ...
     def rerank(self) -> list[list[int]]: ...
     @property
     def candidates(self) -> int: ...
     def fuse(self, maxsim: list[list[float]]) -> str: ...
     def respond(self, hits: str, timings: str, io: str, query: str | None = None) -> str: ...
 
+@final
 class Stream:
     """A streaming collection: documents keyed by (group, id), exact search inside one group."""
 

@@ -194,56 +194,6 @@ def _ids(ids: Any) -> list[str]:
     return out
 
 
-#: The operators of the filter grammar: an object whose one key is one of them is that operator;
-#: any other object is the shorthand ``{"field": value, ...}``.
-_FILTER_OPERATORS = frozenset({"eq", "in", "range", "and", "or", "not"})
-
-
-def _stream_filters(filter: Any) -> dict[str, Any]:
-    """A filter of the one grammar as the ``filters`` of a stream search (``{field: value}``,
-    every one equal): the shorthand, ``eq`` and ``and`` of them; anything else raises
-    :class:`UnsupportedError` (a stream filters on equality only), a malformed filter
-    :class:`InvalidInputError`."""
-    out: dict[str, Any] = {}
-
-    def unsupported() -> _errors.UnsupportedError:
-        return _errors.UnsupportedError(
-            'a stream filters on equality only: {"field": value, ...}, or eq and and of them (each field once)'
-        )
-
-    def add(field: Any, value: Any) -> None:
-        if not isinstance(field, str):
-            raise _errors.InvalidInputError(f"filter: a field name is a str, got {field!r:.80}")
-        if isinstance(value, (list, tuple)):
-            raise unsupported()
-        if isinstance(value, Mapping) or value is None:
-            raise _errors.InvalidInputError(f"filter: {field!r}: a string, number or boolean is needed")
-        if field in out:
-            raise unsupported()
-        out[field] = value
-
-    def walk(node: Any) -> None:
-        if not isinstance(node, Mapping) or not node:
-            raise _errors.InvalidInputError(f"filter: an object is needed, got {node!r:.80}")
-        if len(node) == 1 and next(iter(node)) in _FILTER_OPERATORS:
-            ((op, arg),) = node.items()
-            if op == "eq" and isinstance(arg, Mapping) and set(arg) == {"field", "value"}:
-                add(arg["field"], arg["value"])
-            elif op == "and" and isinstance(arg, (list, tuple)):
-                for part in arg:
-                    walk(part)
-            elif op in ("eq", "and"):
-                raise _errors.InvalidInputError(f"filter: {op}: {arg!r:.80} is not of the grammar")
-            else:
-                raise unsupported()
-            return
-        for field, value in node.items():
-            add(field, value)
-
-    walk(filter)
-    return out
-
-
 class _Http:
     """Requests to one server, with its API key, and the errors of their answers."""
 
@@ -541,7 +491,7 @@ class RemoteStream:
         the server) or ``query_tokens``; ``mode`` ``"maxsim"`` or ``"pooled"``;
         ``require_terms``; ``filter`` in the grammar of :meth:`search`, of which a stream runs
         equality: ``{"kind": "todo"}`` (every field equal), or ``eq`` and ``and`` of them
-        (others raise :class:`UnsupportedError` before anything is sent).
+        (the server answers others with :class:`InvalidInputError`).
 
         Sends ``POST .../groups/{group}/search``; returns ``[{id, score, text, metadata}]``,
         best first (``text`` ``None`` with ``include_text=False``). :class:`NotFoundError` for a
@@ -552,7 +502,7 @@ class RemoteStream:
             "query_tokens": query_tokens,
             "query_pooled": query_pooled,
             "require_terms": require_terms,
-            "filters": None if filter is None else _stream_filters(filter),
+            "filter": filter,
         }
         body.update({key: value for key, value in fields.items() if value is not None})
         answer = self._http.json("POST", f"{self._base}/groups/{_segment(group, 'group')}/search", body)
@@ -668,7 +618,7 @@ class Client(_IndexMethods):
         or bad name raises :class:`InvalidInputError`, as does a data directory past
         ``--max-indexes`` (code ``too_many_indexes``)."""
         handle = RemoteIndex(self._http, name)
-        given = documents(docs, doc_vectors, texts, pooled, metadata)
+        given = documents(docs, doc_vectors, texts, pooled, metadata, compact=False)
         docs_in = [_write_doc(doc, f"docs[{i}]") for i, doc in enumerate(given)]
         if docs_in and given[0].get("vectors") is not None:
             # The first document's vectors go as rows: they set the new index's dimension

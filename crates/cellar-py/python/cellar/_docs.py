@@ -3,9 +3,10 @@
 :meth:`Index.add`, :meth:`Index.update` and :class:`Client`'s writes take documents as dicts
 (``{"id", "title", "text", "metadata", "vectors": {"tokens": (n, dim), "pooled": (dim,)}}``) or
 as columns, the arguments of :meth:`Index.from_embeddings`: ``add(ids, doc_vectors, texts=None,
-pooled=None, metadata=None)``. :func:`documents` turns both into the first; this is its one
-definition. Pure Python: vectors are left as given (NumPy arrays or lists), for the caller to
-convert.
+pooled=None, metadata=None)``. :func:`documents` turns both into the first, for the client; the
+columns are read by the native reader of ``from_embeddings`` (``_cellar._documents_from_columns``),
+the one ``Index.add`` uses. A dict's vectors are left as given (NumPy arrays or lists), for the
+caller to convert.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from . import _cellar
 from ._errors import InvalidInputError
 
 __all__ = ["documents", "vectors"]
@@ -39,40 +41,29 @@ def _id(value: Any, where: str) -> str:
     raise InvalidInputError(f"{where}: an id is a str or an int, not {type(value).__name__}")
 
 
-def _column(values: Any, name: str, n: int) -> list[Any] | None:
-    """The column ``name`` as a list of ``n`` items (``None``: not given)."""
-    if values is None:
-        return None
-    if isinstance(values, (str, bytes, Mapping)):
-        raise InvalidInputError(f"{name}: one item per id is needed (a list), got {type(values).__name__}")
-    try:
-        items = list(values)
-    except TypeError:
-        raise InvalidInputError(f"{name}: one item per id is needed (a list), got {type(values).__name__}") from None
-    if len(items) != n:
-        raise InvalidInputError(f"{name} has {len(items)} items for {n} ids: one per id is needed")
-    return items
-
-
 def documents(
     docs_or_ids: Any,
     doc_vectors: Iterable[Any] | None = None,
     texts: Iterable[str | None] | None = None,
     pooled: Iterable[Any] | None = None,
     metadata: Iterable[Mapping[str, Any] | None] | None = None,
+    *,
+    compact: bool = True,
 ) -> list[dict[str, Any]]:
     """The documents of a write as a list of dicts.
 
     ``docs_or_ids`` is one document dict, an iterable of them, or an iterable of ids (str or
     int) whose documents the other arguments give, one item per id: ``doc_vectors`` (each an
-    ``(n_tokens, dim)`` array or list of rows; required with ids), ``texts`` (str; what BM25
+    ``(n_tokens, dim)`` float32 or float16 array; required with ids), ``texts`` (str; what BM25
     indexes and a search's answer shows), ``pooled`` (each a ``(dim,)`` vector, or ``None``:
     the normalised mean of the tokens) and ``metadata`` (each a dict, or ``None``). A document
     dict's ``vectors`` may be a bare token array, read as ``{"tokens": array}``; a dict without
     ``vectors`` has its text encoded by the index's model.
 
+    The columns' vectors come back in the compact base64 form (``compact``) or as rows.
     Raises :class:`InvalidInputError` naming the argument when a column's length differs from the
-    ids', when columns come with document dicts, or when an item has the wrong type.
+    ids', when columns come with document dicts, or when an item is malformed, and ``TypeError``
+    for a vector that is not a float32 or float16 array, as :meth:`Index.from_embeddings` does.
     """
     columns = {"doc_vectors": doc_vectors, "texts": texts, "pooled": pooled, "metadata": metadata}
     named = [name for name, value in columns.items() if value is not None]
@@ -108,29 +99,5 @@ def documents(
             "ids need doc_vectors (one (n_tokens, dim) array per id); documents whose text the "
             "index's model encodes are dicts: {'id': ..., 'text': ...}"
         )
-    n = len(ids)
-    token_rows = _column(doc_vectors, "doc_vectors", n)
-    text_column = _column(texts, "texts", n)
-    pooled_column = _column(pooled, "pooled", n)
-    meta_column = _column(metadata, "metadata", n)
-    assert token_rows is not None
-    rows: list[dict[str, Any]] = []
-    for i, doc_id in enumerate(ids):
-        tokens = token_rows[i]
-        if tokens is None or isinstance(tokens, (str, bytes, Mapping)):
-            raise InvalidInputError(
-                f"doc_vectors[{i}]: an (n_tokens, dim) array or list of rows is needed, got {type(tokens).__name__}"
-            )
-        row: dict[str, Any] = {"id": doc_id, "vectors": {"tokens": tokens}}
-        if pooled_column is not None and pooled_column[i] is not None:
-            row["vectors"]["pooled"] = pooled_column[i]
-        if text_column is not None and text_column[i] is not None:
-            if not isinstance(text_column[i], str):
-                raise InvalidInputError(f"texts[{i}]: a str is needed, got {type(text_column[i]).__name__}")
-            row["text"] = text_column[i]
-        if meta_column is not None and meta_column[i] is not None:
-            if not isinstance(meta_column[i], Mapping):
-                raise InvalidInputError(f"metadata[{i}]: a dict is needed, got {type(meta_column[i]).__name__}")
-            row["metadata"] = dict(meta_column[i])
-        rows.append(row)
-    return rows
+    # The columns are read by `Index.from_embeddings`' own reader (native), as `Index.add` reads them.
+    return _cellar._documents_from_columns(ids, doc_vectors, texts, pooled, metadata, compact=compact)  # type: ignore[no-any-return]

@@ -30,6 +30,7 @@ def shard_of(doc_id: str, shards: int) -> int:
 
 
 def shard_name(i: int) -> str:
+    """The folder name of shard ``i`` (``shard-007``)."""
     return f"shard-{i:03d}"
 
 
@@ -53,12 +54,15 @@ class Manifest:
 
     @property
     def count(self) -> int:
+        """How many shards the collection has."""
         return len(self.shards)
 
     def shard_of(self, doc_id: str) -> int:
+        """The shard that owns ``doc_id`` (:func:`shard_of` with this collection's count)."""
         return shard_of(doc_id, self.count)
 
     def paths(self, root: str | os.PathLike[str]) -> list[Path]:
+        """Each shard's folder under the collection's folder ``root``, in shard order."""
         return [Path(root) / s.name for s in self.shards]
 
     def save(self, root: str | os.PathLike[str]) -> None:
@@ -76,6 +80,8 @@ class Manifest:
 
     @staticmethod
     def load(root: str | os.PathLike[str]) -> "Manifest":
+        """Reads ``root/cluster.json``: ``NotFoundError`` when there is none, ``CorruptedError``
+        when it is not one this version reads."""
         path = Path(root) / MANIFEST_FILE
         if not path.is_file():
             raise NotFoundError(f"{path}: no sharded collection here (build one with cellar.cluster.build)")

@@ -18,13 +18,13 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import _cellar, _errors
 from ._manifest import Manifest
 
-#: How a shard reads its token vectors (`cellar.READERS`).
-Reader = Literal["mmap", "direct", "ram"]
+if TYPE_CHECKING:
+    from .._cellar import _Reader
 
 #: Errors that are the caller's, not a shard's: raised, never turned into a missing shard.
 USER_ERRORS = (_errors.InvalidInputError, _errors.UnsupportedError, _errors.NotFoundError)
@@ -237,7 +237,7 @@ class LocalCluster:
     def __init__(self, path: str | Path, *, reader: str = "mmap", model: str | Path | None = None):
         self.path = Path(path)
         self.manifest = Manifest.load(self.path)
-        self.shards = [_cellar.Index.open(p, reader=cast(Reader, reader), model=model) for p in self.manifest.paths(self.path)]
+        self.shards = [_cellar.Index.open(p, reader=cast("_Reader", reader), model=model) for p in self.manifest.paths(self.path)]
         self._pool = ThreadPoolExecutor(max_workers=max(4, 2 * len(self.shards)))
 
     async def _call(self, shard: int, method: str, *args: Any) -> str:
@@ -253,9 +253,12 @@ class LocalCluster:
         return asyncio.run(search(self._call, len(self.shards), request))
 
     def write(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Applies a write (``{"ops": [...]}``, as ``POST /v1/docs`` takes it), each operation
+        on the shard that owns its id; returns the merged report."""
         return asyncio.run(write(self._call, self.manifest, request))
 
     def close(self) -> None:
+        """Closes every shard and the thread pool; the cluster cannot be used after."""
         self._pool.shutdown(wait=True)
         self.shards = []
 

@@ -133,6 +133,8 @@ class StreamCluster:
         raise _errors.NotFoundError(f"no document {id!r} in group {group!r}")
 
     def get(self, group: str, id: str) -> dict[str, Any]:
+        """The document ``id`` of ``group`` from whichever shard holds it, as
+        :meth:`cellar.Stream.get` answers (``NotFoundError`` when none does)."""
         for s in self.group_shards(group):
             try:
                 found = self.shards[s].get(group, id)
@@ -162,10 +164,12 @@ class StreamCluster:
         return hits[:k]
 
     def flush(self) -> None:
+        """Writes every shard's buffered documents to a segment."""
         for s in self.shards:
             s.flush()
 
     def close(self) -> None:
+        """Closes every shard's stream and the thread pool."""
         self._pool.shutdown(wait=True)
         for s in self.shards:
             s.close()

@@ -26,7 +26,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
@@ -35,7 +35,10 @@ from starlette.responses import JSONResponse, PlainTextResponse
 
 from .. import _cellar, _errors
 from ._manifest import Manifest
-from ._search import USER_ERRORS, Reader, ShardsUnavailable, search, write
+from ._search import USER_ERRORS, ShardsUnavailable, search, write
+
+if TYPE_CHECKING:
+    from .._cellar import _Reader
 
 #: HTTP status of each error class, as ``cellar serve`` answers them.
 STATUS = {
@@ -61,7 +64,7 @@ class Shard:
 
     def __init__(self, path: str, reader: str = "direct", model: str | None = None):
         self.path = path
-        self.index = _cellar.Index.open(path, reader=cast(Reader, reader), model=model)
+        self.index = _cellar.Index.open(path, reader=cast("_Reader", reader), model=model)
 
     def call(self, method: str, *args: Any) -> dict[str, Any]:
         """Runs ``Index._shard_<method>`` (``write``: ``_write_ops``; ``get``: ``get``). A
