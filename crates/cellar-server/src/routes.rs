@@ -1,5 +1,6 @@
 //! The router: each API module registers its own routes (with their OpenAPI operations); this
-//! module adds the system endpoints (`/healthz`, `/metrics`, `/openapi.json`) and the layers —
+//! module adds the system endpoints (`/healthz`, `/metrics`, `/openapi.json`), the console
+//! (`/ui`, `ui.rs`; like them outside `/v1`, so without the key check) and the layers —
 //! the API-key check, the body read (bounded in size and time) and admission on `/v1`, the body
 //! limit, request counting.
 
@@ -33,7 +34,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), admit))
         .route_layer(middleware::from_fn_with_state(state.clone(), read_body))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_api_key));
-    let (system, system_operations) = system_api().into_parts();
+    let (system, system_operations) = system_api().merge(crate::ui::api()).into_parts();
     operations.extend(system_operations);
     let document = crate::openapi::document(&operations);
     Router::new()
