@@ -1,14 +1,19 @@
 """The search console (`/ui` of `cellar serve`) in headless Chromium: the page runs the query of
 its URL, and its hits, scores and timing bar render; an error answer shows its message; on a
-server with an API key the page loads and its search, sent without the key, shows the 401."""
+server with an API key the page loads, its search sent without the key shows the 401, and with
+the key typed into its field (kept for the next visit) it answers."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import select
 import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from itertools import count
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlencode
@@ -180,3 +185,89 @@ def test_with_an_api_key_the_page_loads_and_its_search_without_the_key_shows_the
     assert box.get("hidden") is None and box.get("data-status") == "401", box
     assert "needs an API key" in page.texts["message"] and "API key field" in page.texts["message"]
     assert not page.with_class("hit")
+
+
+class DevTools:
+    """One headless Chromium tab driven over `--remote-debugging-pipe` (the browser reads the
+    DevTools protocol on fd 3 and writes on fd 4, each message ended by a NUL), every wait bounded
+    by CHROMIUM_TIMEOUT_S."""
+
+    def __init__(self, profile: Path) -> None:
+        to_browser, self._to = os.pipe()
+        self._from, from_browser = os.pipe()
+        shell = f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}'
+        args = ["--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}", "--remote-debugging-pipe"]
+        self.browser = subprocess.Popen(
+            ["bash", "-c", shell, chromium(), *args],
+            pass_fds=(to_browser, from_browser), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        os.close(to_browser)
+        os.close(from_browser)
+        self._buffer = b""
+        self._ids = count(1)
+        self._deadline = time.monotonic() + CHROMIUM_TIMEOUT_S
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self._session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+    def _receive(self) -> dict:
+        while b"\0" not in self._buffer:
+            ready, _, _ = select.select([self._from], [], [], max(0.0, self._deadline - time.monotonic()))
+            assert ready, f"Chromium did not answer within {CHROMIUM_TIMEOUT_S} s"
+            chunk = os.read(self._from, 1 << 16)
+            assert chunk, f"Chromium exited ({self.browser.poll()})"
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def call(self, method: str, session: str | None = None, **params: object) -> dict:
+        id_ = next(self._ids)
+        message: dict = {"id": id_, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        os.write(self._to, json.dumps(message).encode() + b"\0")
+        while True:
+            reply = self._receive()
+            if reply.get("id") == id_:
+                assert "error" not in reply, reply
+                return reply["result"]
+
+    def open(self, url: str) -> None:
+        self.call("Page.navigate", session=self._session, url=url)
+
+    def evaluate(self, expression: str) -> object:
+        result = self.call("Runtime.evaluate", session=self._session, expression=expression, returnByValue=True)
+        return result["result"].get("value")
+
+    def wait_for(self, condition: str) -> None:
+        while not self.evaluate(f"(() => {{ try {{ return !!({condition}); }} catch (_) {{ return false; }} }})()"):
+            assert time.monotonic() < self._deadline, f"not within {CHROMIUM_TIMEOUT_S} s: {condition}"
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        try:
+            self.browser.terminate()
+            self.browser.wait(timeout=30)
+        finally:
+            os.close(self._to)
+            os.close(self._from)
+
+
+def test_with_the_key_typed_into_its_field_the_page_answers_and_keeps_the_key(keyed_server: str, tmp_path: Path) -> None:
+    browser = DevTools(tmp_path / "profile")
+    try:
+        browser.open(f"{keyed_server}/ui")
+        browser.wait_for("document.getElementById('mode').options.length > 1")
+        browser.evaluate(
+            f"const key = document.getElementById('api-key'); key.value = {json.dumps(KEY)};"
+            "key.dispatchEvent(new Event('input'))"
+        )
+        # A later visit (the key from localStorage) runs the query of its URL with it.
+        browser.open(f"{keyed_server}/ui?" + urlencode({"q": "topic7", "mode": "bm25", "k": "3", "run": "1"}))
+        browser.wait_for("document.querySelector('tr.hit') || !document.getElementById('message').hidden")
+        page = Page(str(browser.evaluate("document.documentElement.outerHTML")))
+        assert page.by_id("message").get("hidden") is not None, page.texts["message"]
+        assert [r["data-id"] for r in page.with_class("hit")] == ["d7", "d23", "d39"]
+        assert browser.evaluate("document.getElementById('api-key').value") == KEY
+        assert KEY not in str(browser.evaluate("location.href")), "the key never goes into the URL"
+    finally:
+        browser.close()
