@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from test_client import cellar_binary
+import servers
+from servers import cellar_binary
 
 # Examples per operation and phase, over every operation of the OpenAPI document (26 on 2026-11-27).
 MAX_EXAMPLES = 30
@@ -19,21 +19,9 @@ MAX_EXAMPLES = 30
 RSS_CAP_MIB = 1024
 
 
-def start(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    server = subprocess.Popen([str(cellar_binary()), "serve", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert server.stdout is not None
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = server.stdout.readline()
-        if not line:
-            break
-        found = re.search(r"listening on (http://\S+)", line)
-        if found:
-            # The rest of its output (panics' backtraces included) goes to the log.
-            subprocess.Popen(["cat"], stdin=server.stdout, stdout=log.open("w"))
-            return server, found.group(1)
-    server.kill()
-    pytest.fail(f"cellar serve did not start (exit {server.poll()})")
+def start(args: list[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`cellar serve ARGS`, its output (panics' backtraces included) in `log`."""
+    return servers.start([str(cellar_binary()), "serve", *args], log)
 
 
 def peak_rss_mib(pid: int) -> float:

@@ -3,31 +3,19 @@
 from __future__ import annotations
 
 import base64
-import os
 import re
 import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from servers import cellar_binary, serving
 from test_embeddings import DIM, by_vector, documents
 
 import cellar
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def cellar_binary() -> Path:
-    """The `cellar` binary: $CELLAR_BIN, else the newest of target/{debug,release}/cellar."""
-    if os.environ.get("CELLAR_BIN"):
-        return Path(os.environ["CELLAR_BIN"])
-    built = [p for p in (ROOT / "target/debug/cellar", ROOT / "target/release/cellar") if p.is_file()]
-    if not built:
-        pytest.fail("no cellar binary: run `cargo build -p cellar-cli` (or set CELLAR_BIN)", pytrace=False)
-    return max(built, key=lambda p: p.stat().st_mtime)
 
 
 KEY = "s3cret-key"
@@ -44,22 +32,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[cellar.In
     command = [str(cellar_binary()), "serve", "--index", str(root / "idx"), "--data-dir", str(root / "data")]
     command += ["--streams", str(root / "streams"), "--api-key-file", str(root / "key"), "--lazy-encoder"]
     command += ["--bind", "127.0.0.1:0", "--workers", "1"]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        url = None
-        deadline = time.monotonic() + 60
-        assert server.stdout is not None
-        while url is None and time.monotonic() < deadline:
-            line = server.stdout.readline()
-            if not line:
-                break
-            found = re.search(r"listening on (http://\S+)", line)
-            url = found.group(1) if found else None
-        assert url, f"cellar serve did not start (exit {server.poll()})"
+    with serving(command, root / "serve.log") as url:
         yield index, url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -22,12 +22,11 @@ import shlex
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_client import cellar_binary
+from servers import cellar_binary, start, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```([A-Za-z]*)([^\n]*)\n(.*?)^```", re.S | re.M)
@@ -97,7 +96,8 @@ def run_file(readme: Path, work: Path) -> list[str]:
             elif language == "sh":
                 for command in commands(code):
                     if command.endswith("&"):
-                        background.append(start(command[:-1], env, tmp / f"background-{len(background)}.log"))
+                        log = tmp / f"background-{len(background)}.log"
+                        background.append(start(["bash", "-c", f"exec {command[:-1]}"], log, env)[0])
                         continue
                     done = subprocess.run(
                         ["bash", "-c", f"set -o pipefail; {command}"],
@@ -113,23 +113,8 @@ def run_file(readme: Path, work: Path) -> list[str]:
     finally:
         os.chdir(cwd)
         for process in background:
-            process.terminate()
-            process.wait(timeout=30)
+            stop(process)
     return printed
-
-
-def start(command: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """A background command (`cellar serve`), once its log says it is listening (the log is a
-    file, so a chatty server never blocks on a full pipe)."""
-    with open(log, "wb") as out:
-        process = subprocess.Popen(["bash", "-c", f"exec {command}"], env=env, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        if "listening on" in log.read_text(errors="replace"):
-            return process
-        time.sleep(0.1)
-    process.kill()
-    raise AssertionError(f"`{command}` did not start: {log.read_text(errors='replace')[-2000:]}")
 
 
 def test_the_readme_runs(checkout: Path) -> None:

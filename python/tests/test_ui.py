@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import select
 import shutil
 import subprocess
@@ -19,14 +18,12 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from test_client import cellar_binary
+from servers import cellar_binary, start
 from test_embeddings import documents
 
 import cellar
 
 KEY = "console-key"
-# Seconds a server may take to start, and Chromium to load, run and dump a page.
-START_TIMEOUT_S = 60
 CHROMIUM_TIMEOUT_S = 90
 # Virtual milliseconds the page runs before its DOM is dumped: its loads, the search and two
 # polls of /metrics (virtual time does not advance while a fetch is pending).
@@ -51,17 +48,7 @@ def console_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[cellar.Inde
 def serve(index: Path, log: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     """`cellar serve` on an ephemeral loopback port, its output in `log`: (it, its URL)."""
     command = [str(cellar_binary()), "serve", "--index", str(index), "--lazy-encoder", "--workers", "1"]
-    with log.open("w") as out:
-        server = subprocess.Popen([*command, "--bind", "127.0.0.1:0", *extra], stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline and server.poll() is None:
-        found = re.search(r"listening on (http://\S+)", log.read_text())
-        if found:
-            return server, found.group(1)
-        time.sleep(0.05)
-    server.kill()
-    server.wait(timeout=30)
-    pytest.fail(f"cellar serve did not start (exit {server.poll()}):\n{log.read_text()[-2000:]}", pytrace=False)
+    return start([*command, "--bind", "127.0.0.1:0", *extra], log)
 
 
 @pytest.fixture(scope="module")

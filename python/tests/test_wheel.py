@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 import zipfile
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import require_model
+from servers import serving
 from topics import QUERIES, topic_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,25 +126,11 @@ def test_cellar_index_and_search(venv: Venv, index_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def served(venv: Venv, index_dir: Path) -> Iterator[str]:
+def served(venv: Venv, index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     command = ["cellar", "serve", "--index", str(index_dir), "--model", str(model_dir())]
     command += ["--bind", "127.0.0.1:0", "--workers", "1"]
-    server = subprocess.Popen(command, env=venv.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        url = None
-        deadline = time.monotonic() + TIMEOUT_S
-        assert server.stdout is not None
-        while url is None and time.monotonic() < deadline:
-            line = server.stdout.readline()
-            if not line:
-                break
-            found = re.search(r"listening on (http://\S+)", line)
-            url = found.group(1) if found else None
-        assert url, f"cellar serve did not start (exit {server.poll()})"
+    with serving(command, tmp_path_factory.mktemp("wheel-serve") / "serve.log", env=venv.env) as url:
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def test_cellar_serve_answers_an_http_search(served: str) -> None:

@@ -343,7 +343,8 @@ impl PyIndex {
     /// ``ids`` (str), ``doc_vectors`` (one ``(n_tokens, dim)`` float32 or float16 NumPy array per
     /// document), ``texts`` (str, optional: shown with hits and indexed by BM25) and ``pooled``
     /// (one ``(dim,)`` array per document, or a ``(docs, dim)`` array; default: the normalised
-    /// mean of the document's token vectors) and ``metadata`` (a dict or ``None`` per document:
+    /// mean of the document's token vectors; a ``None`` item, that document's mean; a ``None``
+    /// text, no text) and ``metadata`` (a dict or ``None`` per document:
     /// the values filters run on) are iterables read together, one document at a time, so a
     /// generator keeps memory bounded. ``model`` names a model directory for text
     /// queries (its vectors must have ``dim`` values); without one, search with

@@ -23,7 +23,7 @@ use tantivy::query::{AllQuery, BooleanQuery, EmptyQuery, InvertedIndexRangeQuery
 use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::Term;
 
-use crate::meta::{check_key, check_string, Indexed, MetaValue, Metadata};
+use crate::meta::{check_key, check_string, json_kind, Indexed, MetaValue, Metadata};
 
 /// Nodes (comparisons and `and`/`or`/`not`) one filter may hold.
 pub const MAX_FILTER_NODES: usize = 256;
@@ -147,7 +147,7 @@ impl Filter {
             return Err(format!(
                 "a filter is an object: {{\"eq\": {{\"field\": ..., \"value\": ...}}}} or the shorthand \
                  {{\"field\": value}}, got {}",
-                kind_of(&value)
+                json_kind(&value)
             ));
         };
         let operators = map.keys().filter(|k| OPERATORS.contains(&k.as_str())).count();
@@ -173,7 +173,7 @@ impl Filter {
                 format!(
                     "filter shorthand: field {field:?} must equal a string, number or boolean, or a list of \
                      them (for any of), got {}",
-                    kind_of(&value)
+                    json_kind(&value)
                 )
             })?;
             all.push(match short {
@@ -182,18 +182,6 @@ impl Filter {
             });
         }
         Ok(if all.len() == 1 { all.pop().expect("one condition") } else { Filter::And(all) })
-    }
-}
-
-/// What a JSON value is, for messages.
-fn kind_of(value: &serde_json::Value) -> &'static str {
-    match value {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "a list",
-        serde_json::Value::Object(_) => "an object",
     }
 }
 

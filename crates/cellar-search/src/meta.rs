@@ -161,17 +161,18 @@ fn value_from_json(value: serde_json::Value) -> Result<MetaValue, String> {
             }
             let strings = items.into_iter().enumerate().map(|(i, item)| match item {
                 Value::String(s) => check_string(&s).map(|_| s).map_err(|e| format!("[{i}]: {e}")),
-                other => Err(format!("[{i}]: lists hold strings only, got {}", kind(&other))),
+                other => Err(format!("[{i}]: lists hold strings only, got {}", json_kind(&other))),
             });
             Ok(MetaValue::List(strings.collect::<Result<_, _>>()?))
         }
         other => {
-            Err(format!("values are strings, numbers, booleans or lists of strings, got {}", kind(&other)))
+            Err(format!("values are strings, numbers, booleans or lists of strings, got {}", json_kind(&other)))
         }
     }
 }
 
-fn kind(value: &serde_json::Value) -> &'static str {
+/// What a JSON value is, for messages ("a string", "a list", ...).
+pub(crate) fn json_kind(value: &serde_json::Value) -> &'static str {
     match value {
         serde_json::Value::Null => "null",
         serde_json::Value::Bool(_) => "a boolean",

@@ -99,7 +99,7 @@ class Index:
         out: _Path,
         ids: Iterable[str],
         doc_vectors: Iterable[Any],
-        texts: Iterable[str] | None = None,
+        texts: Iterable[str | None] | None = None,
         pooled: Iterable[Any] | None = None,
         metadata: Iterable[Mapping[str, Any] | None] | None = None,
         *,
@@ -194,7 +194,7 @@ class Index:
         self,
         docs: Mapping[str, Any] | Iterable[Mapping[str, Any]] | Iterable[str],
         doc_vectors: Iterable[Any] | None = None,
-        texts: Iterable[str] | None = None,
+        texts: Iterable[str | None] | None = None,
         pooled: Iterable[Any] | None = None,
         metadata: Iterable[Mapping[str, Any] | None] | None = None,
     ) -> dict[str, Any]: ...
@@ -202,7 +202,7 @@ class Index:
         self,
         docs: Mapping[str, Any] | Iterable[Mapping[str, Any]] | Iterable[str],
         doc_vectors: Iterable[Any] | None = None,
-        texts: Iterable[str] | None = None,
+        texts: Iterable[str | None] | None = None,
         pooled: Iterable[Any] | None = None,
         metadata: Iterable[Mapping[str, Any] | None] | None = None,
     ) -> dict[str, Any]: ...
@@ -231,7 +231,7 @@ def _panic_for_tests(message: str) -> None: ...
 def _documents_from_columns(
     ids: Iterable[_Id],
     doc_vectors: Iterable[Any],
-    texts: Iterable[str] | None = None,
+    texts: Iterable[str | None] | None = None,
     pooled: Iterable[Any] | None = None,
     metadata: Iterable[Mapping[str, Any] | None] | None = None,
     *,

@@ -100,4 +100,4 @@ def documents(
             "index's model encodes are dicts: {'id': ..., 'text': ...}"
         )
     # The columns are read by `Index.from_embeddings`' own reader (native), as `Index.add` reads them.
-    return _cellar._documents_from_columns(ids, doc_vectors, texts, pooled, metadata, compact=compact)  # type: ignore[no-any-return]
+    return _cellar._documents_from_columns(ids, doc_vectors, texts, pooled, metadata, compact=compact)

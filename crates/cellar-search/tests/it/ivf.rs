@@ -254,25 +254,28 @@ fn a_rebuild_replaces_the_ivf_and_clears_an_interrupted_one() {
 }
 
 #[test]
-fn hybrid_with_ivf_candidates_and_token_vectors_only_is_refused_at_plan() {
+fn hybrid_with_ivf_candidates_and_token_vectors_only_probes_with_their_normalised_mean() {
     let index = open(ReaderKind::Mmap);
     let encoded = index.encoder().unwrap().encode_query("bread").unwrap();
     let dim = index.config().encoder.model_dim;
-    let vectors = cellar_search::QueryVectorsIn {
-        tokens: encoded.tokens.chunks(dim).map(<[f32]>::to_vec).collect(),
-        ..Default::default()
-    };
+    let tokens: Vec<Vec<f32>> = encoded.tokens.chunks(dim).map(<[f32]>::to_vec).collect();
+    let mut mean = vec![0f64; dim];
+    for row in &tokens {
+        mean.iter_mut().zip(row).for_each(|(m, v)| *m += f64::from(*v));
+    }
+    let norm = mean.iter().map(|m| m * m).sum::<f64>().sqrt();
     let mut request = options(5, Mode::Hybrid);
     request.query = "bread".into();
-    request.query_vectors = Some(vectors);
-    // Refused by the plan, before anything would be queued or read.
-    match index.plan(request.clone()) {
-        Err(CellarError::InvalidInput(m)) => assert!(m.contains("hybrid_candidates 0"), "{m}"),
-        other => panic!("expected InvalidInput, got {other:?}"),
-    }
-    request.hybrid_candidates = Some(0);
-    let plan = index.plan(request).unwrap();
-    assert_eq!(index.execute(plan).unwrap().hits.len(), 5);
+    request.query_vectors =
+        Some(cellar_search::QueryVectorsIn { tokens: tokens.clone(), ..Default::default() });
+    let alone = index.execute(index.plan(request.clone()).unwrap()).unwrap();
+    let pooled = mean.iter().map(|m| (m / norm) as f32).collect();
+    request.query_vectors =
+        Some(cellar_search::QueryVectorsIn { tokens, pooled: Some(pooled), ..Default::default() });
+    let given = index.execute(index.plan(request).unwrap()).unwrap();
+    let ids = |r: &cellar_search::SearchResponse| r.hits.iter().map(|h| h.id.clone()).collect::<Vec<_>>();
+    assert_eq!(alone.hits.len(), 5);
+    assert_eq!(ids(&alone), ids(&given), "the pooled vector left out is the tokens' normalised mean");
 }
 
 /// When the leaves are trained on a sample smaller than the collection, the sample is raised to
