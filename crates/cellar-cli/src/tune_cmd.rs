@@ -1,5 +1,7 @@
 //! `cellar tune`: sweeps alpha and rerank_k on a development split and saves the cheapest pair
-//! within `--epsilon` of the best as the index's search defaults. The test split is refused.
+//! within `--epsilon` of the best as the index's search defaults (with `--p95-ms X`, the best
+//! whose measured P95 is within X); the token stage's nprobe too, where the index has one. The
+//! test split is refused.
 
 use std::path::PathBuf;
 
@@ -34,6 +36,11 @@ pub struct TuneArgs {
     /// smallest rerank_k within it is kept (0: the best point, whatever it costs).
     #[arg(long, default_value_t = tune::DEFAULT_EPSILON)]
     pub epsilon: f64,
+    /// Keep the best quality whose P95 stays within this many milliseconds: each setting's P95
+    /// over the split's queries, encoding included, one query at a time on this machine (run it
+    /// where you serve). Without it, the cheapest setting within --epsilon of the best is kept.
+    #[arg(long, value_name = "MS")]
+    pub p95_ms: Option<f64>,
 }
 
 pub fn run(args: TuneArgs) -> Result<()> {
@@ -53,8 +60,7 @@ pub fn run(args: TuneArgs) -> Result<()> {
         &queries,
         &qrels,
         &format!("{}/qrels/{}.tsv", args.data.display(), args.split),
-        args.epsilon,
-        args.cv,
+        tune::TuneOptions { epsilon: args.epsilon, cv: args.cv, p95_limit_ms: args.p95_ms },
         &bar,
     )?;
     println!("| rerank_k | best fusion | best alpha | nDCG@10 on {} |\n|---|---|---|---|", args.split);
@@ -78,19 +84,55 @@ pub fn run(args: TuneArgs) -> Result<()> {
         top.rerank_k,
         top.metrics.ndcg_at_10
     );
-    println!(
-        "chosen (smallest rerank_k within epsilon {} of the best): fusion {}, alpha {:.2}, rerank_k {} -> nDCG@10 {:.4}",
-        report.epsilon, best.fusion, best.alpha, best.rerank_k, best.metrics.ndcg_at_10
-    );
+    if report.p95_limit_ms.is_none() {
+        println!(
+            "chosen (smallest rerank_k within epsilon {} of the best): fusion {}, alpha {:.2}, rerank_k {} -> nDCG@10 {:.4}",
+            report.epsilon, best.fusion, best.alpha, best.rerank_k, best.metrics.ndcg_at_10
+        );
+    }
     if let Some(cv) = &report.cv {
         println!(
             "{}-fold cross-validated nDCG@10 of this choice on {} (each fold ranked with the choice made on the others; not a held-out figure): {:.4}",
             cv.folds, args.split, cv.metrics.ndcg_at_10
         );
     }
+    if let Some(limit) = report.p95_limit_ms {
+        print_timed("rerank_k (hybrid)", &report.latency, args.split.as_str());
+        println!(
+            "chosen (best nDCG@10 with P95 within {limit} ms): fusion {}, alpha {:.2}, rerank_k {} -> nDCG@10 {:.4}",
+            best.fusion, best.alpha, best.rerank_k, best.metrics.ndcg_at_10
+        );
+    }
+    if let Some(tokens) = &report.tokens {
+        print_timed("nprobe (dense, token stage)", &tokens.points, args.split.as_str());
+        let rule = match report.p95_limit_ms {
+            Some(limit) => format!("best nDCG@10 with P95 within {limit} ms"),
+            None => format!("smallest nprobe within epsilon {} of the best", report.epsilon),
+        };
+        match &tokens.chosen {
+            Some(chosen) => println!(
+                "token stage chosen ({rule}): nprobe {} -> nDCG@10 {:.4}, P95 {:.1} ms",
+                chosen.value, chosen.metrics.ndcg_at_10, chosen.p95_ms
+            ),
+            None => {
+                println!("token stage: no nprobe keeps P95 within the bound; its default is left as it is")
+            }
+        }
+    }
     if !args.dry_run {
+        if let Some(chosen) = report.tokens.as_ref().and_then(|t| t.chosen.as_ref()) {
+            index.save_token_nprobe(chosen.value)?;
+        }
         index.save_defaults(report.defaults)?;
         println!("saved as the defaults of {}", args.index.display());
     }
     Ok(())
+}
+
+/// A timed sweep as a table: the value, nDCG@10, P50 and P95.
+fn print_timed(what: &str, points: &[tune::TimedPoint], split: &str) {
+    println!("| {what} | nDCG@10 on {split} | P50 ms | P95 ms |\n|---|---|---|---|");
+    for p in points {
+        println!("| {} | {:.4} | {:.1} | {:.1} |", p.value, p.metrics.ndcg_at_10, p.p50_ms, p.p95_ms);
+    }
 }

@@ -47,6 +47,46 @@ fn indexed_at(at: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     (tmp, data, index)
 }
 
+/// `cellar tune --p95-ms`: the best setting within the bound is saved, the token stage's nprobe
+/// with it; a bound no setting meets is refused (exit 2) and nothing is saved.
+#[test]
+fn tune_holds_the_choice_to_a_p95_bound_and_tunes_the_token_stage() {
+    let (_tmp, data, index) = indexed();
+    let (data_s, index_s) = (data.to_str().unwrap(), index.to_str().unwrap());
+    let out = cellar(&["tokens", "build", "--index", index_s]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let tokens_json = index.join("tokens").join("tokens.json");
+    let tune = ["tune", "--index", index_s, "--data", data_s, "--split", "train", "--p95-ms"];
+    let (index_before, tokens_before) =
+        (std::fs::read(index.join("index.json")).unwrap(), std::fs::read(&tokens_json).unwrap());
+    let refused = cellar(&[&tune[..], &["0.000001"]].concat());
+    assert_user_error(&refused, "no setting keeps P95 within 0.000001 ms");
+    assert!(text(&refused.stderr).contains("nothing was saved"), "{}", text(&refused.stderr));
+    assert_eq!(std::fs::read(index.join("index.json")).unwrap(), index_before, "nothing saved");
+    assert_eq!(std::fs::read(&tokens_json).unwrap(), tokens_before, "nothing saved");
+    assert_user_error(&cellar(&[&tune[..], &["0"]].concat()), "positive number of milliseconds");
+
+    let out = cellar(&[&tune[..], &["100000"]].concat());
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for says in
+        ["| rerank_k (hybrid) |", "best nDCG@10 with P95 within 100000 ms", "| nprobe (dense, token stage) |"]
+    {
+        assert!(stdout.contains(says), "{says} missing from:\n{stdout}");
+    }
+    let chosen: usize = stdout
+        .split("token stage chosen (best nDCG@10 with P95 within 100000 ms): nprobe ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no chosen nprobe in:\n{stdout}"));
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&tokens_json).unwrap()).unwrap();
+    assert_eq!(saved["search"]["nprobe"], chosen, "the chosen nprobe is the token stage's default");
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(index.join("index.json")).unwrap()).unwrap();
+    assert!(config["search"]["tuned"]["qrels"].as_str().unwrap().ends_with("train.tsv"), "{config}");
+}
+
 #[test]
 fn index_search_tune_eval() {
     let tmp = tempfile::tempdir().unwrap();
@@ -319,7 +359,8 @@ fn add_and_delete_write_durably_and_bad_lines_exit_2() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let hits: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((hits["hits"][0]["id"].as_str(), hits["hits"].as_array().unwrap().len()), (Some("comet1"), 1));
-    assert_user_error(&cellar(&[&filtered[..], &["{\"like\": 1}"]].concat()), "not a filter");
+    // `{"like": 1}` is the shorthand of an equality; an object is no field's value.
+    assert_user_error(&cellar(&[&filtered[..], &["{\"like\": {\"x\": 1}}"]].concat()), "not a filter");
 
     assert_user_error(
         &cellar(&["add", docs.to_str().unwrap(), "--index", index_s]),

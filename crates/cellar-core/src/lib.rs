@@ -11,6 +11,7 @@ pub mod format;
 pub mod ids;
 pub mod io;
 pub mod kernels;
+pub mod stats;
 pub mod store;
 pub mod synth;
 

@@ -331,6 +331,16 @@ impl Index {
         self.config.search = defaults;
         self.config.save(&self.dir)
     }
+
+    /// Saves `nprobe` as the token stage's default (`tokens/tokens.json`; `cellar tune`). Searches
+    /// of this handle keep the one it opened with; the next open takes it.
+    pub fn save_token_nprobe(&self, nprobe: usize) -> Result<()> {
+        let Some(mut config) = crate::tokens::TokensConfig::load(&self.dir)? else {
+            return Err(CellarError::invalid("this index has no token stage to tune"));
+        };
+        config.search.nprobe = nprobe;
+        config.save(&crate::tokens::TokensConfig::dir(&self.dir))
+    }
 }
 
 /// The encoder of `config`, shared: loaded once per process for as long as any index holds it.

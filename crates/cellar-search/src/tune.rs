@@ -1,6 +1,8 @@
 //! `cellar tune`: sweeps the fusion method, alpha and rerank_k on a development split (or, with
 //! `--cv K`, cross-validates the choice on the only split there is) and keeps the cheapest point
-//! within `epsilon` of the best.
+//! within `epsilon` of the best. An index with a token stage also has its `nprobe` swept in the
+//! dense mode. With a latency bound (`--p95-ms X`), each setting's single-query P95 on the split
+//! (encoding included) is measured, and the best quality within X is kept instead.
 //!
 //! Each query's BM25 candidates and their MaxSim scores are computed once; every (alpha,
 //! rerank_k) pair is then fused with the same function the query pipeline uses. A query reads
@@ -12,14 +14,17 @@ use cellar_core::{CellarError, Result};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
+use cellar_core::stats::percentile_of;
+
 use crate::config::{CvRecord, SearchDefaults, TuneRecord};
 use crate::corpus::{Qrels, Query};
 use crate::eval::{score_all, EVAL_DEPTH};
 use crate::fusion::{self, Fusion};
 use crate::index::Index;
 use crate::metrics::{mean, score_query, Metrics};
-use crate::mode::Mode;
+use crate::mode::{DenseStage, Mode};
 use crate::query::{PreparedQuery, QueryEncoding};
+use crate::request::SearchRequest;
 use crate::scored::Scored;
 
 /// Alphas tried: 0, 0.05, ..., 1.
@@ -43,6 +48,39 @@ pub struct TunePoint {
     pub metrics: Metrics,
 }
 
+/// How `cellar tune` chooses.
+#[derive(Clone, Copy, Debug)]
+pub struct TuneOptions {
+    /// nDCG@10 a cheaper choice may give up against the best (no latency bound).
+    pub epsilon: f64,
+    /// k-fold cross-validation of the choice.
+    pub cv: Option<usize>,
+    /// The P95 (ms) every setting chosen is held to.
+    pub p95_limit_ms: Option<f64>,
+}
+
+/// nprobe values tried for the token stage (those up to its leaves).
+pub const TOKEN_NPROBE_GRID: [usize; 5] = [8, 16, 32, 64, 128];
+
+/// One setting run over every query: its quality and its single-query latency (encoding and
+/// search, one query at a time; the text of the hits is not fetched).
+#[derive(Clone, Debug, Serialize)]
+pub struct TimedPoint {
+    /// What the sweep varies: `rerank_k` (hybrid) or `nprobe` (the token stage).
+    pub value: usize,
+    pub metrics: Metrics,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+}
+
+/// The token stage's sweep and the nprobe chosen: `None` when a latency bound left none (the
+/// stage's default then stays as it is; the hybrid choice is still made and saved).
+#[derive(Clone, Debug, Serialize)]
+pub struct TokenTune {
+    pub points: Vec<TimedPoint>,
+    pub chosen: Option<TimedPoint>,
+}
+
 /// The whole sweep and the chosen point.
 #[derive(Clone, Debug, Serialize)]
 pub struct TuneReport {
@@ -56,6 +94,12 @@ pub struct TuneReport {
     /// each held-out fold, over all queries (an estimate of the procedure, not a held-out set).
     pub cv: Option<CvEstimate>,
     pub defaults: SearchDefaults,
+    /// With a latency bound: the P95 it held the choice to, and each rerank_k's measured latency
+    /// (hybrid, with that rerank_k's best fusion and alpha).
+    pub p95_limit_ms: Option<f64>,
+    pub latency: Vec<TimedPoint>,
+    /// The token stage's sweep, when the index has one.
+    pub tokens: Option<TokenTune>,
 }
 
 /// A k-fold cross-validated estimate of tuning.
@@ -179,15 +223,18 @@ pub fn tune(
     queries: &[Query],
     qrels: &Qrels,
     qrels_name: &str,
-    epsilon: f64,
-    cv: Option<usize>,
+    options: TuneOptions,
     bar: &ProgressBar,
 ) -> Result<TuneReport> {
+    let TuneOptions { epsilon, cv, p95_limit_ms } = options;
     if queries.is_empty() {
         return Err(CellarError::InvalidInput("no judged queries to tune on".into()));
     }
     if !(0.0..=MAX_EPSILON).contains(&epsilon) {
         return Err(CellarError::InvalidInput(format!("epsilon {epsilon}: 0 to {MAX_EPSILON} allowed")));
+    }
+    if let Some(limit) = p95_limit_ms.filter(|l| !(l.is_finite() && *l > 0.0)) {
+        return Err(CellarError::InvalidInput(format!("p95_ms {limit}: a positive number of milliseconds")));
     }
     let depth = index.config().search.candidates;
     let prepared = crate::eval::prepare_all(index, queries, bar)?;
@@ -199,7 +246,25 @@ pub fn tune(
         None => None,
     };
     let (best, top) = choose(&points, epsilon);
-    let (best, top) = (best.clone(), top.clone());
+    let (mut best, top) = (best.clone(), top.clone());
+    let timed = Timed { index, queries, prepared: &prepared, qrels, ids: &ids };
+    let mut latency = Vec::new();
+    if let Some(limit) = p95_limit_ms {
+        for rerank_k in RERANK_K_GRID.into_iter().filter(|k| *k <= depth) {
+            let at = best_at(&points, rerank_k);
+            let mut request = SearchRequest::new("", Mode::Hybrid).with_k(EVAL_DEPTH);
+            (request.fusion, request.alpha, request.rerank_k) =
+                (Some(at.fusion), Some(at.alpha), Some(rerank_k));
+            latency.push(timed.run(&request, rerank_k)?);
+        }
+        best = within_limit(&points, &latency, limit)
+            .ok_or_else(|| over_limit("hybrid rerank_k", &latency, limit))?
+            .clone();
+    }
+    let tokens = match index.tokens.as_ref() {
+        Some(stage) => Some(tune_tokens(&timed, stage.config().leaves, epsilon, p95_limit_ms)?),
+        None => None,
+    };
     let defaults = SearchDefaults {
         mode: Mode::Hybrid,
         candidates: depth,
@@ -215,7 +280,97 @@ pub fn tune(
             cv: cv.as_ref().map(|c| CvRecord { folds: c.folds, value: c.metrics.ndcg_at_10 }),
         }),
     };
-    Ok(TuneReport { points, best, top, epsilon, cv, defaults })
+    Ok(TuneReport { points, best, top, epsilon, cv, defaults, p95_limit_ms, latency, tokens })
+}
+
+/// The highest nDCG@10 at `rerank_k` (its fusion and alpha).
+fn best_at(points: &[TunePoint], rerank_k: usize) -> &TunePoint {
+    points
+        .iter()
+        .filter(|p| p.rerank_k == rerank_k)
+        .max_by(|a, b| better(a, b))
+        .expect("a point per rerank_k")
+}
+
+/// The best point whose rerank_k's measured P95 is within `limit`.
+fn within_limit<'a>(points: &'a [TunePoint], latency: &[TimedPoint], limit: f64) -> Option<&'a TunePoint> {
+    let fast = |k: usize| latency.iter().any(|t| t.value == k && t.p95_ms <= limit);
+    points.iter().filter(|p| fast(p.rerank_k)).max_by(|a, b| better(a, b))
+}
+
+/// No setting met the bound: the error names the fastest.
+fn over_limit(what: &str, timed: &[TimedPoint], limit: f64) -> CellarError {
+    let fastest = timed.iter().min_by(|a, b| a.p95_ms.total_cmp(&b.p95_ms));
+    CellarError::invalid(match fastest {
+        Some(t) => format!(
+            "no setting keeps P95 within {limit} ms: the fastest, {what} {}, took P95 {:.1} ms on these \
+             queries (nothing was saved)",
+            t.value, t.p95_ms
+        ),
+        None => format!("no setting of {what} to measure (nothing was saved)"),
+    })
+}
+
+/// What a timed sweep runs over: the queries, their encodings and judgments.
+struct Timed<'a> {
+    index: &'a Index,
+    queries: &'a [Query],
+    prepared: &'a [PreparedQuery],
+    qrels: &'a Qrels,
+    ids: &'a [String],
+}
+
+impl Timed<'_> {
+    /// Every query ranked with `request`'s settings, one at a time: quality and latency.
+    fn run(&self, request: &SearchRequest, value: usize) -> Result<TimedPoint> {
+        let params = self.index.params(request)?;
+        let mut rankings = Vec::with_capacity(self.queries.len());
+        let mut latencies = Vec::with_capacity(self.queries.len());
+        for (query, prepared) in self.queries.iter().zip(self.prepared) {
+            let ranking = self.index.rank(prepared, &params)?;
+            latencies.push(ranking.timings.total_ms);
+            let ranked = ranking.hits.iter().take(EVAL_DEPTH).map(|h| self.ids[h.id.0 as usize].clone());
+            rankings.push((query.id.clone(), ranked.collect()));
+        }
+        let at = |p: f64| percentile_of(&latencies, p).unwrap_or(f64::NAN);
+        Ok(TimedPoint {
+            value,
+            metrics: score_all(&rankings, self.qrels),
+            p50_ms: at(50.0),
+            p95_ms: at(95.0),
+        })
+    }
+}
+
+/// The token stage's nprobe: each of [`TOKEN_NPROBE_GRID`] up to `leaves`, dense mode. Chosen:
+/// with a bound, the best nDCG@10 whose P95 is within it (none when none is); without, the
+/// smallest nprobe within `epsilon` of the best.
+fn tune_tokens(timed: &Timed<'_>, leaves: usize, epsilon: f64, limit: Option<f64>) -> Result<TokenTune> {
+    let mut points = Vec::new();
+    for nprobe in TOKEN_NPROBE_GRID.into_iter().filter(|n| *n <= leaves) {
+        let mut request = SearchRequest::new("", Mode::Dense).with_k(EVAL_DEPTH);
+        (request.dense_stage, request.nprobe) = (Some(DenseStage::Tokens), Some(nprobe));
+        points.push(timed.run(&request, nprobe)?);
+    }
+    if points.is_empty() {
+        let mut request = SearchRequest::new("", Mode::Dense).with_k(EVAL_DEPTH);
+        (request.dense_stage, request.nprobe) = (Some(DenseStage::Tokens), Some(leaves));
+        points.push(timed.run(&request, leaves)?);
+    }
+    // Highest nDCG@10; on ties the smaller nprobe.
+    let best = |a: &&TimedPoint, b: &&TimedPoint| {
+        a.metrics.ndcg_at_10.total_cmp(&b.metrics.ndcg_at_10).then(b.value.cmp(&a.value))
+    };
+    let chosen = match limit {
+        Some(limit) => points.iter().filter(|p| p.p95_ms <= limit).max_by(best),
+        None => {
+            let top = points.iter().max_by(best).expect("a point");
+            let floor = top.metrics.ndcg_at_10 - epsilon;
+            points.iter().filter(|p| p.metrics.ndcg_at_10 >= floor).min_by_key(|p| p.value)
+        }
+    };
+    let chosen = chosen.cloned();
+    Ok(TokenTune { points, chosen })
 }
 
 /// Highest nDCG@10; on ties, the smaller rerank_k (cheaper), then the smaller alpha, then the

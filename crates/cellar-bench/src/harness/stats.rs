@@ -1,5 +1,5 @@
-//! The one percentile rule of every benchmark (nearest rank), means, and the latency summary of
-//! a set of measurements. Over no values every figure is `None`: a report shows it as `-`, or
+//! The percentile rule of every benchmark (`cellar_core::stats`, nearest rank), means, and the
+//! latency summary of a set of measurements. Over no values every figure is `None`: a report shows it as `-`, or
 //! NaN (`null` in JSON) in a table of numbers, never as 0.
 
 use serde::{Deserialize, Serialize};
@@ -14,20 +14,7 @@ pub struct LatencySummary {
     pub mean_ms: f64,
 }
 
-/// Nearest-rank percentile of ascending `sorted` (`p` in 0..=100): the smallest value with at
-/// least `p`% of the values at or below it. `None` when empty.
-pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
-}
-
-/// [`percentile`] of values in any order.
-pub fn percentile_of(values: &[f64], p: f64) -> Option<f64> {
-    percentile(&sorted(values), p)
-}
+pub use cellar_core::stats::{percentile, percentile_of, sorted};
 
 /// The arithmetic mean; `None` when empty.
 pub fn mean(values: &[f64]) -> Option<f64> {
@@ -47,34 +34,9 @@ pub fn summarize(latencies_ms: &[f64]) -> Option<LatencySummary> {
     })
 }
 
-fn sorted(values: &[f64]) -> Vec<f64> {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 50.0), Some(50.0));
-        assert_eq!(percentile(&v, 95.0), Some(95.0));
-        assert_eq!(percentile(&v, 99.0), Some(99.0));
-        assert_eq!(percentile(&v, 100.0), Some(100.0));
-        assert_eq!(percentile(&v, 0.0), Some(1.0));
-        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
-        assert_eq!(percentile(&[], 50.0), None);
-        // 10 values: P95 and P99 are the largest (no interpolation below the tail).
-        let ten: Vec<f64> = (1..=10).map(f64::from).collect();
-        assert_eq!(percentile(&ten, 95.0), Some(10.0));
-        assert_eq!(percentile(&ten, 50.0), Some(5.0));
-        // Unsorted input: the same answers; an even count's median is the lower middle value.
-        assert_eq!(percentile_of(&[4.0, 1.0, 3.0, 2.0], 50.0), Some(2.0));
-        assert_eq!(percentile_of(&[], 50.0), None);
-    }
 
     #[test]
     fn means_and_summaries_of_nothing_are_none() {
