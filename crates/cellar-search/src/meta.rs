@@ -165,9 +165,10 @@ fn value_from_json(value: serde_json::Value) -> Result<MetaValue, String> {
             });
             Ok(MetaValue::List(strings.collect::<Result<_, _>>()?))
         }
-        other => {
-            Err(format!("values are strings, numbers, booleans or lists of strings, got {}", json_kind(&other)))
-        }
+        other => Err(format!(
+            "values are strings, numbers, booleans or lists of strings, got {}",
+            json_kind(&other)
+        )),
     }
 }
 

@@ -93,6 +93,7 @@ class Index:
         splade: bool = False,
         splade_model: str | PathLike[str] | None = None,
         codec_from: _Path | None = None,
+        tokens: bool = False,
     ) -> Index: ...
     @staticmethod
     def from_embeddings(
@@ -111,6 +112,7 @@ class Index:
         ivf: bool = True,
         ivf_cluster_size: int = 256,
         codec_from: _Path | None = None,
+        tokens: bool = False,
     ) -> Index: ...
     @staticmethod
     def open(
