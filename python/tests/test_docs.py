@@ -7,13 +7,9 @@ from collections.abc import Mapping
 import subprocess
 import sys
 
-from pathlib import Path
 
 import cellar
 import cellar.cluster
-
-#: What stubtest cannot compare (Ray's deployments), each with why.
-ALLOWLIST = Path(__file__).resolve().parents[1] / "stubtest-allowlist.txt"
 
 
 def undocumented(module: object, names: list[str]) -> list[str]:
@@ -50,10 +46,11 @@ def test_the_package_exports_every_exception() -> None:
 
 
 def test_the_stubs_match_the_runtime() -> None:
-    """`mypy.stubtest`: every name, argument and default of the native module's stub is the
-    runtime's (and the package type-checks)."""
+    """`mypy.stubtest` of the native module: every name, argument and default of its stub
+    (`_cellar.pyi`) is the runtime's. The pure-Python modules are their own stubs; checking them
+    too would type-check Ray (45 s more) for nothing."""
     done = subprocess.run(
-        [sys.executable, "-m", "mypy.stubtest", "cellar", "--ignore-disjoint-bases", "--allowlist", str(ALLOWLIST)],
+        [sys.executable, "-m", "mypy.stubtest", "cellar._cellar", "--ignore-disjoint-bases"],
         capture_output=True,
         text=True,
         timeout=600,
