@@ -103,3 +103,11 @@ pub fn python_to_json(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> P
     let kind = value.get_type().name().map(|n| n.to_string()).unwrap_or_default();
     Err(pyo3::exceptions::PyTypeError::new_err(format!("{name}: a {kind} is not a JSON value")))
 }
+
+/// A bare `(n, dim)` array under `key` (`query_vectors`, a document's `vectors`) is the token
+/// vectors: `{"tokens": array}`.
+pub fn bare_tokens(fields: &mut serde_json::Map<String, Value>, key: &str) {
+    if let Some(tokens) = fields.get_mut(key).filter(|v| v.is_array()) {
+        *tokens = serde_json::json!({ "tokens": tokens.take() });
+    }
+}

@@ -8,92 +8,20 @@ use cellar_core::codec::CodecKind;
 use cellar_core::io::ReaderKind;
 use cellar_search::eval::doc_ids;
 use cellar_search::ivf::IvfBuildOptions;
-use cellar_search::request::VectorDtype;
 use cellar_search::request::DEFAULT_K;
-use cellar_search::{
-    BuildOptions, DocIn, Index, OpenOptions, QueryVectorsIn, SearchRequest, WeightPrecision, WriteOp,
-    WriteRequest,
-};
+use cellar_search::{BuildOptions, Index, OpenOptions, SearchRequest, WeightPrecision, WriteRequest};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::{json, Map, Value};
 
 use crate::args::{self, parse_choice, positive, positive_opt};
-use crate::convert::{python_to_json, to_python};
+use crate::convert::{bare_tokens, python_to_json, to_python};
 use crate::embeddings::Sources;
 use crate::errors::{invalid, without_gil};
 use crate::evaluate::evaluate;
 use crate::result::PySearchResult;
-
-/// `doc_vectors, texts, pooled, metadata` of a write in the columns form.
-type Columns<'a, 'py> = (Column<'a, 'py>, Column<'a, 'py>, Column<'a, 'py>, Column<'a, 'py>);
-
-/// One optional column of a write (`texts`, `pooled`, ...).
-type Column<'a, 'py> = Option<&'a Bound<'py, PyAny>>;
-
-/// How [`column_docs`] holds each document's vectors: rows of floats (written here) or the
-/// compact base64 form (sent over HTTP by `cellar.Client`).
-enum VectorForm {
-    Rows,
-    Compact,
-}
-
-/// The documents of a write given as the columns of `from_embeddings` (`ids`, `doc_vectors`,
-/// then `texts`, `pooled`, `metadata`), read and checked by its reader ([`Sources`]): the one
-/// reading of that shape, for `Index.add`/`update` and, through [`_documents_from_columns`],
-/// `cellar.Client`'s.
-fn column_docs(
-    py: Python<'_>,
-    ids: &Bound<'_, PyAny>,
-    doc_vectors: &Bound<'_, PyAny>,
-    (texts, pooled, metadata): (Column<'_, '_>, Column<'_, '_>, Column<'_, '_>),
-    form: VectorForm,
-) -> PyResult<Vec<DocIn>> {
-    let mut sources = Sources::new(py, ids, doc_vectors, texts, pooled, metadata)?;
-    let dim = sources.dim();
-    let mut docs = Vec::new();
-    while let Some(doc) = sources.next_doc(py)? {
-        let vectors = match form {
-            VectorForm::Rows => QueryVectorsIn {
-                tokens: doc.tokens.chunks_exact(dim).map(<[f32]>::to_vec).collect(),
-                pooled: doc.pooled,
-                ..QueryVectorsIn::default()
-            },
-            VectorForm::Compact => {
-                QueryVectorsIn::compact(&doc.tokens, doc.pooled.as_deref(), VectorDtype::F32)
-            }
-        };
-        docs.push(DocIn {
-            id: doc.id,
-            title: doc.title,
-            text: doc.text,
-            metadata: doc.metadata,
-            vectors: Some(vectors),
-        });
-    }
-    Ok(docs)
-}
-
-/// The documents of the columns `ids, doc_vectors, texts, pooled, metadata` (as
-/// `Index.from_embeddings` takes them) as the dicts of a write's JSON body, vectors in the
-/// compact base64 form (`compact`) or as rows: `cellar.Client`'s reading of the columns, the
-/// same as `Index.add`'s.
-#[pyfunction]
-#[pyo3(signature = (ids, doc_vectors, texts=None, pooled=None, metadata=None, *, compact=true))]
-pub(crate) fn _documents_from_columns<'py>(
-    py: Python<'py>,
-    ids: &Bound<'py, PyAny>,
-    doc_vectors: &Bound<'py, PyAny>,
-    texts: Option<&Bound<'py, PyAny>>,
-    pooled: Option<&Bound<'py, PyAny>>,
-    metadata: Option<&Bound<'py, PyAny>>,
-    compact: bool,
-) -> PyResult<Bound<'py, PyAny>> {
-    let form = if compact { VectorForm::Compact } else { VectorForm::Rows };
-    let docs = column_docs(py, ids, doc_vectors, (texts, pooled, metadata), form)?;
-    to_python(py, &docs)
-}
+use crate::writes::{self, Columns};
 
 /// An open Cellar index. Thread-safe: one instance serves concurrent searches from many threads.
 ///
@@ -124,10 +52,7 @@ fn request_from_kwargs(
             fields.insert(key.clone(), python_to_json(py, &key, &value)?);
         }
     }
-    // A bare `(n, dim)` array is the query's token vectors.
-    if let Some(tokens) = fields.get_mut("query_vectors").filter(|v| v.is_array()) {
-        *tokens = json!({ "tokens": tokens.take() });
-    }
+    bare_tokens(&mut fields, "query_vectors");
     if query.is_none() && fields.get("query_vectors").is_none_or(Value::is_null) {
         return Err(invalid(py, "give a query text, query_vectors, or both"));
     }
@@ -218,9 +143,7 @@ impl PyIndex {
         Ok(())
     }
 
-    /// Operations `kind` ("add", "update") of `docs`: one dict or a list of them, or, with
-    /// `columns` (`doc_vectors, texts, pooled, metadata`), the ids of documents given as
-    /// `from_embeddings` takes them (and checked by the same reader).
+    /// Writes `docs` as operations `kind` ("add", "update"), in either shape ([`writes::request`]).
     fn write_docs<'py>(
         &self,
         py: Python<'py>,
@@ -228,48 +151,11 @@ impl PyIndex {
         docs: &Bound<'py, PyAny>,
         columns: Columns<'_, 'py>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (doc_vectors, texts, pooled, metadata) = columns;
-        if let Some(doc_vectors) = doc_vectors {
-            let docs = column_docs(py, docs, doc_vectors, (texts, pooled, metadata), VectorForm::Rows)?;
-            let ops =
-                docs.into_iter().map(|d| if kind == "add" { WriteOp::Add(d) } else { WriteOp::Update(d) });
-            return self.write_request(py, WriteRequest { ops: ops.collect() });
-        }
-        if let Some(name) = [("texts", texts), ("pooled", pooled), ("metadata", metadata)]
-            .iter()
-            .find_map(|(name, given)| given.is_some().then_some(name))
-        {
-            return Err(invalid(
-                py,
-                format!(
-                    "{name} goes with doc_vectors (the columns form); documents as dicts carry it inside"
-                ),
-            ));
-        }
-        let items: Vec<Bound<'py, PyAny>> = if docs.is_instance_of::<PyDict>() {
-            vec![docs.clone()]
-        } else {
-            docs.try_iter()?.collect::<PyResult<_>>()?
-        };
-        let ops = items
-            .iter()
-            .enumerate()
-            .map(|(i, doc)| {
-                let mut doc = python_to_json(py, &format!("docs[{i}]"), doc)?;
-                // A bare `(n, dim)` array is the document's token vectors, as for a query.
-                if let Some(tokens) = doc.get_mut("vectors").filter(|v| v.is_array()) {
-                    *tokens = json!({ "tokens": tokens.take() });
-                }
-                Ok(json!({ kind: doc }))
-            })
-            .collect::<PyResult<Vec<Value>>>()?;
-        self.write(py, ops)
+        self.write_request(py, writes::request(py, kind, docs, columns)?)
     }
 
     fn write<'py>(&self, py: Python<'py>, ops: Vec<Value>) -> PyResult<Bound<'py, PyAny>> {
-        let request: WriteRequest =
-            serde_json::from_value(json!({ "ops": ops })).map_err(|e| invalid(py, e.to_string()))?;
-        self.write_request(py, request)
+        self.write_request(py, writes::from_json(py, ops)?)
     }
 
     fn write_request<'py>(&self, py: Python<'py>, request: WriteRequest) -> PyResult<Bound<'py, PyAny>> {

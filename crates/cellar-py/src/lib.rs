@@ -21,6 +21,7 @@ mod index;
 mod result;
 mod shard;
 mod stream;
+mod writes;
 
 use pyo3::prelude::*;
 
@@ -40,7 +41,7 @@ fn _cellar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::PyStream>()?;
     m.add_class::<shard::PyGather>()?;
     m.add_function(wrap_pyfunction!(shard::merge_stats, m)?)?;
-    m.add_function(wrap_pyfunction!(index::_documents_from_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(writes::_documents_from_columns, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MAX_K", cellar_search::request::MAX_K)?;
     m.add("MAX_BATCH", cellar_search::request::MAX_BATCH)?;

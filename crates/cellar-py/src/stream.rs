@@ -21,9 +21,7 @@ use crate::errors::{invalid, without_gil, IntoPyResult};
 /// A filter of the one grammar (`cellar_search::Filter`) as the equalities a stream runs: a
 /// field's `eq`, and `and` of them (the shorthand `{"field": value, ...}` is that).
 fn equality_filter(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, Value>> {
-    let filter: cellar_search::Filter = from_python(py, value, "filter")?;
-    let equal = filter.equalities().map_err(CellarError::InvalidInput).py_err(py)?;
-    Ok(equal.into_iter().map(|(field, value)| (field, json!(value))).collect())
+    cellar_search::filter::stream_equalities(from_python(py, value, "filter")?).py_err(py)
 }
 
 /// A streaming collection on disk. Thread-safe: writers and searchers may share one instance.

@@ -52,6 +52,9 @@ pub struct RowResult {
     pub build_secs: f64,
     #[serde(skip)]
     pub run: Vec<(String, Vec<String>)>,
+    /// Each query's single-search time, encoding included, ms (`cellar tune --p95-ms`).
+    #[serde(skip)]
+    pub total_ms: Vec<f64>,
 }
 
 /// The queries that have judgments, in file order.
@@ -235,11 +238,12 @@ pub fn evaluate_row(
         ));
     }
     let params = index.params(&spec.request)?;
-    let (mut per_query, mut run) = (Vec::new(), Vec::new());
+    let (mut per_query, mut run, mut total_ms) = (Vec::new(), Vec::new(), Vec::new());
     let (mut search_ms, mut encode_ms, mut bytes) = (0.0, 0.0, 0u64);
     for (query, prep) in queries.iter().zip(prepared) {
         let ranking = index.rank(prep, &params)?;
         search_ms += ranking.timings.total_ms - ranking.timings.encode_ms;
+        total_ms.push(ranking.timings.total_ms);
         encode_ms += ranking.timings.encode_ms;
         bytes += ranking.io.bytes;
         let ranked: Vec<String> = ranking.hits.iter().map(|h| ids[h.id.0 as usize].clone()).collect();
@@ -260,6 +264,7 @@ pub fn evaluate_row(
         size_bytes,
         build_secs,
         run,
+        total_ms,
     })
 }
 

@@ -55,8 +55,11 @@ impl Index {
         let dim = self.config.encoder.model_dim;
         let mut vectors =
             request.query_vectors.map(|v| flatten(v, dim, "query_vectors", MAX_QUERY_VECTORS)).transpose()?;
-        // A pooled vector left out is the normalised mean of the token vectors, as a document's is.
-        if let Some(v) = vectors.as_mut().filter(|v| v.pooled.is_none() && v.n_tokens > 0) {
+        // A pooled vector left out is the normalised mean of the token vectors, as a document's
+        // is; computed only for the searches that use one.
+        if let Some(v) =
+            vectors.as_mut().filter(|v| v.pooled.is_none() && v.n_tokens > 0 && needs_pooled(&params))
+        {
             v.pooled = mean_normalized(&v.tokens, dim);
         }
         // The single-vector-first modes need no text when the caller sends the vectors.
@@ -312,6 +315,13 @@ fn too_large(field: &str) -> CellarError {
     ))
 }
 
+/// Whether the search uses the query's pooled vector: the pooled scan and the IVF do, the token
+/// stage routes the token vectors.
+fn needs_pooled(params: &SearchParams) -> bool {
+    matches!(params.mode, Mode::DenseExact | Mode::Ivf)
+        || (matches!(params.mode, Mode::Dense | Mode::Hybrid) && params.ivf.is_some())
+}
+
 /// Checks flattened caller vectors against what the resolved search needs: token vectors for
 /// MaxSim, the pooled vector for every search that probes the IVF or scans the pooled vectors
 /// (not the token stage's),
@@ -344,11 +354,8 @@ fn check_vectors(vectors: &QueryVectors, params: &SearchParams) -> Result<()> {
     {
         return Err(too_large("query_vectors.pooled"));
     }
-    // The token stage routes the token vectors: only the IVF and the pooled scan need the pooled one.
-    let needs_pooled = matches!(mode, Mode::DenseExact | Mode::Ivf)
-        || (matches!(mode, Mode::Dense | Mode::Hybrid) && params.ivf.is_some());
     match &vectors.pooled {
-        None if needs_pooled => {
+        None if needs_pooled(params) => {
             let hint = if mode == Mode::Hybrid {
                 ": it joins IVF candidates (send query_vectors.pooled, or hybrid_candidates 0)"
             } else {

@@ -18,7 +18,7 @@ use cellar_core::stats::percentile_of;
 
 use crate::config::{CvRecord, SearchDefaults, TuneRecord};
 use crate::corpus::{Qrels, Query};
-use crate::eval::{score_all, EVAL_DEPTH};
+use crate::eval::{evaluate_row, score_all, RowSpec, EVAL_DEPTH};
 use crate::fusion::{self, Fusion};
 use crate::index::Index;
 use crate::metrics::{mean, score_query, Metrics};
@@ -321,24 +321,13 @@ struct Timed<'a> {
 }
 
 impl Timed<'_> {
-    /// Every query ranked with `request`'s settings, one at a time: quality and latency.
+    /// Every query ranked with `request`'s settings, one at a time (`eval::evaluate_row`):
+    /// quality and latency.
     fn run(&self, request: &SearchRequest, value: usize) -> Result<TimedPoint> {
-        let params = self.index.params(request)?;
-        let mut rankings = Vec::with_capacity(self.queries.len());
-        let mut latencies = Vec::with_capacity(self.queries.len());
-        for (query, prepared) in self.queries.iter().zip(self.prepared) {
-            let ranking = self.index.rank(prepared, &params)?;
-            latencies.push(ranking.timings.total_ms);
-            let ranked = ranking.hits.iter().take(EVAL_DEPTH).map(|h| self.ids[h.id.0 as usize].clone());
-            rankings.push((query.id.clone(), ranked.collect()));
-        }
-        let at = |p: f64| percentile_of(&latencies, p).unwrap_or(f64::NAN);
-        Ok(TimedPoint {
-            value,
-            metrics: score_all(&rankings, self.qrels),
-            p50_ms: at(50.0),
-            p95_ms: at(95.0),
-        })
+        let spec = RowSpec { label: String::new(), request: request.clone() };
+        let row = evaluate_row(self.index, self.queries, self.prepared, self.qrels, self.ids, &spec)?;
+        let at = |p: f64| percentile_of(&row.total_ms, p).unwrap_or(f64::NAN);
+        Ok(TimedPoint { value, metrics: row.metrics, p50_ms: at(50.0), p95_ms: at(95.0) })
     }
 }
 

@@ -241,11 +241,7 @@ async fn search(
         if !request.filters.is_empty() {
             return Err(CellarError::invalid("give filter or filters, not both").into());
         }
-        let filter: cellar_search::Filter =
-            serde_json::from_value(filter).map_err(|e| CellarError::invalid(format!("filter: {e}")))?;
-        filter.check("filter")?;
-        let equal = filter.equalities().map_err(CellarError::InvalidInput)?;
-        request.filters = equal.into_iter().map(|(field, value)| (field, json!(value))).collect();
+        request.filters = cellar_search::filter::stream_equalities(filter)?;
     }
     let start = Instant::now();
     let (result, encode_ms) = blocking(&state, move |s| {
