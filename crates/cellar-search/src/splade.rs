@@ -33,7 +33,7 @@ use cellar_core::format::fsio::{
 };
 use cellar_core::format::versioned::{parse_versioned_json, VersionRange, FORMAT_VERSION_FIELD};
 use cellar_core::format::{FileKind, HEADER_BYTES, PAGE_BYTES};
-use cellar_core::io::{Extent, ExtentReader, ReaderOptions};
+use cellar_core::io::{Extent, FileSlice, ReaderOptions};
 use cellar_core::{CellarError, DocId, IoContext, Result};
 use cellar_encode::{Overflow, SparseEncoder, SparseVector, DEFAULT_SPLADE_WINDOW};
 use serde::{Deserialize, Serialize};
@@ -106,7 +106,7 @@ pub struct SpladeIndex {
     config: SpladeConfig,
     /// Per term: (absolute offset of its postings, count).
     terms: Vec<(u64, u32)>,
-    postings: ExtentReader,
+    postings: FileSlice,
     encoder: Mutex<Option<Arc<SparseEncoder>>>,
     written: Mutex<WrittenPostings>,
     dir: PathBuf,
@@ -152,8 +152,8 @@ impl SpladeIndex {
         }
         let terms_path = dir.join(FileKind::SpladeTerms.file_name());
         let (_, body) = read_small_file(&terms_path, FileKind::SpladeTerms)?;
-        let postings = ExtentReader::open(&dir.join(FileKind::SpladePostings.file_name()), options)?;
-        let terms = parse_terms(&terms_path, &body, &config, postings.file_len())?;
+        let postings = FileSlice::open(&dir.join(FileKind::SpladePostings.file_name()), options)?;
+        let terms = parse_terms(&terms_path, &body, &config, postings.len())?;
         let written = Mutex::new(WrittenPostings { next: docs as u32, terms: HashMap::new() });
         Ok(Some(SpladeIndex { config, terms, postings, encoder: Mutex::new(None), written, dir }))
     }
@@ -237,7 +237,7 @@ impl SpladeIndex {
             .iter()
             .map(|&(t, _)| Extent { offset: self.terms[t].0, len: self.terms[t].1 as usize * 5 })
             .collect();
-        let batch = self.postings.read(&extents)?;
+        let batch = self.postings.read_batch(&extents)?;
         let mut scores = vec![0f32; self.config.docs as usize];
         let mut touched = Vec::new();
         for (i, &(t, w)) in wanted.iter().enumerate() {

@@ -1,21 +1,18 @@
-//! Direct-I/O reader: `O_DIRECT` (the page cache is bypassed, so RAM holds only the offsets table
-//! and the batch buffers), page-aligned reads batched through io_uring. If the kernel refuses
-//! io_uring and the engine is `Auto`, a bounded pool of `pread` threads serves instead and a
-//! warning is printed once per process.
+//! The engines of the direct kind (`O_DIRECT`: the page cache is bypassed, so RAM holds only the
+//! batch buffers): page-aligned runs read through io_uring, or, if the kernel refuses io_uring and
+//! the engine is `Auto`, through a bounded pool of `pread` threads (a warning printed once per
+//! process); and the size of a store's read chunks and pooled buffers. [`super::FileSlice`] reads
+//! through them.
 
 use std::fs::File;
-use std::sync::{Arc, Once};
+use std::sync::Once;
 
-use super::aligned::{AlignedBuf, BufferPool};
-use super::latency::EmulatedDevice;
+use super::aligned::AlignedBuf;
 use super::plan::Run;
 use super::pread_pool::PreadPool;
 use super::uring::RingPool;
-use super::{
-    BatchBytes, ReadPlan, ReadStats, ReaderKind, ReaderOptions, ReaderSource, RecordBatch, RecordReader,
-};
+use super::ReaderOptions;
 use crate::error::{CellarError, Result};
-use crate::format::fsio::open_with_flags;
 use crate::format::offsets::OffsetsTable;
 
 /// How the direct reader issues its reads.
@@ -79,14 +76,6 @@ impl Engine {
     }
 }
 
-pub struct DirectReader {
-    source: ReaderSource,
-    file: File,
-    engine: Engine,
-    emulated: Option<EmulatedDevice>,
-    buffers: Arc<BufferPool>,
-}
-
 /// Threads of the fallback pool: enough to keep a few reads in flight per core.
 const PREAD_THREADS: usize = 16;
 /// Most bytes of a pooled batch buffer: the reads of one chunk of a query's candidates
@@ -116,48 +105,9 @@ fn chunk_bytes_for(mean_record_page_bytes: u64) -> usize {
 /// Idle pooled buffers of [`POOLED_BUFFER_BYTES`] kept: a few per concurrent query (one being
 /// scored, one being read, one waiting), for a handful of workers; smaller buffers keep as many
 /// bytes.
-const POOLED_BUFFERS: usize = 8;
+pub(crate) const POOLED_BUFFERS: usize = 8;
 
 static FALLBACK_WARNING: Once = Once::new();
-
-impl DirectReader {
-    pub fn open(source: ReaderSource, options: &ReaderOptions) -> Result<Self> {
-        let file = open_with_flags(&source.path, libc::O_DIRECT)?;
-        let engine = Engine::open(options)?;
-        let emulated = options.inject_latency.map(EmulatedDevice::new);
-        let chunk = chunk_bytes(&source.offsets);
-        let buffers = BufferPool::new(chunk, POOLED_BUFFERS * (POOLED_BUFFER_BYTES / chunk));
-        Ok(DirectReader { source, file, engine, emulated, buffers })
-    }
-}
-
-impl RecordReader for DirectReader {
-    fn kind(&self) -> ReaderKind {
-        ReaderKind::Direct
-    }
-
-    fn engine(&self) -> &'static str {
-        self.engine.name()
-    }
-
-    fn read_batch(&self, ids: &[crate::DocId]) -> Result<RecordBatch> {
-        let plan = ReadPlan::new(&self.source.offsets, ids)?;
-        let mut buf = self.buffers.take(plan.buf_len);
-        let path = &self.source.path;
-        self.engine.read_runs(&self.file, path, &plan.runs, buf.inner_mut())?;
-        if let Some(device) = &self.emulated {
-            device.charge(plan.runs.len());
-        }
-        let stats = ReadStats {
-            read_calls: plan.runs.len() as u64,
-            pages: plan.pages(),
-            bytes: plan.buf_len as u64,
-            cached: 0,
-        };
-        let context = self.source.context(ids, true);
-        RecordBatch::verified(BatchBytes::Pooled(buf), plan.spans, &context, &plan.entries, stats)
-    }
-}
 
 #[cfg(test)]
 mod chunk_tests {

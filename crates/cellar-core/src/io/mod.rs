@@ -1,26 +1,26 @@
-//! Readers of the vector store behind one interface, chosen at open time:
-//! - [`ReaderKind::Ram`]: the whole `vectors.bin` body in memory (the control);
+//! Reading immutable files, and the vector store's records in particular. Every byte range is
+//! read through one seam, [`FileSlice`] (`slice.rs`): a file opened once in one reader kind,
+//! chosen at open time:
+//! - [`ReaderKind::Ram`]: the whole file in memory (the control);
 //! - [`ReaderKind::Mmap`]: a memory map with `madvise(MADV_RANDOM)`; the pages a batch needs are
-//!   announced with `MADV_WILLNEED` (optional) and faulted in during `read_batch`, so I/O is
-//!   counted and timed there, not during scoring;
+//!   announced with `MADV_WILLNEED` (optional) and fault in where the reader touches them;
 //! - [`ReaderKind::Direct`]: `O_DIRECT` reads batched through io_uring, or, if the kernel refuses
 //!   io_uring, a bounded pool of `pread` threads (logged once, loudly).
 //!
-//! Every batch parses each record's header and reports [`ReadStats`]. Records read from the file
-//! (mmap, direct) are checked against their CRC-32C on every read; the ram reader checks the
-//! whole body once when it loads it, so its batches skip the per-record CRC.
+//! [`RecordReader`] reads the store's records through it: every batch parses each record's header
+//! and reports [`ReadStats`]. Records read from the file (mmap, direct) are checked against their
+//! CRC-32C on every read, so an mmap batch's pages fault in (and are counted and timed) there; the
+//! ram reader checks the whole body once when it loads it, so its batches skip the per-record CRC.
 
 mod aligned;
 mod budget;
 pub mod cache;
 mod direct;
-mod extents;
 pub mod hot;
 mod latency;
-mod mmap;
 mod plan;
 mod pread_pool;
-mod ram;
+mod slice;
 mod uring;
 pub mod wait;
 
@@ -28,12 +28,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use aligned::AlignedBuf;
-use aligned::PooledBuf;
 pub use budget::{read_buffer_budget, read_buffers_in_use, set_read_buffer_budget};
 pub use direct::{chunk_bytes, IoEngine, MIN_CHUNK_BYTES, POOLED_BUFFER_BYTES};
-pub use extents::{Extent, ExtentBatch, ExtentReader};
 pub use latency::InjectedLatency;
-pub use plan::ReadPlan;
+pub use plan::Extent;
+use slice::BatchBytes;
+pub use slice::{FileSlice, SliceBatch, SliceBytes, SliceOpener};
 
 use crate::error::{CellarError, Result};
 use crate::format::offsets::OffsetsTable;
@@ -117,21 +117,6 @@ impl std::ops::AddAssign for ReadStats {
         self.pages += other.pages;
         self.bytes += other.bytes;
         self.cached += other.cached;
-    }
-}
-
-/// Bytes a batch's records live in.
-enum BatchBytes {
-    Shared(Arc<dyn AsRef<[u8]> + Send + Sync>),
-    Pooled(PooledBuf),
-}
-
-impl BatchBytes {
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            BatchBytes::Shared(bytes) => (**bytes).as_ref(),
-            BatchBytes::Pooled(buf) => buf.as_slice(),
-        }
     }
 }
 
@@ -315,15 +300,6 @@ struct BatchContext<'a> {
     check_crc: bool,
 }
 
-/// Reads batches of document records.
-pub trait RecordReader: Send + Sync {
-    fn kind(&self) -> ReaderKind;
-    /// How reads are issued ("memory", "page-faults", "io_uring", "pread-pool").
-    fn engine(&self) -> &'static str;
-    /// Reads the records of `ids` (duplicates allowed), in order.
-    fn read_batch(&self, ids: &[DocId]) -> Result<RecordBatch>;
-}
-
 /// Everything a reader is opened over.
 pub struct ReaderSource {
     pub path: std::path::PathBuf,
@@ -340,11 +316,48 @@ impl ReaderSource {
     }
 }
 
-/// Opens the reader `options` ask for.
-pub fn open_reader(source: ReaderSource, options: &ReaderOptions) -> Result<Box<dyn RecordReader>> {
-    Ok(match options.kind {
-        ReaderKind::Ram => Box::new(ram::RamReader::open(source)?),
-        ReaderKind::Mmap => Box::new(mmap::MmapReader::open(source, options.mmap_willneed)?),
-        ReaderKind::Direct => Box::new(direct::DirectReader::open(source, options)?),
-    })
+/// Reads batches of document records from `vectors.bin` through a [`FileSlice`] of the kind the
+/// options name. The ram kind checks the whole body against its CRC once at open, so its
+/// batches skip the per-record CRC; mmap and direct check every record they read.
+pub struct RecordReader {
+    source: ReaderSource,
+    file: FileSlice,
+    kind: ReaderKind,
+}
+
+impl RecordReader {
+    /// Opens the reader `options` ask for; a direct reader's pooled buffers are the store's
+    /// chunk ([`chunk_bytes`]).
+    pub fn open(source: ReaderSource, options: &ReaderOptions) -> Result<RecordReader> {
+        let chunk = chunk_bytes(&source.offsets);
+        let idle = direct::POOLED_BUFFERS * (POOLED_BUFFER_BYTES / chunk);
+        let file = FileSlice::opener(options).direct_buffers(chunk, idle).open(&source.path)?;
+        if options.kind == ReaderKind::Ram {
+            let body = file.read_bytes(source.header.body_offset..file.len())?;
+            source.header.check_body_crc(&source.path, crc32c::crc32c(&body))?;
+        }
+        Ok(RecordReader { source, file, kind: options.kind })
+    }
+
+    pub fn kind(&self) -> ReaderKind {
+        self.kind
+    }
+
+    /// How reads are issued ("memory", "willneed+faults", "page-faults", "io_uring",
+    /// "pread-pool").
+    pub fn engine(&self) -> &'static str {
+        self.file.engine()
+    }
+
+    /// Reads the records of `ids` (duplicates allowed), in order. Records read from the file
+    /// (mmap, direct) are checked against their CRC: for mmap this is where the pages fault in.
+    pub fn read_batch(&self, ids: &[DocId]) -> Result<RecordBatch> {
+        let entries = ids.iter().map(|id| self.source.offsets.get(*id)).collect::<Result<Vec<_>>>()?;
+        let extents: Vec<Extent> =
+            entries.iter().map(|e| Extent { offset: e.offset, len: e.len as usize }).collect();
+        let (bytes, spans, stats) = self.file.read_batch(&extents)?.into_parts();
+        // The ram kind's body was checked against its CRC at open and has been in RAM since.
+        let context = self.source.context(ids, self.kind != ReaderKind::Ram);
+        RecordBatch::verified(bytes, spans, &context, &entries, stats)
+    }
 }

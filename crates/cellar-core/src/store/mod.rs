@@ -20,7 +20,7 @@ use crate::format::fsio::{open_checked, read_small_file, verify_body};
 use crate::format::{FileHeader, FileKind, Manifest};
 use crate::ids::DocId;
 use crate::io::hot::{HotRecords, HotStats};
-use crate::io::{open_reader, ReaderKind, ReaderOptions, ReaderSource, RecordBatch, RecordReader};
+use crate::io::{ReaderKind, ReaderOptions, ReaderSource, RecordBatch, RecordReader};
 
 /// Records read per batch by [`VectorStore::verify`].
 const VERIFY_BATCH_DOCS: usize = 256;
@@ -31,7 +31,7 @@ pub struct VectorStore {
     codec: Arc<dyn Codec>,
     offsets: Arc<OffsetsTable>,
     vectors_header: FileHeader,
-    reader: Box<dyn RecordReader>,
+    reader: RecordReader,
     /// [`crate::io::chunk_bytes`] of the offsets, computed once at open.
     chunk_bytes: usize,
     /// The hot-record cache, when one was asked for ([`VectorStore::with_hot_cache`]).
@@ -84,7 +84,7 @@ impl VectorStore {
             offsets: offsets.clone(),
             bytes_per_vector: codec.bytes_per_vector(),
         };
-        let reader = open_reader(source, options)?;
+        let reader = RecordReader::open(source, options)?;
         let chunk_bytes = crate::io::chunk_bytes(&offsets);
         Ok(VectorStore {
             dir: dir.to_path_buf(),

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use cellar_core::format::fsio::{open_checked, read_small_file, verify_body};
 use cellar_core::format::FileKind;
-use cellar_core::io::{Extent, ExtentReader, ReadStats, ReaderKind, ReaderOptions};
+use cellar_core::io::{Extent, FileSlice, ReadStats, ReaderKind, ReaderOptions};
 use cellar_core::kernels::{dot_f16, Isa};
 use cellar_core::{CellarError, DocId, Result};
 use serde::Serialize;
@@ -34,8 +34,8 @@ pub struct Ivf {
     half_norms: Vec<f32>,
     table: Vec<ClusterEntry>,
     words: usize,
-    postings: ExtentReader,
-    vectors: ExtentReader,
+    postings: FileSlice,
+    vectors: FileSlice,
     isa: Isa,
 }
 
@@ -181,7 +181,7 @@ impl Ivf {
         let mut vectors = 0;
         for (cluster, entry) in self.table.iter().enumerate() {
             let extent = Extent { offset: entry.postings_offset, len: entry.block_len(self.words) };
-            let blocks = self.postings.read(&[extent])?;
+            let blocks = self.postings.read_batch(&[extent])?;
             let block = PostingView { bytes: blocks.get(0), n: entry.count as usize, words: self.words };
             self.check_block(cluster, block.bytes)?;
             if block.n == 0 {
@@ -190,7 +190,7 @@ impl Ivf {
             let extents: Vec<Extent> = (0..block.n)
                 .map(|slot| Extent { offset: entry.vectors_offset + (slot * row) as u64, len: row })
                 .collect();
-            let rows = self.vectors.read(&extents)?;
+            let rows = self.vectors.read_batch(&extents)?;
             for (slot, extent) in extents.iter().enumerate() {
                 self.check_vector(block.id(slot), block.vector_crc(slot), extent.offset, rows.get(slot))?;
             }
@@ -217,7 +217,7 @@ impl Ivf {
     /// How the posting blocks are read: from RAM when the file is at most
     /// [`POSTINGS_IN_RAM_MAX`] bytes, else with the index's reader.
     pub fn postings_reader(&self) -> ReaderKind {
-        self.postings.kind()
+        self.postings.kind().expect("the postings are opened with a reader kind")
     }
 
     /// The cluster a new document joins: its pooled vector's nearest centroid.
@@ -315,10 +315,10 @@ fn postings_kind(len: u64, kind: ReaderKind) -> ReaderKind {
 
 /// `kind`'s file in `dir`, its header checked (magic, version, kind, length) before its body is
 /// opened for block reads; each block's own checksum is checked when it is read.
-fn open_body(dir: &Path, kind: FileKind, reader: &ReaderOptions) -> Result<ExtentReader> {
+fn open_body(dir: &Path, kind: FileKind, reader: &ReaderOptions) -> Result<FileSlice> {
     let path = dir.join(kind.file_name());
     open_checked(&path, kind)?;
-    ExtentReader::open(&path, reader)
+    FileSlice::open(&path, reader)
 }
 
 /// A shortlisted document: its estimate, error bound and where its full vector lies.
@@ -393,7 +393,7 @@ impl Probe<'_> {
                 Extent { offset: e.postings_offset, len: e.block_len(words) }
             })
             .collect();
-        let batch = self.ivf.postings.read(&extents)?;
+        let batch = self.ivf.postings.read_batch(&extents)?;
         self.stats.add_io(batch.stats());
         for (i, (cluster, q_dot_c)) in clusters.iter().enumerate() {
             self.score_block(*cluster, *q_dot_c, batch.get(i))?;
@@ -514,7 +514,7 @@ impl Probe<'_> {
                 len: row,
             })
             .collect();
-        let batch = self.ivf.vectors.read(&extents)?;
+        let batch = self.ivf.vectors.read_batch(&extents)?;
         self.stats.add_io(batch.stats());
         self.stats.rescored = chosen.len();
         let mut hits = Vec::with_capacity(chosen.len());

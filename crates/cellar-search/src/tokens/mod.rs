@@ -12,7 +12,7 @@
 //!   built aside and swapped in under the index's exclusive lock, `tokens.json` its commit point;
 //! - here: [`TokenStage`], the query path. Each query token's `nprobe` best leaves (by inner
 //!   product, among its `route` best groups) are gathered, every leaf's list read once through
-//!   `cellar-core`'s `ExtentReader` (the index's reader kind: ram, mmap or direct), and each
+//!   `cellar-core`'s `FileSlice` (the index's reader kind: ram, mmap or direct), and each
 //!   document scored as WARP does: per query token, the best estimate `q·c + q·r` over its
 //!   tokens in the probed leaves (the residual's product read from the codes without decoding
 //!   them), or, where it has none there, the score of the query token's last probed leaf (its
@@ -37,7 +37,7 @@ use std::time::Instant;
 use cellar_core::format::fsio::{read_small_file, write_atomic};
 use cellar_core::format::versioned::VersionRange;
 use cellar_core::format::FileKind;
-use cellar_core::io::{Extent, ExtentReader, ReadStats, ReaderKind, ReaderOptions};
+use cellar_core::io::{Extent, FileSlice, ReadStats, ReaderKind, ReaderOptions};
 use cellar_core::kernels::Isa;
 use cellar_core::{CellarError, DocId, Result};
 use serde::{Deserialize, Serialize};
@@ -177,7 +177,7 @@ pub struct TokenStage {
     config: TokensConfig,
     quantizer: Quantizer,
     entries: Vec<ListEntry>,
-    lists: ExtentReader,
+    lists: FileSlice,
     written: Mutex<Arc<WrittenLists>>,
 }
 
@@ -261,9 +261,9 @@ impl TokenStage {
         cellar_core::format::fsio::open_checked(&lists_path, FileKind::TokenLists)?;
         let len = std::fs::metadata(&lists_path).map_or(u64::MAX, |m| m.len());
         let kind = if len <= LISTS_IN_RAM_MAX { ReaderKind::Ram } else { options.kind };
-        let lists = ExtentReader::open(&lists_path, &ReaderOptions { kind, ..options.clone() })?;
+        let lists = FileSlice::open(&lists_path, &ReaderOptions { kind, ..options.clone() })?;
         for (j, e) in file.lists.iter().enumerate() {
-            if e.offset + u64::from(e.bytes) > lists.file_len() || u64::from(e.count) > docs {
+            if e.offset + u64::from(e.bytes) > lists.len() || u64::from(e.count) > docs {
                 return Err(CellarError::corrupted(
                     &centroids_path,
                     0,
@@ -319,7 +319,7 @@ impl TokenStage {
         for (first, chunk) in self.entries.chunks(1024).enumerate() {
             let extents: Vec<Extent> =
                 chunk.iter().map(|e| Extent { offset: e.offset, len: e.bytes as usize }).collect();
-            let batch = self.lists.read(&extents)?;
+            let batch = self.lists.read_batch(&extents)?;
             for (i, e) in chunk.iter().enumerate() {
                 if crc32c::crc32c(batch.get(i)) != e.crc {
                     let leaf = first * 1024 + i;
@@ -396,7 +396,7 @@ impl TokenStage {
                 len: self.entries[j as usize].bytes as usize,
             })
             .collect();
-        let batch = self.lists.read(&extents)?;
+        let batch = self.lists.read_batch(&extents)?;
         let io: ReadStats = batch.stats();
         (stats.lists, stats.bytes_read, stats.read_calls) = (leaves.len(), io.bytes, io.read_calls);
         let written = self

@@ -1,0 +1,543 @@
+//! One way to read byte ranges of an immutable file: a [`FileSlice`] is a file opened once in
+//! one reader kind and a range of it. Slicing it again is free (an `Arc` and two numbers), and
+//! every read of it goes through the same code whatever the kind:
+//! - ram: the whole file read into memory at open; reads borrow it (nothing copied, 0 calls);
+//! - mmap: the file mapped (`MADV_RANDOM` unless opened for a scan); reads borrow the mapping,
+//!   each run announced with `MADV_WILLNEED` when the options ask, and the pages fault in where
+//!   the caller touches them;
+//! - direct: `O_DIRECT`, the ranges of a batch turned into page-aligned runs (shared pages read
+//!   once, adjacent ones merged) read through io_uring or the pread pool into a pooled buffer
+//!   taken under the process's read-buffer budget, with the emulated SSD latency charged per
+//!   run, the thread's CPU slot given back while it waits;
+//! - positioned: plain `pread`s through the page cache, one per range, into a buffer of their
+//!   own (files read a record at a time that are not whole pages, such as the texts).
+//!
+//! Every read reports [`ReadStats`] as the record readers always have. Reads do not check what
+//! they read: each structure has its own checksums. A range past the end of the slice is an
+//! error naming the file. The record store ([`super::RecordReader`]), the IVF, the token stage,
+//! SPLADE, the pooled vectors and the texts all read through it.
+
+use std::fs::File;
+use std::ops::{Deref, Range};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::{Advice, Mmap};
+
+use super::aligned::{BufferPool, PooledBuf};
+use super::direct::{Engine, POOLED_BUFFER_BYTES};
+use super::latency::EmulatedDevice;
+use super::plan::{Extent, PagePlan};
+use super::{ReadStats, ReaderKind, ReaderOptions};
+use crate::error::{CellarError, IoContext, Result};
+use crate::format::fsio::open_with_flags;
+use crate::format::PAGE_BYTES;
+
+/// Idle pooled buffers kept per file read with O_DIRECT, unless its opener asks for others
+/// ([`SliceOpener::direct_buffers`]).
+const IDLE_BUFFERS: usize = 4;
+
+/// Bytes a read returns: borrowed from the open file (ram, mmap), a pooled page-aligned buffer
+/// (direct), or a buffer of their own (positioned).
+pub(crate) enum BatchBytes {
+    Shared(Arc<dyn AsRef<[u8]> + Send + Sync>),
+    Pooled(PooledBuf),
+    Owned(Vec<u8>),
+}
+
+impl BatchBytes {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            BatchBytes::Shared(bytes) => (**bytes).as_ref(),
+            BatchBytes::Pooled(buf) => buf.as_slice(),
+            BatchBytes::Owned(bytes) => bytes,
+        }
+    }
+}
+
+enum Backing {
+    Ram(Arc<Vec<u8>>),
+    Mmap { map: Arc<Mmap>, willneed: bool },
+    Direct { file: File, engine: Engine, emulated: Option<EmulatedDevice>, buffers: Arc<BufferPool> },
+    Positioned(File),
+}
+
+/// A file opened once: its path (for errors), its length at open and how it is read.
+struct OpenFile {
+    path: PathBuf,
+    len: u64,
+    backing: Backing,
+}
+
+/// Bytes `start..start + len` of an open immutable file. Cloning or slicing it shares the open
+/// file.
+#[derive(Clone)]
+pub struct FileSlice {
+    file: Arc<OpenFile>,
+    start: u64,
+    len: u64,
+}
+
+/// How [`FileSlice::opener`] opens a file: the reader kind and engine of `options`, and what
+/// differs from a random-access reader.
+pub struct SliceOpener<'a> {
+    options: &'a ReaderOptions,
+    scan: bool,
+    buffer_bytes: usize,
+    idle_buffers: usize,
+}
+
+impl SliceOpener<'_> {
+    /// For a file read from start to end (a scan): mmap keeps the kernel's read-ahead (no
+    /// `MADV_RANDOM`) and announces nothing with `MADV_WILLNEED`.
+    pub fn scan(mut self) -> Self {
+        self.scan = true;
+        self
+    }
+
+    /// Direct kind: pooled buffers of `bytes`, `idle` of them kept between reads.
+    pub fn direct_buffers(mut self, bytes: usize, idle: usize) -> Self {
+        (self.buffer_bytes, self.idle_buffers) = (bytes, idle);
+        self
+    }
+
+    /// Opens `path`: ram reads the whole file now, mmap maps it, direct opens it with `O_DIRECT`
+    /// (it must be a whole number of pages) and the options' I/O engine.
+    pub fn open(&self, path: &Path) -> Result<FileSlice> {
+        let len = std::fs::metadata(path).at(path)?.len();
+        let backing = match self.options.kind {
+            ReaderKind::Ram => Backing::Ram(Arc::new(std::fs::read(path).at(path)?)),
+            ReaderKind::Mmap => {
+                let file = File::open(path).at(path)?;
+                // SAFETY: index files are immutable once committed; nothing writes them while mapped.
+                let map = unsafe { Mmap::map(&file) }.at(path)?;
+                if !self.scan {
+                    map.advise(Advice::Random).at(path)?;
+                }
+                Backing::Mmap { map: Arc::new(map), willneed: self.options.mmap_willneed && !self.scan }
+            }
+            ReaderKind::Direct if !len.is_multiple_of(PAGE_BYTES as u64) => {
+                return Err(CellarError::corrupted(
+                    path,
+                    len,
+                    format!("read with O_DIRECT, the file must be a whole number of {PAGE_BYTES}-byte pages"),
+                ))
+            }
+            ReaderKind::Direct => Backing::Direct {
+                file: open_with_flags(path, libc::O_DIRECT)?,
+                engine: Engine::open(self.options)?,
+                emulated: self.options.inject_latency.map(EmulatedDevice::new),
+                buffers: BufferPool::new(self.buffer_bytes, self.idle_buffers),
+            },
+        };
+        Ok(FileSlice::whole(OpenFile { path: path.to_path_buf(), len, backing }))
+    }
+}
+
+/// The bytes of one range read from a slice, with what reading them cost.
+pub struct SliceBytes {
+    bytes: BatchBytes,
+    range: Range<usize>,
+    stats: ReadStats,
+}
+
+impl SliceBytes {
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes.as_slice()[self.range.clone()]
+    }
+
+    /// Whether the bytes are borrowed from the open file (ram, mmap) rather than read into a
+    /// buffer of this value's own (direct, positioned).
+    pub fn is_borrowed(&self) -> bool {
+        matches!(self.bytes, BatchBytes::Shared(_))
+    }
+
+    pub fn stats(&self) -> ReadStats {
+        self.stats
+    }
+}
+
+impl Deref for SliceBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+/// The bytes of a batch of extents, in the order they were asked for.
+pub struct SliceBatch {
+    bytes: BatchBytes,
+    spans: Vec<(usize, usize)>,
+    stats: ReadStats,
+}
+
+impl SliceBatch {
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The bytes of the `i`-th extent asked for.
+    pub fn get(&self, i: usize) -> &[u8] {
+        let (start, len) = self.spans[i];
+        &self.bytes.as_slice()[start..start + len]
+    }
+
+    pub fn stats(&self) -> ReadStats {
+        self.stats
+    }
+
+    /// The bytes, where each extent lies in them, and the stats (for the record batches).
+    pub(crate) fn into_parts(self) -> (BatchBytes, Vec<(usize, usize)>, ReadStats) {
+        (self.bytes, self.spans, self.stats)
+    }
+}
+
+impl FileSlice {
+    /// Opens all of `path` for random reads of `options.kind` (see [`SliceOpener::open`]).
+    pub fn open(path: &Path, options: &ReaderOptions) -> Result<FileSlice> {
+        FileSlice::opener(options).open(path)
+    }
+
+    /// An opener for `options`' kind and engine, to set more than [`FileSlice::open`] does.
+    pub fn opener(options: &ReaderOptions) -> SliceOpener<'_> {
+        SliceOpener { options, scan: false, buffer_bytes: POOLED_BUFFER_BYTES, idle_buffers: IDLE_BUFFERS }
+    }
+
+    /// All of `file` (opened from `path`), read with positioned reads through the page cache.
+    pub fn positioned(file: File, path: &Path) -> Result<FileSlice> {
+        let len = file.metadata().at(path)?.len();
+        Ok(FileSlice::whole(OpenFile { path: path.to_path_buf(), len, backing: Backing::Positioned(file) }))
+    }
+
+    fn whole(file: OpenFile) -> FileSlice {
+        let len = file.len;
+        FileSlice { file: Arc::new(file), start: 0, len }
+    }
+
+    /// Bytes `range` of this slice, sharing its open file; an error naming the file if the range
+    /// runs past the slice's end.
+    pub fn slice(&self, range: Range<u64>) -> Result<FileSlice> {
+        self.check(range.start, range.end.saturating_sub(range.start), range.start <= range.end)?;
+        Ok(FileSlice {
+            file: self.file.clone(),
+            start: self.start + range.start,
+            len: range.end - range.start,
+        })
+    }
+
+    /// The reader kind the file was opened with; `None` when it is read with positioned reads.
+    pub fn kind(&self) -> Option<ReaderKind> {
+        match self.file.backing {
+            Backing::Ram(_) => Some(ReaderKind::Ram),
+            Backing::Mmap { .. } => Some(ReaderKind::Mmap),
+            Backing::Direct { .. } => Some(ReaderKind::Direct),
+            Backing::Positioned(_) => None,
+        }
+    }
+
+    /// How reads are issued ("memory", "willneed+faults", "page-faults", "io_uring",
+    /// "pread-pool", "pread").
+    pub fn engine(&self) -> &'static str {
+        match &self.file.backing {
+            Backing::Ram(_) => "memory",
+            Backing::Mmap { willneed: true, .. } => "willneed+faults",
+            Backing::Mmap { willneed: false, .. } => "page-faults",
+            Backing::Direct { engine, .. } => engine.name(),
+            Backing::Positioned(_) => "pread",
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.file.path
+    }
+
+    /// Bytes in this slice.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of the file held in RAM for this slice: all of the file for the ram kind, else none.
+    pub fn ram_bytes(&self) -> u64 {
+        match self.file.backing {
+            Backing::Ram(_) => self.file.len,
+            _ => 0,
+        }
+    }
+
+    /// Bytes `range` of this slice: borrowed from the file for ram and mmap, read into a buffer
+    /// for direct (aligned to pages) and positioned reads.
+    pub fn read_bytes(&self, range: Range<u64>) -> Result<SliceBytes> {
+        self.check(range.start, range.end.saturating_sub(range.start), range.start <= range.end)?;
+        if range.is_empty() {
+            // Nothing to read (a direct read of an empty range at the file's end would read a page
+            // past it).
+            return Ok(SliceBytes {
+                bytes: BatchBytes::Owned(Vec::new()),
+                range: 0..0,
+                stats: ReadStats::default(),
+            });
+        }
+        let extent = Extent { offset: range.start, len: (range.end - range.start) as usize };
+        let (bytes, spans, stats) = self.read_batch(&[extent])?.into_parts();
+        let (start, len) = spans[0];
+        Ok(SliceBytes { bytes, range: start..start + len, stats })
+    }
+
+    /// Every extent (offsets within this slice; duplicates and overlaps allowed), in one batch.
+    pub fn read_batch(&self, extents: &[Extent]) -> Result<SliceBatch> {
+        for e in extents {
+            self.check(e.offset, e.len as u64, true)?;
+        }
+        let absolute: Vec<Extent> =
+            extents.iter().map(|e| Extent { offset: self.start + e.offset, len: e.len }).collect();
+        let plan = PagePlan::new(&absolute);
+        let file_spans = || absolute.iter().map(|e| (e.offset as usize, e.len)).collect();
+        let path = &self.file.path;
+        Ok(match &self.file.backing {
+            Backing::Ram(bytes) => SliceBatch {
+                bytes: BatchBytes::Shared(bytes.clone()),
+                spans: file_spans(),
+                stats: ReadStats { read_calls: 0, pages: plan.pages, bytes: plan.requested_bytes, cached: 0 },
+            },
+            Backing::Mmap { map, willneed } => {
+                let mut read_calls = 0;
+                if *willneed {
+                    for run in &plan.runs {
+                        let len = run.len.min((self.file.len - run.file_offset) as usize);
+                        // A hint: if the kernel declines, the caller's touches still fault the pages in.
+                        let _ = map.advise_range(Advice::WillNeed, run.file_offset as usize, len);
+                    }
+                    read_calls = plan.runs.len() as u64;
+                }
+                let bytes = plan.pages * PAGE_BYTES as u64;
+                SliceBatch {
+                    bytes: BatchBytes::Shared(map.clone()),
+                    spans: file_spans(),
+                    stats: ReadStats { read_calls, pages: plan.pages, bytes, cached: 0 },
+                }
+            }
+            Backing::Direct { file, engine, emulated, buffers } => {
+                let mut buf = buffers.take(plan.buf_len);
+                // The thread sleeps on the disk here: its CPU slot, if it has one, goes to another.
+                super::wait::waiting_on_io(|| -> Result<()> {
+                    engine.read_runs(file, path, &plan.runs, buf.inner_mut())?;
+                    if let Some(device) = emulated {
+                        device.charge(plan.runs.len());
+                    }
+                    Ok(())
+                })?;
+                let read_calls = plan.runs.len() as u64;
+                let stats =
+                    ReadStats { read_calls, pages: plan.pages, bytes: plan.buf_len as u64, cached: 0 };
+                SliceBatch { bytes: BatchBytes::Pooled(buf), spans: plan.spans, stats }
+            }
+            Backing::Positioned(file) => {
+                let mut bytes = vec![0u8; plan.requested_bytes as usize];
+                let mut spans = Vec::with_capacity(absolute.len());
+                let mut at = 0;
+                for e in &absolute {
+                    file.read_exact_at(&mut bytes[at..at + e.len], e.offset).at(path)?;
+                    spans.push((at, e.len));
+                    at += e.len;
+                }
+                let read_calls = absolute.len() as u64;
+                let stats =
+                    ReadStats { read_calls, pages: plan.pages, bytes: plan.requested_bytes, cached: 0 };
+                SliceBatch { bytes: BatchBytes::Owned(bytes), spans, stats }
+            }
+        })
+    }
+
+    /// `len` bytes at `offset` of this slice lie inside it (and `ordered`: the range does not
+    /// end before it starts); else an error naming the file and the absolute offset.
+    fn check(&self, offset: u64, len: u64, ordered: bool) -> Result<()> {
+        if ordered && offset.checked_add(len).is_some_and(|end| end <= self.len) {
+            return Ok(());
+        }
+        let whole = self.start == 0 && self.len == self.file.len;
+        let within = if whole {
+            format!("the file ({} bytes)", self.file.len)
+        } else {
+            format!("the slice of bytes {}..{} of the file", self.start, self.start + self.len)
+        };
+        let detail = if ordered {
+            format!("a range of {len} bytes runs past the end of {within}")
+        } else {
+            format!("a range that ends before it starts, in {within}")
+        };
+        Err(CellarError::corrupted(&self.file.path, self.start.saturating_add(offset), detail))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::io::IoEngine;
+
+    /// 13 pages and a half of bytes that differ from page to page and within one.
+    fn data_file(dir: &Path, pages_and_a_half: bool) -> (PathBuf, Vec<u8>) {
+        let len = 13 * PAGE_BYTES + if pages_and_a_half { PAGE_BYTES / 2 } else { 0 };
+        let data: Vec<u8> = (0..len as u32).map(|i| ((i.wrapping_mul(7) % 251) ^ (i >> 12)) as u8).collect();
+        let path = dir.join("data.bin");
+        std::fs::write(&path, &data).unwrap();
+        (path, data)
+    }
+
+    /// Every way of reading: ram, mmap (with and without `MADV_WILLNEED`, and for a scan), direct
+    /// through io_uring (where the kernel allows it) and the pread pool, with an emulated latency
+    /// on one of them.
+    fn every_reader(path: &Path) -> Vec<(String, FileSlice)> {
+        let mut readers = Vec::new();
+        let mut options: Vec<ReaderOptions> = ReaderKind::ALL.into_iter().map(ReaderOptions::new).collect();
+        options.push(ReaderOptions { mmap_willneed: false, ..ReaderOptions::new(ReaderKind::Mmap) });
+        options.push(ReaderOptions {
+            io_engine: IoEngine::Pread,
+            inject_latency: Some(super::super::InjectedLatency {
+                per_read: std::time::Duration::from_micros(1),
+                max_in_flight: 2,
+            }),
+            ..ReaderOptions::new(ReaderKind::Direct)
+        });
+        for o in &options {
+            match FileSlice::open(path, o) {
+                Ok(slice) => readers.push((format!("{:?}/{}", o.kind, slice.engine()), slice)),
+                // A file system without O_DIRECT: the direct kind cannot be checked here.
+                Err(CellarError::Unsupported(e)) if o.kind == ReaderKind::Direct => eprintln!("skipped: {e}"),
+                Err(e) => panic!("{o:?}: {e}"),
+            }
+        }
+        let mmap = ReaderOptions::new(ReaderKind::Mmap);
+        readers.push(("mmap scan".into(), FileSlice::opener(&mmap).scan().open(path).unwrap()));
+        let file = File::open(path).unwrap();
+        readers.push(("positioned".into(), FileSlice::positioned(file, path).unwrap()));
+        readers
+    }
+
+    #[test]
+    fn every_kind_reads_the_same_bytes_as_std_fs_read_at_random_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = data_file(dir.path(), false);
+        let reference = std::fs::read(&path).unwrap();
+        let len = reference.len() as u64;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(46);
+        // Unaligned starts and ends, ranges inside one page, across one boundary and across many.
+        let mut ranges: Vec<Range<u64>> =
+            vec![0..1, 4095..4097, 0..len, len - 1..len, 8192..8192, 4096..12_288];
+        for _ in 0..200 {
+            let start = rng.gen_range(0..len);
+            let span = [rng.gen_range(0..64), rng.gen_range(0..3 * PAGE_BYTES as u64)][rng.gen_range(0..2)];
+            ranges.push(start..(start + span).min(len));
+        }
+        let readers = every_reader(&path);
+        for (name, slice) in &readers {
+            assert_eq!(slice.len(), len, "{name}");
+            for r in &ranges {
+                let got = slice.read_bytes(r.clone()).unwrap();
+                assert_eq!(&*got, &reference[r.start as usize..r.end as usize], "{name} {r:?}");
+                if !r.is_empty() {
+                    let borrowed = matches!(slice.kind(), Some(ReaderKind::Ram | ReaderKind::Mmap));
+                    assert_eq!(got.is_borrowed(), borrowed, "{name} {r:?}");
+                }
+            }
+            // The same ranges in one batch, in the order asked for.
+            let extents: Vec<Extent> =
+                ranges.iter().map(|r| Extent { offset: r.start, len: (r.end - r.start) as usize }).collect();
+            let batch = slice.read_batch(&extents).unwrap();
+            assert_eq!(batch.len(), ranges.len());
+            for (i, r) in ranges.iter().enumerate() {
+                assert_eq!(batch.get(i), &reference[r.start as usize..r.end as usize], "{name} batch {r:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_slice_of_a_slice_reads_its_own_bytes_and_shares_the_open_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, reference) = data_file(dir.path(), false);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for (name, whole) in every_reader(&path) {
+            for _ in 0..40 {
+                let start = rng.gen_range(0..reference.len() as u64);
+                let end = rng.gen_range(start..=reference.len() as u64);
+                let outer = whole.slice(start..end).unwrap();
+                assert_eq!(outer.len(), end - start, "{name}");
+                let a = rng.gen_range(0..=outer.len());
+                let b = rng.gen_range(a..=outer.len());
+                let inner = outer.slice(a..b).unwrap();
+                let want = &reference[(start + a) as usize..(start + b) as usize];
+                assert_eq!(&*inner.read_bytes(0..inner.len()).unwrap(), want, "{name} {start}+{a}..{b}");
+                assert_eq!(inner.path(), whole.path());
+            }
+        }
+    }
+
+    #[test]
+    fn stats_count_what_each_kind_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = data_file(dir.path(), false);
+        // Two ranges on page 0, one across pages 2 and 3: two runs of 1 and 2 pages.
+        let extents = [
+            Extent { offset: 10, len: 20 },
+            Extent { offset: 100, len: 5 },
+            Extent { offset: 12_000, len: 300 },
+        ];
+        for (name, slice) in every_reader(&path) {
+            let stats = slice.read_batch(&extents).unwrap().stats();
+            let want = match (slice.kind(), slice.engine()) {
+                (Some(ReaderKind::Ram), _) => ReadStats { read_calls: 0, pages: 3, bytes: 325, cached: 0 },
+                (Some(ReaderKind::Mmap), "page-faults") => {
+                    ReadStats { read_calls: 0, pages: 3, bytes: 3 * 4096, cached: 0 }
+                }
+                (Some(ReaderKind::Mmap | ReaderKind::Direct), _) => {
+                    ReadStats { read_calls: 2, pages: 3, bytes: 3 * 4096, cached: 0 }
+                }
+                (None, _) => ReadStats { read_calls: 3, pages: 3, bytes: 325, cached: 0 },
+            };
+            assert_eq!(stats, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_range_past_the_end_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = data_file(dir.path(), false);
+        let len = std::fs::metadata(&path).unwrap().len();
+        for (name, whole) in every_reader(&path) {
+            let part = whole.slice(4000..9000).unwrap();
+            let errors = [
+                whole.slice(0..len + 1).err(),
+                whole.slice(Range { start: 10, end: 5 }).err(),
+                part.slice(0..5001).err(),
+                part.read_bytes(4999..5001).err(),
+                whole.read_batch(&[Extent { offset: 0, len: 1 }, Extent { offset: len - 1, len: 2 }]).err(),
+                whole.read_bytes(len..len + 1).err(),
+            ];
+            for (i, err) in errors.into_iter().enumerate() {
+                let err = err.unwrap_or_else(|| panic!("{name}: case {i} was read"));
+                assert!(matches!(err, CellarError::Corrupted { .. }), "{name} case {i}: {err}");
+                assert!(err.to_string().contains(&path.display().to_string()), "{name} case {i}: {err}");
+            }
+            assert!(part.slice(0..5000).is_ok() && part.read_bytes(5000..5000).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn direct_refuses_a_file_of_a_partial_page_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = data_file(dir.path(), true);
+        let err = FileSlice::open(&path, &ReaderOptions::new(ReaderKind::Direct)).err().unwrap();
+        assert!(matches!(err, CellarError::Corrupted { .. }), "{err}");
+        assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+    }
+}
