@@ -1,14 +1,16 @@
 //! One pooled (mean of all token states, L2-normalised) vector per document: `pooled.bin`, f16
 //! little-endian, `docs x dim` row-major. It serves the exact single-vector dense baseline, which
-//! scans every row, so it is loaded into RAM on first use only.
+//! scans every row, so it is loaded into RAM on first use only. It is read through
+//! `cellar-core`'s [`FileSlice`].
 
 use std::fs::File;
 use std::path::Path;
 
 use cellar_core::format::fsio::{open_checked, verify_body, BodyWriter};
 use cellar_core::format::{FileHeader, FileKind, HEADER_BYTES};
+use cellar_core::io::{FileSlice, ReaderKind, ReaderOptions, SliceBytes};
 use cellar_core::kernels::{dot_f16, Isa};
-use cellar_core::{CellarError, DocId, IoContext, Result};
+use cellar_core::{CellarError, DocId, Result};
 use half::f16;
 
 use crate::scored::Scored;
@@ -69,77 +71,69 @@ pub fn open_pooled(path: &Path, dim: usize, docs: u64) -> Result<(File, FileHead
 /// Up to `n` rows of `pooled.bin` spread evenly over its `docs`, each read on its own (no row
 /// is loaded but those), as f32.
 pub fn sample_rows(path: &Path, dim: usize, docs: usize, n: usize) -> Result<Vec<Vec<f32>>> {
-    use std::os::unix::fs::FileExt;
     let (file, header) = open_pooled(path, dim, docs as u64)?;
+    let rows = FileSlice::positioned(file, path)?.slice(body_range(&header))?;
     let stride = docs.div_ceil(n.max(1)).max(1);
-    let mut row = vec![0u8; dim * 2];
-    (0..docs)
+    let row = (dim * 2) as u64;
+    (0..docs as u64)
         .step_by(stride)
         .map(|i| {
-            file.read_exact_at(&mut row, header.body_offset + (i * dim * 2) as u64).at(path)?;
-            Ok(row.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect())
+            let bytes = rows.read_bytes(i * row..(i + 1) * row)?;
+            Ok(bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect())
         })
         .collect()
+}
+
+/// Where `header`'s body lies in its file.
+fn body_range(header: &FileHeader) -> std::ops::Range<u64> {
+    header.body_offset..header.body_offset + header.body_len
 }
 
 /// All pooled vectors: read into RAM, or mapped (a written segment's: the page cache holds them,
 /// and gives them back under memory pressure).
 pub struct PooledMatrix {
     dim: usize,
-    rows: Rows,
-}
-
-enum Rows {
-    Ram(Vec<u8>),
-    /// The whole file mapped; `body` is where its rows are.
-    Mapped {
-        map: memmap2::Mmap,
-        body: std::ops::Range<usize>,
-    },
+    /// The body's bytes: read into a buffer of their own, or borrowed from a mapping.
+    rows: SliceBytes,
 }
 
 impl PooledMatrix {
     /// Loads and checks `pooled.bin` (`docs` rows of `dim` f16, body checksum).
     pub fn load(dir: &Path, dim: usize, docs: usize) -> Result<PooledMatrix> {
-        use std::os::unix::fs::FileExt;
         let path = dir.join(FileKind::Pooled.file_name());
         let (file, header) = open_pooled(&path, dim, docs as u64)?;
-        let mut bytes = vec![0u8; header.body_len as usize];
-        file.read_exact_at(&mut bytes, header.body_offset).at(&path)?;
-        header.check_body_crc(&path, crc32c::crc32c(&bytes))?;
-        Ok(PooledMatrix { dim, rows: Rows::Ram(bytes) })
+        PooledMatrix::checked(dim, &header, FileSlice::positioned(file, &path)?)
     }
 
     /// Maps and checks `pooled.bin` as [`PooledMatrix::load`] does, without copying its rows
     /// into the process's memory.
     pub fn map(dir: &Path, dim: usize, docs: usize) -> Result<PooledMatrix> {
         let path = dir.join(FileKind::Pooled.file_name());
-        let (file, header) = open_pooled(&path, dim, docs as u64)?;
-        // SAFETY: a pooled.bin is immutable once written (segments are renamed into place
-        // whole and never rewritten); a file damaged under the map fails the checksum below or
-        // gives wrong scores, never undefined behaviour in safe code reading bytes.
-        let map = unsafe { memmap2::Mmap::map(&file) }.at(&path)?;
-        let body = header.body_offset as usize;
-        let end = body + header.body_len as usize;
-        if map.len() < end {
-            return Err(CellarError::corrupted(&path, map.len() as u64, "the file ends before its body"));
-        }
-        header.check_body_crc(&path, crc32c::crc32c(&map[body..end]))?;
-        Ok(PooledMatrix { dim, rows: Rows::Mapped { map, body: body..end } })
+        let (_, header) = open_pooled(&path, dim, docs as u64)?;
+        // A pooled.bin is immutable once written (segments are renamed into place whole and
+        // never rewritten); a file damaged under the map fails the checksum or gives wrong
+        // scores. Mapped for a scan: the dense baseline reads every row in order.
+        let file = FileSlice::opener(&ReaderOptions::new(ReaderKind::Mmap)).scan().open(&path)?;
+        PooledMatrix::checked(dim, &header, file)
+    }
+
+    /// The body of `file` (a pooled.bin with `header`), checked against the header's checksum.
+    fn checked(dim: usize, header: &FileHeader, file: FileSlice) -> Result<PooledMatrix> {
+        let rows = file.read_bytes(body_range(header))?;
+        header.check_body_crc(file.path(), crc32c::crc32c(&rows))?;
+        Ok(PooledMatrix { dim, rows })
     }
 
     fn bytes(&self) -> &[u8] {
-        match &self.rows {
-            Rows::Ram(bytes) => bytes,
-            Rows::Mapped { map, body } => &map[body.clone()],
-        }
+        &self.rows
     }
 
     /// Bytes of rows this matrix keeps in the process's own memory (0 when mapped).
     pub fn ram_bytes(&self) -> usize {
-        match &self.rows {
-            Rows::Ram(bytes) => bytes.len(),
-            Rows::Mapped { .. } => 0,
+        if self.rows.is_borrowed() {
+            0
+        } else {
+            self.rows.len()
         }
     }
 
