@@ -1,21 +1,21 @@
 //! Display text of every document, with its collection id: `texts.bin` holds one JSON line per
 //! document (`{"id","title","text"}`, and `"meta"` when it has metadata) in internal-id order, `text_offsets.bin` where each line
 //! starts and the CRC-32C of its bytes (layout: `docs/format/texts.md`). Only the offsets and
-//! checksums live in RAM (12 bytes per document); a line is read with one `pread` when a hit is
-//! displayed, and checked against its checksum before it is parsed.
+//! checksums live in RAM (12 bytes per document); a line is read with one `pread` (a positioned
+//! `cellar-core` [`FileSlice`] of the body) when a hit is displayed, and checked against its
+//! checksum before it is parsed.
 //!
 //! `text_offsets.bin` of header version 2 (written since the checksums came) holds per document
 //! `offset u64 | crc32c u32 | reserved u32 (zero)`, then the end offset u64. Version 1 held the
 //! offsets alone (u64 each, one more than documents); it is still read, its records unchecked
 //! but for their JSON.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use cellar_core::format::fsio::{open_checked, read_small_file, BodyWriter};
 use cellar_core::format::{FileHeader, FileKind, HEADER_BYTES};
-use cellar_core::{CellarError, DocId, IoContext, Result};
+use cellar_core::io::{FileSlice, SliceBytes};
+use cellar_core::{CellarError, DocId, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::Document;
@@ -104,7 +104,8 @@ pub struct TextsVerified {
 /// Reads documents' display text by internal id.
 pub struct TextsReader {
     path: PathBuf,
-    file: File,
+    /// The body of `texts.bin`.
+    body: FileSlice,
     header: FileHeader,
     offsets_version: u32,
     /// Start of each line in the body, then the body's end.
@@ -131,7 +132,9 @@ impl TextsReader {
             let at = offsets_header.body_offset + offsets_header.body_len - TEXT_END_BYTES as u64;
             return Err(CellarError::corrupted(&offsets_path, at, detail));
         }
-        Ok(TextsReader { path, file, header, offsets_version: offsets_header.format_version, offsets, crcs })
+        let body = FileSlice::positioned(file, &path)?
+            .slice(header.body_offset..header.body_offset + header.body_len)?;
+        Ok(TextsReader { path, body, header, offsets_version: offsets_header.format_version, offsets, crcs })
     }
 
     pub fn len(&self) -> usize {
@@ -158,10 +161,9 @@ impl TextsReader {
     }
 
     /// Record `i`'s bytes, checked against its checksum where the offsets file has one.
-    fn record(&self, i: usize) -> Result<Vec<u8>> {
+    fn record(&self, i: usize) -> Result<SliceBytes> {
         let (start, end) = (self.offsets[i], self.offsets[i + 1]);
-        let mut bytes = vec![0u8; (end - start) as usize];
-        self.file.read_exact_at(&mut bytes, self.header.body_offset + start).at(&self.path)?;
+        let bytes = self.body.read_bytes(start..end)?;
         if let Some(crcs) = &self.crcs {
             let computed = crc32c::crc32c(&bytes);
             if computed != crcs[i] {
