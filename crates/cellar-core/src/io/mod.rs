@@ -24,7 +24,6 @@ mod slice;
 mod uring;
 pub mod wait;
 
-use std::path::Path;
 use std::sync::Arc;
 
 pub use aligned::AlignedBuf;
@@ -186,33 +185,6 @@ fn view_of(data: &[u8], span: RecordSpan) -> RecordView<'_> {
 }
 
 impl RecordBatch {
-    fn verified(
-        bytes: BatchBytes,
-        spans: Vec<(usize, usize)>,
-        context: &BatchContext<'_>,
-        entries: &[crate::format::offsets::OffsetEntry],
-        stats: ReadStats,
-    ) -> Result<Self> {
-        let data = bytes.as_slice();
-        let mut checked = Vec::with_capacity(spans.len());
-        for ((start, len), (entry, id)) in spans.into_iter().zip(entries.iter().zip(context.ids)) {
-            let rec = &data[start..start + len];
-            if context.check_crc && crc32c::crc32c(rec) != entry.crc32c {
-                return Err(CellarError::corrupted(
-                    context.path,
-                    entry.offset,
-                    format!("record of doc {id} ({} bytes) fails its checksum", entry.len),
-                ));
-            }
-            let view = record::parse(rec, context.bytes_per_vector, context.path, entry.offset)?;
-            let pooled_bytes = view.pooled.map_or(0, <[u8]>::len);
-            let table_bytes = view.passage_ends.map_or(0, |e| e.len() + 4);
-            let span = RecordSpan { start, len, n_tokens: view.n_tokens, pooled_bytes, table_bytes };
-            checked.push(Slot::Read(span));
-        }
-        Ok(RecordBatch { bytes, slots: checked, cached: Vec::new(), stats })
-    }
-
     /// A batch of `found.len()` records: the cached ones where `found` holds one, the records
     /// of `read` in order in the other places (`read` holds exactly as many as there are).
     pub fn with_cached(read: RecordBatch, found: Vec<Option<Arc<HotRecord>>>) -> Result<Self> {
@@ -291,29 +263,12 @@ impl RecordBatch {
     }
 }
 
-/// What every reader needs to turn raw bytes into a checked batch.
-struct BatchContext<'a> {
-    path: &'a Path,
-    ids: &'a [DocId],
-    bytes_per_vector: usize,
-    /// False only where the bytes were verified already and cannot have changed since (ram).
-    check_crc: bool,
-}
-
 /// Everything a reader is opened over.
 pub struct ReaderSource {
     pub path: std::path::PathBuf,
     pub header: FileHeader,
     pub offsets: Arc<OffsetsTable>,
     pub bytes_per_vector: usize,
-}
-
-impl ReaderSource {
-    /// The context a batch of `ids` is checked in; `check_crc` is false only where the bytes were
-    /// verified already and cannot have changed since (ram).
-    fn context<'a>(&'a self, ids: &'a [DocId], check_crc: bool) -> BatchContext<'a> {
-        BatchContext { path: &self.path, ids, bytes_per_vector: self.bytes_per_vector, check_crc }
-    }
 }
 
 /// Reads batches of document records from `vectors.bin` through a [`FileSlice`] of the kind the
@@ -357,7 +312,24 @@ impl RecordReader {
             entries.iter().map(|e| Extent { offset: e.offset, len: e.len as usize }).collect();
         let (bytes, spans, stats) = self.file.read_batch(&extents)?.into_parts();
         // The ram kind's body was checked against its CRC at open and has been in RAM since.
-        let context = self.source.context(ids, self.kind != ReaderKind::Ram);
-        RecordBatch::verified(bytes, spans, &context, &entries, stats)
+        let check_crc = self.kind != ReaderKind::Ram;
+        let (path, data) = (&self.source.path, bytes.as_slice());
+        let mut slots = Vec::with_capacity(spans.len());
+        for ((start, len), (entry, id)) in spans.into_iter().zip(entries.iter().zip(ids)) {
+            let rec = &data[start..start + len];
+            if check_crc && crc32c::crc32c(rec) != entry.crc32c {
+                return Err(CellarError::corrupted(
+                    path,
+                    entry.offset,
+                    format!("record of doc {id} ({} bytes) fails its checksum", entry.len),
+                ));
+            }
+            let view = record::parse(rec, self.source.bytes_per_vector, path, entry.offset)?;
+            let pooled_bytes = view.pooled.map_or(0, <[u8]>::len);
+            let table_bytes = view.passage_ends.map_or(0, |e| e.len() + 4);
+            let span = RecordSpan { start, len, n_tokens: view.n_tokens, pooled_bytes, table_bytes };
+            slots.push(Slot::Read(span));
+        }
+        Ok(RecordBatch { bytes, slots, cached: Vec::new(), stats })
     }
 }
