@@ -1,8 +1,9 @@
 //! `cellar`: the command-line tool. Each subcommand lives in its own module; this file only
-//! parses arguments and turns errors into a message and exit code 2. Benchmarks are not here:
-//! they are the `cellar-bench` binary (crates/cellar-bench).
+//! parses arguments and turns errors into a message and the exit code of their kind (`exit.rs`).
+//! Benchmarks are not here: they are the `cellar-bench` binary (crates/cellar-bench).
 
 mod eval_cmd;
+mod exit;
 mod feed_cmd;
 mod index_cmd;
 mod inspect;
@@ -20,7 +21,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cellar", version, about = "SSD-resident late-interaction retrieval")]
+#[command(
+    name = "cellar",
+    version,
+    about = "SSD-resident late-interaction retrieval",
+    after_help = exit::help()
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,7 +66,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let result = match Cli::parse().command {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are not errors (stdout, 0); a usage error is the input's.
+            let code = if e.use_stderr() { exit::Exit::Input.code() } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
         Command::Index(args) => index_cmd::run(args),
         Command::Ivf(args) => ivf_cmd::run(args),
         Command::Splade(args) => splade_cmd::run(args),
@@ -79,7 +94,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cellar: error: {e}");
-            ExitCode::from(2)
+            ExitCode::from(exit::Exit::of(&e).code())
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The `cellar` binary end to end: output of the store tools, exit code 2 with a message (never
-//! a panic) for bad input, and a help that lists user commands only.
+//! a panic) for bad input, the exit code of each other kind of error, and a help that lists user
+//! commands only and ends with the exit codes.
 
 mod common;
 use common::{assert_user_error, cellar, http, port_of, stderr};
@@ -7,6 +8,8 @@ use common::{assert_user_error, cellar, http, port_of, stderr};
 use std::path::Path;
 
 use cellar_core::codec::CodecKind;
+use cellar_core::format::manifest::MANIFEST_FILE;
+use cellar_core::format::versioned::FORMAT_VERSION_FIELD;
 use cellar_core::synth::{SynthConfig, SynthCorpus};
 
 /// A store of 300 synthetic documents (20 tokens of 16 dimensions on average), written by the
@@ -57,6 +60,57 @@ fn bad_arguments_exit_with_code_2() {
     let missing = tmp.path().join("nope");
     assert_user_error(&cellar(&["inspect", missing.to_str().unwrap()]), "nope");
     assert_user_error(&cellar(&["inspect", tmp.path().to_str().unwrap()]), "has no manifest.json");
+}
+
+/// Exit codes name the kind of error (crates/cellar-cli/src/exit.rs): usage errors are 2 like
+/// bad input, a format version this build does not read is 3, a model that is not there is 4.
+#[test]
+fn exit_codes_name_the_kind_of_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    for args in [&["inspect", "--no-such-flag"][..], &["search"][..], &["no-such-command"][..]] {
+        let out = cellar(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("Usage:"), "{args:?}: {}", stderr(&out));
+    }
+
+    let dir = tmp.path().join("store");
+    store(&dir, CodecKind::F16);
+    let manifest = dir.join(MANIFEST_FILE);
+    let mut json: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    json[FORMAT_VERSION_FIELD] = 99.into();
+    std::fs::write(&manifest, json.to_string()).unwrap();
+    let out = cellar(&["inspect", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("format version 99 is not supported"), "{}", stderr(&out));
+
+    let corpus = tmp.path().join("corpus.jsonl");
+    std::fs::write(&corpus, "{\"_id\": \"a\", \"text\": \"green tea\"}\n").unwrap();
+    let (index, model) = (tmp.path().join("index"), tmp.path().join("no-model"));
+    let (corpus_s, index_s) = (corpus.to_str().unwrap(), index.to_str().unwrap());
+    let out = cellar(&["index", corpus_s, "--out", index_s, "--no-ivf", "--model", model.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no-model"), "{}", stderr(&out));
+}
+
+/// `cellar --help` ends with the exit codes, and docs/cli.md shows the same rows.
+#[test]
+fn help_ends_with_the_exit_codes_the_docs_show() {
+    let out = cellar(&["--help"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let help = String::from_utf8_lossy(&out.stdout);
+    let table = help.split("Exit codes:\n").nth(1).unwrap_or_else(|| panic!("no exit codes in:\n{help}"));
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/cli.md")).unwrap();
+    let mut codes = Vec::new();
+    for line in table.lines().filter(|l| !l.trim().is_empty()) {
+        let (code, meaning) = line.trim().split_once("  ").unwrap_or_else(|| panic!("{line:?}"));
+        assert!(
+            docs.contains(&format!("| {code} | {meaning} |")),
+            "docs/cli.md lacks code {code}: {meaning}"
+        );
+        codes.push(code.to_string());
+    }
+    assert_eq!(codes, ["0", "2", "3", "4", "5", "6"]);
 }
 
 /// The binary users install carries user commands only: the benchmarks are `cellar-bench`.
