@@ -14,6 +14,7 @@
 
 mod avx2;
 mod avx512;
+mod driver;
 mod residual;
 
 use super::Isa;
@@ -85,6 +86,7 @@ fn dispatch<const E: u8>(isa: Isa, query: &[f32], dim: usize, doc: *const u8, nd
         // SAFETY: the required CPU features were just checked; the caller (`kernels`) checked
         // that `query` holds `nq * dim` values and `doc` holds `nd * dim` elements.
         Isa::Avx512 if has_avx512() => unsafe { avx512::maxsim::<E>(query, dim, doc, nd) },
+        // SAFETY: as above, for AVX2.
         Isa::Avx2 if has_avx2() => unsafe { avx2::maxsim::<E>(query, dim, doc, nd) },
         _ => panic!("kernel level {} is not supported by this CPU", isa.name()),
     }
