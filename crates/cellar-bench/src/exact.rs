@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use cellar_core::io::{ReaderKind, ReaderOptions};
 use cellar_core::kernels::Isa;
+use cellar_core::stats::ms_since;
 use cellar_core::store::VectorStore;
 use cellar_core::{CellarError, DocId, Result};
 use cellar_search::embeddings::read_in_order;
@@ -139,7 +140,7 @@ pub fn run(mut args: ExactArgs) -> Result<()> {
                 request.query_vectors = Some(QueryVectorsIn::compact(tokens, Some(pooled), VectorDtype::F32));
                 let start = Instant::now();
                 let hits = index.search(request)?.hits;
-                ms.push(start.elapsed().as_secs_f64() * 1e3);
+                ms.push(ms_since(start));
                 Ok(hits.iter().map(|h| h.internal_id).collect())
             })
             .collect::<Result<_>>()?;

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cellar_core::codec::CodecKind;
+use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, IoContext, Result};
 use cellar_encode::Encoder;
 use cellar_search::corpus::Collection;
@@ -180,7 +181,7 @@ pub fn run(args: FilterArgs) -> Result<()> {
                         answer.hits.iter().filter(keep).take(K).map(|h| h.id.clone()).collect()
                     }
                 };
-                ms.push(start.elapsed().as_secs_f64() * 1e3);
+                ms.push(ms_since(start));
                 if !want.is_empty() {
                     let want: HashSet<&String> = want.iter().collect();
                     recall.push(got.iter().filter(|id| want.contains(id)).count() as f64 / want.len() as f64);

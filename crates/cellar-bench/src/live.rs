@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
+use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, IoContext, Result};
 use cellar_search::corpus::Collection;
 use cellar_search::embeddings::EmbeddingsDir;
@@ -194,7 +195,7 @@ fn ingest(
                     for _ in 0..per_writer.div_ceil(batch) {
                         let t = Instant::now();
                         index.write(WriteRequest { ops: source.take(batch) })?;
-                        out.push(t.elapsed().as_secs_f64() * 1e3);
+                        out.push(ms_since(t));
                     }
                     Ok(out)
                 })
@@ -236,7 +237,7 @@ fn search_all(
         }
         let t = Instant::now();
         index.respond(query, params, false)?;
-        out.push(t.elapsed().as_secs_f64() * 1e3);
+        out.push(ms_since(t));
     }
     Ok(out)
 }
@@ -298,7 +299,7 @@ pub fn run(args: LiveArgs) -> Result<()> {
         }
         let t = Instant::now();
         index.write(WriteRequest { ops })?;
-        ack.push(t.elapsed().as_secs_f64() * 1e3);
+        ack.push(ms_since(t));
         let request =
             SearchRequest { query: token, mode: Some(Mode::Bm25), k: Some(1), ..Default::default() };
         found += usize::from(!index.search(request)?.hits.is_empty());
@@ -357,7 +358,7 @@ pub fn run(args: LiveArgs) -> Result<()> {
         for chunk in ops.chunks(16) {
             let t = Instant::now();
             index.write(WriteRequest { ops: chunk.to_vec() })?;
-            latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            latencies.push(ms_since(t));
         }
         let secs = start.elapsed().as_secs_f64();
         ingests.push(Ingest {

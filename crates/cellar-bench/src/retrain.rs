@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use cellar_core::stats::ms_since;
 use cellar_core::{IoContext, Result};
 use cellar_search::embeddings::EmbeddingsDir;
 use cellar_search::{DocIn, Index, Mode, OpenOptions, QueryVectorsIn, SearchRequest, WriteOp, WriteRequest};
@@ -242,7 +243,7 @@ fn latencies(index: &Index, queries: &[Query], stop: &AtomicBool, max_rounds: us
         for q in queries {
             let start = Instant::now();
             dense(index, q, None)?;
-            ms.push(start.elapsed().as_secs_f64() * 1e3);
+            ms.push(ms_since(start));
             if stop.load(Ordering::SeqCst) {
                 return Ok(ms);
             }

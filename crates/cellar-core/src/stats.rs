@@ -1,5 +1,18 @@
 //! The one percentile rule (nearest rank) of every latency Cellar reports: the benchmarks'
-//! summaries (`cellar-bench`) and the P95 `cellar tune --p95-ms` holds a setting to.
+//! summaries (`cellar-bench`) and the P95 `cellar tune --p95-ms` holds a setting to; and the one
+//! unit they are reported in, milliseconds as f64 ([`ms_since`], [`as_ms`]).
+
+use std::time::{Duration, Instant};
+
+/// Milliseconds elapsed since `start`: every `*_ms` timing of a response, a report or a benchmark.
+pub fn ms_since(start: Instant) -> f64 {
+    as_ms(start.elapsed())
+}
+
+/// `d` in milliseconds (fractions kept).
+pub fn as_ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
 
 /// Nearest-rank percentile of ascending `sorted` (`p` in 0..=100): the smallest value with at
 /// least `p`% of the values at or below it. `None` when empty.
@@ -26,6 +39,14 @@ pub fn sorted(values: &[f64]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn milliseconds_keep_their_fractions() {
+        assert_eq!(as_ms(Duration::from_micros(1500)), 1.5);
+        assert_eq!(as_ms(Duration::from_secs(2)), 2000.0);
+        let start = Instant::now() - Duration::from_millis(3);
+        assert!(ms_since(start) >= 3.0);
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, DocId, Result};
 
 use crate::bm25::no_metadata_field;
@@ -19,7 +20,7 @@ use crate::rank::{ranks_matches_exactly, EarlyReads};
 use crate::request::{
     base64_decode, QueryVectorsIn, SearchRequest, VectorDtype, MAX_QUERY_BYTES, MAX_QUERY_VECTORS,
 };
-use crate::search::{ms_since, SearchResponse};
+use crate::search::SearchResponse;
 
 /// A search checked against one index, ready to run.
 #[derive(Clone, Debug, PartialEq)]

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cellar_core::io::ReadStats;
+use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, DocId, Result};
 
 use crate::filter::Allowed;
@@ -38,10 +39,6 @@ use crate::tokens::{TokenQuery, TokenStats};
 use crate::topk::TopK;
 use crate::written::state::{LiveView, Located};
 use cellar_core::kernels::dot_f16;
-
-fn ms_since(start: Instant) -> f64 {
-    start.elapsed().as_secs_f64() * 1e3
-}
 
 /// BM25's list of a text query, made before the query was encoded, and the reads of its best
 /// `rerank_k` candidates, started before it was.

@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use cellar_core::io::wait::waiting_on_io;
 use cellar_core::io::{ReaderKind, RecordBatch};
+use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, DocId, Result};
 
 use crate::index::Index;
@@ -36,10 +37,6 @@ pub const AHEAD_BYTES: usize = 512 << 10;
 /// ~45 at f16), few enough that a query's buffers stay bounded under a memory cap; the rest is
 /// read while the first chunks are scored.
 pub const EARLY_AHEAD_BYTES: usize = 8 << 20;
-
-fn ms_since(start: Instant) -> f64 {
-    start.elapsed().as_secs_f64() * 1e3
-}
 
 /// One chunk, read.
 struct Chunk {

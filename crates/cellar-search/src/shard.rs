@@ -25,6 +25,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, DocId, Result};
 use serde::{Deserialize, Serialize};
 
@@ -37,7 +38,7 @@ use crate::query::QueryEncoding;
 use crate::rank::{first_stage, ranks_count_exactly, stage_reads, Searchable};
 use crate::request::{QueryVectorsIn, SearchRequest, VectorDtype};
 use crate::scored::{better, Scored};
-use crate::search::{ms_since, FilterReport, Hit, IoReport, SearchResponse, Timings};
+use crate::search::{FilterReport, Hit, IoReport, SearchResponse, Timings};
 
 /// One candidate of a shard's list: the shard's internal id and its raw first-stage score.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

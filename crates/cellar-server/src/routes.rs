@@ -15,6 +15,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
+use cellar_core::stats::ms_since;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
@@ -57,7 +58,7 @@ async fn count_requests(State(state): State<Arc<AppState>>, request: Request, ne
     let response = next.run(request).await;
     state.metrics.count_request(&endpoint, response.status().as_u16());
     if endpoint.starts_with("/v1/") {
-        state.metrics.observe_request(start.elapsed().as_secs_f64() * 1e3);
+        state.metrics.observe_request(ms_since(start));
     }
     response
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use cellar_core::format::FileKind;
 use cellar_core::io::{cache, InjectedLatency, ReaderKind, ReaderOptions};
+use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, Result};
 use cellar_search::ivf::{build_ivf_over, Ivf, IvfBuildOptions, IvfConfig, ProbeParams};
 use cellar_search::pooled::PooledMatrix;
@@ -382,7 +383,7 @@ pub fn worker(args: WorkerArgs) -> Result<()> {
     for (query, expected) in queries.iter().zip(&truth) {
         let start = Instant::now();
         let (hits, stats) = ivf.probe(query, params).finish()?;
-        ms.push(start.elapsed().as_secs_f64() * 1e3);
+        ms.push(ms_since(start));
         bytes += stats.bytes_read;
         let found = hits.iter().filter(|h| expected.contains(&h.id.0)).count();
         recall.push(found as f64 / expected.len().max(1) as f64);

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use cellar_core::stats::ms_since;
 use cellar_core::{DocId, Result};
 use cellar_search::ivf::ProbeParams;
 use clap::Args;
@@ -71,7 +72,7 @@ pub fn run(args: RecallArgs) -> Result<()> {
             for (prep, truth) in w.prepared.iter().zip(&exact) {
                 let start = Instant::now();
                 let (hits, stats) = ivf.probe(&prep.pooled, params).finish()?;
-                ms.push(start.elapsed().as_secs_f64() * 1e3);
+                ms.push(ms_since(start));
                 let got: Vec<DocId> = hits.iter().map(|s| s.id).collect();
                 r10.push(overlap(truth, &got, 10));
                 r100.push(overlap(truth, &got, DEPTH));

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cellar_core::stats::as_ms;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -264,11 +265,11 @@ impl LevelStats {
                 continue;
             }
             s.sent += 1;
-            lags.push(r.send_lag.as_secs_f64() * 1e3);
+            lags.push(as_ms(r.send_lag));
             match &r.outcome {
                 Outcome::Ok => {
                     s.completed_ok += 1;
-                    latencies.push(r.latency().as_secs_f64() * 1e3);
+                    latencies.push(as_ms(r.latency()));
                 }
                 Outcome::Status(429) => s.http_429 += 1,
                 Outcome::Status(code) => *s.errors.entry(code.to_string()).or_default() += 1,
@@ -357,9 +358,7 @@ mod tests {
             let floor = delay + (late - r.scheduled);
             assert!(r.latency() >= floor, "{r:?}: latency {:?} < {floor:?}", r.latency());
         }
-        assert!(
-            s.latency.as_ref().unwrap().p50_ms >= (delay + Duration::from_millis(100)).as_secs_f64() * 1e3
-        );
+        assert!(s.latency.as_ref().unwrap().p50_ms >= as_ms(delay + Duration::from_millis(100)));
         // The client's own lateness is reported apart: at least 100 ms for every request.
         assert!(
             s.client_send_lag_max_ms >= s.client_send_lag_p99_ms && s.client_send_lag_p99_ms >= 100.0,

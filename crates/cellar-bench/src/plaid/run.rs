@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use cellar_core::stats::{as_ms, ms_since};
 use cellar_core::{CellarError, IoContext, Result};
 use cellar_search::embeddings::read_in_order;
 use cellar_search::metrics::score_query;
@@ -160,7 +161,7 @@ pub fn search(args: SearchArgs) -> Result<()> {
         for q in 0..n {
             let start = Instant::now();
             system.search(q, DEPTH)?;
-            single.push(start.elapsed().as_secs_f64() * 1e3);
+            single.push(ms_since(start));
         }
     }
     let single_query = Latency {
@@ -267,7 +268,7 @@ fn sweep_rate(
                         }
                         system.search(i % queries, DEPTH)?;
                         let answered = start.elapsed();
-                        let ms = (answered - at).as_secs_f64() * 1e3;
+                        let ms = as_ms(answered - at);
                         done.lock().expect("no panic holds it").push((ms, answered));
                     }
                 })

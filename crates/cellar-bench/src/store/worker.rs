@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cellar_core::io::{cache, ReaderKind, ReaderOptions};
+use cellar_core::stats::ms_since;
 use cellar_core::store::VectorStore;
 use cellar_core::{DocId, Result};
 use rand::rngs::StdRng;
@@ -83,7 +84,7 @@ fn measure(args: &WorkerArgs) -> Result<WorkerReport> {
                         .map(|ids| {
                             let began = Instant::now();
                             let batch = store.read_batch(ids)?;
-                            Ok((began.elapsed().as_secs_f64() * 1e3, batch.stats()))
+                            Ok((ms_since(began), batch.stats()))
                         })
                         .collect()
                 })

@@ -16,6 +16,7 @@ use cellar_core::format::fsio::{open_checked, read_small_file, verify_body};
 use cellar_core::format::FileKind;
 use cellar_core::io::{Extent, FileSlice, ReadStats, ReaderKind, ReaderOptions};
 use cellar_core::kernels::{dot_f16, Isa};
+use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, DocId, Result};
 use serde::Serialize;
 
@@ -400,7 +401,7 @@ impl Probe<'_> {
         }
         self.next = end;
         self.stats.clusters = end;
-        self.stats.probe_ms += start.elapsed().as_secs_f64() * 1e3;
+        self.stats.probe_ms += ms_since(start);
         Ok(())
     }
 
@@ -489,7 +490,7 @@ impl Probe<'_> {
         }
         let start = Instant::now();
         let hits = self.rescore(&sorted)?;
-        self.stats.rescore_ms = start.elapsed().as_secs_f64() * 1e3;
+        self.stats.rescore_ms = ms_since(start);
         Ok((self.with_live(hits, depth), self.stats))
     }
 

@@ -39,6 +39,7 @@ use cellar_core::format::versioned::VersionRange;
 use cellar_core::format::FileKind;
 use cellar_core::io::{Extent, FileSlice, ReadStats, ReaderKind, ReaderOptions};
 use cellar_core::kernels::Isa;
+use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, DocId, Result};
 use serde::{Deserialize, Serialize};
 
@@ -495,7 +496,7 @@ impl TokenStage {
             s.touched.clear();
             top.into_sorted()
         });
-        stats.ms = start.elapsed().as_secs_f64() * 1e3;
+        stats.ms = ms_since(start);
         Ok((best, stats))
     }
 }
