@@ -86,13 +86,17 @@ def test_one_filter_grammar_with_the_equality_shorthand(index: cellar.Index) -> 
         index.search(query_vectors=query, filter={"color": "red", "not": {"n": 1}})
 
 
-def test_a_stream_takes_the_same_filter_and_runs_its_equalities(tmp_path: Path) -> None:
+def test_a_stream_takes_the_same_filter_grammar(tmp_path: Path) -> None:
     with cellar.Stream.open(tmp_path / "s.stream", dim=DIM) as stream:
         for i, color in enumerate(["red", "blue", "red"]):
-            stream.put("g", f"x{i}", metadata={"color": color}, tokens=np.array([axis(i)], dtype=np.float32))
+            meta = {"color": color, "n": i}
+            stream.put("g", f"x{i}", metadata=meta, tokens=np.array([axis(i)], dtype=np.float32))
         q = np.array([axis(0)], dtype=np.float32)
         short = stream.search("g", query_tokens=q, filter={"color": "red"})
         long = stream.search("g", query_tokens=q, filter={"and": [{"eq": {"field": "color", "value": "red"}}]})
         assert [h["id"] for h in short] == [h["id"] for h in long] == ["x0", "x2"]
-        with pytest.raises(cellar.InvalidInputError, match="equality only"):
-            stream.search("g", query_tokens=q, filter={"range": {"field": "n", "gt": 1}})
+        # Issue 46: the whole grammar, as an index runs it (streams ran equality only before).
+        ranged = stream.search("g", query_tokens=q, filter={"range": {"field": "n", "gt": 0}})
+        assert sorted(h["id"] for h in ranged) == ["x1", "x2"]
+        either = stream.search("g", query_tokens=q, filter={"or": [{"color": "blue"}, {"not": {"n": 2}}]})
+        assert sorted(h["id"] for h in either) == ["x0", "x1"]

@@ -1,6 +1,7 @@
 //! `cellar feed`: writes a JSONL file of documents into a streaming collection, in batches (one
-//! log record and one fsync per batch: group commit). Lines: `{group, id, text, metadata?,
-//! tokens?, pooled?}`; documents without `tokens` are encoded with the model. A bad line stops
+//! log record and one fsync per batch: group commit). Lines: documents with their group
+//! (`{group, id, text, metadata?, vectors?}`, or the first API's `{..., tokens?, pooled?}`);
+//! documents without token vectors are encoded with the model. A bad line stops
 //! the feed with its line number; the batches before it are written and durable.
 
 use std::io::{BufRead, BufReader};
@@ -11,9 +12,11 @@ use std::time::Instant;
 use cellar_core::{CellarError, Result};
 use cellar_search::corpus::NOT_UTF8;
 use cellar_search::progress;
+use cellar_search::DocIn;
+use cellar_stream::doc::encode_doc;
 use cellar_stream::encoding::{docs_with_vectors, write_dim, LazyEncoder};
-use cellar_stream::input::DocJson;
-use cellar_stream::{Collection, Durability, Options, StreamDoc, Streams};
+use cellar_stream::input::StreamDocJson;
+use cellar_stream::{Collection, Durability, Options, Streams};
 use clap::Args;
 
 #[derive(Args)]
@@ -54,10 +57,12 @@ fn at_line(file: &Path, line: usize, error: CellarError, written: usize) -> Cell
     ))
 }
 
-fn parse_line(line: &str) -> Result<DocJson> {
-    let doc: DocJson =
+fn parse_line(line: &str) -> Result<DocIn> {
+    let doc: StreamDocJson =
         serde_json::from_str(line).map_err(|e| CellarError::InvalidInput(format!("not a document: {e}")))?;
-    doc.with_keys(None, None)
+    let doc = doc.into_doc(None, None)?;
+    doc.check("document")?;
+    Ok(doc)
 }
 
 struct Feeder<'a> {
@@ -71,8 +76,8 @@ struct Feeder<'a> {
 
 impl Feeder<'_> {
     /// Vectors for every document of the batch; on an error, finds the line that caused it.
-    fn with_vectors(&self, batch: &[(usize, DocJson)], dim: usize) -> Result<Vec<StreamDoc>> {
-        let docs: Vec<DocJson> = batch.iter().map(|(_, d)| d.clone()).collect();
+    fn with_vectors(&self, batch: &[(usize, DocIn)], dim: usize) -> Result<Vec<DocIn>> {
+        let docs: Vec<DocIn> = batch.iter().map(|(_, d)| d.clone()).collect();
         match docs_with_vectors(docs, dim, &self.encoder) {
             Ok(docs) => Ok(docs),
             Err(e) if e.is_user_error() => {
@@ -88,18 +93,21 @@ impl Feeder<'_> {
 
     /// Writes one batch: one log record, one fsync. The stream is created by the first batch
     /// that is valid, so a rejected feed leaves none behind.
-    fn write(&mut self, batch: Vec<(usize, DocJson)>) -> Result<()> {
+    fn write(&mut self, batch: Vec<(usize, DocIn)>) -> Result<()> {
         let dim = match &self.collection {
             Some(c) => c.dim(),
             None => {
-                let docs: Vec<DocJson> = batch.iter().map(|(_, d)| d.clone()).collect();
+                let docs: Vec<DocIn> = batch.iter().map(|(_, d)| d.clone()).collect();
                 write_dim(self.streams, self.name, &docs, &self.encoder)
                     .map_err(|e| at_line(self.file, batch[0].0, e, 0))?
             }
         };
         let docs = self.with_vectors(&batch, dim)?;
-        for ((line, _), doc) in batch.iter().zip(&docs) {
-            doc.validate(dim).map_err(|e| at_line(self.file, *line, e, self.written))?;
+        if let Err(e) = Collection::check_batch(&docs, dim) {
+            for ((line, _), doc) in batch.iter().zip(&docs) {
+                encode_doc(doc, dim, "document").map_err(|e| at_line(self.file, *line, e, self.written))?;
+            }
+            return Err(e);
         }
         let (collection, _) = self.streams.put_batch(self.name, dim, &docs).inspect_err(|e| {
             // A system error (a full disk, an I/O error) keeps its type; the user learns where

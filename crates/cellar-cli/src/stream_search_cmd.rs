@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cellar_core::{CellarError, Result};
-use cellar_stream::encoding::{query_with_vectors, LazyEncoder};
-use cellar_stream::input::{meta_to_json, QueryJson};
+use cellar_search::{Filter, SearchRequest};
+use cellar_stream::encoding::{request_with_vectors, LazyEncoder};
+use cellar_stream::input::legacy_mode;
 use cellar_stream::{Options, Streams};
 use clap::Args;
 use serde_json::{json, Value};
@@ -23,26 +24,31 @@ pub struct StreamSearchArgs {
     pub group: String,
     #[arg(short, long, default_value_t = 10)]
     pub k: usize,
-    /// maxsim (token vectors) or pooled (one vector per document).
-    #[arg(long, default_value = "maxsim")]
+    /// dense (MaxSim over token vectors; also `maxsim`) or dense-exact (one pooled vector per
+    /// document; also `pooled`).
+    #[arg(long, default_value = "dense")]
     pub mode: String,
     /// Only documents containing every term of this text.
     #[arg(long)]
     pub require_terms: Option<String>,
-    /// Metadata equality filter KEY=VALUE (VALUE parsed as JSON when it can be, else a string);
-    /// repeatable, all must hold.
+    /// A filter in the grammar of `cellar search --filter` (JSON: `{"lang": "en"}`, `eq`, `in`,
+    /// `range`, `and`, `or`, `not`), or an equality KEY=VALUE (VALUE parsed as JSON when it
+    /// can be, else a string); repeatable, all must hold.
     #[arg(long = "filter")]
     pub filters: Vec<String>,
     #[arg(long)]
     pub model: Option<PathBuf>,
 }
 
-fn filter(raw: &str) -> Result<(String, Value)> {
-    let (key, value) = raw
-        .split_once('=')
-        .ok_or_else(|| CellarError::InvalidInput(format!("--filter {raw:?}: expected KEY=VALUE")))?;
+fn filter(raw: &str) -> Result<Filter> {
+    let bad = |e: String| CellarError::InvalidInput(format!("--filter {raw:?}: {e}"));
+    if raw.trim_start().starts_with('{') {
+        return serde_json::from_str(raw).map_err(|e| bad(e.to_string()));
+    }
+    let (key, value) =
+        raw.split_once('=').ok_or_else(|| bad("expected a JSON filter or KEY=VALUE".into()))?;
     let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_string()));
-    Ok((key.to_string(), value))
+    serde_json::from_value(json!({ key: value })).map_err(|e| bad(e.to_string()))
 }
 
 pub fn run(args: StreamSearchArgs) -> Result<()> {
@@ -51,26 +57,23 @@ pub fn run(args: StreamSearchArgs) -> Result<()> {
         Options { background_compaction: false, ..Options::default() },
     )?;
     let collection = streams.get(&args.name, None)?;
-    let request = QueryJson {
-        query: Some(args.query.clone()),
-        mode: Some(args.mode.clone()),
+    let mut filters = args.filters.iter().map(|f| filter(f)).collect::<Result<Vec<_>>>()?;
+    let request = SearchRequest {
+        query: args.query.clone(),
+        mode: Some(legacy_mode(&args.mode)?),
         k: Some(args.k),
         require_terms: args.require_terms.clone(),
-        filters: args.filters.iter().map(|f| filter(f)).collect::<Result<_>>()?,
-        ..QueryJson::default()
+        filter: if filters.len() > 1 { Some(Filter::And(filters)) } else { filters.pop() },
+        ..SearchRequest::default()
     };
     let start = Instant::now();
-    let query = query_with_vectors(request, collection.dim(), &LazyEncoder::new(args.model.clone()))?;
+    let request = request_with_vectors(request, collection.dim(), &LazyEncoder::new(args.model.clone()))?;
     let encoded = start.elapsed();
-    let result = collection.search(&args.group, &query)?;
+    let result = collection.search(&args.group, &request)?;
     let hits: Vec<Value> = result
         .hits
         .iter()
-        .map(|h| {
-            let metadata: serde_json::Map<String, Value> =
-                h.metadata.iter().map(|(k, v)| (k.clone(), meta_to_json(v))).collect();
-            json!({ "id": h.id, "score": h.score, "text": h.text, "metadata": metadata })
-        })
+        .map(|h| json!({ "id": h.id, "score": h.score, "text": h.text, "metadata": h.metadata }))
         .collect();
     let s = result.stats;
     let out = json!({

@@ -3,26 +3,20 @@
 //! the same path as the HTTP API's bodies (`cellar_stream::input`). Engine calls run with the
 //! GIL released.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use cellar_core::CellarError;
-use cellar_stream::encoding::{docs_with_vectors, query_with_vectors, LazyEncoder};
-use cellar_stream::input::{meta_to_json, DocJson, QueryJson};
+use cellar_search::{DocIn, Filter, QueryVectorsIn, SearchRequest};
+use cellar_stream::encoding::{docs_with_vectors, request_with_vectors, LazyEncoder};
+use cellar_stream::input::{legacy_mode, StreamDocJson};
 use cellar_stream::{Collection, Durability, Options, StoredDoc};
 use pyo3::prelude::*;
 use serde::de::DeserializeOwned;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::convert::{json_to_python, to_python};
 use crate::errors::{invalid, without_gil, IntoPyResult};
-
-/// A filter of the one grammar (`cellar_search::Filter`) as the equalities a stream runs: a
-/// field's `eq`, and `and` of them (the shorthand `{"field": value, ...}` is that).
-fn equality_filter(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<BTreeMap<String, Value>> {
-    cellar_search::filter::stream_equalities(from_python(py, value, "filter")?).py_err(py)
-}
 
 /// A streaming collection on disk. Thread-safe: writers and searchers may share one instance.
 ///
@@ -42,15 +36,11 @@ fn from_python<T: DeserializeOwned>(py: Python<'_>, value: &Bound<'_, PyAny>, wh
     serde_json::from_str(&text).map_err(|e| invalid(py, format!("{what}: {e}")))
 }
 
-fn metadata_json(metadata: &std::collections::BTreeMap<String, cellar_stream::MetaValue>) -> Value {
-    Value::Object(metadata.iter().map(|(k, v)| (k.clone(), meta_to_json(v))).collect::<Map<_, _>>())
-}
-
 fn stored_json(doc: StoredDoc, dim: usize) -> Value {
     let rows: Vec<&[f32]> = doc.tokens.chunks(dim).collect();
     json!({
         "group": doc.group, "id": doc.id, "seq": doc.seq, "text": doc.text,
-        "metadata": metadata_json(&doc.metadata), "tokens": rows, "pooled": doc.pooled,
+        "metadata": doc.metadata, "tokens": rows, "pooled": doc.pooled,
     })
 }
 
@@ -61,7 +51,7 @@ impl PyStream {
         guard.clone().ok_or_else(|| invalid(py, format!("the stream at {} is closed", self.dir.display())))
     }
 
-    fn write(&self, py: Python<'_>, docs: Vec<DocJson>) -> PyResult<u64> {
+    fn write(&self, py: Python<'_>, docs: Vec<DocIn>) -> PyResult<u64> {
         let (collection, encoder) = (self.collection(py)?, self.encoder.clone());
         without_gil(py, move || {
             let docs = docs_with_vectors(docs, collection.dim(), &encoder)?;
@@ -126,33 +116,34 @@ impl PyStream {
         tokens: Option<Bound<'_, PyAny>>,
         pooled: Option<Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
-        let mut doc = DocJson {
-            group: Some(group.into()),
-            id: Some(id.into()),
-            text: text.into(),
-            ..Default::default()
-        };
+        let mut doc =
+            DocIn { group: Some(group.into()), id: id.into(), text: text.into(), ..Default::default() };
         if let Some(m) = metadata {
             doc.metadata = from_python(py, &m, "metadata")?;
         }
-        if let Some(t) = tokens {
-            doc.tokens = Some(from_python(py, &t, "tokens")?);
+        if tokens.is_some() || pooled.is_some() {
+            doc.vectors = Some(QueryVectorsIn {
+                tokens: tokens.map(|t| from_python(py, &t, "tokens")).transpose()?.unwrap_or_default(),
+                pooled: pooled.map(|p| from_python(py, &p, "pooled")).transpose()?,
+                ..QueryVectorsIn::default()
+            });
         }
-        if let Some(p) = pooled {
-            doc.pooled = Some(from_python(py, &p, "pooled")?);
-        }
-        let doc = doc.with_keys(None, None).map_err(|e| crate::errors::to_py(py, e))?;
+        doc.check("document").map_err(|e| crate::errors::to_py(py, e))?;
         self.write(py, vec![doc])
     }
 
     /// Writes a list of documents (dicts with ``group``, ``id``, ``text``, and optionally
-    /// ``metadata``, ``tokens``, ``pooled``) as one batch: one sync, all or nothing after a crash.
+    /// ``metadata`` and ``vectors`` as in :meth:`Index.write`, or ``tokens`` and ``pooled``) as
+    /// one batch: one sync, all or nothing after a crash.
     fn put_batch(&self, py: Python<'_>, docs: Bound<'_, PyAny>) -> PyResult<u64> {
-        let docs: Vec<DocJson> = from_python(py, &docs, "documents")?;
+        let docs: Vec<StreamDocJson> = from_python(py, &docs, "documents")?;
         let docs = docs
             .into_iter()
             .enumerate()
-            .map(|(i, d)| d.with_keys(None, None).map_err(|e| invalid(py, format!("document {i}: {e}"))))
+            .map(|(i, d)| {
+                let doc = d.into_doc(None, None).and_then(|d| d.check("document").map(|_| d));
+                doc.map_err(|e| invalid(py, format!("document {i}: {e}")))
+            })
             .collect::<PyResult<Vec<_>>>()?;
         self.write(py, docs)
     }
@@ -171,11 +162,11 @@ impl PyStream {
     }
 
     /// The exact top-``k`` of ``group``: a list of dicts ``{id, score, text, metadata}``, best
-    /// first. ``mode`` is ``"maxsim"`` (token vectors) or ``"pooled"``; the query is ``query``
-    /// text (encoded) or ``query_tokens``; ``require_terms`` keeps documents holding every term;
-    /// ``filter`` is a filter in the grammar of :meth:`Index.search`, of which a stream runs
-    /// equality: ``{"kind": "todo"}`` (every field equal), or ``eq`` and ``and`` of them in the
-    /// long form (others raise ``InvalidInputError``).
+    /// first. ``mode`` is ``"maxsim"`` or ``"dense"`` (MaxSim over token vectors), or
+    /// ``"pooled"`` or ``"dense-exact"`` (pooled vectors); the query is ``query`` text (encoded)
+    /// or ``query_tokens``; ``require_terms`` keeps documents holding every term; ``filter`` is
+    /// a filter in the grammar of :meth:`Index.search`: ``{"kind": "todo"}`` (every field
+    /// equal), or ``eq``, ``in``, ``range``, ``and``, ``or``, ``not`` in the long form.
     #[pyo3(signature = (group, query=None, *, k=10, mode="maxsim", query_tokens=None, query_pooled=None, require_terms=None, filter=None, include_text=true))]
     #[allow(clippy::too_many_arguments)]
     fn search<'py>(
@@ -192,26 +183,34 @@ impl PyStream {
         include_text: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let k = usize::try_from(k).map_err(|_| invalid(py, format!("k must be positive, got {k}")))?;
-        let request = QueryJson {
-            query,
-            query_tokens: query_tokens.map(|t| from_python(py, &t, "query_tokens")).transpose()?,
-            query_pooled: query_pooled.map(|p| from_python(py, &p, "query_pooled")).transpose()?,
-            mode: Some(mode.to_string()),
+        let tokens: Option<Vec<Vec<f32>>> =
+            query_tokens.map(|t| from_python(py, &t, "query_tokens")).transpose()?;
+        let pooled: Option<Vec<f32>> =
+            query_pooled.map(|p| from_python(py, &p, "query_pooled")).transpose()?;
+        let filter: Option<Filter> = filter.map(|f| from_python(py, &f, "filter")).transpose()?;
+        let request = SearchRequest {
+            query: query.unwrap_or_default(),
+            mode: Some(legacy_mode(mode).py_err(py)?),
             k: Some(k),
+            query_vectors: (tokens.is_some() || pooled.is_some()).then(|| QueryVectorsIn {
+                tokens: tokens.unwrap_or_default(),
+                pooled,
+                ..QueryVectorsIn::default()
+            }),
             require_terms,
-            filters: filter.map(|f| equality_filter(py, &f)).transpose()?.unwrap_or_default(),
-            filter: None,
+            filter,
             include_text: Some(include_text),
+            ..SearchRequest::default()
         };
         let (collection, encoder, group) = (self.collection(py)?, self.encoder.clone(), group.to_string());
         let result = without_gil(py, move || {
-            let query = query_with_vectors(request, collection.dim(), &encoder)?;
-            collection.search(&group, &query)
+            let request = request_with_vectors(request, collection.dim(), &encoder)?;
+            collection.search(&group, &request)
         })?;
         let hits: Vec<Value> = result
             .hits
             .into_iter()
-            .map(|h| json!({ "id": h.id, "score": h.score, "text": h.text, "metadata": metadata_json(&h.metadata) }))
+            .map(|h| json!({ "id": h.id, "score": h.score, "text": h.text, "metadata": h.metadata }))
             .collect();
         json_to_python(py, &Value::Array(hits))
     }

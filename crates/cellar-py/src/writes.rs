@@ -53,6 +53,7 @@ fn column_docs(
             }
         };
         docs.push(DocIn {
+            group: None,
             id: doc.id,
             title: doc.title,
             text: doc.text,

@@ -11,8 +11,9 @@ use cellar_core::{CellarError, IoContext, Result};
 
 use crate::build::{BuildOptions, EmbeddedDoc};
 use crate::config::IndexConfig;
+use crate::doc::DocIn;
 use crate::index::Index;
-use crate::live::write::{DocIn, MAX_WRITE_OPS};
+use crate::live::write::MAX_WRITE_OPS;
 
 impl Index {
     /// Builds `options.out` from `docs` (1 to 4096 documents with unique ids), with the codec,
@@ -23,6 +24,9 @@ impl Index {
                 "docs must hold 1 to {MAX_WRITE_OPS} documents, got {}",
                 docs.len()
             )));
+        }
+        for (i, doc) in docs.iter().enumerate() {
+            doc.check_for_index(&format!("docs[{i}]"))?;
         }
         let with_vectors = docs.iter().filter(|d| d.vectors.is_some()).count();
         match with_vectors {
@@ -58,10 +62,7 @@ fn create_from_vectors(options: &BuildOptions, docs: Vec<DocIn>) -> Result<Index
 
 fn create_from_text(options: &BuildOptions, docs: Vec<DocIn>) -> Result<IndexConfig> {
     let mut lines = String::new();
-    for (i, doc) in docs.iter().enumerate() {
-        if doc.title.trim().is_empty() && doc.text.trim().is_empty() {
-            return Err(CellarError::invalid(format!("docs[{i}]: no text to encode and no vectors")));
-        }
+    for doc in &docs {
         let line = serde_json::json!({"_id": doc.id, "title": doc.title, "text": doc.text, "metadata": doc.metadata});
         lines.push_str(&line.to_string());
         lines.push('\n');

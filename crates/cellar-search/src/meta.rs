@@ -46,6 +46,28 @@ impl Metadata {
         self.0.get(key)
     }
 
+    /// Every rule `from_json` holds a value to, for metadata made in code (a stream's
+    /// document built in Rust): keys, strings, lists, finite floats.
+    pub fn check(&self) -> Result<(), String> {
+        if self.0.len() > MAX_META_KEYS {
+            return Err(format!("metadata holds {} keys; the limit is {MAX_META_KEYS}", self.0.len()));
+        }
+        for (key, value) in &self.0 {
+            check_key(key)?;
+            let checked = match value {
+                MetaValue::Str(s) => check_string(s),
+                MetaValue::Float(f) if !f.is_finite() => Err(format!("{f} is not a finite number")),
+                MetaValue::List(l) if l.len() > MAX_META_LIST => {
+                    Err(format!("a list holds at most {MAX_META_LIST} strings, got {}", l.len()))
+                }
+                MetaValue::List(l) => l.iter().try_for_each(|s| check_string(s)),
+                _ => Ok(()),
+            };
+            checked.map_err(|e| format!("metadata {key:?}: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// Checked metadata from a JSON object; the error names the key at fault.
     pub fn from_json(object: serde_json::Map<String, serde_json::Value>) -> Result<Metadata, String> {
         if object.len() > MAX_META_KEYS {
@@ -74,6 +96,15 @@ impl Metadata {
             MetaValue::List(l) => OwnedValue::Array(l.iter().map(|s| OwnedValue::Str(s.clone())).collect()),
         };
         OwnedValue::Object(self.0.iter().map(|(k, v)| (k.clone(), value(v))).collect())
+    }
+}
+
+impl std::ops::Index<&str> for Metadata {
+    type Output = MetaValue;
+
+    /// The value under `key`; panics when there is none (as a map's indexing does).
+    fn index(&self, key: &str) -> &MetaValue {
+        &self.0[key]
     }
 }
 

@@ -10,7 +10,7 @@ use crate::filter::DEFAULT_FILTER_EXACT_MAX;
 use crate::fusion::Fusion;
 use crate::ivf::{IvfConfig, IvfDefaults, ProbeParams};
 use crate::mode::{DenseStage, Lexical, Mode};
-use crate::request::{SearchRequest, DEFAULT_K, MAX_CANDIDATES, MAX_K, MAX_NPROBE};
+use crate::request::{SearchRequest, MAX_CANDIDATES, MAX_K, MAX_NPROBE};
 use crate::tokens::{TokenQuery, TokensConfig};
 
 /// Fully resolved, validated parameters of one search.
@@ -149,9 +149,11 @@ impl SearchParams {
         tokens: Option<&TokensConfig>,
         has_splade: bool,
     ) -> Result<SearchParams> {
-        let k = options.k.unwrap_or(DEFAULT_K);
-        if k == 0 || k > MAX_K {
-            return Err(CellarError::InvalidInput(format!("k must be between 1 and {MAX_K}, got {k}")));
+        let k = options.checked_k()?;
+        if options.require_terms.is_some() {
+            return Err(CellarError::InvalidInput(
+                "require_terms is a streaming collection's text match; an index ranks text with BM25: put the terms in query".into(),
+            ));
         }
         let mode = options.mode.unwrap_or(defaults.mode);
         let candidates = options.candidates.unwrap_or(defaults.candidates);

@@ -123,6 +123,13 @@ pub struct SearchRequest {
     #[schemars(range(max = MAX_CANDIDATES))]
     #[cfg_attr(feature = "cli", arg(long))]
     pub filter_exact_max: Option<usize>,
+    /// A streaming collection's text match: only documents holding every term of this text
+    /// (lowercased runs of letters and digits). An index refuses it (BM25 ranks its text: put
+    /// the terms in `query`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_QUERY_BYTES))]
+    #[cfg_attr(feature = "cli", arg(skip))]
+    pub require_terms: Option<String>,
 }
 
 /// `--filter JSON` of the CLI.
@@ -200,6 +207,13 @@ impl VectorDtype {
 }
 
 impl QueryVectorsIn {
+    /// Rows of `dim` values from `tokens` (`n * dim` values, row after row), and a pooled
+    /// vector when there is one.
+    pub fn from_flat(tokens: &[f32], dim: usize, pooled: Option<Vec<f32>>) -> QueryVectorsIn {
+        let tokens = tokens.chunks(dim.max(1)).map(<[f32]>::to_vec).collect();
+        QueryVectorsIn { tokens, pooled, ..QueryVectorsIn::default() }
+    }
+
     /// The compact form of `n * dim` token values and a pooled vector, as `dtype` base64.
     pub fn compact(tokens: &[f32], pooled: Option<&[f32]>, dtype: VectorDtype) -> QueryVectorsIn {
         QueryVectorsIn {
@@ -290,6 +304,16 @@ impl SearchRequest {
     pub fn with_k(mut self, k: usize) -> SearchRequest {
         self.k = Some(k);
         self
+    }
+
+    /// `k`, or [`DEFAULT_K`], checked: 1 to [`MAX_K`].
+    pub fn checked_k(&self) -> cellar_core::Result<usize> {
+        match self.k.unwrap_or(DEFAULT_K) {
+            k @ 1..=MAX_K => Ok(k),
+            k => Err(cellar_core::CellarError::InvalidInput(format!(
+                "k must be between 1 and {MAX_K}, got {k}"
+            ))),
+        }
     }
 
     /// A request from a JSON value (the Python keyword arguments), refusing unknown fields.

@@ -14,12 +14,12 @@ use axum::http::HeaderMap;
 use axum::routing::{delete, get, post, put};
 use axum::Json;
 use cellar_core::CellarError;
-use cellar_stream::encoding::{query_with_vectors, write_docs};
-use cellar_stream::input::{meta_to_json, DocJson, QueryJson};
+use cellar_stream::encoding::{request_with_vectors, write_docs};
+use cellar_stream::input::{StreamDocJson, StreamSearchJson};
 use cellar_stream::Hit;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 pub use crate::app::StreamsState;
 use crate::app::{parse_body, path, run_blocking, AppState};
@@ -34,7 +34,7 @@ pub const MAX_FEED: usize = 1000;
 #[serde(deny_unknown_fields)]
 pub struct FeedRequest {
     #[schemars(length(min = 1, max = MAX_FEED))]
-    pub docs: Vec<DocJson>,
+    pub docs: Vec<StreamDocJson>,
 }
 
 const STREAM_ERRORS: &[(u16, &str)] = &[
@@ -85,7 +85,7 @@ pub fn api() -> Api {
         )
         .route(
             Operation {
-                request: Some(schema::<DocJson>),
+                request: Some(schema::<StreamDocJson>),
                 ..op(
                     "put",
                     DOC,
@@ -115,11 +115,11 @@ pub fn api() -> Api {
         )
         .route(
             Operation {
-                request: Some(schema::<QueryJson>),
+                request: Some(schema::<StreamSearchJson>),
                 ..op(
                     "post",
                     "/v1/streams/{name}/groups/{group}/search",
-                    "Exact top-k in one group: MaxSim or pooled, optional filters and term match",
+                    "Exact top-k in one group: a search request (mode dense: MaxSim, or dense-exact: pooled; the filter grammar of /v1/search; require_terms); the first stream API's body (query_tokens, query_pooled, mode maxsim or pooled, filters) is still read",
                     "{hits: [{id, score, text, metadata}], stats, timings}",
                 )
             },
@@ -144,8 +144,8 @@ async fn put_doc(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let (name, group, id) = path(keys)?;
-    let doc: DocJson = parse_body(&headers, body)?;
-    let doc = doc.with_keys(Some(&group), Some(&id))?;
+    let doc: StreamDocJson = parse_body(&headers, body)?;
+    let doc = doc.into_doc(Some(&group), Some(&id))?;
     let (n, g, i) = (name.clone(), group.clone(), id.clone());
     let (_, seq) = blocking(&state, move |s| write_docs(&s.streams, &n, vec![doc], &s.encoder)).await?;
     Ok(Json(json!({ "stream": name, "group": g, "id": i, "seq": seq })))
@@ -167,17 +167,11 @@ async fn feed(
         .docs
         .into_iter()
         .enumerate()
-        .map(|(i, d)| {
-            d.with_keys(None, None).map_err(|e| ApiError::from(e).with_details(json!({ "doc": i })))
-        })
+        .map(|(i, d)| d.into_doc(None, None).map_err(|e| ApiError::from(e).with_details(json!({ "doc": i }))))
         .collect::<Result<Vec<_>, _>>()?;
     let stream = name.clone();
     let (_, seq) = blocking(&state, move |s| write_docs(&s.streams, &stream, docs, &s.encoder)).await?;
     Ok(Json(json!({ "stream": name, "written": n, "last_seq": seq })))
-}
-
-fn metadata_json(metadata: &std::collections::BTreeMap<String, cellar_stream::MetaValue>) -> Value {
-    Value::Object(metadata.iter().map(|(k, v)| (k.clone(), meta_to_json(v))).collect::<Map<_, _>>())
 }
 
 async fn get_doc(
@@ -188,7 +182,7 @@ async fn get_doc(
     let doc = blocking(&state, move |s| s.streams.get(&name, None)?.get(&group, &id)).await?;
     Ok(Json(json!({
         "group": doc.group, "id": doc.id, "seq": doc.seq, "text": doc.text,
-        "n_tokens": doc.n_tokens, "metadata": metadata_json(&doc.metadata),
+        "n_tokens": doc.n_tokens, "metadata": doc.metadata,
     })))
 }
 
@@ -222,7 +216,7 @@ async fn delete_stream(
 }
 
 fn hit_json(hit: Hit) -> Value {
-    let mut value = json!({ "id": hit.id, "score": hit.score, "metadata": metadata_json(&hit.metadata) });
+    let mut value = json!({ "id": hit.id, "score": hit.score, "metadata": hit.metadata });
     if let Some(text) = hit.text {
         value["text"] = Value::String(text);
     }
@@ -236,20 +230,15 @@ async fn search(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let (name, group) = path(keys)?;
-    let mut request: QueryJson = parse_body(&headers, body)?;
-    if let Some(filter) = request.filter.take() {
-        if !request.filters.is_empty() {
-            return Err(CellarError::invalid("give filter or filters, not both").into());
-        }
-        request.filters = cellar_search::filter::stream_equalities(filter)?;
-    }
+    let request: StreamSearchJson = parse_body(&headers, body)?;
+    let request = request.into_request()?;
     let start = Instant::now();
     let (result, encode_ms) = blocking(&state, move |s| {
         let collection = s.streams.get(&name, None)?;
         let encode = Instant::now();
-        let query = query_with_vectors(request, collection.dim(), &s.encoder)?;
+        let request = request_with_vectors(request, collection.dim(), &s.encoder)?;
         let encode_ms = encode.elapsed().as_secs_f64() * 1e3;
-        Ok((collection.search(&group, &query)?, encode_ms))
+        Ok((collection.search(&group, &request)?, encode_ms))
     })
     .await?;
     let st = result.stats;

@@ -507,8 +507,15 @@ fn accepted_fields(message: &str) -> std::collections::BTreeSet<String> {
     expected.split('`').skip(1).step_by(2).map(str::to_string).collect()
 }
 
-/// The property names of a schema, following a `$ref` into the components.
+/// The property names of a schema, following a `$ref` into the components. A body read in
+/// several forms (a stream's: the one model, or the first stream API's shape) is an `anyOf`
+/// whose first form is the current one, whose fields the router names.
 fn documented_fields(doc: &Value, schema: &Value) -> std::collections::BTreeSet<String> {
+    let schema = match schema["$ref"].as_str() {
+        Some(r) => &doc["components"]["schemas"][r.trim_start_matches("#/components/schemas/")],
+        None => schema,
+    };
+    let schema = schema["anyOf"].get(0).unwrap_or(schema);
     let schema = match schema["$ref"].as_str() {
         Some(r) => &doc["components"]["schemas"][r.trim_start_matches("#/components/schemas/")],
         None => schema,

@@ -296,3 +296,65 @@ async fn healthz_names_no_path() {
     let root = dir.path().to_string_lossy().into_owned();
     assert!(!health.to_string().contains(&root), "{health}");
 }
+
+/// Issue 46: a stream takes the one model: documents as `DocIn` (with `vectors` and lists of
+/// strings), searches as `SearchRequest` (`query_vectors`, modes dense and dense-exact, the
+/// whole filter grammar); the first API's shapes still answer the same.
+#[tokio::test]
+async fn the_one_document_and_request_model_reaches_a_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(dir.path());
+    let docs: Vec<Value> = (0..6)
+        .map(|i| {
+            let mut row = vec![0.0f32; 4];
+            row[i % 4] = 1.0;
+            let tags = if i % 2 == 0 { json!(["even", "small"]) } else { json!(["odd"]) };
+            json!({ "group": "g", "id": format!("d{i}"), "text": format!("doc {i}"),
+                    "metadata": { "n": i, "tags": tags }, "vectors": { "tokens": [row] } })
+        })
+        .collect();
+    let (status, body) = call(&app, "POST", "/v1/streams/s/feed", Some(json!({ "docs": docs }))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let search = |body: Value| {
+        let app = app.clone();
+        async move { call(&app, "POST", "/v1/streams/s/groups/g/search", Some(body)).await }
+    };
+    let q = json!({ "tokens": [[1.0, 0.0, 0.0, 0.0]] });
+    let (status, found) = search(json!({ "query_vectors": q, "k": 3 })).await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+    assert_eq!(ids(&found)[..2], ["d0", "d4"]);
+    let grammar = json!({ "and": [{ "tags": "even" }, { "range": { "field": "n", "gt": 0 } }] });
+    let (_, found) = search(json!({ "query_vectors": q, "k": 10, "filter": grammar })).await;
+    let mut got = ids(&found);
+    got.sort();
+    assert_eq!(got, ["d2", "d4"]);
+    let (_, pooled) =
+        search(json!({ "query_vectors": { "pooled": [0.0, 1.0, 0.0, 0.0] }, "mode": "dense-exact", "k": 2 }))
+            .await;
+    assert_eq!(ids(&pooled)[0], "d1");
+    // The first API's body states the same search.
+    let (_, old) = search(json!({ "query_tokens": [[1.0, 0.0, 0.0, 0.0]], "k": 3, "mode": "maxsim" })).await;
+    assert_eq!(ids(&old), ids(&search(json!({ "query_vectors": q, "k": 3 })).await.1));
+    for (body, says) in [
+        (json!({ "query_vectors": q, "nprobe": 4 }), "nprobe"),
+        (json!({ "query_vectors": q, "mode": "hybrid" }), "dense-exact"),
+        (json!({ "query_vectors": q, "filter": { "range": { "field": "n" } } }), "range"),
+        (
+            json!({ "query_tokens": [[1.0, 0.0, 0.0, 0.0]], "filters": { "n": 1 }, "filter": { "n": 1 } }),
+            "not both",
+        ),
+    ] {
+        let (status, error) = search(body.clone()).await;
+        assert_eq!(status.as_u16() / 100, 4, "{body}: {error}");
+        assert!(error["message"].as_str().unwrap().contains(says), "{body}: {error}");
+    }
+    let (status, error) = call(
+        &app,
+        "PUT",
+        "/v1/streams/s/groups/g/docs/t",
+        Some(json!({ "title": "T", "text": "x", "vectors": { "tokens": [[1.0, 0.0, 0.0, 0.0]] } })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert!(error["message"].as_str().unwrap().contains("title"), "{error}");
+}

@@ -22,7 +22,10 @@ use cellar_core::format::fsio::DirLock;
 use cellar_core::{CellarError, IoContext, Result};
 
 use crate::compactor::{self, Compact};
-use crate::doc::{self, EntryView, StreamDoc};
+use cellar_search::doc::check_key;
+use cellar_search::DocIn;
+
+use crate::doc::{self, EntryView};
 use crate::manifest::{segment_file, Manifest, SegmentRef, Settings, MANIFEST_VERSION, WAL_FILE};
 use crate::memtable::Memtable;
 use crate::merge::merge_segments;
@@ -273,28 +276,29 @@ impl Collection {
     }
 
     /// Writes (or replaces) one document; durable when this returns (with `Durability::Fsync`).
-    pub fn put(&self, doc: &StreamDoc) -> Result<u64> {
+    pub fn put(&self, doc: &DocIn) -> Result<u64> {
         self.put_batch(std::slice::from_ref(doc))
     }
 
     /// Writes documents as one log record: one sync, and after a crash all of them or none.
     /// Returns the sequence number of the last one.
-    pub fn put_batch(&self, docs: &[StreamDoc]) -> Result<u64> {
+    pub fn put_batch(&self, docs: &[DocIn]) -> Result<u64> {
         let entries = Self::check_batch(docs, self.dim())?;
         self.inner.commit_queued(entries)
     }
 
     /// Checks a batch for a collection of dimension `dim` as `put_batch` does, before any
     /// collection exists (so a rejected first write creates none); returns its log entries.
-    pub fn check_batch(docs: &[StreamDoc], dim: usize) -> Result<Vec<Vec<u8>>> {
+    pub fn check_batch(docs: &[DocIn], dim: usize) -> Result<Vec<Vec<u8>>> {
         if docs.is_empty() {
             return Err(CellarError::InvalidInput("a batch holds at least one document".into()));
         }
         check_dim(dim)?;
-        for (i, d) in docs.iter().enumerate() {
-            d.validate(dim).map_err(|e| with_position(e, i, docs.len()))?;
-        }
-        let entries: Vec<Vec<u8>> = docs.iter().map(|d| d.encode(dim)).collect();
+        let entries = docs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| doc::encode_doc(d, dim, "document").map_err(|e| with_position(e, i, docs.len())))
+            .collect::<Result<Vec<Vec<u8>>>>()?;
         check_record_size(&entries)?;
         Ok(entries)
     }
@@ -306,8 +310,8 @@ impl Collection {
 
     /// Deletes one document (a tombstone); `NotFound` when (group, id) holds no live document.
     pub fn delete(&self, group: &str, id: &str) -> Result<u64> {
-        doc::check_key("group", group)?;
-        doc::check_key("document id", id)?;
+        check_key("group", group)?;
+        check_key("document id", id)?;
         let mut writer = lock(&self.inner.writer);
         if self.inner.lookup(group, id)?.is_none() {
             return Err(CellarError::NotFound(format!("no document {id:?} in group {group:?}")));

@@ -1,5 +1,6 @@
-//! A streaming document, its validation, and the one binary encoding of an entry (a document
-//! version or a tombstone) shared by the write-ahead log, the memtable and the segments.
+//! A streaming document's checks (the one document type, `cellar_search::DocIn`, with a group)
+//! and the one binary encoding of an entry (a document version or a tombstone) shared by the
+//! write-ahead log, the memtable and the segments.
 //!
 //! ```text
 //! entry = len u32 (whole entry, this field included) | kind u8 (1 put, 2 tombstone) | seq u64
@@ -7,29 +8,25 @@
 //!       [put only]
 //!       | text_len u32 | n_tokens u32 | dim u16 | n_meta u16 | text
 //!       | tokens f16[n_tokens * dim] | pooled f16[dim] | meta*
-//! meta  = key_len u16 | key | tag u8 (1 string, 2 int, 3 float, 4 bool) | value
-//!         (string: len u32 + UTF-8; int: i64; float: f64; bool: u8)
+//! meta  = key_len u16 | key | tag u8 (1 string, 2 int, 3 float, 4 bool, 5 list) | value
+//!         (string: len u32 + UTF-8; int: i64; float: f64; bool: u8;
+//!          list: count u32, then each string as len u32 + UTF-8)
 //! ```
 //! All integers little-endian. Vectors are stored as IEEE half floats, the layout the MaxSim
 //! kernels of `cellar-core` read directly.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, Result};
+use cellar_search::doc::check_key;
+use cellar_search::plan::flatten;
+use cellar_search::{DocIn, MetaValue, Metadata};
 use half::f16;
 
-/// Longest group or document id, in bytes.
-pub const MAX_KEY_BYTES: usize = 256;
-/// Longest text, in bytes.
-pub const MAX_TEXT_BYTES: usize = 1 << 20;
-/// Most token vectors per document.
-pub const MAX_TOKENS: usize = 4096;
-/// Largest dimension of a collection's vectors.
+/// Largest dimension of a collection's vectors (an entry holds it in 16 bits).
 pub const MAX_DIM: usize = 4096;
-/// Most metadata fields per document, and the longest key and string value.
-pub const MAX_META_FIELDS: usize = 64;
-pub const MAX_META_KEY_BYTES: usize = 128;
-pub const MAX_META_STRING_BYTES: usize = 64 << 10;
 /// Largest encoded document (text, f16 vectors and metadata together).
 pub const MAX_DOC_BYTES: usize = 4 << 20;
 
@@ -39,56 +36,8 @@ pub const KIND_TOMBSTONE: u8 = 2;
 const SEQ_AT: usize = 5;
 const FIXED_HEAD: usize = 4 + 1 + 8 + 2 + 2;
 
-/// A metadata value: a scalar.
-#[derive(Clone, Debug, PartialEq)]
-pub enum MetaValue {
-    Str(String),
-    Int(i64),
-    Float(f64),
-    Bool(bool),
-}
-
-impl MetaValue {
-    /// Equality as filters see it: an int and a float compare by value.
-    pub fn matches(&self, other: &MetaValue) -> bool {
-        match (self, other) {
-            (MetaValue::Int(a), MetaValue::Float(b)) | (MetaValue::Float(b), MetaValue::Int(a)) => {
-                (*a as f64) == *b
-            }
-            _ => self == other,
-        }
-    }
-}
-
-/// One document as the caller gives it, vectors included (`tokens` is `n_tokens * dim` f32,
-/// row-major). `pooled` is the mean of the token vectors, L2-normalised, when `None`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StreamDoc {
-    pub group: String,
-    pub id: String,
-    pub text: String,
-    pub tokens: Vec<f32>,
-    pub n_tokens: usize,
-    pub pooled: Option<Vec<f32>>,
-    pub metadata: BTreeMap<String, MetaValue>,
-}
-
 fn invalid(message: String) -> CellarError {
     CellarError::InvalidInput(message)
-}
-
-/// Checks a group or document id.
-pub fn check_key(what: &str, key: &str) -> Result<()> {
-    if key.is_empty() {
-        return Err(invalid(format!("the {what} is empty")));
-    }
-    if key.len() > MAX_KEY_BYTES {
-        return Err(invalid(format!("the {what} is {} bytes, over the limit of {MAX_KEY_BYTES}", key.len())));
-    }
-    if key.chars().any(char::is_control) {
-        return Err(invalid(format!("the {what} {key:?} holds a control character")));
-    }
-    Ok(())
 }
 
 /// Stored vectors are f16: a value beyond its range would be stored as infinity.
@@ -104,117 +53,99 @@ fn check_finite(what: &str, values: &[f32]) -> Result<()> {
     }
 }
 
-fn check_metadata(metadata: &BTreeMap<String, MetaValue>) -> Result<()> {
-    if metadata.len() > MAX_META_FIELDS {
-        return Err(invalid(format!(
-            "{} metadata fields, over the limit of {MAX_META_FIELDS}",
-            metadata.len()
-        )));
+/// The normalised mean of `n * dim` token values (a document's pooled vector when it gives
+/// none).
+pub fn mean_normalised(tokens: &[f32], dim: usize) -> Vec<f32> {
+    let mut mean = vec![0f32; dim];
+    tokens.chunks_exact(dim).for_each(|row| mean.iter_mut().zip(row).for_each(|(m, v)| *m += v));
+    let norm = mean.iter().map(|v| v * v).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        mean.iter_mut().for_each(|v| *v /= norm);
     }
-    for (key, value) in metadata {
-        if key.is_empty() || key.len() > MAX_META_KEY_BYTES {
-            return Err(invalid(format!("metadata key {key:?}: 1 to {MAX_META_KEY_BYTES} bytes")));
-        }
-        match value {
-            MetaValue::Str(s) if s.len() > MAX_META_STRING_BYTES => {
-                return Err(invalid(format!("metadata {key:?}: string over {MAX_META_STRING_BYTES} bytes")));
-            }
-            MetaValue::Float(f) if !f.is_finite() => {
-                return Err(invalid(format!("metadata {key:?}: not a finite number")));
-            }
-            _ => {}
-        }
-    }
-    Ok(())
+    mean
 }
 
-impl StreamDoc {
-    /// Every rule a document must pass before it is logged, against the collection's `dim`.
-    pub fn validate(&self, dim: usize) -> Result<()> {
-        check_key("group", &self.group)?;
-        check_key("document id", &self.id)?;
-        if self.text.len() > MAX_TEXT_BYTES {
-            return Err(invalid(format!(
-                "document {:?}: text of {} bytes is over the limit of {MAX_TEXT_BYTES}",
-                self.id,
-                self.text.len()
-            )));
-        }
-        if self.n_tokens == 0 || self.n_tokens > MAX_TOKENS {
-            return Err(invalid(format!(
-                "document {:?}: {} token vectors; 1 to {MAX_TOKENS} allowed",
-                self.id, self.n_tokens
-            )));
-        }
-        if self.tokens.len() != self.n_tokens * dim {
-            let received = self.tokens.len() / self.n_tokens;
-            return Err(CellarError::WrongDimension { expected: dim, received });
-        }
-        check_finite("token vectors", &self.tokens)?;
-        if let Some(pooled) = &self.pooled {
-            if pooled.len() != dim {
-                return Err(CellarError::WrongDimension { expected: dim, received: pooled.len() });
-            }
-            check_finite("pooled vector", pooled)?;
-        }
-        check_metadata(&self.metadata)?;
-        let size = self.encoded_len(dim);
-        if size > MAX_DOC_BYTES {
-            return Err(invalid(format!(
-                "document {:?} is {size} bytes encoded, over the limit of {MAX_DOC_BYTES}",
-                self.id
-            )));
-        }
-        Ok(())
-    }
+/// A document's token vectors (`n * dim` values) and its pooled vector, if it gives one.
+type Flat<'a> = (Cow<'a, [f32]>, Option<Cow<'a, [f32]>>);
 
-    fn encoded_len(&self, dim: usize) -> usize {
-        let meta: usize = self.metadata.iter().map(|(k, v)| 2 + k.len() + 1 + meta_value_len(v)).sum();
-        FIXED_HEAD
-            + self.group.len()
-            + self.id.len()
-            + 12
-            + self.text.len()
-            + 2 * dim * (self.n_tokens + 1)
-            + meta
+/// A document's vectors checked against `dim`: JSON rows are read in place, the base64 forms
+/// decoded (`cellar_search::plan::flatten`).
+fn flat_vectors<'a>(doc: &'a DocIn, dim: usize, at: &str) -> Result<Flat<'a>> {
+    let vectors = doc.vectors.as_ref().ok_or_else(|| invalid(format!("{at}: no vectors")))?;
+    if vectors.tokens_b64.is_some() || vectors.pooled_b64.is_some() {
+        let flat = flatten(vectors.clone(), dim, &format!("{at}.vectors"), MAX_TOKENS_PER_DOC)?;
+        return Ok((Cow::Owned(flat.tokens), flat.pooled.map(Cow::Owned)));
     }
+    if let Some(row) = vectors.tokens.iter().find(|row| row.len() != dim) {
+        return Err(CellarError::WrongDimension { expected: dim, received: row.len() });
+    }
+    if let Some(pooled) = vectors.pooled.as_ref().filter(|p| p.len() != dim) {
+        return Err(CellarError::WrongDimension { expected: dim, received: pooled.len() });
+    }
+    if vectors.tokens.len() > MAX_TOKENS_PER_DOC {
+        return Err(invalid(format!(
+            "{at}: {} token vectors; 1 to {MAX_TOKENS_PER_DOC} allowed",
+            vectors.tokens.len()
+        )));
+    }
+    let tokens = match vectors.tokens.as_slice() {
+        [one] => Cow::Borrowed(one.as_slice()),
+        rows => Cow::Owned(rows.concat()),
+    };
+    Ok((tokens, vectors.pooled.as_deref().map(Cow::Borrowed)))
+}
 
-    /// The pooled vector: the given one, or the normalised mean of the token vectors.
-    pub fn pooled_or_mean(&self, dim: usize) -> Vec<f32> {
-        if let Some(pooled) = &self.pooled {
-            return pooled.clone();
-        }
-        let mut mean = vec![0f32; dim];
-        for row in self.tokens.chunks_exact(dim) {
-            mean.iter_mut().zip(row).for_each(|(m, v)| *m += v);
-        }
-        let norm = mean.iter().map(|v| v * v).sum::<f32>().sqrt();
-        if norm > 0.0 {
-            mean.iter_mut().for_each(|v| *v /= norm);
-        }
-        mean
+/// The entry bytes (seq 0: the log assigns it with [`set_seq`]) of `doc` for a collection of
+/// dimension `dim`, after every rule a document must pass before it is logged: the rules of
+/// every document (`DocIn::check`: id, text, metadata), a group, no title (an entry has
+/// none), token vectors of `dim` values in the range of f16, at most [`MAX_DOC_BYTES`]
+/// encoded. `at` (`docs[3]`) is what errors name.
+pub fn encode_doc(doc: &DocIn, dim: usize, at: &str) -> Result<Vec<u8>> {
+    let group = doc.group.as_deref().ok_or_else(|| invalid(format!("{at}: the document has no group")))?;
+    check_key("group", group)?;
+    doc.check(at)?;
+    if !doc.title.is_empty() {
+        return Err(invalid(format!("{at}.title: a stream stores no title: put it in the text")));
     }
-
-    /// The entry bytes of this document (seq 0: the log assigns it with [`set_seq`]). Call
-    /// [`StreamDoc::validate`] first.
-    pub fn encode(&self, dim: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.encoded_len(dim));
-        put_head(&mut out, KIND_PUT, &self.group, &self.id);
-        out.extend_from_slice(&(self.text.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(self.n_tokens as u32).to_le_bytes());
-        out.extend_from_slice(&(dim as u16).to_le_bytes());
-        out.extend_from_slice(&(self.metadata.len() as u16).to_le_bytes());
-        out.extend_from_slice(self.text.as_bytes());
-        push_f16(&mut out, &self.tokens);
-        push_f16(&mut out, &self.pooled_or_mean(dim));
-        for (key, value) in &self.metadata {
-            out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-            out.extend_from_slice(key.as_bytes());
-            push_meta(&mut out, value);
-        }
-        finish_len(&mut out);
-        out
+    let (tokens, pooled) = flat_vectors(doc, dim, at)?;
+    let n_tokens = tokens.len() / dim.max(1);
+    if n_tokens == 0 {
+        return Err(invalid(format!("{at}: the document has no token vectors")));
     }
+    check_finite("token vectors", &tokens)?;
+    let pooled = match pooled {
+        Some(pooled) => {
+            check_finite("pooled vector", &pooled)?;
+            pooled
+        }
+        None => Cow::Owned(mean_normalised(&tokens, dim)),
+    };
+    let meta: usize = doc.metadata.0.iter().map(|(k, v)| 2 + k.len() + 1 + meta_value_len(v)).sum();
+    let size =
+        FIXED_HEAD + group.len() + doc.id.len() + 12 + doc.text.len() + 2 * dim * (n_tokens + 1) + meta;
+    if size > MAX_DOC_BYTES {
+        return Err(invalid(format!(
+            "document {:?} is {size} bytes encoded, over the limit of {MAX_DOC_BYTES}",
+            doc.id
+        )));
+    }
+    let mut out = Vec::with_capacity(size);
+    put_head(&mut out, KIND_PUT, group, &doc.id);
+    out.extend_from_slice(&(doc.text.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(n_tokens as u32).to_le_bytes());
+    out.extend_from_slice(&(dim as u16).to_le_bytes());
+    out.extend_from_slice(&(doc.metadata.0.len() as u16).to_le_bytes());
+    out.extend_from_slice(doc.text.as_bytes());
+    push_f16(&mut out, &tokens);
+    push_f16(&mut out, &pooled);
+    for (key, value) in &doc.metadata.0 {
+        out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        out.extend_from_slice(key.as_bytes());
+        push_meta(&mut out, value);
+    }
+    finish_len(&mut out);
+    debug_assert_eq!(out.len(), size);
+    Ok(out)
 }
 
 /// A tombstone entry for (group, id), seq 0.
@@ -256,6 +187,7 @@ fn meta_value_len(value: &MetaValue) -> usize {
         MetaValue::Str(s) => 4 + s.len(),
         MetaValue::Int(_) | MetaValue::Float(_) => 8,
         MetaValue::Bool(_) => 1,
+        MetaValue::List(l) => 4 + l.iter().map(|s| 4 + s.len()).sum::<usize>(),
     }
 }
 
@@ -277,6 +209,14 @@ fn push_meta(out: &mut Vec<u8>, value: &MetaValue) {
         MetaValue::Bool(b) => {
             out.push(4);
             out.push(u8::from(*b));
+        }
+        MetaValue::List(l) => {
+            out.push(5);
+            out.extend_from_slice(&(l.len() as u32).to_le_bytes());
+            for s in l {
+                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
         }
     }
 }
@@ -385,8 +325,9 @@ impl<'a> EntryView<'a> {
         self.kind == KIND_TOMBSTONE
     }
 
-    /// Decodes the metadata fields.
-    pub fn metadata(&self) -> std::result::Result<BTreeMap<String, MetaValue>, String> {
+    /// Decodes the metadata fields (as stored: the rules of new metadata are not applied to
+    /// what an older version stored).
+    pub fn metadata(&self) -> std::result::Result<Metadata, String> {
         let mut c = Cursor { bytes: self.meta, at: 0 };
         let mut out = BTreeMap::new();
         for _ in 0..self.n_meta {
@@ -400,6 +341,15 @@ impl<'a> EntryView<'a> {
                 2 => MetaValue::Int(c.u64()? as i64),
                 3 => MetaValue::Float(f64::from_bits(c.u64()?)),
                 4 => MetaValue::Bool(c.u8()? != 0),
+                5 => {
+                    let n = c.u32()?;
+                    let mut list = Vec::with_capacity(n.min(c.bytes.len()));
+                    for _ in 0..n {
+                        let len = c.u32()?;
+                        list.push(c.str(len)?.to_string());
+                    }
+                    MetaValue::List(list)
+                }
                 tag => return Err(format!("unknown metadata tag {tag}")),
             };
             out.insert(key, value);
@@ -407,12 +357,7 @@ impl<'a> EntryView<'a> {
         if c.at != self.meta.len() {
             return Err("bytes left over after the metadata".into());
         }
-        Ok(out)
-    }
-
-    /// The metadata value under `key`, without decoding the others' strings.
-    pub fn meta_get(&self, key: &str) -> Option<MetaValue> {
-        self.metadata().ok()?.remove(key)
+        Ok(Metadata(out))
     }
 
     /// Token vectors as f32 (for `get`).

@@ -1,49 +1,141 @@
-//! Documents and queries as JSON (the HTTP bodies, `cellar feed`'s lines, the Python package's
-//! dicts): parsed with unknown fields refused, then turned into [`StreamDoc`] / [`Query`] once
-//! vectors are known (given by the caller, or encoded from the text; see `encoding`).
+//! Documents and searches as JSON (the HTTP bodies, `cellar feed`'s lines, the Python package's
+//! dicts), in the one model of `cellar-search`: a document is a `DocIn` with its `group`, a
+//! search a `SearchRequest`. The first stream API's shapes are still read, each turned into the
+//! one model here: a document with `tokens` and `pooled` beside its text, and a search with
+//! `query_tokens`, `query_pooled`, `filters` (equalities) and the modes `maxsim` and `pooled`.
 
 use std::collections::BTreeMap;
 
+use cellar_core::codec::MAX_DIM;
+use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, Result};
+use cellar_search::doc::{MAX_DOC_TEXT_BYTES, MAX_ID_BYTES};
+use cellar_search::meta::MAX_META_KEYS;
+use cellar_search::request::{MAX_K, MAX_QUERY_VECTORS};
+use cellar_search::{DocIn, Filter, Metadata, Mode, QueryVectorsIn, SearchRequest};
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::Value;
+use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Value};
 
-use crate::doc::{MetaValue, StreamDoc, MAX_DIM, MAX_KEY_BYTES, MAX_META_FIELDS, MAX_TEXT_BYTES, MAX_TOKENS};
-use crate::search::{Mode, Query, MAX_K, MAX_QUERY_TOKENS};
+/// A streaming document: the one document type (`DocIn`, with its `group`), or the first
+/// stream API's shape (`tokens` and `pooled` beside the text), still read.
+#[derive(Clone, Debug, JsonSchema)]
+#[serde(untagged)]
+pub enum StreamDocJson {
+    Doc(DocIn),
+    Legacy(DocJson),
+}
 
-/// A streaming document. `group` and `id` come from the URL on PUT (if given in the body they
-/// must agree) and from the body in a feed. Without `tokens` the server encodes `text` with its
-/// model.
+/// The first stream API's document: `{group, id, text, metadata, tokens, pooled}`. Read as the
+/// `DocIn` it states (`tokens` and `pooled` are its `vectors`).
 #[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DocJson {
-    #[schemars(length(max = MAX_KEY_BYTES))]
+    #[schemars(length(max = MAX_ID_BYTES))]
     pub group: Option<String>,
-    #[schemars(length(max = MAX_KEY_BYTES))]
+    #[schemars(length(max = MAX_ID_BYTES))]
     pub id: Option<String>,
     #[serde(default)]
-    #[schemars(length(max = MAX_TEXT_BYTES))]
+    #[schemars(length(max = MAX_DOC_TEXT_BYTES))]
     pub text: String,
-    /// Scalar values only: strings, numbers, booleans.
     #[serde(default)]
-    #[schemars(extend("maxProperties" = MAX_META_FIELDS))]
-    pub metadata: BTreeMap<String, Value>,
+    #[schemars(extend("maxProperties" = MAX_META_KEYS))]
+    pub metadata: Map<String, Value>,
     /// Token vectors, one array per token; encoded from `text` when absent.
-    #[schemars(length(min = 1, max = MAX_TOKENS), inner(length(max = MAX_DIM)))]
+    #[schemars(length(min = 1, max = MAX_TOKENS_PER_DOC), inner(length(max = MAX_DIM)))]
     pub tokens: Option<Vec<Vec<f32>>>,
     /// Default: the normalised mean of the token vectors.
     #[schemars(length(max = MAX_DIM))]
     pub pooled: Option<Vec<f32>>,
 }
 
-/// A search inside one group, as JSON.
+fn legacy_keys(value: &Value, keys: &[&str]) -> bool {
+    value.as_object().is_some_and(|o| keys.iter().any(|k| o.contains_key(*k)))
+}
+
+impl<'de> Deserialize<'de> for StreamDocJson {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        let mut value = Value::deserialize(deserializer)?;
+        let parsed = if legacy_keys(&value, &["tokens", "pooled"]) {
+            DocJson::deserialize(value).map(StreamDocJson::Legacy)
+        } else {
+            // On a PUT the id comes from the URL ([`StreamDocJson::into_doc`]); a feed's
+            // document without one is refused there as an empty id.
+            if let Value::Object(fields) = &mut value {
+                fields.entry("id").or_insert_with(|| Value::String(String::new()));
+            }
+            DocIn::deserialize(value).map(StreamDocJson::Doc)
+        };
+        parsed.map_err(serde::de::Error::custom)
+    }
+}
+
+fn invalid(message: String) -> CellarError {
+    CellarError::InvalidInput(message)
+}
+
+impl StreamDocJson {
+    /// The document, `group` and `id` filled from the URL (a different value in the body is an
+    /// error).
+    pub fn into_doc(self, group: Option<&str>, id: Option<&str>) -> Result<DocIn> {
+        let mut doc = match self {
+            StreamDocJson::Doc(doc) => doc,
+            StreamDocJson::Legacy(old) => DocIn {
+                id: old.id.unwrap_or_default(),
+                group: old.group,
+                title: String::new(),
+                text: old.text,
+                metadata: Metadata::from_json(old.metadata).map_err(invalid)?,
+                vectors: (old.tokens.is_some() || old.pooled.is_some()).then(|| QueryVectorsIn {
+                    tokens: old.tokens.unwrap_or_default(),
+                    pooled: old.pooled,
+                    ..QueryVectorsIn::default()
+                }),
+            },
+        };
+        if let Some(url) = group {
+            match doc.group.as_deref() {
+                Some(body) if body != url => {
+                    return Err(invalid(format!("the body's group {body:?} differs from the URL's {url:?}")))
+                }
+                _ => doc.group = Some(url.to_string()),
+            }
+        }
+        if let Some(url) = id {
+            match doc.id.as_str() {
+                "" => doc.id = url.to_string(),
+                body if body != url => {
+                    return Err(invalid(format!("the body's id {body:?} differs from the URL's {url:?}")))
+                }
+                _ => {}
+            }
+        }
+        if doc.group.is_none() {
+            return Err(invalid("the document has no group".into()));
+        }
+        Ok(doc)
+    }
+}
+
+/// A search inside one group: the one request type (`SearchRequest`: mode `dense` or
+/// `dense-exact`, `query_vectors`, the whole filter grammar, `require_terms`), or the first
+/// stream API's shape, still read.
+#[derive(Clone, Debug, JsonSchema)]
+#[serde(untagged)]
+pub enum StreamSearchJson {
+    Request(SearchRequest),
+    Legacy(QueryJson),
+}
+
+/// The first stream API's search: `query_tokens`, `query_pooled`, `mode` `maxsim` (`dense`) or
+/// `pooled` (`dense-exact`), `filters` (metadata equalities). Read as the `SearchRequest` it
+/// states.
 #[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueryJson {
     /// Query text, encoded by the server when `query_tokens` is absent.
     pub query: Option<String>,
-    #[schemars(length(max = MAX_QUERY_TOKENS), inner(length(max = MAX_DIM)))]
+    #[schemars(length(max = MAX_QUERY_VECTORS), inner(length(max = MAX_DIM)))]
     pub query_tokens: Option<Vec<Vec<f32>>>,
     #[schemars(length(max = MAX_DIM))]
     pub query_pooled: Option<Vec<f32>>,
@@ -57,127 +149,65 @@ pub struct QueryJson {
     /// Metadata equality filters.
     #[serde(default)]
     pub filters: BTreeMap<String, Value>,
-    /// A filter of the index's grammar (`{"field": value}`, or `eq` and `and` of them in the long
-    /// form: a stream runs equality), instead of `filters`. Read by the front end, which turns
-    /// it into `filters` (`cellar_search::Filter::equalities`).
+    /// A filter of the index's grammar, instead of `filters`.
     #[serde(default)]
-    pub filter: Option<Value>,
+    pub filter: Option<Filter>,
     pub include_text: Option<bool>,
 }
 
-pub const DEFAULT_K: usize = 10;
-
-fn invalid(message: String) -> CellarError {
-    CellarError::InvalidInput(message)
-}
-
-/// A metadata scalar from JSON; anything else is refused.
-pub fn meta_value(key: &str, value: &Value) -> Result<MetaValue> {
-    match value {
-        Value::String(s) => Ok(MetaValue::Str(s.clone())),
-        Value::Bool(b) => Ok(MetaValue::Bool(*b)),
-        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
-            (Some(i), _) => Ok(MetaValue::Int(i)),
-            (None, Some(f)) => Ok(MetaValue::Float(f)),
-            _ => Err(invalid(format!("metadata {key:?}: number out of range"))),
-        },
-        _ => Err(invalid(format!("metadata {key:?}: only strings, numbers and booleans are allowed"))),
+/// A first-API mode name as the one `Mode`: `maxsim` is `dense`, `pooled` is `dense-exact`;
+/// any other name is read as a mode of the index's.
+pub fn legacy_mode(name: &str) -> Result<Mode> {
+    match name {
+        "maxsim" => Ok(Mode::Dense),
+        "pooled" => Ok(Mode::DenseExact),
+        other => other.parse(),
     }
 }
 
-pub fn meta_to_json(value: &MetaValue) -> Value {
-    match value {
-        MetaValue::Str(s) => Value::from(s.clone()),
-        MetaValue::Int(i) => Value::from(*i),
-        MetaValue::Float(f) => Value::from(*f),
-        MetaValue::Bool(b) => Value::from(*b),
-    }
-}
-
-pub fn metadata_map(map: &BTreeMap<String, Value>) -> Result<BTreeMap<String, MetaValue>> {
-    map.iter().map(|(k, v)| Ok((k.clone(), meta_value(k, v)?))).collect()
-}
-
-/// Flattens token rows, checking every row has `dim` values.
-pub fn flatten_rows(rows: &[Vec<f32>], dim: usize) -> Result<Vec<f32>> {
-    if let Some(bad) = rows.iter().find(|r| r.len() != dim) {
-        return Err(CellarError::WrongDimension { expected: dim, received: bad.len() });
-    }
-    Ok(rows.concat())
-}
-
-impl DocJson {
-    /// Fills `group`/`id` from the URL (a different value in the body is an error) and checks
-    /// that they are there.
-    pub fn with_keys(mut self, group: Option<&str>, id: Option<&str>) -> Result<DocJson> {
-        for (field, from_url, what) in [(&mut self.group, group, "group"), (&mut self.id, id, "id")] {
-            match (field.as_deref(), from_url) {
-                (Some(a), Some(b)) if a != b => {
-                    return Err(invalid(format!("the body's {what} {a:?} differs from the URL's {b:?}")))
-                }
-                (None, Some(b)) => *field = Some(b.to_string()),
-                (None, None) => return Err(invalid(format!("the document has no {what}"))),
-                _ => {}
-            }
-        }
-        if self.tokens.is_none() && self.text.trim().is_empty() {
-            return Err(invalid("the document has neither text nor tokens".into()));
-        }
-        Ok(self)
-    }
-
-    /// Dimension of the caller's vectors, if given.
-    pub fn given_dim(&self) -> Option<usize> {
-        self.tokens.as_ref().and_then(|t| t.first()).map(Vec::len)
-    }
-
-    /// The document with its vectors: the caller's (`self.tokens`) or `encoded` (tokens, n, pooled).
-    pub fn into_doc(self, dim: usize, encoded: Option<(Vec<f32>, usize, Vec<f32>)>) -> Result<StreamDoc> {
-        let metadata = metadata_map(&self.metadata)?;
-        let (tokens, n_tokens, pooled) = match (self.tokens, encoded) {
-            (Some(rows), _) => (flatten_rows(&rows, dim)?, rows.len(), self.pooled),
-            (None, Some((tokens, n, pooled))) => (tokens, n, self.pooled.or(Some(pooled))),
-            (None, None) => return Err(invalid("the document has no token vectors".into())),
+impl<'de> Deserialize<'de> for StreamSearchJson {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        let old_mode = matches!(value.get("mode").and_then(Value::as_str), Some("maxsim" | "pooled"));
+        let parsed = if old_mode || legacy_keys(&value, &["query_tokens", "query_pooled", "filters"]) {
+            QueryJson::deserialize(value).map(StreamSearchJson::Legacy)
+        } else {
+            SearchRequest::deserialize(value).map(StreamSearchJson::Request)
         };
-        Ok(StreamDoc {
-            group: self.group.unwrap_or_default(),
-            id: self.id.unwrap_or_default(),
-            text: self.text,
-            tokens,
-            n_tokens,
-            pooled,
-            metadata,
-        })
+        parsed.map_err(serde::de::Error::custom)
     }
 }
 
-impl QueryJson {
-    pub fn needs_encoding(&self) -> bool {
-        self.query_tokens.is_none()
-            && !(self.mode.as_deref() == Some("pooled") && self.query_pooled.is_some())
-    }
-
-    /// The query with its vectors: the caller's, or `encoded` (tokens, pooled) from `query`.
-    pub fn into_query(self, dim: usize, encoded: Option<(Vec<f32>, Vec<f32>)>) -> Result<Query> {
-        if self.filter.is_some() {
-            return Err(CellarError::Unsupported(
-                "`filter` is read by the front end, which left it here".into(),
-            ));
-        }
-        let mode: Mode = self.mode.as_deref().unwrap_or("maxsim").parse()?;
-        let (tokens, pooled) = match (self.query_tokens, encoded) {
-            (Some(rows), _) => (flatten_rows(&rows, dim)?, self.query_pooled),
-            (None, Some((tokens, pooled))) => (tokens, self.query_pooled.or(Some(pooled))),
-            (None, None) => (Vec::new(), self.query_pooled),
+impl StreamSearchJson {
+    /// The search as the one request type.
+    pub fn into_request(self) -> Result<SearchRequest> {
+        let old = match self {
+            StreamSearchJson::Request(request) => return Ok(request),
+            StreamSearchJson::Legacy(old) => old,
         };
-        Ok(Query {
-            tokens,
-            pooled,
-            mode,
-            k: self.k.unwrap_or(DEFAULT_K),
-            require_terms: self.require_terms,
-            filters: metadata_map(&self.filters)?,
-            include_text: self.include_text.unwrap_or(true),
+        let filter = match (old.filter, old.filters.is_empty()) {
+            (Some(_), false) => return Err(invalid("give filter or filters, not both".into())),
+            (Some(filter), true) => Some(filter),
+            (None, true) => None,
+            (None, false) => Some(
+                serde_json::from_value::<Filter>(Value::Object(old.filters.into_iter().collect()))
+                    .map_err(|e| invalid(format!("filters: {e}")))?,
+            ),
+        };
+        let vectors = (old.query_tokens.is_some() || old.query_pooled.is_some()).then(|| QueryVectorsIn {
+            tokens: old.query_tokens.unwrap_or_default(),
+            pooled: old.query_pooled,
+            ..QueryVectorsIn::default()
+        });
+        Ok(SearchRequest {
+            query: old.query.unwrap_or_default(),
+            k: old.k,
+            mode: old.mode.as_deref().map(legacy_mode).transpose()?,
+            query_vectors: vectors,
+            filter,
+            require_terms: old.require_terms,
+            include_text: old.include_text,
+            ..SearchRequest::default()
         })
     }
 }

@@ -10,7 +10,9 @@ use cellar_core::{CellarError, IoContext, Result};
 
 use crate::collection::split_record;
 use crate::doc::EntryView;
-use crate::input::DocJson;
+use cellar_search::QueryVectorsIn;
+
+use crate::input::StreamDocJson;
 use crate::manifest::{Manifest, Settings, MANIFEST_FILE, SETTINGS_FILE};
 use crate::segment::{header_field, Segment, SEGMENT_HEADER_FIELDS};
 
@@ -62,11 +64,16 @@ pub fn manifest(scratch: &Path, bytes: &[u8]) -> Result<()> {
 /// One line of a `cellar feed` file, as the feed turns it into a document of 4 dimensions (a
 /// line without vectors gets one token from a stand-in for the model).
 pub fn feed_line(bytes: &[u8]) -> Result<()> {
-    let doc: DocJson =
+    let doc: StreamDocJson =
         serde_json::from_slice(bytes).map_err(|e| CellarError::invalid(format!("not a document: {e}")))?;
-    let doc = doc.with_keys(None, None)?;
-    let encoded = doc.tokens.is_none().then(|| (vec![0.5; 4], 1, vec![0.5; 4]));
-    doc.into_doc(4, encoded).map(drop)
+    let mut doc = doc.into_doc(None, None)?;
+    doc.check("document")?;
+    if doc.vectors.as_ref().is_none_or(|v| v.tokens.is_empty() && v.tokens_b64.is_none()) {
+        let pooled = doc.vectors.take().and_then(|v| v.pooled).or(Some(vec![0.5; 4]));
+        doc.vectors =
+            Some(QueryVectorsIn { tokens: vec![vec![0.5; 4]], pooled, ..QueryVectorsIn::default() });
+    }
+    crate::doc::encode_doc(&doc, 4, "document").map(drop)
 }
 
 /// Makes a segment's directory checksum and header checksum match its bytes (the directory

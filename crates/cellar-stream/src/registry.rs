@@ -20,7 +20,7 @@ use cellar_core::format::fsio::sync_dir;
 use cellar_core::{CellarError, IoContext, Result};
 
 use crate::collection::{Collection, Options};
-use crate::doc::StreamDoc;
+use cellar_search::DocIn;
 
 /// Prefix of a deleted stream's directory until it is removed (never a valid stream name).
 const DELETED_PREFIX: &str = ".deleted-";
@@ -151,7 +151,7 @@ impl Streams {
 
     /// Writes `docs` (vectors of dimension `dim`) to `name`, creating the stream with `dim` only
     /// when the batch is valid: a rejected first write leaves no stream behind.
-    pub fn put_batch(&self, name: &str, dim: usize, docs: &[StreamDoc]) -> Result<(Arc<Collection>, u64)> {
+    pub fn put_batch(&self, name: &str, dim: usize, docs: &[DocIn]) -> Result<(Arc<Collection>, u64)> {
         let collection = match self.get(name, None) {
             Err(CellarError::NotFound(_)) => {
                 Collection::check_batch(docs, dim)?;

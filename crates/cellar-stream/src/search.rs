@@ -8,74 +8,24 @@
 //! alphanumeric and lowercased; a document matches when it holds every query term.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashSet};
 use std::sync::Arc;
 
 use cellar_core::kernels::{dot_f16, maxsim_f16, Isa};
 use cellar_core::{CellarError, Result};
+use cellar_search::plan::flatten;
+use cellar_search::request::MAX_QUERY_VECTORS;
+use cellar_search::{Filter, Metadata, Mode, SearchRequest};
 
 use crate::collection::Collection;
-use crate::doc::{EntryView, MetaValue};
-
-/// Most hits one search returns, and most query token vectors.
-pub const MAX_K: usize = 1000;
-pub const MAX_QUERY_TOKENS: usize = 1024;
-
-/// How documents are scored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Sum over query tokens of the best dot product with a document token.
-    MaxSim,
-    /// Dot product of the pooled vectors (nearest neighbour by inner product).
-    Pooled,
-}
-
-impl std::str::FromStr for Mode {
-    type Err = CellarError;
-    fn from_str(s: &str) -> Result<Mode> {
-        match s {
-            "maxsim" => Ok(Mode::MaxSim),
-            "pooled" => Ok(Mode::Pooled),
-            other => Err(CellarError::InvalidInput(format!("unknown mode {other:?}: maxsim or pooled"))),
-        }
-    }
-}
-
-/// One search. `tokens` is `n * dim` f32 (MaxSim); `pooled` defaults to the normalised mean of
-/// `tokens` (Pooled mode).
-#[derive(Clone, Debug)]
-pub struct Query {
-    pub tokens: Vec<f32>,
-    pub pooled: Option<Vec<f32>>,
-    pub mode: Mode,
-    pub k: usize,
-    /// Documents must contain every term of this text (see the module notes).
-    pub require_terms: Option<String>,
-    /// Metadata equality filters, all required.
-    pub filters: BTreeMap<String, MetaValue>,
-    pub include_text: bool,
-}
-
-impl Query {
-    pub fn new(tokens: Vec<f32>, k: usize) -> Query {
-        Query {
-            tokens,
-            pooled: None,
-            mode: Mode::MaxSim,
-            k,
-            require_terms: None,
-            filters: BTreeMap::new(),
-            include_text: true,
-        }
-    }
-}
+use crate::doc::{mean_normalised, EntryView};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Hit {
     pub id: String,
     pub score: f32,
     pub text: Option<String>,
-    pub metadata: BTreeMap<String, MetaValue>,
+    pub metadata: Metadata,
 }
 
 /// What a search read and scored.
@@ -102,55 +52,94 @@ pub fn terms(text: &str) -> Vec<String> {
     text.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()).map(str::to_lowercase).collect()
 }
 
-/// A query checked against the collection, with its scoring vector ready.
+/// A search checked against the collection, with its scoring vector ready: `dense` scores
+/// MaxSim over the token vectors, `dense-exact` the dot product of pooled vectors.
 struct Prepared {
     vector: Vec<f32>,
-    mode: Mode,
+    maxsim: bool,
     dim: usize,
     k: usize,
     terms: Vec<String>,
-    filters: BTreeMap<String, MetaValue>,
+    filter: Option<Filter>,
     include_text: bool,
     isa: Isa,
 }
 
-fn mean_normalised(tokens: &[f32], dim: usize) -> Vec<f32> {
-    let mut mean = vec![0f32; dim];
-    tokens.chunks_exact(dim).for_each(|row| mean.iter_mut().zip(row).for_each(|(m, v)| *m += v));
-    let norm = mean.iter().map(|v| v * v).sum::<f32>().sqrt();
-    mean.iter_mut().for_each(|v| *v /= norm.max(f32::MIN_POSITIVE));
-    mean
+/// The fields of a search request that tune an index's stages, which a group's exact scan does
+/// not have: each is refused when set, never ignored.
+fn index_knobs(r: &SearchRequest) -> [(&'static str, bool); 14] {
+    [
+        ("alpha", r.alpha.is_some()),
+        ("lexical", r.lexical.is_some()),
+        ("fusion", r.fusion.is_some()),
+        ("rerank_k", r.rerank_k.is_some()),
+        ("candidates", r.candidates.is_some()),
+        ("dense_stage", r.dense_stage.is_some()),
+        ("nprobe", r.nprobe.is_some()),
+        ("oversample", r.oversample.is_some()),
+        ("rescore", r.rescore.is_some()),
+        ("prefetch", r.prefetch.is_some()),
+        ("prefetch_step", r.prefetch_step.is_some()),
+        ("hybrid_candidates", r.hybrid_candidates.is_some()),
+        ("early_read", r.early_read.is_some()),
+        ("filter_exact_max", r.filter_exact_max.is_some()),
+    ]
 }
 
-fn prepare(query: &Query, dim: usize) -> Result<Prepared> {
+/// Whether a stream's search of `mode` scores MaxSim (`dense`, the default) or pooled vectors
+/// (`dense-exact`); other modes are refused.
+pub fn scores_maxsim(mode: Option<Mode>) -> Result<bool> {
+    match mode.unwrap_or(Mode::Dense) {
+        Mode::Dense => Ok(true),
+        Mode::DenseExact => Ok(false),
+        other => Err(CellarError::InvalidInput(format!(
+            "mode {other}: a stream is searched exactly inside one group, by dense (MaxSim over token vectors) or dense-exact (pooled vectors)"
+        ))),
+    }
+}
+
+fn prepare(request: &SearchRequest, dim: usize) -> Result<Prepared> {
     let invalid = |m: String| Err(CellarError::InvalidInput(m));
-    if query.k == 0 || query.k > MAX_K {
-        return invalid(format!("k must be 1 to {MAX_K}, got {}", query.k));
+    if let Some((field, _)) = index_knobs(request).into_iter().find(|(_, set)| *set) {
+        return invalid(format!(
+            "{field}: a stream's search is exact inside one group, with no first stage or fusion to tune"
+        ));
     }
-    if !query.tokens.len().is_multiple_of(dim) {
-        return Err(CellarError::WrongDimension { expected: dim, received: query.tokens.len() % dim });
+    let k = request.checked_k()?;
+    let maxsim = scores_maxsim(request.mode)?;
+    let vectors = match &request.query_vectors {
+        Some(v) => flatten(v.clone(), dim, "query_vectors", MAX_QUERY_VECTORS)?,
+        None => return invalid("the search has neither query text nor query vectors".into()),
+    };
+    let n = vectors.n_tokens;
+    if n == 0 && (maxsim || vectors.pooled.is_none()) {
+        return invalid(format!("the query has {n} token vectors; 1 to {MAX_QUERY_VECTORS} allowed"));
     }
-    let n = query.tokens.len() / dim;
-    if n > MAX_QUERY_TOKENS || (n == 0 && (query.mode == Mode::MaxSim || query.pooled.is_none())) {
-        return invalid(format!("the query has {n} token vectors; 1 to {MAX_QUERY_TOKENS} allowed"));
-    }
-    if query.tokens.iter().chain(query.pooled.iter().flatten()).any(|v| !v.is_finite()) {
+    if vectors.tokens.iter().chain(vectors.pooled.iter().flatten()).any(|v| !v.is_finite()) {
         return invalid("the query holds a value that is not finite".into());
     }
-    let vector = match (query.mode, &query.pooled) {
-        (Mode::MaxSim, _) => query.tokens.clone(),
-        (Mode::Pooled, Some(p)) if p.len() != dim => {
-            return Err(CellarError::WrongDimension { expected: dim, received: p.len() })
-        }
-        (Mode::Pooled, Some(p)) => p.clone(),
-        (Mode::Pooled, None) => mean_normalised(&query.tokens, dim),
+    let vector = match (maxsim, vectors.pooled) {
+        (true, _) => vectors.tokens,
+        (false, Some(p)) => p,
+        (false, None) => mean_normalised(&vectors.tokens, dim),
     };
-    let terms = query.require_terms.as_deref().map(terms).unwrap_or_default();
-    if query.require_terms.is_some() && terms.is_empty() {
+    let terms = request.require_terms.as_deref().map(terms).unwrap_or_default();
+    if request.require_terms.is_some() && terms.is_empty() {
         return invalid("require_terms holds no term".into());
     }
-    let (mode, k, filters, include_text) = (query.mode, query.k, query.filters.clone(), query.include_text);
-    Ok(Prepared { vector, mode, dim, k, terms, filters, include_text, isa: Isa::detected() })
+    if let Some(filter) = &request.filter {
+        filter.check("filter")?;
+    }
+    Ok(Prepared {
+        vector,
+        maxsim,
+        dim,
+        k,
+        terms,
+        filter: request.filter.clone(),
+        include_text: request.include_text.unwrap_or(true),
+        isa: Isa::detected(),
+    })
 }
 
 /// A hit in the running top-k; ordered best first (higher score, then smaller id).
@@ -200,9 +189,9 @@ impl Scan<'_> {
                 view.id, view.dim, q.dim
             ));
         }
-        let metadata = if q.filters.is_empty() { None } else { Some(view.metadata()?) };
-        if let Some(meta) = &metadata {
-            if !q.filters.iter().all(|(k, v)| meta.get(k).is_some_and(|m| m.matches(v))) {
+        let metadata = if q.filter.is_none() { None } else { Some(view.metadata()?) };
+        if let (Some(filter), Some(meta)) = (&q.filter, &metadata) {
+            if !filter.matches(meta) {
                 return Ok(());
             }
         }
@@ -213,9 +202,10 @@ impl Scan<'_> {
             }
         }
         self.stats.docs_scored += 1;
-        let score = match q.mode {
-            Mode::MaxSim => maxsim_f16(q.isa, &q.vector, q.dim, view.tokens),
-            Mode::Pooled => dot_f16(q.isa, &q.vector, view.pooled),
+        let score = if q.maxsim {
+            maxsim_f16(q.isa, &q.vector, q.dim, view.tokens)
+        } else {
+            dot_f16(q.isa, &q.vector, view.pooled)
         };
         self.keep(view, score, metadata)
     }
@@ -224,7 +214,7 @@ impl Scan<'_> {
         &mut self,
         view: &EntryView<'_>,
         score: f32,
-        metadata: Option<BTreeMap<String, MetaValue>>,
+        metadata: Option<Metadata>,
     ) -> std::result::Result<(), String> {
         if self.top.len() == self.query.k {
             let worst = &self.top.peek().expect("k >= 1").0;
@@ -245,11 +235,12 @@ impl Scan<'_> {
 }
 
 impl Collection {
-    /// The exact top-k of `query` among the live documents of `group`; `NotFound` when the
-    /// collection holds nothing for the group.
-    pub fn search(&self, group: &str, query: &Query) -> Result<SearchResult> {
-        crate::doc::check_key("group", group)?;
-        let prepared = prepare(query, self.dim())?;
+    /// The exact top-k of `request` among the live documents of `group`; `NotFound` when the
+    /// collection holds nothing for the group. The request carries its query vectors (a
+    /// front end encodes the text first: `encoding::request_with_vectors`).
+    pub fn search(&self, group: &str, request: &SearchRequest) -> Result<SearchResult> {
+        cellar_search::doc::check_key("group", group)?;
+        let prepared = prepare(request, self.dim())?;
         let inner = &self.inner;
         let (buffered, segments) = {
             let state = inner.read();

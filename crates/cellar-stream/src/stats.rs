@@ -4,13 +4,14 @@
 //! flushed documents cost their group's directory slot in each segment holding the group, shared
 //! by all the group's documents. `ram_bytes_per_flushed_doc` = directory bytes / entries on disk.
 
-use std::collections::BTreeMap;
-
 use cellar_core::{CellarError, Result};
 use serde::Serialize;
 
 use crate::collection::Collection;
-use crate::doc::{check_key, EntryView, MetaValue};
+use cellar_search::doc::check_key;
+use cellar_search::Metadata;
+
+use crate::doc::EntryView;
 
 /// A stored document as `get` returns it (vectors decoded from f16).
 #[derive(Clone, Debug, PartialEq)]
@@ -22,7 +23,7 @@ pub struct StoredDoc {
     pub n_tokens: usize,
     pub tokens: Vec<f32>,
     pub pooled: Vec<f32>,
-    pub metadata: BTreeMap<String, MetaValue>,
+    pub metadata: Metadata,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

@@ -2,13 +2,14 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use cellar_core::kernels::{maxsim_f16, Isa};
 use cellar_core::CellarError;
+use cellar_search::{Filter, MetaValue, Metadata, Mode, SearchRequest};
 use cellar_stream::search::terms;
-use cellar_stream::{Collection, MetaValue, Mode, Query, StreamDoc};
-use common::{doc, open, options, query, vectors_of, DIM};
+use cellar_stream::Collection;
+use common::{doc, doc_ins, open, options, query, search, vectors_of, Doc, DIM};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -20,9 +21,9 @@ fn f16_bytes(values: &[f32]) -> Vec<u8> {
 fn put_get_update_delete_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let c = open(dir.path(), options(1 << 20));
-    c.put(&doc("alice", "n1", 1)).unwrap();
-    c.put_batch(&[doc("alice", "n2", 1), doc("bob", "n1", 1)]).unwrap();
-    c.put(&doc("alice", "n1", 2)).unwrap();
+    c.put(&doc("alice", "n1", 1).doc_in()).unwrap();
+    c.put_batch(&doc_ins(&[doc("alice", "n2", 1), doc("bob", "n1", 1)])).unwrap();
+    c.put(&doc("alice", "n1", 2).doc_in()).unwrap();
     let got = c.get("alice", "n1").unwrap();
     assert_eq!(got.text, doc("alice", "n1", 2).text);
     assert_eq!(got.tokens, doc("alice", "n1", 2).tokens, "vectors exact in f16 come back exactly");
@@ -45,9 +46,9 @@ fn flush_and_compaction_keep_the_newest_version_and_drop_tombstones() {
     let dir = tempfile::tempdir().unwrap();
     let c = open(dir.path(), options(1 << 20));
     for version in 1..=3 {
-        let docs: Vec<StreamDoc> =
+        let docs: Vec<Doc> =
             (0..20).map(|i| doc(&format!("g{}", i % 3), &format!("d{i}"), version)).collect();
-        c.put_batch(&docs).unwrap();
+        c.put_batch(&doc_ins(&docs)).unwrap();
         c.delete("g0", &format!("d{}", 3 * version)).unwrap();
         c.flush().unwrap();
     }
@@ -80,17 +81,18 @@ fn flush_and_compaction_keep_the_newest_version_and_drop_tombstones() {
 }
 
 /// The live documents of a model, scored by the scalar reference kernel.
-fn reference(model: &HashMap<(String, String), StreamDoc>, group: &str, q: &Query) -> Vec<(String, f32)> {
+fn reference(model: &HashMap<(String, String), Doc>, group: &str, q: &SearchRequest) -> Vec<(String, f32)> {
     let terms_needed = q.require_terms.as_deref().map(terms).unwrap_or_default();
+    let tokens: Vec<f32> = q.query_vectors.as_ref().unwrap().tokens.concat();
     let mut scored: Vec<(String, f32)> = model
         .values()
         .filter(|d| d.group == group)
-        .filter(|d| q.filters.iter().all(|(k, v)| d.metadata.get(k).is_some_and(|m| m.matches(v))))
+        .filter(|d| q.filter.as_ref().is_none_or(|f| f.matches(&Metadata(d.metadata.clone()))))
         .filter(|d| terms_needed.iter().all(|t| terms(&d.text).contains(t)))
         .map(|d| {
-            let score = match q.mode {
-                Mode::MaxSim => maxsim_f16(Isa::Scalar, &q.tokens, DIM, &f16_bytes(&d.tokens)),
-                Mode::Pooled => unreachable!(),
+            let score = match q.mode.unwrap_or(Mode::Dense) {
+                Mode::Dense => maxsim_f16(Isa::Scalar, &tokens, DIM, &f16_bytes(&d.tokens)),
+                other => unreachable!("{other}"),
             };
             (d.id.clone(), score)
         })
@@ -106,7 +108,7 @@ fn search_is_exact_against_a_model_through_flushes_and_compactions() {
     let dir = tempfile::tempdir().unwrap();
     let c = open(dir.path(), options(6 << 10));
     let mut rng = StdRng::seed_from_u64(7);
-    let mut model: HashMap<(String, String), StreamDoc> = HashMap::new();
+    let mut model: HashMap<(String, String), Doc> = HashMap::new();
     for step in 0..400u64 {
         let g = format!("u{}", rng.gen_range(0..4));
         let id = format!("d{}", rng.gen_range(0..40));
@@ -118,7 +120,7 @@ fn search_is_exact_against_a_model_through_flushes_and_compactions() {
             }
         } else {
             let d = doc(&g, &id, step);
-            c.put(&d).unwrap();
+            c.put(&d.doc_in()).unwrap();
             model.insert((g, id), d);
         }
         if step % 97 == 0 {
@@ -135,14 +137,19 @@ fn search_is_exact_against_a_model_through_flushes_and_compactions() {
     check_searches(&open(dir.path(), options(6 << 10)), &model, 2000);
 }
 
-fn check_searches(c: &Collection, model: &HashMap<(String, String), StreamDoc>, seed: u64) {
+fn check_searches(c: &Collection, model: &HashMap<(String, String), Doc>, seed: u64) {
     for g in 0..4 {
         let group = format!("u{g}");
-        let mut queries = vec![Query::new(query(seed + g, 3), 5)];
-        let mut filtered = Query::new(query(seed + g, 2), 40);
-        filtered.filters = BTreeMap::from([("parity".to_string(), MetaValue::Int(1))]);
+        let mut queries = vec![search(query(seed + g, 3), 5)];
+        let mut filtered = search(query(seed + g, 2), 40);
+        filtered.filter = Some(serde_json::from_str::<Filter>(r#"{"parity": 1}"#).unwrap());
         queries.push(filtered);
-        let mut text = Query::new(query(seed, 1), 40);
+        let mut negated = search(query(seed + g, 2), 40);
+        negated.filter = Some(
+            serde_json::from_str::<Filter>(r#"{"not": {"range": {"field": "parity", "gte": 1}}}"#).unwrap(),
+        );
+        queries.push(negated);
+        let mut text = search(query(seed, 1), 40);
         text.require_terms = Some("WORD3, doc".into());
         queries.push(text);
         for q in &queries {
@@ -151,8 +158,9 @@ fn check_searches(c: &Collection, model: &HashMap<(String, String), StreamDoc>, 
                 Err(CellarError::NotFound(_)) if !model.keys().any(|(g, _)| *g == group) => continue,
                 other => other.unwrap(),
             };
-            assert_eq!(got.hits.len(), expected.len().min(q.k), "{group} {q:?}");
-            let kth = expected.get(q.k - 1).map_or(f32::MIN, |e| e.1);
+            let k = q.k.unwrap();
+            assert_eq!(got.hits.len(), expected.len().min(k), "{group} {q:?}");
+            let kth = expected.get(k - 1).map_or(f32::MIN, |e| e.1);
             let by_id: HashMap<&str, f32> = expected.iter().map(|(id, s)| (id.as_str(), *s)).collect();
             for hit in &got.hits {
                 let want =
@@ -167,6 +175,51 @@ fn check_searches(c: &Collection, model: &HashMap<(String, String), StreamDoc>, 
     }
 }
 
+/// Issue 46: a stream's search takes the index's whole filter grammar (and lists of strings),
+/// matched as `Filter::matches` means it, in the memtable and in segments alike.
+#[test]
+fn every_filter_of_the_grammar_runs_in_a_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), options(1 << 20));
+    for i in 0..12u64 {
+        let mut d = doc("g", &format!("d{i:02}"), i);
+        d.metadata.insert("year".into(), MetaValue::Int(2000 + i as i64));
+        let tags =
+            if i % 3 == 0 { vec!["red".to_string(), "blue".to_string()] } else { vec!["green".to_string()] };
+        d.metadata.insert("tags".into(), MetaValue::List(tags));
+        c.put(&d.doc_in()).unwrap();
+        if i == 5 {
+            c.flush().unwrap();
+        }
+    }
+    let ids = |filter: &str| -> Vec<String> {
+        let mut q = search(query(1, 2), 100);
+        q.filter = Some(serde_json::from_str(filter).unwrap());
+        let mut ids: Vec<String> = c.search("g", &q).unwrap().hits.into_iter().map(|h| h.id).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(r#"{"tags": "red"}"#), ["d00", "d03", "d06", "d09"]);
+    assert_eq!(ids(r#"{"range": {"field": "year", "gte": 2004, "lt": 2007}}"#), ["d04", "d05", "d06"]);
+    assert_eq!(ids(r#"{"in": {"field": "year", "values": [2001, 2010.0]}}"#), ["d01", "d10"]);
+    assert_eq!(
+        ids(
+            r#"{"and": [{"not": {"tags": "green"}}, {"or": [{"year": 2000}, {"range": {"field": "year", "gt": 2008}}]}]}"#
+        ),
+        ["d00", "d09"]
+    );
+    let mut bad = search(query(1, 2), 5);
+    bad.filter = Some(serde_json::from_str(r#"{"range": {"field": "year"}}"#).unwrap());
+    assert!(matches!(c.search("g", &bad), Err(CellarError::InvalidInput(_))));
+    let mut tuned = search(query(1, 2), 5);
+    tuned.nprobe = Some(4);
+    let err = c.search("g", &tuned).unwrap_err();
+    assert!(matches!(&err, CellarError::InvalidInput(m) if m.contains("nprobe")), "{err}");
+    tuned.nprobe = None;
+    tuned.mode = Some(Mode::Hybrid);
+    assert!(matches!(c.search("g", &tuned), Err(CellarError::InvalidInput(m)) if m.contains("dense-exact")));
+}
+
 #[test]
 fn pooled_mode_ranks_by_the_pooled_dot_product() {
     let dir = tempfile::tempdir().unwrap();
@@ -176,12 +229,12 @@ fn pooled_mode_ranks_by_the_pooled_dot_product() {
         let mut pooled = vec![0f32; DIM];
         pooled[0] = i as f32 / 32.0;
         d.pooled = Some(pooled);
-        c.put(&d).unwrap();
+        c.put(&d.doc_in()).unwrap();
     }
     c.flush().unwrap();
-    let mut q = Query::new(Vec::new(), 3);
-    q.mode = Mode::Pooled;
-    q.pooled = Some([vec![1.0], vec![0.0; DIM - 1]].concat());
+    let mut q = search(Vec::new(), 3);
+    q.mode = Some(Mode::DenseExact);
+    q.query_vectors.as_mut().unwrap().pooled = Some([vec![1.0], vec![0.0; DIM - 1]].concat());
     let ids: Vec<String> = c.search("g", &q).unwrap().hits.into_iter().map(|h| h.id).collect();
     assert_eq!(ids, ["d29", "d28", "d27"]);
 }
@@ -190,11 +243,11 @@ fn pooled_mode_ranks_by_the_pooled_dot_product() {
 fn a_group_larger_than_one_read_is_read_in_chunks() {
     let dir = tempfile::tempdir().unwrap();
     let c = open(dir.path(), options(64 << 20));
-    let docs: Vec<StreamDoc> = (0..2000).map(|i| doc("big", &format!("d{i:05}"), i)).collect();
-    c.put_batch(&docs).unwrap();
-    c.put(&doc("small", "x", 1)).unwrap();
+    let docs: Vec<Doc> = (0..2000).map(|i| doc("big", &format!("d{i:05}"), i)).collect();
+    c.put_batch(&doc_ins(&docs)).unwrap();
+    c.put(&doc("small", "x", 1).doc_in()).unwrap();
     c.flush().unwrap();
-    let q = Query::new(query(3, 2), 10);
+    let q = search(query(3, 2), 10);
     let chunked = c.search("big", &q).unwrap();
     assert!(chunked.stats.read_calls > 10, "4 KiB reads: {:?}", chunked.stats);
     assert_eq!(chunked.stats.docs_scanned, 2000);
@@ -213,48 +266,49 @@ fn a_group_larger_than_one_read_is_read_in_chunks() {
 fn bad_input_gets_typed_errors() {
     let dir = tempfile::tempdir().unwrap();
     let c = open(dir.path(), options(1 << 20));
-    c.put(&doc("g", "d", 1)).unwrap();
+    c.put(&doc("g", "d", 1).doc_in()).unwrap();
     let mut d = doc("g", "d", 1);
     d.tokens.pop();
-    assert!(matches!(c.put(&d), Err(CellarError::WrongDimension { expected: DIM, .. })));
+    assert!(matches!(c.put(&d.doc_in()), Err(CellarError::WrongDimension { expected: DIM, .. })));
     let mut d = doc("g", "d", 1);
     d.pooled = Some(vec![0.0; DIM + 1]);
-    assert!(matches!(c.put(&d), Err(CellarError::WrongDimension { expected: DIM, received: 9 })));
+    assert!(matches!(c.put(&d.doc_in()), Err(CellarError::WrongDimension { expected: DIM, received: 9 })));
     let mut d = doc("", "d", 1);
-    assert!(matches!(c.put(&d), Err(CellarError::InvalidInput(m)) if m.contains("group")));
+    assert!(matches!(c.put(&d.doc_in()), Err(CellarError::InvalidInput(m)) if m.contains("group")));
     d = doc("g", "", 1);
-    assert!(matches!(c.put(&d), Err(CellarError::InvalidInput(m)) if m.contains("id")));
+    assert!(matches!(c.put(&d.doc_in()), Err(CellarError::InvalidInput(m)) if m.contains("id")));
     d = doc("g", "d", 1);
     d.tokens[3] = f32::NAN;
-    assert!(matches!(c.put(&d), Err(CellarError::InvalidInput(m)) if m.contains("finite")));
+    assert!(matches!(c.put(&d.doc_in()), Err(CellarError::InvalidInput(m)) if m.contains("finite")));
     d = doc("g", "d", 1);
     d.text = "x".repeat((1 << 20) + 1);
-    assert!(matches!(c.put(&d), Err(CellarError::InvalidInput(m)) if m.contains("text of")));
+    assert!(matches!(c.put(&d.doc_in()), Err(CellarError::InvalidInput(m)) if m.contains("text of")));
+    // Within every limit of a document (the index's: 1 MiB of text, at most 64 keys of 64 strings
+    // of 256 bytes), but over the entry's 4 MiB.
     d = doc("g", "d", 1);
     d.text = "x".repeat(1 << 20);
     for i in 0..62 {
-        d.metadata.insert(format!("k{i}"), MetaValue::Str("x".repeat(65_000)));
+        d.metadata.insert(format!("k{i}"), MetaValue::List(vec!["x".repeat(256); 64]));
     }
+    (d.tokens, d.n_tokens) = (vec![0.5; 140_000 * DIM], 140_000);
     assert!(
-        matches!(c.put(&d), Err(CellarError::InvalidInput(m)) if m.contains("bytes encoded, over the limit"))
+        matches!(c.put(&d.doc_in()), Err(CellarError::InvalidInput(m)) if m.contains("bytes encoded, over the limit"))
     );
-    (d.tokens, d.n_tokens) = (vec![0.5; 4097 * DIM], 4097);
-    assert!(matches!(c.put(&d), Err(CellarError::InvalidInput(m)) if m.contains("token vectors")));
+    let max = cellar_core::store::MAX_TOKENS_PER_DOC;
+    (d.tokens, d.n_tokens) = (vec![0.5; (max + 1) * DIM], max + 1);
+    assert!(matches!(c.put(&d.doc_in()), Err(CellarError::InvalidInput(m)) if m.contains("token vectors")));
     assert!(matches!(c.put_batch(&[]), Err(CellarError::InvalidInput(_))));
     // A bad document anywhere in a batch writes nothing.
     let mut bad = doc("g", "e", 1);
     bad.n_tokens = 0;
     assert!(
-        matches!(c.put_batch(&[doc("g", "f", 1), bad]), Err(CellarError::InvalidInput(m)) if m.contains("document 1"))
+        matches!(c.put_batch(&doc_ins(&[doc("g", "f", 1), bad])), Err(CellarError::InvalidInput(m)) if m.contains("document 1"))
     );
     assert!(matches!(c.get("g", "f"), Err(CellarError::NotFound(_))));
-    let q = Query::new(query(1, 1), 5);
+    let q = search(query(1, 1), 5);
     assert!(matches!(c.search("nobody", &q), Err(CellarError::NotFound(_))));
-    assert!(matches!(
-        c.search("g", &Query::new(vec![0.1; DIM + 1], 5)),
-        Err(CellarError::WrongDimension { .. })
-    ));
-    assert!(matches!(c.search("g", &Query::new(query(1, 1), 0)), Err(CellarError::InvalidInput(_))));
+    assert!(matches!(c.search("g", &search(vec![0.1; DIM + 1], 5)), Err(CellarError::WrongDimension { .. })));
+    assert!(matches!(c.search("g", &search(query(1, 1), 0)), Err(CellarError::InvalidInput(_))));
     let wrong_dim = Collection::open(dir.path(), Some(DIM * 2), options(1 << 20));
     assert!(matches!(wrong_dim, Err(CellarError::WrongDimension { .. })));
     let missing = Collection::open(&dir.path().join("nope"), None, options(1 << 20));
@@ -266,10 +320,10 @@ fn bad_input_gets_typed_errors() {
 fn a_torn_log_tail_is_cut_and_a_damaged_segment_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let c = open(dir.path(), options(1 << 20));
-    c.put(&doc("g", "flushed", 1)).unwrap();
+    c.put(&doc("g", "flushed", 1).doc_in()).unwrap();
     c.flush().unwrap();
-    c.put(&doc("g", "a", 1)).unwrap();
-    c.put(&doc("g", "b", 1)).unwrap();
+    c.put(&doc("g", "a", 1).doc_in()).unwrap();
+    c.put(&doc("g", "b", 1).doc_in()).unwrap();
     drop(c);
     let wal = dir.path().join("wal.log");
     let len = std::fs::metadata(&wal).unwrap().len();
@@ -282,7 +336,7 @@ fn a_torn_log_tail_is_cut_and_a_damaged_segment_is_reported() {
     assert!(stats.truncated_bytes > 0 && stats.recovered_records == 1, "{stats:?}");
     assert!(c.get("g", "a").is_ok() && c.get("g", "flushed").is_ok());
     assert!(matches!(c.get("g", "b"), Err(CellarError::NotFound(_))));
-    c.put(&doc("g", "c", 1)).unwrap();
+    c.put(&doc("g", "c", 1).doc_in()).unwrap();
     drop(c);
     assert!(open(dir.path(), options(1 << 20)).get("g", "c").is_ok(), "the log stays appendable");
     // One flipped bit inside a group's extent.
@@ -295,7 +349,7 @@ fn a_torn_log_tail_is_cut_and_a_damaged_segment_is_reported() {
     bytes[4096 + 40] ^= 0x10;
     std::fs::write(&seg, bytes).unwrap();
     let c = open(dir.path(), options(1 << 20));
-    let err = c.search("g", &Query::new(query(1, 1), 5)).unwrap_err();
+    let err = c.search("g", &search(query(1, 1), 5)).unwrap_err();
     assert!(matches!(err, CellarError::Corrupted { .. }), "{err}");
 }
 
@@ -312,7 +366,7 @@ fn concurrent_writers_group_commit_and_lose_nothing() {
             let c = c.clone();
             std::thread::spawn(move || {
                 for i in 0..60 {
-                    c.put(&doc(&format!("g{}", t % 3), &format!("t{t}-{i}"), i)).unwrap();
+                    c.put(&doc(&format!("g{}", t % 3), &format!("t{t}-{i}"), i).doc_in()).unwrap();
                 }
             })
         })
@@ -341,7 +395,7 @@ fn concurrent_writers_group_commit_and_lose_nothing() {
 fn a_second_opener_is_refused_until_the_first_closes() {
     let dir = tempfile::tempdir().unwrap();
     let first = open(dir.path(), options(1 << 20));
-    first.put(&doc("alice", "n1", 1)).unwrap();
+    first.put(&doc("alice", "n1", 1).doc_in()).unwrap();
     match Collection::open(dir.path(), Some(DIM), options(1 << 20)) {
         Err(CellarError::Locked { path, detail }) => {
             assert_eq!(path, dir.path());
@@ -352,7 +406,7 @@ fn a_second_opener_is_refused_until_the_first_closes() {
         }
         other => panic!("expected Locked, got {:?}", other.map(|_| "a second handle")),
     }
-    first.put(&doc("alice", "n2", 1)).unwrap();
+    first.put(&doc("alice", "n2", 1).doc_in()).unwrap();
     drop(first);
     let again = open(dir.path(), options(1 << 20));
     assert_eq!(again.stats().memtable_entries, 2, "both acknowledged writes survive");
@@ -363,7 +417,7 @@ fn a_stream_open_elsewhere_is_not_deleted_and_a_rejected_first_batch_creates_not
     let dir = tempfile::tempdir().unwrap();
     let streams = cellar_stream::Streams::open(dir.path(), options(1 << 20)).unwrap();
     let elsewhere = open(&dir.path().join("held"), options(1 << 20));
-    elsewhere.put(&doc("g", "a", 1)).unwrap();
+    elsewhere.put(&doc("g", "a", 1).doc_in()).unwrap();
     assert!(matches!(streams.delete("held"), Err(CellarError::Locked { .. })));
     drop(elsewhere);
     streams.delete("held").unwrap();
@@ -372,10 +426,13 @@ fn a_stream_open_elsewhere_is_not_deleted_and_a_rejected_first_batch_creates_not
 
     let mut bad = doc("g", "b", 1);
     bad.tokens[0] = f32::NAN;
-    let err = streams.put_batch("new", DIM, &[doc("g", "a", 1), bad]).unwrap_err();
+    let err = streams.put_batch("new", DIM, &doc_ins(&[doc("g", "a", 1), bad])).unwrap_err();
     assert!(err.to_string().contains("document 1 of the batch"), "{err}");
     assert!(!dir.path().join("new").exists());
-    assert!(matches!(streams.put_batch("new", 0, &[doc("g", "a", 1)]), Err(CellarError::InvalidInput(_))));
+    assert!(matches!(
+        streams.put_batch("new", 0, &doc_ins(&[doc("g", "a", 1)])),
+        Err(CellarError::InvalidInput(_))
+    ));
     assert!(!dir.path().join("new").exists());
 }
 
@@ -392,7 +449,7 @@ fn a_failed_flush_fails_no_logged_write() {
         std::fs::create_dir(b).unwrap();
     }
     for i in 0..5 {
-        c.put(&doc("g", &format!("d{i}"), 1)).unwrap();
+        c.put(&doc("g", &format!("d{i}"), 1).doc_in()).unwrap();
     }
     let stats = c.stats();
     assert!(stats.flush_failures >= 1 && stats.segments == 0, "{stats:?}");
@@ -400,7 +457,7 @@ fn a_failed_flush_fails_no_logged_write() {
     for b in &blockers {
         std::fs::remove_dir(b).unwrap();
     }
-    c.put(&doc("g", "d5", 1)).unwrap();
+    c.put(&doc("g", "d5", 1).doc_in()).unwrap();
     assert!(c.stats().segments >= 1, "the next write flushed: {:?}", c.stats());
     drop(c);
     let c = open(&path, options(256));

@@ -16,8 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cellar_core::CellarError;
-use cellar_stream::{Collection, Durability, Options, Query};
-use common::{doc, query, vectors_of, DIM};
+use cellar_stream::{Collection, Durability, Options};
+use common::{doc, doc_ins, query, search, vectors_of, DIM};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -91,7 +91,7 @@ fn feed(c: &Collection, seed: u64, t: u64) {
                 docs.iter().map(|d| format!("T{t} OP PUT {} {} {version}\n", d.group, d.id)).collect();
             announce += &format!("T{t} END\n");
             say(&announce);
-            c.put_batch(&docs).unwrap();
+            c.put_batch(&doc_ins(&docs)).unwrap();
             say(&format!("T{t} ACK\n"));
         }
     }
@@ -254,7 +254,7 @@ fn check_against_model(c: &Collection, model: &HashMap<(String, String), Option<
             .filter(|((kg, _), v)| *kg == group && v.is_some())
             .map(|((_, id), _)| id.as_str())
             .collect();
-        let hits = match c.search(&group, &Query::new(query(round, 2), 1000)) {
+        let hits = match c.search(&group, &search(query(round, 2), 1000)) {
             Ok(r) => r.hits,
             Err(CellarError::NotFound(_)) => Vec::new(),
             Err(e) => panic!("{e}"),
@@ -295,13 +295,13 @@ fn every_crash_point_of_flush_and_compaction_recovers() {
     for v in 0..3u64 {
         let docs: Vec<_> =
             (0..10).map(|i| doc(&format!("g{}", i % 3), &format!("g{}-{i}", i % 3), v)).collect();
-        c.put_batch(&docs).unwrap();
+        c.put_batch(&doc_ins(&docs)).unwrap();
         docs.iter().for_each(|d| {
             expected.insert((d.group.clone(), d.id.clone()), Some(v));
         });
         c.flush().unwrap();
     }
-    c.put(&doc("g1", "g1-99", 7)).unwrap();
+    c.put(&doc("g1", "g1-99", 7).doc_in()).unwrap();
     expected.insert(("g1".into(), "g1-99".into()), Some(7));
     c.delete("g0", "g0-0").unwrap();
     expected.insert(("g0".into(), "g0-0".into()), None);
@@ -318,7 +318,7 @@ fn every_crash_point_of_flush_and_compaction_recovers() {
             assert_eq!(stored(&c, key), *value, "{what}: {key:?}");
         }
         assert_eq!(strays(dir), 0, "{what}: strays swept");
-        let hits = c.search("g1", &Query::new(query(1, 1), 1000)).unwrap().hits;
+        let hits = c.search("g1", &search(query(1, 1), 1000)).unwrap().hits;
         assert_eq!(hits.len(), 4, "{what}: no doubled documents");
     };
     // Flush: segment written, manifest not committed (the old manifest and log).

@@ -8,7 +8,7 @@ mod common;
 
 use cellar_core::failpoint::{arm, FailPoint};
 use cellar_core::CellarError;
-use common::{doc, open, options};
+use common::{doc, doc_ins, open, options};
 
 fn assert_full<T: std::fmt::Debug>(result: Result<T, CellarError>, what: &str) {
     let err = result.expect_err(what);
@@ -20,16 +20,16 @@ fn feeds_flushes_and_compactions_on_a_full_disk_fail_and_lose_nothing_acknowledg
     let dir = tempfile::tempdir().unwrap();
     let c = open(dir.path(), options(1 << 20));
     let first: Vec<_> = (0..8).map(|i| doc(["alice", "bob"][i % 2], &format!("m{i}"), 1)).collect();
-    c.put_batch(&first).unwrap();
+    c.put_batch(&doc_ins(&first)).unwrap();
 
     let guard = arm(FailPoint::WalAppend, dir.path(), 0);
-    assert_full(c.put_batch(&[doc("alice", "lost", 1), doc("bob", "lost", 1)]), "a feed batch");
+    assert_full(c.put_batch(&doc_ins(&[doc("alice", "lost", 1), doc("bob", "lost", 1)])), "a feed batch");
     drop(guard);
     assert!(
         matches!(c.get("alice", "lost"), Err(CellarError::NotFound(_))),
         "the refused batch is not half there"
     );
-    c.put(&doc("carol", "m0", 1)).unwrap();
+    c.put(&doc("carol", "m0", 1).doc_in()).unwrap();
 
     let guard = arm(FailPoint::FileWrite, dir.path(), 0);
     assert_full(c.flush(), "a flush");
@@ -38,7 +38,7 @@ fn feeds_flushes_and_compactions_on_a_full_disk_fail_and_lose_nothing_acknowledg
         assert_eq!(c.get(&d.group, &d.id).unwrap().text, d.text, "logged documents stay readable");
     }
     c.flush().unwrap();
-    c.put_batch(&[doc("alice", "m0", 2)]).unwrap();
+    c.put_batch(&doc_ins(&[doc("alice", "m0", 2)])).unwrap();
     c.flush().unwrap();
 
     let guard = arm(FailPoint::FileWrite, dir.path(), 1);

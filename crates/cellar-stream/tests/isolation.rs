@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cellar_core::CellarError;
-use cellar_stream::{Collection, MetaValue, Options, Query};
-use common::{doc, query, DIM};
+use cellar_search::MetaValue;
+use cellar_stream::{Collection, Options};
+use common::{doc, doc_ins, query, search, DIM};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -51,7 +52,7 @@ fn writer(c: &Collection, seed: u64, live: &Mutex<HashMap<(String, String), bool
                 })
                 .collect();
             let mut live = live.lock().unwrap();
-            c.put_batch(&docs).unwrap();
+            c.put_batch(&doc_ins(&docs)).unwrap();
             for d in &docs {
                 live.insert((d.group.clone(), d.id.clone()), true);
             }
@@ -64,7 +65,7 @@ fn searcher(c: &Collection, seed: u64, done: &AtomicBool, searches: &AtomicU64) 
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done.load(Ordering::Acquire) && Instant::now() < deadline {
         let group = format!("g{}", rng.gen_range(0..GROUPS));
-        let result = match c.search(&group, &Query::new(query(rng.gen(), 2), rng.gen_range(1..50))) {
+        let result = match c.search(&group, &search(query(rng.gen(), 2), rng.gen_range(1..50))) {
             Ok(r) => r,
             Err(CellarError::NotFound(_)) => continue,
             Err(e) => panic!("{e}"),
@@ -109,7 +110,7 @@ fn searches_never_cross_groups_under_concurrent_writes() {
             .filter(|((lg, _), alive)| *lg == group && **alive)
             .map(|((_, id), _)| id.as_str())
             .collect();
-        let found: BTreeSet<String> = match c.search(&group, &Query::new(query(g, 1), 1000)) {
+        let found: BTreeSet<String> = match c.search(&group, &search(query(g, 1), 1000)) {
             Ok(r) => r.hits.into_iter().map(|h| h.id).collect(),
             Err(CellarError::NotFound(_)) => BTreeSet::new(),
             Err(e) => panic!("{e}"),

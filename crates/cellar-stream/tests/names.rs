@@ -14,9 +14,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 use cellar_core::CellarError;
-use cellar_stream::doc::MAX_KEY_BYTES;
+use cellar_search::doc::MAX_ID_BYTES as MAX_KEY_BYTES;
 use cellar_stream::Streams;
-use common::{doc, options, DIM};
+use common::{doc, doc_ins, options, DIM};
 use names::generated_names;
 
 fn listing(dir: &Path) -> BTreeSet<String> {
@@ -35,7 +35,7 @@ fn stream_names_groups_and_ids_never_reach_the_file_system() {
     let (mut refused, mut created) = (0, 0);
     for name in generated_names(300, 165) {
         let valid = cellar_core::ids::check_name("stream name", &name).is_ok();
-        match all.put_batch(&name, DIM, &[doc("g", "d", 1)]) {
+        match all.put_batch(&name, DIM, &doc_ins(&[doc("g", "d", 1)])) {
             Ok(_) => {
                 assert!(valid, "{name:?} was accepted");
                 created += 1;
@@ -60,10 +60,11 @@ fn stream_names_groups_and_ids_never_reach_the_file_system() {
         let mut d = doc(group, id, i as u64);
         d.group.clone_from(group);
         d.id.clone_from(id);
+        d.metadata.clear(); // the keys alone are under test
         let valid = [group, id]
             .iter()
             .all(|k| !k.is_empty() && k.len() <= MAX_KEY_BYTES && !k.chars().any(char::is_control));
-        match all.put_batch("keys", DIM, &[d.clone()]) {
+        match all.put_batch("keys", DIM, &doc_ins(&[d.clone()])) {
             Ok(_) => {
                 assert!(valid, "{group:?} / {id:?} accepted");
                 accepted.insert((group.clone(), id.clone()), d.text);

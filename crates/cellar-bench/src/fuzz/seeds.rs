@@ -16,7 +16,7 @@ use cellar_search::ivf::IvfBuildOptions;
 use cellar_search::{
     BuildOptions, DocIn, EmbeddedDoc, Index, Metadata, OpenOptions, QueryVectorsIn, WriteOp, WriteRequest,
 };
-use cellar_stream::{Collection, Options, StreamDoc};
+use cellar_stream::{Collection, Options};
 
 const DIM: usize = 8;
 
@@ -160,16 +160,18 @@ fn walk(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
 fn stream_seeds(dir: &Path, seeds: &mut Seeds) -> Result<()> {
     let coll_dir = dir.join("stream");
     let collection = Collection::open(&coll_dir, Some(4), Options::default())?;
-    let doc = |group: &str, id: usize| StreamDoc {
-        group: group.into(),
+    let doc = |group: &str, id: usize| DocIn {
+        group: Some(group.into()),
         id: format!("m{id}"),
         text: format!("mail {id}"),
-        tokens: (0..8).map(|v| ((v + id) % 5) as f32 * 0.1).collect(),
-        n_tokens: 2,
-        pooled: None,
-        metadata: BTreeMap::new(),
+        vectors: Some(QueryVectorsIn::from_flat(
+            &(0..8).map(|v| ((v + id) % 5) as f32 * 0.1).collect::<Vec<_>>(),
+            4,
+            None,
+        )),
+        ..DocIn::default()
     };
-    let docs: Vec<StreamDoc> = (0..6).map(|i| doc(["alice", "bob"][i % 2], i)).collect();
+    let docs: Vec<DocIn> = (0..6).map(|i| doc(["alice", "bob"][i % 2], i)).collect();
     collection.put_batch(&docs)?;
     collection.delete("bob", "m1")?;
     let log = read(&coll_dir.join(cellar_stream::manifest::WAL_FILE))?;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use cellar_stream::{MetaValue, StreamDoc};
+use cellar_search::{DocIn, MetaValue, Metadata, QueryVectorsIn};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -85,21 +85,20 @@ impl Corpus {
         out
     }
 
-    pub fn doc(&self, user: usize, i: usize) -> StreamDoc {
+    pub fn doc(&self, user: usize, i: usize) -> DocIn {
         let mut rng = StdRng::seed_from_u64(
             self.seed ^ ((user as u64) << 32 | i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93),
         );
         let u = &self.users[user];
         let tokens = self.near(&self.centre(user), &mut rng, self.tokens);
-        let metadata = BTreeMap::from([("kind".to_string(), MetaValue::Int((i % 4) as i64))]);
-        StreamDoc {
-            group: u.name.clone(),
+        let metadata = Metadata(BTreeMap::from([("kind".to_string(), MetaValue::Int((i % 4) as i64))]));
+        DocIn {
+            group: Some(u.name.clone()),
             id: format!("d{i:06}"),
             text: format!("message {i} of {} about topic {}", u.name, i % 17),
-            tokens,
-            n_tokens: self.tokens,
-            pooled: None,
+            vectors: Some(QueryVectorsIn::from_flat(&tokens, self.dim, None)),
             metadata,
+            ..DocIn::default()
         }
     }
 

@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use cellar_core::io::cache::{evict_file, resident_pages};
 use cellar_core::{CellarError, Result};
-use cellar_stream::{Collection, MetaValue, Mode, Query, StreamDoc};
+use cellar_search::{DocIn, Filter, MetaValue, Mode, QueryVectorsIn, SearchRequest};
+use cellar_stream::doc::mean_normalised;
+use cellar_stream::Collection;
 use serde::Serialize;
 
 use super::data::{Corpus, VESPA_CLASSES};
@@ -35,13 +37,12 @@ pub struct Feed {
 }
 
 /// Feeds the corpus in `batch`es in its interleaved order, then compacts it into one segment.
-pub fn feed(corpus: &Corpus, dir: &Path, batch: usize, map: impl Fn(StreamDoc) -> StreamDoc) -> Result<Feed> {
+pub fn feed(corpus: &Corpus, dir: &Path, batch: usize, map: impl Fn(DocIn) -> DocIn) -> Result<Feed> {
     let collection = Collection::open(dir, Some(corpus.dim), feed_options())?;
     let order = corpus.feed_order();
     let mut put_seconds = 0.0;
     for chunk in order.chunks(batch) {
-        let docs: Vec<StreamDoc> =
-            chunk.iter().map(|&(u, i)| map(corpus.doc(u as usize, i as usize))).collect();
+        let docs: Vec<DocIn> = chunk.iter().map(|&(u, i)| map(corpus.doc(u as usize, i as usize))).collect();
         let start = Instant::now();
         collection.put_batch(&docs)?;
         put_seconds += start.elapsed().as_secs_f64();
@@ -68,11 +69,20 @@ pub fn feed(corpus: &Corpus, dir: &Path, batch: usize, map: impl Fn(StreamDoc) -
 }
 
 /// One global collection: every document in group `all`, its user in the metadata.
-pub fn into_global(mut doc: StreamDoc) -> StreamDoc {
-    doc.metadata.insert("user".into(), MetaValue::Str(doc.group.clone()));
-    doc.id = format!("{}/{}", doc.group, doc.id);
-    doc.group = "all".into();
+pub fn into_global(mut doc: DocIn) -> DocIn {
+    let user = doc.group.replace("all".into()).expect("a stream document has a group");
+    doc.metadata.0.insert("user".into(), MetaValue::Str(user.clone()));
+    doc.id = format!("{user}/{}", doc.id);
     doc
+}
+
+/// The search for `k` hits of query token vectors `tokens` (`n * dim` values).
+fn query(tokens: &[f32], dim: usize, k: usize) -> SearchRequest {
+    SearchRequest {
+        k: Some(k),
+        query_vectors: Some(QueryVectorsIn::from_flat(tokens, dim, None)),
+        ..SearchRequest::default()
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -89,7 +99,7 @@ pub struct Single {
 /// concurrent calls share one (group commit across callers).
 pub fn single_puts(corpus: &Corpus, dir: &Path, n: usize, threads: usize) -> Result<Single> {
     let collection = Collection::open(dir, Some(corpus.dim), feed_options())?;
-    let docs: Vec<StreamDoc> =
+    let docs: Vec<DocIn> =
         corpus.feed_order().iter().take(n).map(|&(u, i)| corpus.doc(u as usize, i as usize)).collect();
     let start = Instant::now();
     std::thread::scope(|scope| {
@@ -214,7 +224,11 @@ fn median(v: &[f64]) -> f64 {
     percentile_of(v, 50.0).unwrap_or(f64::NAN)
 }
 
-fn timed(collection: &Collection, group: &str, query: &Query) -> Result<(f64, cellar_stream::SearchResult)> {
+fn timed(
+    collection: &Collection,
+    group: &str,
+    query: &SearchRequest,
+) -> Result<(f64, cellar_stream::SearchResult)> {
     let start = Instant::now();
     let result = collection.search(group, query)?;
     Ok((start.elapsed().as_secs_f64() * 1e3, result))
@@ -239,9 +253,11 @@ pub fn per_group(
         for q in 0..args.queries {
             let user = users[q % users.len()];
             let name = &corpus.users[user].name;
-            let mut query = Query::new(corpus.query(user, args.query_tokens, q as u64), 10);
+            let mut query = query(&corpus.query(user, args.query_tokens, q as u64), corpus.dim, 10);
             let group = if global {
-                query.filters.insert("user".into(), MetaValue::Str(name.clone()));
+                query.filter = Some(
+                    serde_json::from_value::<Filter>(serde_json::json!({ "user": name })).expect("a filter"),
+                );
                 "all"
             } else {
                 name.as_str()
@@ -252,7 +268,7 @@ pub fn per_group(
             (scanned, scored) = (result.stats.docs_scanned, result.stats.docs_scored);
             bytes = result.stats.bytes_read;
             warm.push(timed(collection, group, &query)?.0);
-            query.mode = Mode::Pooled;
+            query.mode = Some(Mode::DenseExact);
             evict_all(collection)?;
             pooled.push(timed(collection, group, &query)?.0);
         }
@@ -285,8 +301,9 @@ pub fn export(corpus: &Corpus, collection: &Collection, dir: &Path, args: &Strea
         offsets.push(pooled.len() / (corpus.dim * 4));
         for i in 0..user.docs {
             let doc = corpus.doc(u, i);
-            pooled.extend(doc.pooled_or_mean(corpus.dim).iter().flat_map(|v| v.to_le_bytes()));
-            tokens.extend(doc.tokens.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()));
+            let rows = doc.vectors.expect("the corpus gives vectors").tokens.concat();
+            pooled.extend(mean_normalised(&rows, corpus.dim).iter().flat_map(|v| v.to_le_bytes()));
+            tokens.extend(rows.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()));
         }
     }
     for (name, bytes) in [("pooled.f32", pooled), ("tokens.f16", tokens)] {
@@ -299,7 +316,8 @@ pub fn export(corpus: &Corpus, collection: &Collection, dir: &Path, args: &Strea
         if seen >= args.queries {
             continue;
         }
-        let mut query = Query::new(corpus.query(u, args.query_tokens, seen as u64), 10);
+        let tokens = corpus.query(u, args.query_tokens, seen as u64);
+        let mut query = query(&tokens, corpus.dim, 10);
         let to_index = |hits: Vec<cellar_stream::Hit>| -> Vec<usize> {
             hits.iter().map(|h| offsets[u] + h.id[1..].parse::<usize>().expect("d%06 ids")).collect()
         };
@@ -307,12 +325,12 @@ pub fn export(corpus: &Corpus, collection: &Collection, dir: &Path, args: &Strea
         let start = Instant::now();
         let maxsim = to_index(collection.search(&user.name, &query)?.hits);
         let warm_ms = start.elapsed().as_secs_f64() * 1e3;
-        query.mode = Mode::Pooled;
+        query.mode = Some(Mode::DenseExact);
         let exact = to_index(collection.search(&user.name, &query)?.hits);
-        let rows: Vec<&[f32]> = query.tokens.chunks(corpus.dim).collect();
+        let rows: Vec<&[f32]> = tokens.chunks(corpus.dim).collect();
         queries.push(serde_json::json!({
             "class": user.class, "user": u, "docs": user.docs, "offset": offsets[u],
-            "query": mean(&query.tokens, corpus.dim), "query_tokens": rows, "exact": exact,
+            "query": mean(&tokens, corpus.dim), "query_tokens": rows, "exact": exact,
             "exact_maxsim": maxsim, "stream_warm_ms": warm_ms,
         }));
     }

@@ -146,6 +146,7 @@ class Index:
         early_read: bool | None = None,
         filter: _Filter | None = None,
         filter_exact_max: int | None = None,
+        require_terms: str | None = None,
     ) -> SearchResult: ...
     def search_batch(
         self,
@@ -170,6 +171,7 @@ class Index:
         early_read: bool | None = None,
         filter: _Filter | None = None,
         filter_exact_max: int | None = None,
+        require_terms: str | None = None,
     ) -> list[SearchResult]: ...
     def evaluate(
         self,
@@ -191,6 +193,7 @@ class Index:
         prefetch_step: float | None = None,
         hybrid_candidates: int | None = None,
         early_read: bool | None = None,
+        require_terms: str | None = None,
     ) -> dict[str, Any]: ...
     def add(
         self,

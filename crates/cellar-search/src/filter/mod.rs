@@ -1,5 +1,5 @@
 //! Filters on documents' metadata (`crate::meta`): the one filter type of every front end (a
-//! search's `filter`, a delete by filter), its checks, the reference meaning (`Filter::matches`,
+//! search's `filter`, a delete by filter, a stream's search), its checks, the reference meaning (`Filter::matches`,
 //! which the property test holds the index to), and its translation into a tantivy query over
 //! the BM25 index's `meta` field. A search evaluates its filter once, into the set of matching
 //! internal ids ([`Allowed`]), which every first stage then takes as it runs: BM25's collector,
@@ -26,19 +26,6 @@ use tantivy::Term;
 use crate::meta::{check_key, check_string, Indexed, MetaValue, Metadata};
 
 mod json;
-
-/// A stream's `filter` (its JSON, in this grammar) as the field → value equalities a stream
-/// runs: read and checked as every filter is, then [`Filter::equalities`]. Every front end of
-/// streams (HTTP, Python) calls this one.
-pub fn stream_equalities(
-    json: serde_json::Value,
-) -> Result<std::collections::BTreeMap<String, serde_json::Value>> {
-    let filter: Filter =
-        serde_json::from_value(json).map_err(|e| CellarError::invalid(format!("filter: {e}")))?;
-    filter.check("filter")?;
-    let equal = filter.equalities().map_err(CellarError::InvalidInput)?;
-    Ok(equal.into_iter().map(|(field, value)| (field, serde_json::json!(value))).collect())
-}
 
 /// Nodes (comparisons and `and`/`or`/`not`) one filter may hold.
 pub const MAX_FILTER_NODES: usize = 256;
@@ -282,27 +269,6 @@ impl Filter {
             )));
         }
         Ok(())
-    }
-
-    /// The filter as equalities of distinct fields (`eq`, and `and` of them: what the shorthand
-    /// `{"field": value, ...}` reads as), or `None` when it is anything else. Streams run only
-    /// these (`Err` names why not, for their callers' message).
-    pub fn equalities(&self) -> std::result::Result<std::collections::BTreeMap<String, Scalar>, String> {
-        fn walk(filter: &Filter, out: &mut std::collections::BTreeMap<String, Scalar>) -> bool {
-            match filter {
-                Filter::Eq(e) => out.insert(e.field.clone(), e.value.clone()).is_none(),
-                Filter::And(all) => all.iter().all(|f| walk(f, out)),
-                _ => false,
-            }
-        }
-        let mut out = std::collections::BTreeMap::new();
-        if walk(self, &mut out) {
-            Ok(out)
-        } else {
-            Err("a stream filters on equality only: {\"field\": value, ...}, or eq and and of them (each field \
-                 once)"
-                .into())
-        }
     }
 
     /// Values this filter compares with: one per `eq` and `range`, each of an `in`'s values.
@@ -639,12 +605,6 @@ mod tests {
             (r#"{"or":[{"lang":"de"},{"range":{"field":"year","gte":2000}}]}"#, true),
         ] {
             assert_eq!(filter(text).matches(&m), want, "{text}");
-        }
-        // Streams run its equalities: the shorthand and eq/and of distinct fields, nothing else.
-        let equal = filter(r#"{"and":[{"lang":"en"},{"eq":{"field":"year","value":2004}}]}"#).equalities();
-        assert_eq!(equal.unwrap().keys().collect::<Vec<_>>(), ["lang", "year"]);
-        for text in [r#"{"lang":["en","fr"]}"#, r#"{"or":[{"lang":"en"}]}"#, r#"{"and":[{"a":1},{"a":2}]}"#] {
-            assert!(filter(text).equalities().unwrap_err().contains("equality only"), "{text}");
         }
         // It serialises in the long form, which reads back the same.
         let f = filter(r#"{"lang":"en","year":2004}"#);

@@ -8,27 +8,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cellar_core::io::wait::waiting_on_io;
-use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, DocId, Result};
 use cellar_encode::Encoded;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::build::{project_tokens, EmbeddedDoc};
+use crate::build::project_tokens;
 use crate::corpus::Document;
+use crate::doc::DocIn;
 use crate::filter::Filter;
 use crate::index::Index;
-use crate::meta::Metadata;
-use crate::plan::flatten;
-use crate::request::QueryVectorsIn;
 use crate::written::batch::{LiveDoc, LogBatch, LogOp};
 use crate::written::state::StagedBatch;
 
 /// Operations one write request may hold.
 pub const MAX_WRITE_OPS: usize = 4096;
-/// Bytes of a document's id, title plus text.
-pub const MAX_ID_BYTES: usize = 1024;
-pub const MAX_DOC_TEXT_BYTES: usize = 1 << 20;
 /// Documents whose texts a write encodes in one call: between chunks its caller may stop it
 /// (`Index::write_checked`), and it holds the full-precision vectors of one chunk at a time.
 pub const ENCODE_CHUNK_DOCS: usize = 32;
@@ -45,27 +39,6 @@ pub struct EncodeProgress {
     pub bytes: usize,
     /// Time spent encoding so far.
     pub elapsed: Duration,
-}
-
-/// A document to add or update.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DocIn {
-    /// The collection's id: not empty, at most 1024 bytes.
-    pub id: String,
-    #[serde(default)]
-    pub title: String,
-    #[serde(default)]
-    pub text: String,
-    /// Scalar values filters run on: strings, numbers, booleans, lists of strings (at most 64
-    /// keys).
-    #[serde(default, skip_serializing_if = "Metadata::is_empty")]
-    pub metadata: Metadata,
-    /// The document's own vectors in the model's space (before any PCA), in the form of
-    /// `query_vectors` (token rows, optional pooled vector, or their base64 forms). Without
-    /// them, title and text are encoded with the index's model.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vectors: Option<QueryVectorsIn>,
 }
 
 /// One change: `{"add": doc}` (the id must be new), `{"update": doc}` (the id must exist; the
@@ -122,43 +95,6 @@ struct Prepared {
 
 fn ms_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
-}
-
-impl DocIn {
-    /// The document as a build or a write of given vectors takes it: its vectors (which it must
-    /// carry) flattened and checked against the dimension `dim`; `at` (`docs[3].vectors`) is
-    /// what errors name.
-    pub(crate) fn into_embedded(self, dim: usize, at: &str) -> Result<EmbeddedDoc> {
-        let vectors = self.vectors.ok_or_else(|| CellarError::invalid(format!("{at}: no vectors")))?;
-        let flat = flatten(vectors, dim, at, MAX_TOKENS_PER_DOC)?;
-        Ok(EmbeddedDoc {
-            id: self.id,
-            title: self.title,
-            text: self.text,
-            metadata: self.metadata,
-            tokens: flat.tokens,
-            pooled: flat.pooled,
-        })
-    }
-}
-
-fn check_doc(doc: &DocIn, at: &str) -> Result<()> {
-    if doc.id.is_empty() || doc.id.len() > MAX_ID_BYTES {
-        return Err(CellarError::invalid(format!(
-            "{at}.id must be 1 to {MAX_ID_BYTES} bytes, got {}",
-            doc.id.len()
-        )));
-    }
-    if doc.title.len() + doc.text.len() > MAX_DOC_TEXT_BYTES {
-        return Err(CellarError::invalid(format!(
-            "{at}: title and text are {} bytes; the limit is {MAX_DOC_TEXT_BYTES}",
-            doc.title.len() + doc.text.len()
-        )));
-    }
-    if doc.vectors.is_none() && doc.title.trim().is_empty() && doc.text.trim().is_empty() {
-        return Err(CellarError::invalid(format!("{at}: no text to encode and no vectors")));
-    }
-    Ok(())
 }
 
 impl Index {
@@ -351,7 +287,7 @@ impl Index {
                     continue;
                 }
             };
-            check_doc(doc, &at)?;
+            doc.check_for_index(&at)?;
             if !doc.metadata.is_empty() && !self.bm25.has_metadata() {
                 return Err(crate::bm25::no_metadata_field(&self.dir));
             }

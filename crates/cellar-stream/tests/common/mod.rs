@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use cellar_stream::{Collection, Durability, MetaValue, Options, StreamDoc};
+use cellar_search::{DocIn, MetaValue, Metadata, QueryVectorsIn, SearchRequest};
+use cellar_stream::{Collection, Durability, Options};
 
 pub const DIM: usize = 8;
 
@@ -42,14 +43,66 @@ pub fn vectors_of(text: &str) -> (Vec<f32>, usize) {
     (tokens, n)
 }
 
+/// A test's document, its vectors flat (`n_tokens * DIM` values) as the reference model
+/// scores them; [`Doc::doc_in`] is what a collection takes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Doc {
+    pub group: String,
+    pub id: String,
+    pub text: String,
+    pub tokens: Vec<f32>,
+    pub n_tokens: usize,
+    pub pooled: Option<Vec<f32>>,
+    pub metadata: BTreeMap<String, MetaValue>,
+}
+
+impl Doc {
+    /// The document as a stream takes it (`n_tokens` rows of `tokens`; a row count that does
+    /// not divide them is written as it is, for the tests of bad input).
+    pub fn doc_in(&self) -> DocIn {
+        let width = if self.n_tokens == 0 { DIM } else { self.tokens.len().div_ceil(self.n_tokens) };
+        let tokens = if self.n_tokens == 0 {
+            Vec::new()
+        } else {
+            self.tokens.chunks(width).map(<[f32]>::to_vec).collect()
+        };
+        DocIn {
+            group: Some(self.group.clone()),
+            id: self.id.clone(),
+            text: self.text.clone(),
+            metadata: Metadata(self.metadata.clone()),
+            vectors: Some(QueryVectorsIn {
+                tokens,
+                pooled: self.pooled.clone(),
+                ..QueryVectorsIn::default()
+            }),
+            ..DocIn::default()
+        }
+    }
+}
+
+/// Every document of `docs` as a stream takes it.
+pub fn doc_ins(docs: &[Doc]) -> Vec<DocIn> {
+    docs.iter().map(Doc::doc_in).collect()
+}
+
 /// A document whose text names its group, id and version, and whose vectors follow from it.
-pub fn doc(group: &str, id: &str, version: u64) -> StreamDoc {
+pub fn doc(group: &str, id: &str, version: u64) -> Doc {
     let text = format!("doc {group} {id} v{version} word{}", version % 5);
     let (tokens, n_tokens) = vectors_of(&text);
     let mut metadata = BTreeMap::new();
     metadata.insert("group".to_string(), MetaValue::Str(group.to_string()));
     metadata.insert("parity".to_string(), MetaValue::Int((version % 2) as i64));
-    StreamDoc { group: group.into(), id: id.into(), text, tokens, n_tokens, pooled: None, metadata }
+    Doc { group: group.into(), id: id.into(), text, tokens, n_tokens, pooled: None, metadata }
+}
+
+/// A search for the `k` best of query token vectors `tokens` (`n * DIM` values).
+pub fn search(tokens: Vec<f32>, k: usize) -> SearchRequest {
+    SearchRequest {
+        k: Some(k),
+        query_vectors: Some(QueryVectorsIn::from_flat(&tokens, DIM, None)),
+        ..SearchRequest::default()
+    }
 }
 
 /// A query vector from `seed`.

@@ -5,10 +5,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cellar_stream::doc::{
-    KIND_PUT, KIND_TOMBSTONE, MAX_DOC_BYTES, MAX_KEY_BYTES, MAX_META_FIELDS, MAX_META_KEY_BYTES,
-    MAX_META_STRING_BYTES, MAX_TEXT_BYTES, MAX_TOKENS,
-};
+use cellar_core::ids::MAX_NAME_BYTES as MAX_META_KEY_BYTES;
+use cellar_core::store::MAX_TOKENS_PER_DOC as MAX_TOKENS;
+use cellar_search::doc::{MAX_DOC_TEXT_BYTES as MAX_TEXT_BYTES, MAX_ID_BYTES as MAX_KEY_BYTES};
+use cellar_search::meta::{MAX_META_KEYS as MAX_META_FIELDS, MAX_META_STRING_BYTES};
+use cellar_stream::doc::{KIND_PUT, KIND_TOMBSTONE, MAX_DOC_BYTES};
 use cellar_stream::manifest::{
     segment_file, Manifest, SegmentRef, Settings, MANIFEST_FILE, MANIFEST_VERSION, READABLE_VERSIONS,
     SETTINGS_FILE, VERSION_FIELD, WAL_FILE,

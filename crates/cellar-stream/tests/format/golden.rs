@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use cellar_core::CellarError;
+use cellar_search::MetaValue;
 use cellar_stream::manifest::{segment_file, Manifest, MANIFEST_FILE, SETTINGS_FILE, WAL_FILE};
 use cellar_stream::segment::Segment;
-use cellar_stream::{Collection, MetaValue, StreamDoc};
+use cellar_stream::Collection;
 
 use crate::common::{self, DIM};
 use crate::golden_files;
@@ -30,7 +31,7 @@ fn files() -> [String; 4] {
 }
 
 /// A document with a pooled vector of its own and every kind of metadata value.
-fn described() -> StreamDoc {
+fn described() -> common::Doc {
     let mut doc = common::doc("b", "described", 1);
     doc.pooled = Some((0..DIM).map(|d| if d == 0 { 1.0 } else { 0.0 }).collect());
     doc.metadata.insert("score".into(), MetaValue::Float(0.25));
@@ -42,12 +43,12 @@ fn described() -> StreamDoc {
 fn write(dir: &Path) {
     let collection = common::open(dir, common::options(1 << 20));
     let first = [common::doc("a", "1", 1), common::doc("a", "2", 1), common::doc("b", "1", 1)];
-    collection.put_batch(&first).unwrap();
-    collection.put(&described()).unwrap();
+    collection.put_batch(&common::doc_ins(&first)).unwrap();
+    collection.put(&described().doc_in()).unwrap();
     collection.delete("a", "2").unwrap();
     collection.flush().unwrap();
-    collection.put(&common::doc("a", "1", 2)).unwrap();
-    collection.put_batch(&[common::doc("c", "1", 1), common::doc("c", "2", 1)]).unwrap();
+    collection.put(&common::doc("a", "1", 2).doc_in()).unwrap();
+    collection.put_batch(&common::doc_ins(&[common::doc("c", "1", 1), common::doc("c", "2", 1)])).unwrap();
     collection.delete("b", "1").unwrap();
 }
 
@@ -67,7 +68,7 @@ fn golden_collection_is_reproduced_byte_for_byte() {
 
 /// What `get` must return for (group, id): the input document and its sequence number, or
 /// nothing for a deleted one.
-type Expected = (&'static str, &'static str, Option<(StreamDoc, u64)>);
+type Expected = (&'static str, &'static str, Option<(common::Doc, u64)>);
 
 fn expected() -> Vec<Expected> {
     vec![
@@ -105,7 +106,7 @@ fn golden_collection_is_read_by_this_build() {
                 );
                 assert_eq!(got.tokens, doc.tokens, "{group}/{id}: token vectors are exact in f16");
                 assert_eq!(
-                    got.metadata,
+                    got.metadata.0,
                     doc.metadata.into_iter().collect::<BTreeMap<_, _>>(),
                     "{group}/{id}"
                 );

@@ -20,7 +20,7 @@ use crate::common::{self, DIM};
 fn collection() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let collection = common::open(dir.path(), common::options(1 << 20));
-    collection.put(&common::doc("g", "d", 1)).unwrap();
+    collection.put(&common::doc("g", "d", 1).doc_in()).unwrap();
     collection.flush().unwrap();
     drop(collection);
     assert!(dir.path().join(SETTINGS_FILE).is_file() && dir.path().join(MANIFEST_FILE).is_file());
@@ -107,7 +107,7 @@ fn claim_newer(path: &Path, version: u32, reshaped_to: usize) -> Vec<u8> {
 fn a_newer_wal_is_incompatible_and_left_as_it_was() {
     let dir = collection();
     let collection = common::open(dir.path(), common::options(1 << 20));
-    collection.put(&common::doc("g", "logged", 1)).unwrap();
+    collection.put(&common::doc("g", "logged", 1).doc_in()).unwrap();
     drop(collection);
     let path = dir.path().join(WAL_FILE);
     // The header's reserved word and the first records no longer frame as this build's records.

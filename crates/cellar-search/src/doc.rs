@@ -1,0 +1,116 @@
+//! `DocIn`: a document as every front end states it, for an index's writes and builds and for
+//! a streaming collection's feed alike, with the one set of rules it is held to. Its metadata
+//! is `crate::meta`'s, its vectors `crate::request`'s `QueryVectorsIn`; the limits are declared
+//! here once.
+
+use cellar_core::store::MAX_TOKENS_PER_DOC;
+use cellar_core::{CellarError, Result};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::build::EmbeddedDoc;
+use crate::meta::Metadata;
+use crate::plan::flatten;
+use crate::request::QueryVectorsIn;
+
+/// Bytes of a document's id, and of a streaming document's group.
+pub const MAX_ID_BYTES: usize = 1024;
+/// Bytes of a document's title and text together.
+pub const MAX_DOC_TEXT_BYTES: usize = 1 << 20;
+
+/// A document to add or update.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DocIn {
+    /// The collection's id: 1 to 1024 bytes, no control character.
+    pub id: String,
+    /// A streaming collection's group (the same rule as `id`): a group's documents are stored
+    /// together and searched one group at a time. An index has no groups and refuses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default)]
+    pub title: String,
+    #[serde(default)]
+    pub text: String,
+    /// Scalar values filters run on: strings, numbers, booleans, lists of strings (at most 64
+    /// keys).
+    #[serde(default, skip_serializing_if = "Metadata::is_empty")]
+    pub metadata: Metadata,
+    /// The document's own vectors in the model's space (before any PCA), in the form of
+    /// `query_vectors` (token rows, optional pooled vector, or their base64 forms). Without
+    /// them, title and text are encoded with the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vectors: Option<QueryVectorsIn>,
+}
+
+/// A document id or a group: 1 to [`MAX_ID_BYTES`] bytes, no control character (keys appear in
+/// URL paths, logs and file directories).
+pub fn check_key(what: &str, key: &str) -> Result<()> {
+    key_error(what, key).map_or(Ok(()), |e| Err(CellarError::invalid(e)))
+}
+
+/// What is wrong with a key, if anything.
+fn key_error(what: &str, key: &str) -> Option<String> {
+    if key.is_empty() {
+        Some(format!("the {what} is empty"))
+    } else if key.len() > MAX_ID_BYTES {
+        Some(format!("the {what} is {} bytes, over the limit of {MAX_ID_BYTES}", key.len()))
+    } else if key.chars().any(char::is_control) {
+        Some(format!("the {what} {key:?} holds a control character"))
+    } else {
+        None
+    }
+}
+
+impl DocIn {
+    /// Every rule of a document that does not depend on where it goes: its id, the size of
+    /// its title and text, something to store (text or vectors), its metadata. `at`
+    /// (`ops[3].add`, `docs[2]`) is what errors name.
+    pub fn check(&self, at: &str) -> Result<()> {
+        if let Some(e) = key_error("document id", &self.id) {
+            return Err(CellarError::invalid(format!(
+                "{at}.id must be 1 to {MAX_ID_BYTES} bytes with no control character: {e}"
+            )));
+        }
+        let bytes = self.title.len() + self.text.len();
+        if bytes > MAX_DOC_TEXT_BYTES {
+            return Err(CellarError::invalid(format!(
+                "{at}: title and text of {bytes} bytes are over the limit of {MAX_DOC_TEXT_BYTES}"
+            )));
+        }
+        if self.vectors.is_none() && self.title.trim().is_empty() && self.text.trim().is_empty() {
+            return Err(CellarError::invalid(format!(
+                "{at}: the document has no text to encode: neither text nor tokens (vectors)"
+            )));
+        }
+        self.metadata.check().map_err(|e| CellarError::invalid(format!("{at}: {e}")))
+    }
+
+    /// [`DocIn::check`], and no group: what an index's writes and `Index::create` hold a
+    /// document to.
+    pub fn check_for_index(&self, at: &str) -> Result<()> {
+        self.check(at)?;
+        match &self.group {
+            Some(group) => Err(CellarError::invalid(format!(
+                "{at}.group: an index has no groups ({group:?}): groups belong to streaming collections"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The document with its vectors (which it must carry) flattened and checked against the
+    /// dimension `dim`: what a build, a write of given vectors and a stream store; `at`
+    /// (`docs[3].vectors`) is what errors name.
+    pub fn into_embedded(self, dim: usize, at: &str) -> Result<EmbeddedDoc> {
+        let vectors = self.vectors.ok_or_else(|| CellarError::invalid(format!("{at}: no vectors")))?;
+        let flat = flatten(vectors, dim, at, MAX_TOKENS_PER_DOC)?;
+        Ok(EmbeddedDoc {
+            id: self.id,
+            title: self.title,
+            text: self.text,
+            metadata: self.metadata,
+            tokens: flat.tokens,
+            pooled: flat.pooled,
+        })
+    }
+}
