@@ -130,14 +130,11 @@ struct Source {
 pub(crate) fn written_from(doc: cellar_search::EmbeddedDoc, dim: usize) -> DocIn {
     DocIn {
         id: doc.id,
+        group: None,
         title: doc.title,
         text: doc.text,
         metadata: doc.metadata,
-        vectors: Some(QueryVectorsIn {
-            tokens: doc.tokens.chunks(dim).map(<[f32]>::to_vec).collect(),
-            pooled: doc.pooled,
-            ..Default::default()
-        }),
+        vectors: Some(QueryVectorsIn::from_flat(&doc.tokens, dim, doc.pooled)),
     }
 }
 
@@ -345,6 +342,7 @@ pub fn run(args: LiveArgs) -> Result<()> {
             let Some(doc) = reader.next() else { break };
             let doc = doc?;
             ops.push(WriteOp::Add(DocIn {
+                group: None,
                 id: format!("text-{n}"),
                 title: doc.title,
                 text: doc.text,

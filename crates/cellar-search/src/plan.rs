@@ -243,12 +243,7 @@ fn check_query(text: &str) -> Result<()> {
 
 /// Rows into one flat buffer, after checking their count (at most `max_rows`) and that each has
 /// the model's dimension; `field` (`query_vectors`, `ops[3].add.vectors`) is what errors name.
-pub(crate) fn flatten(
-    vectors: QueryVectorsIn,
-    dim: usize,
-    field: &str,
-    max_rows: usize,
-) -> Result<QueryVectors> {
+pub fn flatten(vectors: QueryVectorsIn, dim: usize, field: &str, max_rows: usize) -> Result<QueryVectors> {
     let dtype = vectors.dtype.unwrap_or_default();
     let (tokens, n_tokens) = match vectors.tokens_b64 {
         Some(_) if !vectors.tokens.is_empty() => {

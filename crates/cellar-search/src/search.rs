@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use cellar_core::io::ReadStats;
+use cellar_core::stats::ms_since;
 use cellar_core::{DocId, Result};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -168,10 +169,6 @@ pub struct SearchResponse {
     /// and any tokens cut.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<QueryEncoding>,
-}
-
-pub(crate) fn ms_since(start: Instant) -> f64 {
-    start.elapsed().as_secs_f64() * 1e3
 }
 
 impl Index {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cellar_core::io::wait::waiting_on_io;
+use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, DocId, Result};
 use cellar_encode::Encoded;
 use schemars::JsonSchema;
@@ -91,10 +92,6 @@ struct Prepared {
     n_tokens: u32,
     tokens: Vec<u8>,
     pooled: Vec<u8>,
-}
-
-fn ms_since(start: Instant) -> f64 {
-    start.elapsed().as_secs_f64() * 1e3
 }
 
 impl Index {
