@@ -14,6 +14,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use cellar_core::stats::ms_since;
 use cellar_core::CellarError;
 use cellar_search::Index;
 use serde::de::DeserializeOwned;
@@ -21,11 +22,11 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::oneshot;
 
+use crate::config::{ServerConfig, WRITE_LANE_QUEUE, WRITE_LANE_THREADS};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::pool::{CpuPool, Job};
 use crate::registry::Indexes;
-use crate::ServerConfig;
 
 /// The streams' root and the encoder for documents and queries sent without vectors.
 pub struct StreamsState {
@@ -86,7 +87,7 @@ impl AppState {
         memory: Arc<crate::pressure::Guard>,
     ) -> Arc<AppState> {
         let pool = CpuPool::new(config.workers, config.io_waiters, config.queue_capacity);
-        let writes = CpuPool::new(crate::WRITE_LANE_THREADS, 0, crate::WRITE_LANE_QUEUE);
+        let writes = CpuPool::new(WRITE_LANE_THREADS, 0, WRITE_LANE_QUEUE);
         Arc::new(AppState {
             index,
             indexes,
@@ -263,7 +264,7 @@ where
         .map(|work| {
             let (tx, rx) = oneshot::channel();
             let job: Job = Box::new(move || {
-                let queue_ms = enqueued.elapsed().as_secs_f64() * 1e3;
+                let queue_ms = ms_since(enqueued);
                 let outcome = if Instant::now() >= deadline {
                     Outcome::Expired
                 } else {
@@ -322,59 +323,4 @@ pub async fn run_on_write_lane<T: Send + 'static>(
     let pending =
         submit_to(&state.writes, "write lane", vec![work], deadline)?.pop().expect("one job submitted");
     pending.wait(state, deadline).await.map(|(value, _)| value)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::AtomicBool;
-    use std::sync::{mpsc, Mutex};
-    use std::time::Duration;
-
-    use axum::body::Body;
-    use axum::http::Request;
-    use tower::ServiceExt;
-
-    use super::*;
-
-    /// An answer whose serialization says it started, then waits (at most 10 s) to be told to
-    /// go on.
-    struct Slow {
-        started: Arc<AtomicBool>,
-        go: Mutex<mpsc::Receiver<()>>,
-    }
-
-    impl Serialize for Slow {
-        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            self.started.store(true, Ordering::SeqCst);
-            let go = self.go.lock().unwrap().recv_timeout(Duration::from_secs(10));
-            go.map_err(|_| serde::ser::Error::custom("never told to go on: the runtime was held"))?;
-            s.serialize_str("done")
-        }
-    }
-
-    /// Issue 43.5: `/healthz` stalled 3.3 s while a 553 MB answer was serialized on the async
-    /// runtime. On a runtime of one thread, `/healthz` is answered while an answer is being
-    /// serialized: the serialization goes on only once `/healthz` has answered.
-    #[tokio::test(flavor = "current_thread")]
-    async fn healthz_answers_while_an_answer_is_serialized() {
-        let config = ServerConfig::new("127.0.0.1:0".parse().unwrap());
-        let app = crate::router(AppState::serving(None, None, None, config));
-        let (go, wait) = mpsc::channel();
-        let started = Arc::new(AtomicBool::new(false));
-        let slow = Slow { started: started.clone(), go: Mutex::new(wait) };
-        let answer = tokio::spawn(json_off_runtime(slow));
-        for _ in 0..2000 {
-            if started.load(Ordering::SeqCst) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert!(started.load(Ordering::SeqCst), "the serialization started");
-        let health = app.oneshot(Request::get("/healthz").body(Body::empty()).unwrap()).await.unwrap();
-        assert_eq!(health.status(), StatusCode::OK);
-        let _ = go.send(());
-        let answer = answer.await.unwrap().expect("the answer was serialized once /healthz answered");
-        let body = axum::body::to_bytes(answer.into_body(), usize::MAX).await.unwrap();
-        assert_eq!(&body[..], b"\"done\"");
-    }
 }

@@ -19,6 +19,7 @@
 
 pub mod app;
 pub mod cap;
+pub mod config;
 pub mod docs_api;
 pub mod error;
 pub mod indexes;
@@ -41,103 +42,13 @@ use cellar_core::{CellarError, Result};
 use cellar_search::Index;
 
 pub use app::{AppState, StreamsState};
+pub use config::{
+    default_in_flight_bytes, default_queue, default_read_buffer_bytes, ServerConfig, DEFAULT_MAX_CONNECTIONS,
+    IO_WAITERS_PER_WORKER, MAX_READ_BUFFER_BYTES, QUEUE_PER_WORKER, WRITE_LANE_QUEUE, WRITE_LANE_THREADS,
+};
+use config::{in_flight_bytes_within, read_buffer_bytes_within};
 pub use error::ApiError;
 pub use routes::router;
-
-/// Connections served at once by default (`ServerConfig::max_connections`).
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-
-/// Searches that may wait per worker by default. A search takes 5-30 ms here, so a full queue
-/// already means 100-500 ms of waiting; a deeper one only holds more request bodies in memory
-/// (a server under a memory cap was OOM-killed at 64 per worker under overload).
-pub const QUEUE_PER_WORKER: usize = 16;
-
-/// Searches per worker that may sleep on reads while others compute, by default (see
-/// `bench/results/io-waiters.md`).
-pub const IO_WAITERS_PER_WORKER: usize = 1;
-
-/// Threads of the write lane: writes that encode text run there one at a time, beside the
-/// search pool, so they never take its workers (the OS shares the cores between them).
-pub const WRITE_LANE_THREADS: usize = 1;
-
-/// Writes that may wait for the write lane before more are refused with 429. A text write may
-/// take its whole deadline, so a deeper queue only holds bodies for writes that would expire.
-pub const WRITE_LANE_QUEUE: usize = 4;
-
-/// The default queue for `workers` threads: 16 per worker, and never less than the largest
-/// batch, which is queued whole (a 64-query batch on 2 cores was otherwise always 429).
-pub fn default_queue(workers: usize) -> usize {
-    (QUEUE_PER_WORKER * workers).max(cellar_search::request::MAX_BATCH)
-}
-
-/// How the server runs; see `cellar serve --help` for each default.
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    pub bind: SocketAddr,
-    /// CPU slots of the pool: searches that compute at once.
-    pub workers: usize,
-    /// Threads of the pool beyond `workers`: searches that may sleep on their reads while
-    /// `workers` others compute (see `pool`).
-    pub io_waiters: usize,
-    /// Searches that may wait for a worker before requests are refused with 429.
-    pub queue_capacity: usize,
-    /// Requests admitted at once (queued or running); beyond it, 429. A body is read first,
-    /// bounded by `max_body_bytes` and `read_timeout`, so slow clients take no admission slot.
-    pub max_in_flight: usize,
-    /// Bytes of request bodies held at once (being read, queued or running; counted from their
-    /// Content-Length before they are read); a request that would pass it gets 429 unless no
-    /// other is held. `None`: [`default_in_flight_bytes`] when
-    /// serving starts (unbounded without a memory cap).
-    pub max_in_flight_bytes: Option<usize>,
-    /// Time a request may take, queue included, before it is answered with 504.
-    pub deadline: Duration,
-    pub max_body_bytes: usize,
-    /// Time a client may take to send its request head, and again its body: past it the
-    /// connection is closed (head) or answered 408 (body), so slow clients hold nothing for long.
-    pub read_timeout: Duration,
-    /// When set, `/v1/*` requires it.
-    pub api_key: Option<String>,
-    /// Connections served at once; past it the server accepts no more until one closes (the
-    /// kernel's backlog holds them), so idle or trickling clients cannot exhaust its file
-    /// descriptors. Each idle one is closed after `read_timeout` without a request head.
-    pub max_connections: usize,
-    /// Bytes of read buffers the searches may hold at once (`cellar_core::io`'s budget; a read
-    /// past it waits); `None`: [`default_read_buffer_bytes`] when serving starts.
-    pub read_buffer_bytes: Option<usize>,
-}
-
-/// Most read-buffer bytes by default: 32 pooled buffers, enough for about ten searches reading
-/// at once.
-pub const MAX_READ_BUFFER_BYTES: usize = 64 << 20;
-
-/// The read-buffer budget when none is given: half of what the process's memory cgroup may still
-/// be charged once the index is open (so concurrent searches cannot push a capped server past
-/// its cap), at least two pooled buffers, at most [`MAX_READ_BUFFER_BYTES`] (also without a cap).
-pub fn default_read_buffer_bytes() -> usize {
-    read_buffer_bytes_within(cap::memory_headroom())
-}
-
-fn read_buffer_bytes_within(headroom: Option<u64>) -> usize {
-    let least = 2 * cellar_core::io::POOLED_BUFFER_BYTES;
-    headroom
-        .map_or(MAX_READ_BUFFER_BYTES, |h| {
-            usize::try_from(h / 2).unwrap_or(usize::MAX).min(MAX_READ_BUFFER_BYTES)
-        })
-        .max(least)
-}
-
-/// The request-body budget when none is given: a quarter of what the process's memory cgroup
-/// may still be charged once the index is open (the read buffers take half), unbounded without a
-/// cap. A full queue of query-vector bodies (about 120 KB each as JSON numbers) otherwise got a
-/// server capped at its footprint + 5% of a residual index OOM-killed under overload
-/// (`bench/results/footprint-caps-client.md`).
-pub fn default_in_flight_bytes() -> usize {
-    in_flight_bytes_within(cap::memory_headroom())
-}
-
-fn in_flight_bytes_within(headroom: Option<u64>) -> usize {
-    headroom.map_or(usize::MAX, |h| usize::try_from(h / 4).unwrap_or(usize::MAX))
-}
 
 /// The cap's headroom less `cached` bytes of hot-record caches; caches of more than half the
 /// headroom are refused: the other half is what the server needs besides them under load
@@ -157,38 +68,6 @@ fn headroom_after_caches(headroom: Option<u64>, cached: usize) -> Result<Option<
         ))),
         Some(h) => Ok(Some(h - cached as u64)),
         None => Ok(None),
-    }
-}
-
-impl ServerConfig {
-    /// One worker per core, everything else its default.
-    pub fn new(bind: SocketAddr) -> Self {
-        ServerConfig::with_workers(bind, std::thread::available_parallelism().map_or(1, |n| n.get()))
-    }
-
-    /// `workers` CPU slots and the defaults that follow from them: an io waiter per worker, a
-    /// queue of [`default_queue`], admission of the queue plus one request per pool thread.
-    pub fn with_workers(bind: SocketAddr, workers: usize) -> Self {
-        let io_waiters = workers * IO_WAITERS_PER_WORKER;
-        ServerConfig {
-            bind,
-            workers,
-            io_waiters,
-            queue_capacity: default_queue(workers),
-            max_in_flight: default_queue(workers) + workers + io_waiters,
-            max_in_flight_bytes: None,
-            deadline: Duration::from_secs(10),
-            max_body_bytes: 2 << 20,
-            read_timeout: Duration::from_secs(10),
-            api_key: None,
-            read_buffer_bytes: None,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-        }
-    }
-
-    /// Threads of the CPU pool: searches that may be under way at once.
-    pub fn threads(&self) -> usize {
-        self.workers + self.io_waiters
     }
 }
 
@@ -374,13 +253,62 @@ mod tests {
         assert!(matches!(err, CellarError::InvalidInput(_)), "{err}");
         assert!(err.to_string().contains("at most 20 MiB"), "{err}");
     }
+}
 
-    #[test]
-    fn under_a_cap_requests_get_a_quarter_of_the_headroom_and_read_buffers_half() {
-        let headroom = 40 << 20;
-        assert_eq!(in_flight_bytes_within(Some(headroom)), 10 << 20);
-        assert_eq!(read_buffer_bytes_within(Some(headroom)), 20 << 20);
-        assert_eq!(in_flight_bytes_within(None), usize::MAX, "no cap: bounded by count only");
-        assert_eq!(read_buffer_bytes_within(None), MAX_READ_BUFFER_BYTES);
+/// The router with `app`'s serialization off the runtime: at the top, since `app` sits below the
+/// routes.
+#[cfg(test)]
+mod serving_tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Mutex};
+
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use serde::Serialize;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::app::json_off_runtime;
+
+    /// An answer whose serialization says it started, then waits (at most 10 s) to be told to
+    /// go on.
+    struct Slow {
+        started: Arc<AtomicBool>,
+        go: Mutex<mpsc::Receiver<()>>,
+    }
+
+    impl Serialize for Slow {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+            self.started.store(true, Ordering::SeqCst);
+            let go = self.go.lock().unwrap().recv_timeout(Duration::from_secs(10));
+            go.map_err(|_| serde::ser::Error::custom("never told to go on: the runtime was held"))?;
+            s.serialize_str("done")
+        }
+    }
+
+    /// Issue 43.5: `/healthz` stalled 3.3 s while a 553 MB answer was serialized on the async
+    /// runtime. On a runtime of one thread, `/healthz` is answered while an answer is being
+    /// serialized: the serialization goes on only once `/healthz` has answered.
+    #[tokio::test(flavor = "current_thread")]
+    async fn healthz_answers_while_an_answer_is_serialized() {
+        let config = ServerConfig::new("127.0.0.1:0".parse().unwrap());
+        let app = crate::router(AppState::serving(None, None, None, config));
+        let (go, wait) = mpsc::channel();
+        let started = Arc::new(AtomicBool::new(false));
+        let slow = Slow { started: started.clone(), go: Mutex::new(wait) };
+        let answer = tokio::spawn(json_off_runtime(slow));
+        for _ in 0..2000 {
+            if started.load(Ordering::SeqCst) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(started.load(Ordering::SeqCst), "the serialization started");
+        let health = app.oneshot(Request::get("/healthz").body(Body::empty()).unwrap()).await.unwrap();
+        assert_eq!(health.status(), StatusCode::OK);
+        let _ = go.send(());
+        let answer = answer.await.unwrap().expect("the answer was serialized once /healthz answered");
+        let body = axum::body::to_bytes(answer.into_body(), usize::MAX).await.unwrap();
+        assert_eq!(&body[..], b"\"done\"");
     }
 }
