@@ -24,22 +24,26 @@ unsafe impl GlobalAlloc for CappedAlloc {
         if layout.size() > ALLOC_CAP {
             return std::ptr::null_mut();
         }
-        System.alloc(layout)
+        // SAFETY: the caller's layout, passed on (GlobalAlloc's contract).
+        unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if layout.size() > ALLOC_CAP {
             return std::ptr::null_mut();
         }
-        System.alloc_zeroed(layout)
+        // SAFETY: the caller's layout, passed on (GlobalAlloc's contract).
+        unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
+        // SAFETY: `ptr` came from `System` with this layout (every allocation here is System's).
+        unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if new_size > ALLOC_CAP {
             return std::ptr::null_mut();
         }
-        System.realloc(ptr, layout, new_size)
+        // SAFETY: `ptr` came from `System` with this layout (every allocation here is System's).
+        unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
 

@@ -27,6 +27,7 @@ pub struct AlignedBuf {
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
 unsafe impl Send for AlignedBuf {}
+// SAFETY: a shared reference only reads its bytes, as a `&Vec<u8>` does.
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
