@@ -491,10 +491,33 @@ impl Bm25Index {
     /// The internal ids of the documents `filter` matches (deleted ones left out as tantivy
     /// deletes them). The filter must have passed [`Filter::check`].
     pub fn matching(&self, filter: &Filter) -> Result<Allowed> {
-        let meta = self.fields.meta.ok_or_else(|| no_metadata_field(&self.path))?;
+        self.matching_all(Some(filter), None)
+    }
+
+    /// The internal ids of the documents `filter` matches (when given) that hold every term of
+    /// `terms` (when given) as this index analyses its text (lowercased, stemmed; stop words,
+    /// which it does not index, are not required). `terms` with no term it indexes is refused.
+    pub fn matching_all(&self, filter: Option<&Filter>, terms: Option<&str>) -> Result<Allowed> {
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        if let Some(filter) = filter {
+            let meta = self.fields.meta.ok_or_else(|| no_metadata_field(&self.path))?;
+            clauses.push((Occur::Must, filter.to_query(meta)));
+        }
+        if let Some(text) = terms {
+            let terms = self.terms(text);
+            if terms.is_empty() {
+                return Err(CellarError::invalid(format!(
+                    "require_terms {text:?} holds no term this index keeps (stop words are not indexed)"
+                )));
+            }
+            for t in terms {
+                let term = tantivy::Term::from_field_text(self.fields.body, &t);
+                clauses.push((Occur::Must, Box::new(TermQuery::new(term, IndexRecordOption::Basic))));
+            }
+        }
         self.reader
             .searcher()
-            .search(&*filter.to_query(meta), &IdsCollector)
+            .search(&BooleanQuery::new(clauses), &IdsCollector)
             .map_err(|e| tantivy_error(&self.path, e))
     }
 

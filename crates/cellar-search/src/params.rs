@@ -150,11 +150,6 @@ impl SearchParams {
         has_splade: bool,
     ) -> Result<SearchParams> {
         let k = options.checked_k()?;
-        if options.require_terms.is_some() {
-            return Err(CellarError::InvalidInput(
-                "require_terms is a streaming collection's text match; an index ranks text with BM25: put the terms in query".into(),
-            ));
-        }
         let mode = options.mode.unwrap_or(defaults.mode);
         let candidates = options.candidates.unwrap_or(defaults.candidates);
         if candidates == 0 || candidates > MAX_CANDIDATES {

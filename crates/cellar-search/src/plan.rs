@@ -31,6 +31,7 @@ pub struct Plan {
     vectors: Option<QueryVectors>,
     include_text: bool,
     filter: Option<Filter>,
+    require_terms: Option<String>,
 }
 
 impl Plan {
@@ -73,12 +74,16 @@ impl Index {
         if let Some(filter) = &request.filter {
             self.check_filter(filter, "filter")?;
         }
+        if let Some(terms) = &request.require_terms {
+            check_terms(terms)?;
+        }
         Ok(Plan {
             params,
             text: request.query,
             vectors,
             include_text: request.include_text.unwrap_or(true),
             filter: request.filter,
+            require_terms: request.require_terms,
         })
     }
 
@@ -98,11 +103,18 @@ impl Index {
         Ok(self.bm25.matching(filter)?.ids().filter(|id| !view.is_deleted(*id)).collect())
     }
 
-    /// The documents `filter` matches, and how long finding them took (`None`: no filter).
-    pub(crate) fn evaluate(&self, filter: Option<&Filter>) -> Result<(Option<Arc<Allowed>>, f64)> {
-        let Some(filter) = filter else { return Ok((None, 0.0)) };
+    /// The documents `filter` matches that hold every term of `require_terms`, and how long
+    /// finding them took (`None`: neither was given, every document is taken).
+    pub(crate) fn evaluate(
+        &self,
+        filter: Option<&Filter>,
+        require_terms: Option<&str>,
+    ) -> Result<(Option<Arc<Allowed>>, f64)> {
+        if filter.is_none() && require_terms.is_none() {
+            return Ok((None, 0.0));
+        }
         let start = Instant::now();
-        let allowed = self.bm25.matching(filter)?;
+        let allowed = self.bm25.matching_all(filter, require_terms)?;
         Ok((Some(Arc::new(allowed)), ms_since(start)))
     }
 
@@ -121,7 +133,7 @@ impl Index {
     /// and the caller sent none, the caller's vectors projected otherwise. Consumes the plan, so
     /// its text and vectors move into the query uncopied.
     pub fn prepare(&self, plan: Plan) -> Result<PreparedQuery> {
-        let (allowed, filter_ms) = self.evaluate(plan.filter.as_ref())?;
+        let (allowed, filter_ms) = self.evaluate(plan.filter.as_ref(), plan.require_terms.as_deref())?;
         let mut query = self.prepare_vectors(plan)?;
         (query.allowed, query.filter_ms) = (allowed, filter_ms);
         Ok(query)
@@ -183,7 +195,7 @@ impl Index {
     pub fn execute(&self, plan: Plan) -> Result<SearchResponse> {
         let (params, include_text) = (plan.params, plan.include_text);
         let start = Instant::now();
-        let (allowed, filter_ms) = self.evaluate(plan.filter.as_ref())?;
+        let (allowed, filter_ms) = self.evaluate(plan.filter.as_ref(), plan.require_terms.as_deref())?;
         let exact = allowed.as_deref().is_some_and(|a| ranks_matches_exactly(&params, a));
         if !reads_before_encoding(&plan) || exact {
             let mut query = self.prepare_vectors(plan)?;
@@ -236,6 +248,17 @@ fn check_query(text: &str) -> Result<()> {
         return Err(CellarError::InvalidInput(format!(
             "the query is {} bytes long; the limit is {MAX_QUERY_BYTES}",
             text.len()
+        )));
+    }
+    Ok(())
+}
+
+/// `require_terms` is not empty and no longer than a query.
+fn check_terms(terms: &str) -> Result<()> {
+    if terms.trim().is_empty() || terms.len() > MAX_QUERY_BYTES {
+        return Err(CellarError::invalid(format!(
+            "require_terms must hold 1 to {MAX_QUERY_BYTES} bytes of terms, got {}",
+            terms.len()
         )));
     }
     Ok(())

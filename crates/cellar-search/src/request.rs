@@ -123,12 +123,12 @@ pub struct SearchRequest {
     #[schemars(range(max = MAX_CANDIDATES))]
     #[cfg_attr(feature = "cli", arg(long))]
     pub filter_exact_max: Option<usize>,
-    /// A streaming collection's text match: only documents holding every term of this text
-    /// (lowercased runs of letters and digits). An index refuses it (BM25 ranks its text: put
-    /// the terms in `query`).
+    /// Only documents holding every term of this text, applied with the filter: an index
+    /// matches the terms as BM25 analyses its text (lowercased and stemmed; stop words are not
+    /// required), a stream as lowercased runs of letters and digits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_QUERY_BYTES))]
-    #[cfg_attr(feature = "cli", arg(skip))]
+    #[cfg_attr(feature = "cli", arg(long, value_name = "TEXT"))]
     pub require_terms: Option<String>,
 }
 

@@ -131,13 +131,13 @@ impl Index {
     /// collection is asked), the query's vectors for every shard's later phases.
     pub fn shard_prepare(&self, request: SearchRequest, encode: bool) -> Result<Prepared> {
         let given = request.query_vectors.is_some();
-        let filter = request.filter.clone();
+        let (filter, terms) = (request.filter.clone(), request.require_terms.clone());
         let plan = self.plan(self.fitted(request))?;
         let params = *plan.params();
         let stats = (uses_lexical(params.mode) && params.lexical != Lexical::Splade)
             .then(|| self.bm25.stats(plan.text()))
             .transpose()?;
-        let (allowed, filter_ms) = self.evaluate(filter.as_ref())?;
+        let (allowed, filter_ms) = self.evaluate(filter.as_ref(), terms.as_deref())?;
         let mut prepared = Prepared {
             params,
             stats,

@@ -489,9 +489,8 @@ class RemoteStream:
     ) -> list[dict[str, Any]]:
         """The exact top-``k`` of ``group``, as :meth:`Stream.search`: ``query`` text (encoded by
         the server) or ``query_tokens``; ``mode`` ``"maxsim"`` or ``"pooled"``;
-        ``require_terms``; ``filter`` in the grammar of :meth:`search`, of which a stream runs
-        equality: ``{"kind": "todo"}`` (every field equal), or ``eq`` and ``and`` of them
-        (the server answers others with :class:`InvalidInputError`).
+        ``require_terms``; ``filter`` in the whole grammar of :meth:`search`
+        (``{"kind": "todo"}``, ``eq``, ``in``, ``range``, ``and``, ``or``, ``not``).
 
         Sends ``POST .../groups/{group}/search``; returns ``[{id, score, text, metadata}]``,
         best first (``text`` ``None`` with ``include_text=False``). :class:`NotFoundError` for a

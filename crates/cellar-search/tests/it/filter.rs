@@ -407,3 +407,76 @@ fn ranges_on_integers_beyond_2_pow_53_beside_floats_are_exact_in_the_index_and_i
         }
     }
 }
+
+/// Issue 46: `require_terms`, the one request type's text match, in an index: only documents
+/// holding every term (as BM25 analyses the text), with or without a filter, in every mode,
+/// for built and written documents alike; a text of stop words alone is refused.
+#[test]
+fn require_terms_keeps_the_documents_holding_every_term_in_every_mode() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path().join("index");
+    let text = |i: usize| {
+        let fruit = if i % 2 == 0 { "apples" } else { "pears" };
+        format!("note {i} about {fruit}{}", if i % 3 == 0 { " ripening fast" } else { "" })
+    };
+    let base: Vec<(String, Doc)> = (0..60).map(|i| (format!("d{i}"), new_doc(&mut rng, i))).collect();
+    let mut options = BuildOptions::new("", &dir);
+    options.codec = CodecKind::F16;
+    options.sample_tokens = 64;
+    options.ivf = Some(IvfBuildOptions { cluster_size: 16, ..IvfBuildOptions::default() });
+    let embedded = base.iter().enumerate().map(|(i, (id, d))| {
+        Ok(EmbeddedDoc {
+            id: id.clone(),
+            title: String::new(),
+            text: text(i),
+            metadata: d.meta.clone(),
+            tokens: d.tokens.concat(),
+            pooled: None,
+        })
+    });
+    Index::build_from_embeddings(&options, DIM, None, embedded).unwrap();
+    let index = Index::open(&dir, OpenOptions::default()).unwrap();
+    // Written documents: 60..72, the same texts' rule.
+    let ops = (60..72)
+        .map(|i| {
+            let doc = new_doc(&mut rng, i);
+            WriteOp::Add(DocIn { text: text(i), ..doc_in(&format!("d{i}"), &doc) })
+        })
+        .collect();
+    index.write(WriteRequest { ops }).unwrap();
+    let ripe_apples: BTreeSet<String> = (0..72).filter(|i| i % 6 == 0).map(|i| format!("d{i}")).collect();
+    for mode in [Mode::Bm25, Mode::Ivf, Mode::Dense, Mode::DenseExact, Mode::Rerank, Mode::Hybrid] {
+        let request = SearchRequest {
+            require_terms: Some("Ripening APPLE".into()),
+            k: Some(100),
+            ..request(mode, 3, &serde_json::from_str(r#"{"not": {"lang": "xx"}}"#).unwrap(), 1024)
+        };
+        let got: BTreeSet<String> =
+            index.search(request.clone()).unwrap().hits.into_iter().map(|h| h.id).collect();
+        if matches!(mode, Mode::Bm25 | Mode::Rerank | Mode::Hybrid) {
+            // BM25 finds only documents holding the query's words: the one-hot query's text.
+            assert!(got.is_subset(&ripe_apples), "{mode}: {got:?}");
+        } else {
+            assert_eq!(got, ripe_apples, "{mode}: every match, and nothing else");
+        }
+        let filtered =
+            SearchRequest { filter: Some(serde_json::from_str(r#"{"lang": "en"}"#).unwrap()), ..request };
+        let want: BTreeSet<String> = ripe_apples
+            .iter()
+            .filter(|id| {
+                index.get(id).unwrap().unwrap().metadata.get("lang")
+                    == Some(&cellar_search::MetaValue::Str("en".into()))
+            })
+            .cloned()
+            .collect();
+        let got: BTreeSet<String> = index.search(filtered).unwrap().hits.into_iter().map(|h| h.id).collect();
+        assert!(got.is_subset(&want), "{mode}: the filter and the terms both hold: {got:?}");
+    }
+    let stop_words = SearchRequest {
+        require_terms: Some("the and of".into()),
+        ..request(Mode::Dense, 1, &Filter::And(vec![]), 0)
+    };
+    let err = index.search(SearchRequest { filter: None, ..stop_words }).unwrap_err();
+    assert!(matches!(&err, CellarError::InvalidInput(m) if m.contains("no term")), "{err}");
+}
