@@ -9,7 +9,7 @@ CELLAR := ./target/release/cellar
 # The benchmarks' binary (crates/cellar-bench); built with `cellar` beside it, which `load` starts.
 CELLAR_BENCH := ./target/release/cellar-bench
 
-.PHONY: run test setup deps test-deps python wheel locked-wheel locked-python eval-% bench-store bench-stream fmt demo-cluster
+.PHONY: run test setup deps test-deps python wheel locked-wheel locked-python eval-% bench-store bench-stream bench-stream-compare fmt demo-cluster
 
 # Main job: install what is needed, build, index SciFact, tune alpha and rerank_k on its train
 # qrels, and print the evaluation table on its test qrels (also written to bench/results/).
@@ -107,6 +107,11 @@ bench-stream:
 	$(CELLAR_BENCH) stream
 	$(PYTHON) -m pip install -q --disable-pip-version-check --root-user-action=ignore --target $(WORK)/py faiss-cpu qdrant-edge-py || echo "faiss-cpu / qdrant-edge-py could not be installed: the report will say so"
 	PYTHONPATH=$(WORK)/py $(PYTHON) bench/stream_global.py
+
+# The streaming benchmark of an old and a new commit side by side (BASE, default 430a02d; NEW,
+# default HEAD): release builds in their own worktrees, alternated runs, bench/results/stream-compare.md.
+bench-stream-compare:
+	BASE=$(BASE) NEW=$(NEW) bench/stream-compare.sh
 
 # A local sharded demo (issue 19): SciFact split into 3 shards (built once), served on Ray Serve
 # at 127.0.0.1:8000 with `cellar serve`'s HTTP API until interrupted.

@@ -54,6 +54,42 @@ fn bad_arguments_exit_with_code_2() {
     assert_user_error(&stream, "--users");
 }
 
+/// A tiny streaming benchmark runs to its report (it opens each collection once at a time: its
+/// directory lock refuses a second handle), with the cold and warm P95 beside the P50 per class.
+#[test]
+fn stream_runs_to_a_report_with_p95_per_size_class() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, out) = (tmp.path().join("work"), tmp.path().join("out"));
+    let run = bench(&[
+        "stream",
+        "--users",
+        "20",
+        "--scale",
+        "0.001",
+        "--queries",
+        "3",
+        "--no-global",
+        "--work",
+        work.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let json = std::fs::read_to_string(out.join("stream-bench.json")).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let classes = report["queries"].as_array().unwrap();
+    assert_eq!(classes.len(), 5, "{json}");
+    for class in classes {
+        let ms = |key: &str| class[key].as_f64().unwrap_or_else(|| panic!("{key} in {class}"));
+        assert_eq!(class["queries"], 3);
+        // Nearest rank over 3 timings: the P95 is the largest.
+        assert!(ms("cold_ms_p50") <= ms("cold_ms_p95") && ms("cold_ms_p95") == ms("cold_ms_max"), "{class}");
+        assert!(ms("warm_ms_p50") <= ms("warm_ms_p95"), "{class}");
+    }
+    let md = std::fs::read_to_string(out.join("stream-bench.md")).unwrap();
+    assert!(md.contains("| cold p50 ms | cold p95 ms | cold max ms | warm p50 ms | warm p95 ms |"), "{md}");
+}
+
 #[test]
 fn refused_io_uring_falls_back_to_preads_with_one_loud_warning() {
     let tmp = tempfile::tempdir().unwrap();

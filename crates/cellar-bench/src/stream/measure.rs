@@ -206,8 +206,11 @@ pub struct ClassResult {
     pub users_in_class: usize,
     pub queries: usize,
     pub cold_ms_p50: f64,
+    /// Nearest-rank P95 of the class's `queries` cold timings (their max below 20 queries).
+    pub cold_ms_p95: f64,
     pub cold_ms_max: f64,
     pub warm_ms_p50: f64,
+    pub warm_ms_p95: f64,
     pub pooled_cold_ms_p50: f64,
     /// Live documents examined; with the global collection, every document of every user.
     pub docs_scanned: u64,
@@ -219,9 +222,9 @@ pub struct ClassResult {
     pub docs_per_s: f64,
 }
 
-/// The P50 of a class's timings (`--queries` is at least 1).
-fn median(v: &[f64]) -> f64 {
-    percentile_of(v, 50.0).unwrap_or(f64::NAN)
+/// The nearest-rank percentile `p` of a class's timings (`--queries` is at least 1).
+fn pct(v: &[f64], p: f64) -> f64 {
+    percentile_of(v, p).unwrap_or(f64::NAN)
 }
 
 fn timed(
@@ -272,15 +275,17 @@ pub fn per_group(
             evict_all(collection)?;
             pooled.push(timed(collection, group, &query)?.0);
         }
-        let cold_p50 = median(&cold);
+        let cold_p50 = pct(&cold, 50.0);
         out.push(ClassResult {
             docs_per_user: corpus.users[users[0]].docs,
             users_in_class: users.len(),
             queries: args.queries,
             cold_ms_p50: cold_p50,
+            cold_ms_p95: pct(&cold, 95.0),
             cold_ms_max: cold.iter().copied().fold(0.0, f64::max),
-            warm_ms_p50: median(&warm),
-            pooled_cold_ms_p50: median(&pooled),
+            warm_ms_p50: pct(&warm, 50.0),
+            warm_ms_p95: pct(&warm, 95.0),
+            pooled_cold_ms_p50: pct(&pooled, 50.0),
             docs_scanned: scanned,
             docs_scored: scored,
             bytes_read: bytes,

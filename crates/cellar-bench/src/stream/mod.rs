@@ -81,8 +81,9 @@ pub fn run(args: StreamArgs) -> Result<()> {
         measure::single_puts(&corpus, &args.work.join("single-1"), 2000, 1)?,
         measure::single_puts(&corpus, &args.work.join("single-8"), 2000, 8)?,
     ];
-    let collection = Collection::open(&per_user, None, bench_options())?;
+    // First, on its own: a collection is opened by one handle at a time (its directory lock).
     let ram = measure::ram(&per_user, corpus.total_docs())?;
+    let collection = Collection::open(&per_user, None, bench_options())?;
     let disk = measure::sequential_read(&collection)?;
     let queries = measure::per_group(&corpus, &collection, &args, false)?;
     eprintln!("  per-group queries done");

@@ -1,0 +1,105 @@
+#!/bin/sh
+# The streaming benchmark of two revisions side by side (issue 46): `cellar-bench stream` of an old
+# and a new commit, release builds, run with the same arguments on the same machine, alternating
+# old/new for $ROUNDS rounds. Writes bench/results/stream-compare.md (and .json): feed docs/s
+# (batches and single puts), per size class cold and warm P50/P95, scan MB/s and scan/disk, each
+# binary's rounds, the new/old ratio of their means and each binary's round-to-round spread.
+#
+#   bench/stream-compare.sh [BASE [NEW]]   (from the checkout's root; `make bench-stream-compare
+#                                           [BASE=rev] [NEW=rev]` passes them as variables)
+#
+# BASE (default 430a02d, the engine before the one document model) and NEW (default HEAD) are
+# committed revisions, never the working tree: each is a `git worktree` of its own ($TREES-old,
+# $TREES-new, reused across runs so their builds stay incremental). A tree whose bench lacks the
+# P95 columns gets bench/stream-compare-p95.patch, which touches crates/cellar-bench/src/stream/
+# only, never the engine. Builds share a target directory ($TARGET, seeded once with hard links to
+# target/release so the release dependencies are reused, without touching target/release's own
+# binaries or its lock). Knobs: ROUNDS (2), STREAM_ARGS (below), COMPARE_WORK (bench/work/stream-compare),
+# RESULTS (bench/results), NAME (stream-compare: the results' file name), TREES, TARGET.
+# The default arguments skip the global collection (--no-global): with it (STREAM_ARGS without
+# --no-global) the table also has the filtered global scans, and a run takes several times longer.
+set -eu
+BASE=${1:-${BASE:-430a02d}}
+NEW=${2:-${NEW:-HEAD}}
+ROUNDS=${ROUNDS:-2}
+STREAM_ARGS=${STREAM_ARGS:---scale 0.1 --queries 20 --no-global}
+ROOT=$(pwd)
+W=${COMPARE_WORK:-bench/work/stream-compare}
+RESULTS=${RESULTS:-bench/results}
+TREES=${TREES:-/tmp/cellar-stream-compare}
+TARGET=${TARGET:-$W/target}
+PATCH=$ROOT/bench/stream-compare-p95.patch
+abs() { case $1 in /*) echo "$1" ;; *) echo "$ROOT/$1" ;; esac; }
+W=$(abs "$W")
+RESULTS=$(abs "$RESULTS")
+TARGET=$(abs "$TARGET")
+TREES=$(abs "$TREES")
+
+die() { echo "stream-compare: error: $*" >&2; exit 2; }
+[ -e .git ] && [ -f "$PATCH" ] || die "run it from the checkout's root (bench/stream-compare-p95.patch beside it)"
+OLD_SHA=$(git rev-parse --verify -q "$BASE^{commit}") || die "no commit $BASE"
+NEW_SHA=$(git rev-parse --verify -q "$NEW^{commit}") || die "no commit $NEW"
+mkdir -p "$W/bin" "$W/runs" "$RESULTS"
+
+if [ ! -d "$TARGET/release" ] && [ -d target/release ]; then
+    echo "seeding $TARGET with hard links to target/release (release dependencies reused)"
+    mkdir -p "$TARGET"
+    cp -al target/release "$TARGET/release"
+    # Files cargo rewrites in place or that are not ours to hold.
+    rm -f "$TARGET"/release/cellar "$TARGET"/release/cellar-bench "$TARGET"/release/*.d "$TARGET"/release/.cargo-lock
+fi
+
+# build SIDE SHA: the worktree $TREES-SIDE at SHA (P95 patch applied where missing), its release
+# cellar-bench copied to $W/bin/cellar-bench-SIDE; prints whether the patch was applied.
+build() {
+    tree=$TREES-$1
+    if ! git worktree list --porcelain | grep -qx "worktree $tree"; then
+        rm -rf "$tree"
+        git worktree prune
+        git worktree add -q --detach "$tree" "$2"
+    fi
+    git -C "$tree" reset -q --hard
+    git -C "$tree" checkout -q --detach "$2"
+    if grep -q cold_ms_p95 "$tree/crates/cellar-bench/src/stream/measure.rs"; then
+        echo "no" > "$W/bin/patched-$1"
+    else
+        git -C "$tree" apply "$PATCH" || die "bench/stream-compare-p95.patch does not apply to $2's bench"
+        echo "yes" > "$W/bin/patched-$1"
+    fi
+    echo "building cellar-bench at $2 ($1) in $tree"
+    (cd "$tree" && CARGO_TARGET_DIR=$TARGET cargo build --release -q -p cellar-bench) || die "the build at $2 failed"
+    cp "$TARGET/release/cellar-bench" "$W/bin/cellar-bench-$1"
+}
+build old "$OLD_SHA"
+build new "$NEW_SHA"
+
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+LOADS=$W/runs/loads.tsv
+: > "$LOADS"
+r=1
+while [ "$r" -le "$ROUNDS" ]; do
+    for side in old new; do
+        out=$W/runs/$side-$r
+        rm -rf "$out"
+        mkdir -p "$out"
+        before=$(load)
+        start=$(date +%s)
+        echo "round $r, $side: cellar-bench stream $STREAM_ARGS (load $before)"
+        # shellcheck disable=SC2086 # STREAM_ARGS is a list of arguments
+        # From its own tree, so the report's provenance names its commit ("+changes": the patch).
+        (cd "$TREES-$side" && "$W/bin/cellar-bench-$side" stream $STREAM_ARGS --work "$W/run-data" --out "$out") \
+            > "$out/stdout.md" 2> "$out/stderr.log" || die "round $r, $side failed: see $out/stderr.log"
+        printf '%s\t%s\t%s\t%s\t%s\n' "$side" "$r" "$before" "$(load)" "$(($(date +%s) - start))" >> "$LOADS"
+    done
+    r=$((r + 1))
+done
+rm -rf "$W/run-data"
+
+CPU=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+export OLD_SHA NEW_SHA ROUNDS STREAM_ARGS DATE CPU W RESULTS LOADS
+export OLD_SUBJECT="$(git log -1 --format=%s "$OLD_SHA" | cut -c1-100)"
+export NEW_SUBJECT="$(git log -1 --format=%s "$NEW_SHA" | cut -c1-100)"
+export NAME=${NAME:-stream-compare}
+export CORES="$(nproc)"
+python3 bench/stream_compare.py
