@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use cellar_core::stats::as_ms;
 use cellar_core::{CellarError, Result};
 use cellar_search::{Filter, SearchRequest};
 use cellar_stream::encoding::{request_with_vectors, LazyEncoder};
@@ -80,7 +81,7 @@ pub fn run(args: StreamSearchArgs) -> Result<()> {
         "hits": hits,
         "stats": { "docs_scanned": s.docs_scanned, "docs_scored": s.docs_scored, "bytes_read": s.bytes_read,
                    "read_calls": s.read_calls, "segments_read": s.segments_read },
-        "timings": { "encode_ms": encoded.as_secs_f64() * 1e3, "search_ms": (start.elapsed() - encoded).as_secs_f64() * 1e3 },
+        "timings": { "encode_ms": as_ms(encoded), "search_ms": as_ms(start.elapsed() - encoded) },
     });
     println!("{}", serde_json::to_string_pretty(&out).expect("serializable"));
     Ok(())

@@ -13,6 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::{delete, get, post, put};
 use axum::Json;
+use cellar_core::stats::ms_since;
 use cellar_core::CellarError;
 use cellar_stream::encoding::{request_with_vectors, write_docs};
 use cellar_stream::input::{StreamDocJson, StreamSearchJson};
@@ -237,7 +238,7 @@ async fn search(
         let collection = s.streams.get(&name, None)?;
         let encode = Instant::now();
         let request = request_with_vectors(request, collection.dim(), &s.encoder)?;
-        let encode_ms = encode.elapsed().as_secs_f64() * 1e3;
+        let encode_ms = ms_since(encode);
         Ok((collection.search(&group, &request)?, encode_ms))
     })
     .await?;
@@ -248,6 +249,6 @@ async fn search(
             "docs_scanned": st.docs_scanned, "docs_scored": st.docs_scored, "bytes_read": st.bytes_read,
             "read_calls": st.read_calls, "segments_read": st.segments_read, "memtable_entries": st.memtable_entries,
         },
-        "timings": { "encode_ms": encode_ms, "total_ms": start.elapsed().as_secs_f64() * 1e3 },
+        "timings": { "encode_ms": encode_ms, "total_ms": ms_since(start) },
     })))
 }

@@ -417,8 +417,8 @@ fn require_terms_keeps_the_documents_holding_every_term_in_every_mode() {
     let tmp = TempDir::new().unwrap();
     let dir = tmp.path().join("index");
     let text = |i: usize| {
-        let fruit = if i % 2 == 0 { "apples" } else { "pears" };
-        format!("note {i} about {fruit}{}", if i % 3 == 0 { " ripening fast" } else { "" })
+        let fruit = if i.is_multiple_of(2) { "apples" } else { "pears" };
+        format!("note {i} about {fruit}{}", if i.is_multiple_of(3) { " ripening fast" } else { "" })
     };
     let base: Vec<(String, Doc)> = (0..60).map(|i| (format!("d{i}"), new_doc(&mut rng, i))).collect();
     let mut options = BuildOptions::new("", &dir);
