@@ -22,7 +22,7 @@ use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, Result};
 use cellar_search::doc::check_key;
 use cellar_search::plan::flatten;
-use cellar_search::{DocIn, MetaValue, Metadata};
+use cellar_search::{DocIn, MetaValue, Metadata, QueryVectorsIn};
 use half::f16;
 
 /// Largest dimension of a collection's vectors (an entry holds it in 16 bits).
@@ -68,12 +68,17 @@ pub fn mean_normalised(tokens: &[f32], dim: usize) -> Vec<f32> {
 /// A document's token vectors (`n * dim` values) and its pooled vector, if it gives one.
 type Flat<'a> = (Cow<'a, [f32]>, Option<Cow<'a, [f32]>>);
 
-/// A document's vectors checked against `dim`: JSON rows are read in place, the base64 forms
-/// decoded (`cellar_search::plan::flatten`).
-fn flat_vectors<'a>(doc: &'a DocIn, dim: usize, at: &str) -> Result<Flat<'a>> {
-    let vectors = doc.vectors.as_ref().ok_or_else(|| invalid(format!("{at}: no vectors")))?;
+/// Vectors checked against `dim` (at most `max_rows` token rows; `field` names them in errors):
+/// JSON rows are read in place, the base64 forms decoded (`cellar_search::plan::flatten`). A
+/// document's and a search's alike.
+pub(crate) fn flat_vectors<'a>(
+    vectors: &'a QueryVectorsIn,
+    dim: usize,
+    field: &str,
+    max_rows: usize,
+) -> Result<Flat<'a>> {
     if vectors.tokens_b64.is_some() || vectors.pooled_b64.is_some() {
-        let flat = flatten(vectors.clone(), dim, &format!("{at}.vectors"), MAX_TOKENS_PER_DOC)?;
+        let flat = flatten(vectors.clone(), dim, field, max_rows)?;
         return Ok((Cow::Owned(flat.tokens), flat.pooled.map(Cow::Owned)));
     }
     if let Some(row) = vectors.tokens.iter().find(|row| row.len() != dim) {
@@ -82,9 +87,9 @@ fn flat_vectors<'a>(doc: &'a DocIn, dim: usize, at: &str) -> Result<Flat<'a>> {
     if let Some(pooled) = vectors.pooled.as_ref().filter(|p| p.len() != dim) {
         return Err(CellarError::WrongDimension { expected: dim, received: pooled.len() });
     }
-    if vectors.tokens.len() > MAX_TOKENS_PER_DOC {
+    if vectors.tokens.len() > max_rows {
         return Err(invalid(format!(
-            "{at}: {} token vectors; 1 to {MAX_TOKENS_PER_DOC} allowed",
+            "{field}: {} token vectors; at most {max_rows} allowed",
             vectors.tokens.len()
         )));
     }
@@ -107,7 +112,8 @@ pub fn encode_doc(doc: &DocIn, dim: usize, at: &str) -> Result<Vec<u8>> {
     if !doc.title.is_empty() {
         return Err(invalid(format!("{at}.title: a stream stores no title: put it in the text")));
     }
-    let (tokens, pooled) = flat_vectors(doc, dim, at)?;
+    let vectors = doc.vectors.as_ref().ok_or_else(|| invalid(format!("{at}: no vectors")))?;
+    let (tokens, pooled) = flat_vectors(vectors, dim, &format!("{at}.vectors"), MAX_TOKENS_PER_DOC)?;
     let n_tokens = tokens.len() / dim.max(1);
     if n_tokens == 0 {
         return Err(invalid(format!("{at}: the document has no token vectors")));

@@ -13,12 +13,11 @@ use std::sync::Arc;
 
 use cellar_core::kernels::{dot_f16, maxsim_f16, Isa};
 use cellar_core::{CellarError, Result};
-use cellar_search::plan::flatten;
 use cellar_search::request::MAX_QUERY_VECTORS;
 use cellar_search::{Filter, Metadata, Mode, SearchRequest};
 
 use crate::collection::Collection;
-use crate::doc::{mean_normalised, EntryView};
+use crate::doc::{flat_vectors, mean_normalised, EntryView};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Hit {
@@ -107,21 +106,21 @@ fn prepare(request: &SearchRequest, dim: usize) -> Result<Prepared> {
     }
     let k = request.checked_k()?;
     let maxsim = scores_maxsim(request.mode)?;
-    let vectors = match &request.query_vectors {
-        Some(v) => flatten(v.clone(), dim, "query_vectors", MAX_QUERY_VECTORS)?,
-        None => return invalid("the search has neither query text nor query vectors".into()),
+    let Some(given) = &request.query_vectors else {
+        return invalid("the search has neither query text nor query vectors".into());
     };
-    let n = vectors.n_tokens;
-    if n == 0 && (maxsim || vectors.pooled.is_none()) {
+    let (tokens, pooled) = flat_vectors(given, dim, "query_vectors", MAX_QUERY_VECTORS)?;
+    let n = tokens.len() / dim.max(1);
+    if n == 0 && (maxsim || pooled.is_none()) {
         return invalid(format!("the query has {n} token vectors; 1 to {MAX_QUERY_VECTORS} allowed"));
     }
-    if vectors.tokens.iter().chain(vectors.pooled.iter().flatten()).any(|v| !v.is_finite()) {
+    if tokens.iter().chain(pooled.iter().flat_map(|p| p.iter())).any(|v| !v.is_finite()) {
         return invalid("the query holds a value that is not finite".into());
     }
-    let vector = match (maxsim, vectors.pooled) {
-        (true, _) => vectors.tokens,
-        (false, Some(p)) => p,
-        (false, None) => mean_normalised(&vectors.tokens, dim),
+    let vector = match (maxsim, pooled) {
+        (true, _) => tokens.into_owned(),
+        (false, Some(p)) => p.into_owned(),
+        (false, None) => mean_normalised(&tokens, dim),
     };
     let terms = request.require_terms.as_deref().map(terms).unwrap_or_default();
     if request.require_terms.is_some() && terms.is_empty() {
