@@ -58,13 +58,17 @@ build() {
         git worktree prune
         git worktree add -q --detach "$tree" "$2"
     fi
-    git -C "$tree" reset -q --hard
-    git -C "$tree" checkout -q --detach "$2"
-    if grep -q cold_ms_p95 "$tree/crates/cellar-bench/src/stream/measure.rs"; then
-        echo "no" > "$W/bin/patched-$1"
-    else
-        git -C "$tree" apply "$PATCH" || die "bench/stream-compare-p95.patch does not apply to $2's bench"
-        echo "yes" > "$W/bin/patched-$1"
+    # A tree already at $2 as the last run left it is not rewritten: its build stays fresh.
+    if [ "$(git -C "$tree" rev-parse HEAD)" != "$2" ] || ! git -C "$tree" diff | cmp -s - "$W/bin/tree-$1.diff"; then
+        git -C "$tree" reset -q --hard
+        git -C "$tree" checkout -q --detach "$2"
+        if grep -q cold_ms_p95 "$tree/crates/cellar-bench/src/stream/measure.rs"; then
+            echo "no" > "$W/bin/patched-$1"
+        else
+            git -C "$tree" apply "$PATCH" || die "bench/stream-compare-p95.patch does not apply to $2's bench"
+            echo "yes" > "$W/bin/patched-$1"
+        fi
+        git -C "$tree" diff > "$W/bin/tree-$1.diff"
     fi
     echo "building cellar-bench at $2 ($1) in $tree"
     (cd "$tree" && CARGO_TARGET_DIR=$TARGET cargo build --release -q -p cellar-bench) || die "the build at $2 failed"

@@ -23,6 +23,12 @@ def env(name):
     return value
 
 
+def patched(side):
+    """Whether bench/stream-compare-p95.patch was applied to that side's tree ("yes" / "no")."""
+    with open(os.path.join(env("W"), "bin", f"patched-{side}")) as f:
+        return f.read().strip()
+
+
 def load_runs(work, rounds):
     runs = {}
     for side in ("old", "new"):
@@ -126,10 +132,11 @@ def main():
         f"Made with `bench/stream-compare.sh` (`make bench-stream-compare`) on {env('DATE')}: "
         f"`cellar-bench stream {env('STREAM_ARGS')}`, release builds, each binary run {rounds} times, "
         f"alternating old, new, old, new on one machine ({env('CPU')}, {env('CORES')} cores).\n\n"
-        f"- old: `{env('OLD_SHA')[:12]}` {env('OLD_SUBJECT')}\n"
-        f"- new: `{env('NEW_SHA')[:12]}` {env('NEW_SUBJECT')}\n\n"
+        f"- old: `{env('OLD_SHA')[:12]}` {env('OLD_SUBJECT')} (bench patched: {patched('old')})\n"
+        f"- new: `{env('NEW_SHA')[:12]}` {env('NEW_SUBJECT')} (bench patched: {patched('new')})\n\n"
         "Each tree's bench reports the P95 columns; where its commit lacks them, "
-        "`bench/stream-compare-p95.patch` adds them (crates/cellar-bench/src/stream/ only, the engine untouched).\n\n"
+        "`bench/stream-compare-p95.patch` adds them and the bench's fix for opening a collection twice "
+        "(crates/cellar-bench/src/stream/ only, the engine untouched).\n\n"
         f"Corpus: {first['users']} users, {first['docs']} documents of {first['tokens']} token vectors x {first['dim']} dims; "
         f"{first['queries'][0]['queries']} queries per size class (P95 is nearest-rank: the "
         f"{-(-95 * first['queries'][0]['queries'] // 100)}th of {first['queries'][0]['queries']}). "
