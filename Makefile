@@ -109,9 +109,12 @@ bench-stream:
 	PYTHONPATH=$(WORK)/py $(PYTHON) bench/stream_global.py
 
 # The streaming benchmark of an old and a new commit side by side (BASE, default 430a02d; NEW,
-# default HEAD): release builds in their own worktrees, alternated runs, bench/results/stream-compare.md.
+# default HEAD): release builds in their own worktrees, alternated runs, bench/results/stream-compare.md;
+# then the same on groups of 1 to 200 documents (stream-compare-small-groups.md).
 bench-stream-compare:
 	BASE=$(BASE) NEW=$(NEW) bench/stream-compare.sh
+	BASE=$(BASE) NEW=$(NEW) NAME=stream-compare-small-groups ROUNDS=3 \
+		STREAM_ARGS='--scale 0.002 --queries 2000 --no-global' bench/stream-compare.sh
 
 # A local sharded demo (issue 19): SciFact split into 3 shards (built once), served on Ray Serve
 # at 127.0.0.1:8000 with `cellar serve`'s HTTP API until interrupted.

@@ -12,10 +12,13 @@
 # committed revisions, never the working tree: each is a `git worktree` of its own ($TREES-old,
 # $TREES-new, reused across runs so their builds stay incremental). A tree whose bench lacks the
 # P95 columns gets bench/stream-compare-p95.patch, which touches crates/cellar-bench/src/stream/
-# only, never the engine. Builds share a target directory ($TARGET, seeded once with hard links to
-# target/release so the release dependencies are reused, without touching target/release's own
-# binaries or its lock). Knobs: ROUNDS (2), STREAM_ARGS (below), COMPARE_WORK (bench/work/stream-compare),
+# only, never the engine. Each side builds in a target directory of its own ($TARGET-old,
+# $TARGET-new: the two trees' crates share unit hashes, so one directory would rebuild both each
+# time), seeded once with hard links to target/release's release dependencies (see seed below). Knobs: ROUNDS (2), STREAM_ARGS (below), COMPARE_WORK (bench/work/stream-compare),
 # RESULTS (bench/results), NAME (stream-compare: the results' file name), TREES, TARGET.
+# `make bench-stream-compare` also runs NAME=stream-compare-small-groups with
+# STREAM_ARGS='--scale 0.002 --queries 2000 --no-global': groups of 1 to 200 documents, where the
+# fixed cost of a search (checking the request, preparing its vectors) is most of a warm query.
 # The default arguments skip the global collection (--no-global): with it (STREAM_ARGS without
 # --no-global) the table also has the filtered global scans, and a run takes several times longer.
 set -eu
@@ -27,7 +30,7 @@ ROOT=$(pwd)
 W=${COMPARE_WORK:-bench/work/stream-compare}
 RESULTS=${RESULTS:-bench/results}
 TREES=${TREES:-/tmp/cellar-stream-compare}
-TARGET=${TARGET:-$W/target}
+TARGET=${TARGET:-$W/target}  # one per side: $TARGET-old, $TARGET-new
 PATCH=$ROOT/bench/stream-compare-p95.patch
 abs() { case $1 in /*) echo "$1" ;; *) echo "$ROOT/$1" ;; esac; }
 W=$(abs "$W")
@@ -39,15 +42,28 @@ die() { echo "stream-compare: error: $*" >&2; exit 2; }
 [ -e .git ] && [ -f "$PATCH" ] || die "run it from the checkout's root (bench/stream-compare-p95.patch beside it)"
 OLD_SHA=$(git rev-parse --verify -q "$BASE^{commit}") || die "no commit $BASE"
 NEW_SHA=$(git rev-parse --verify -q "$NEW^{commit}") || die "no commit $NEW"
-mkdir -p "$W/bin" "$W/runs" "$RESULTS"
+NAME=${NAME:-stream-compare}
+RUNS=$W/runs/$NAME
+mkdir -p "$W/bin" "$RUNS" "$RESULTS"
 
-if [ ! -d "$TARGET/release" ] && [ -d target/release ]; then
-    echo "seeding $TARGET with hard links to target/release (release dependencies reused)"
-    mkdir -p "$TARGET"
-    cp -al target/release "$TARGET/release"
-    # Files cargo rewrites in place or that are not ours to hold.
-    rm -f "$TARGET"/release/cellar "$TARGET"/release/cellar-bench "$TARGET"/release/*.d "$TARGET"/release/.cargo-lock
-fi
+# seed DIR: a target directory for one side, its release dependencies hard links to target/release's
+# (never rewritten: a fresh unit's files are left alone, and rustc replaces an output by renaming).
+# The workspace's own units are left out: a tree's crates get the same unit hashes as the checkout's
+# (cargo hashes a path relative to the workspace), and cargo rewrites fingerprints and dep-info in
+# place, which would write through a link into target/release. Fingerprints are copied, not linked.
+seed() {
+    [ -d "$1/release" ] || [ ! -d target/release ] || {
+        echo "seeding $1 from target/release (its release dependencies reused)"
+        mkdir -p "$1"
+        cp -al target/release "$1/release"
+        rm -rf "$1/release/.fingerprint" "$1"/release/build/cellar-* "$1"/release/deps/*cellar_* \
+            "$1/release/incremental" "$1"/release/cellar "$1"/release/cellar-bench "$1"/release/*.d \
+            "$1/release/.cargo-lock"
+        cp -a target/release/.fingerprint "$1/release/.fingerprint"
+        rm -rf "$1"/release/.fingerprint/cellar-*
+        touch "$1/seeded"
+    }
+}
 
 # build SIDE SHA: the worktree $TREES-SIDE at SHA (P95 patch applied where missing), its release
 # cellar-bench copied to $W/bin/cellar-bench-SIDE; prints whether the patch was applied.
@@ -70,21 +86,29 @@ build() {
         fi
         git -C "$tree" diff > "$W/bin/tree-$1.diff"
     fi
+    target=$TARGET-$1
+    seed "$target"
     echo "building cellar-bench at $2 ($1) in $tree"
-    (cd "$tree" && CARGO_TARGET_DIR=$TARGET cargo build --release -q -p cellar-bench) || die "the build at $2 failed"
-    cp "$TARGET/release/cellar-bench" "$W/bin/cellar-bench-$1"
+    (cd "$tree" && CARGO_TARGET_DIR=$target cargo build --release -q -p cellar-bench) || die "the build at $2 failed"
+    # A linked file rewritten in place would have changed target/release too: say so loudly.
+    if [ -f "$target/seeded" ]; then
+        shared=$(cd "$target/release" && find . -type f -links +1 -newer "$target/seeded" | while read -r f; do
+            if [ "$f" -ef "$ROOT/target/release/$f" ]; then echo "$f"; fi; done)
+        [ -z "$shared" ] || die "the build rewrote files it shares with target/release: $shared"
+    fi
+    cp "$target/release/cellar-bench" "$W/bin/cellar-bench-$1"
 }
 build old "$OLD_SHA"
 build new "$NEW_SHA"
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
-LOADS=$W/runs/loads.tsv
+LOADS=$RUNS/loads.tsv
 : > "$LOADS"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
     for side in old new; do
-        out=$W/runs/$side-$r
+        out=$RUNS/$side-$r
         rm -rf "$out"
         mkdir -p "$out"
         before=$(load)
@@ -101,9 +125,8 @@ done
 rm -rf "$W/run-data"
 
 CPU=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
-export OLD_SHA NEW_SHA ROUNDS STREAM_ARGS DATE CPU W RESULTS LOADS
+export OLD_SHA NEW_SHA ROUNDS STREAM_ARGS DATE CPU W RUNS RESULTS LOADS NAME
 export OLD_SUBJECT="$(git log -1 --format=%s "$OLD_SHA" | cut -c1-100)"
 export NEW_SUBJECT="$(git log -1 --format=%s "$NEW_SHA" | cut -c1-100)"
-export NAME=${NAME:-stream-compare}
 export CORES="$(nproc)"
 python3 bench/stream_compare.py

@@ -1,6 +1,6 @@
 """The table of bench/stream-compare.sh: an old and a new `cellar-bench stream`, side by side.
 
-Reads $W/runs/{old,new}-R/stream-bench.json (R = 1..$ROUNDS) and $W/runs/loads.tsv, and writes
+Reads $RUNS/{old,new}-R/stream-bench.json (R = 1..$ROUNDS) and $RUNS/loads.tsv, and writes
 $RESULTS/$NAME.{md,json} (NAME: stream-compare): per metric each round of each binary, the mean of each, the
 new/old ratio of the means, each binary's spread over its rounds ((max - min) / mean) and a verdict:
 a change in the worse direction larger than the larger of the two spreads is "worse", one in the
@@ -34,7 +34,7 @@ def load_runs(work, rounds):
     for side in ("old", "new"):
         runs[side] = []
         for r in range(1, rounds + 1):
-            path = os.path.join(work, "runs", f"{side}-{r}", "stream-bench.json")
+            path = os.path.join(work, f"{side}-{r}", "stream-bench.json")
             try:
                 with open(path) as f:
                     runs[side].append(json.load(f))
@@ -54,27 +54,27 @@ def metrics(report):
     out.append(("final flush + compaction", "s", LOWER, report["feed"]["compact_s"]))
     out.append(("disk sequential read (cold)", "MB/s", HIGHER, report["disk"]["sequential_mb_s"]))
     disk = report["disk"]["sequential_mb_s"]
-    for c in report["queries"]:
-        n = c["docs_per_user"]
+    for i, c in enumerate(report["queries"]):
+        n = f"class {i + 1}, {c['docs_per_user']} docs/group:"
         out += [
-            (f"{n} docs/group: cold P50", "ms", LOWER, c["cold_ms_p50"]),
-            (f"{n} docs/group: cold P95", "ms", LOWER, c["cold_ms_p95"]),
-            (f"{n} docs/group: warm P50", "ms", LOWER, c["warm_ms_p50"]),
-            (f"{n} docs/group: warm P95", "ms", LOWER, c["warm_ms_p95"]),
-            (f"{n} docs/group: pooled cold P50", "ms", LOWER, c["pooled_cold_ms_p50"]),
-            (f"{n} docs/group: scan rate (cold P50)", "MB/s", HIGHER, c["scan_mb_s"]),
-            (f"{n} docs/group: scan / disk", "", HIGHER, c["scan_mb_s"] / disk),
+            (f"{n} cold P50", "ms", LOWER, c["cold_ms_p50"]),
+            (f"{n} cold P95", "ms", LOWER, c["cold_ms_p95"]),
+            (f"{n} warm P50", "ms", LOWER, c["warm_ms_p50"]),
+            (f"{n} warm P95", "ms", LOWER, c["warm_ms_p95"]),
+            (f"{n} pooled cold P50", "ms", LOWER, c["pooled_cold_ms_p50"]),
+            (f"{n} scan rate (cold P50)", "MB/s", HIGHER, c["scan_mb_s"]),
+            (f"{n} scan / disk", "", HIGHER, c["scan_mb_s"] / disk),
         ]
     if report.get("global"):
         feed, classes = report["global"]
         out.append(("global collection: feed, batches", "docs/s", HIGHER, feed["docs_per_s"]))
-        for c in classes:
-            n = c["docs_per_user"]
+        for i, c in enumerate(classes):
+            n = f"global, class {i + 1} user ({c['docs_per_user']} docs):"
             out += [
-                (f"global, filtered to a {n}-doc user: cold P50", "ms", LOWER, c["cold_ms_p50"]),
-                (f"global, filtered to a {n}-doc user: cold P95", "ms", LOWER, c["cold_ms_p95"]),
-                (f"global, filtered to a {n}-doc user: warm P50", "ms", LOWER, c["warm_ms_p50"]),
-                (f"global, filtered to a {n}-doc user: warm P95", "ms", LOWER, c["warm_ms_p95"]),
+                (f"{n} cold P50", "ms", LOWER, c["cold_ms_p50"]),
+                (f"{n} cold P95", "ms", LOWER, c["cold_ms_p95"]),
+                (f"{n} warm P50", "ms", LOWER, c["warm_ms_p50"]),
+                (f"{n} warm P95", "ms", LOWER, c["warm_ms_p95"]),
             ]
     return out
 
@@ -94,11 +94,12 @@ def verdict(better, ratio, noise):
 
 
 def fmt(v):
-    return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}" if abs(v) < 1000 else f"{v:.0f}"
+    """Four significant digits below 10 (a warm search of a tiny group takes microseconds)."""
+    return f"{v:.4g}" if abs(v) < 10 else f"{v:.1f}" if abs(v) < 1000 else f"{v:.0f}"
 
 
 def main():
-    work, results, rounds = env("W"), env("RESULTS"), int(env("ROUNDS"))
+    work, results, rounds = env("RUNS"), env("RESULTS"), int(env("ROUNDS"))
     runs = load_runs(work, rounds)
     per_run = {side: [metrics(r) for r in runs[side]] for side in runs}
     names = [m[:3] for m in per_run["old"][0]]
@@ -165,7 +166,7 @@ def main():
         "runs": {side: [r.get("git_commit") for r in runs[side]] for side in runs},
     }
     os.makedirs(results, exist_ok=True)
-    name = os.environ.get("NAME", "stream-compare")
+    name = env("NAME")
     with open(os.path.join(results, f"{name}.md"), "w") as f:
         f.write(md)
     with open(os.path.join(results, f"{name}.json"), "w") as f:
