@@ -66,7 +66,7 @@ seed() {
 }
 
 # build SIDE SHA: the worktree $TREES-SIDE at SHA (P95 patch applied where missing), its release
-# cellar-bench copied to $W/bin/cellar-bench-SIDE; prints whether the patch was applied.
+# cellar-bench copied to $W/bin/cellar-bench-SIDE; $W/bin/patched-SIDE says whether it was patched.
 build() {
     tree=$TREES-$1
     if ! git worktree list --porcelain | grep -qx "worktree $tree"; then
@@ -114,8 +114,8 @@ while [ "$r" -le "$ROUNDS" ]; do
         before=$(load)
         start=$(date +%s)
         echo "round $r, $side: cellar-bench stream $STREAM_ARGS (load $before)"
-        # shellcheck disable=SC2086 # STREAM_ARGS is a list of arguments
         # From its own tree, so the report's provenance names its commit ("+changes": the patch).
+        # shellcheck disable=SC2086 # STREAM_ARGS is a list of arguments
         (cd "$TREES-$side" && "$W/bin/cellar-bench-$side" stream $STREAM_ARGS --work "$W/run-data" --out "$out") \
             > "$out/stdout.md" 2> "$out/stderr.log" || die "round $r, $side failed: see $out/stderr.log"
         printf '%s\t%s\t%s\t%s\t%s\n' "$side" "$r" "$before" "$(load)" "$(($(date +%s) - start))" >> "$LOADS"
