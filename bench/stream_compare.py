@@ -23,6 +23,15 @@ def env(name):
     return value
 
 
+def latencies(name, c):
+    """A size class's cold and warm P50 and P95 rows, named `name ...`."""
+    return [
+        (f"{name} {when} {p}", "ms", LOWER, c[f"{when}_ms_{p.lower()}"])
+        for when in ("cold", "warm")
+        for p in ("P50", "P95")
+    ]
+
+
 def patched(side):
     """Whether bench/stream-compare-p95.patch was applied to that side's tree ("yes" / "no")."""
     with open(os.path.join(env("W"), "bin", f"patched-{side}")) as f:
@@ -56,11 +65,7 @@ def metrics(report):
     disk = report["disk"]["sequential_mb_s"]
     for i, c in enumerate(report["queries"]):
         n = f"class {i + 1}, {c['docs_per_user']} docs/group:"
-        out += [
-            (f"{n} cold P50", "ms", LOWER, c["cold_ms_p50"]),
-            (f"{n} cold P95", "ms", LOWER, c["cold_ms_p95"]),
-            (f"{n} warm P50", "ms", LOWER, c["warm_ms_p50"]),
-            (f"{n} warm P95", "ms", LOWER, c["warm_ms_p95"]),
+        out += latencies(n, c) + [
             (f"{n} pooled cold P50", "ms", LOWER, c["pooled_cold_ms_p50"]),
             (f"{n} scan rate (cold P50)", "MB/s", HIGHER, c["scan_mb_s"]),
             (f"{n} scan / disk", "", HIGHER, c["scan_mb_s"] / disk),
@@ -69,13 +74,7 @@ def metrics(report):
         feed, classes = report["global"]
         out.append(("global collection: feed, batches", "docs/s", HIGHER, feed["docs_per_s"]))
         for i, c in enumerate(classes):
-            n = f"global, class {i + 1} user ({c['docs_per_user']} docs):"
-            out += [
-                (f"{n} cold P50", "ms", LOWER, c["cold_ms_p50"]),
-                (f"{n} cold P95", "ms", LOWER, c["cold_ms_p95"]),
-                (f"{n} warm P50", "ms", LOWER, c["warm_ms_p50"]),
-                (f"{n} warm P95", "ms", LOWER, c["warm_ms_p95"]),
-            ]
+            out += latencies(f"global, class {i + 1} user ({c['docs_per_user']} docs):", c)
     return out
 
 
