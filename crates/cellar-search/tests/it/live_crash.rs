@@ -65,7 +65,7 @@ fn writer() {
     say("\nSTART\n");
     let start = Instant::now();
     for batch in 0..10_000u64 {
-        if start.elapsed() > Duration::from_secs(8) {
+        if start.elapsed() > Duration::from_secs(90) {
             break;
         }
         let mut ops = Vec::new();
@@ -166,13 +166,31 @@ fn sigkill_during_writes_loses_no_acknowledged_write() {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
+        let (lines_tx, lines_rx) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
-            BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>()
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
         });
-        std::thread::sleep(Duration::from_millis(rng.gen_range(300..2500)));
+        // The kill lands a random moment after a random number of acknowledged batches, so
+        // every round writes and a slow machine changes when, not whether (at most a minute).
+        let target = rng.gen_range(11..=20);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut lines = Vec::new();
+        while lines.iter().filter(|l| *l == "ACK").count() < target && Instant::now() < deadline {
+            match lines_rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => lines.push(line),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        std::thread::sleep(Duration::from_millis(rng.gen_range(0..40)));
         let _ = child.kill();
         child.wait().unwrap();
-        let lines = reader.join().unwrap();
+        reader.join().unwrap();
+        lines.extend(lines_rx.try_iter());
         assert!(lines.iter().any(|l| l == "START"), "round {round}: the writer never started: {lines:?}");
         acked += lines.iter().filter(|l| *l == "ACK").count();
         let in_flight = replay(&lines, &mut state);
