@@ -128,7 +128,6 @@ impl PyStream {
                 ..QueryVectorsIn::default()
             });
         }
-        doc.check("document").map_err(|e| crate::errors::to_py(py, e))?;
         self.write(py, vec![doc])
     }
 

@@ -262,7 +262,7 @@ impl EmbeddedDoc {
                 validate_vector(&pooled, dim, || format!("{} pooled vector", what()))?;
                 pooled
             }
-            None => mean_normalized(&self.tokens, dim).ok_or_else(|| {
+            None => crate::doc::mean_normalized(&self.tokens, dim).ok_or_else(|| {
                 CellarError::invalid(format!(
                     "{}: its token vectors average to zero; give its pooled vector",
                     what()
@@ -281,16 +281,6 @@ impl EmbeddedDoc {
         };
         Ok((doc, encoded))
     }
-}
-
-/// The L2-normalised mean of `tokens` (`None` when it is zero).
-pub(crate) fn mean_normalized(tokens: &[f32], dim: usize) -> Option<Vec<f32>> {
-    let mut mean = vec![0f64; dim];
-    for row in tokens.chunks_exact(dim) {
-        mean.iter_mut().zip(row).for_each(|(m, v)| *m += f64::from(*v));
-    }
-    let norm = mean.iter().map(|m| m * m).sum::<f64>().sqrt();
-    (norm > 0.0 && norm.is_finite()).then(|| mean.iter().map(|m| (m / norm) as f32).collect())
 }
 
 /// Writes `index.json` (the commit point), clears the interrupted-build marker, then builds the

@@ -46,37 +46,23 @@ impl Metadata {
         self.0.get(key)
     }
 
-    /// Every rule `from_json` holds a value to, for metadata made in code (a stream's
-    /// document built in Rust): keys, strings, lists, finite floats.
+    /// Every rule of metadata: at most [`MAX_META_KEYS`] keys, each a name, each value within
+    /// [`check_value`]; `from_json` holds a JSON object to the same, and a stream's document
+    /// built in code is checked with it. The error names the key at fault.
     pub fn check(&self) -> Result<(), String> {
-        if self.0.len() > MAX_META_KEYS {
-            return Err(format!("metadata holds {} keys; the limit is {MAX_META_KEYS}", self.0.len()));
-        }
-        for (key, value) in &self.0 {
-            check_key(key)?;
-            let checked = match value {
-                MetaValue::Str(s) => check_string(s),
-                MetaValue::Float(f) if !f.is_finite() => Err(format!("{f} is not a finite number")),
-                MetaValue::List(l) if l.len() > MAX_META_LIST => {
-                    Err(format!("a list holds at most {MAX_META_LIST} strings, got {}", l.len()))
-                }
-                MetaValue::List(l) => l.iter().try_for_each(|s| check_string(s)),
-                _ => Ok(()),
-            };
-            checked.map_err(|e| format!("metadata {key:?}: {e}"))?;
-        }
-        Ok(())
+        check_count(self.0.len())?;
+        self.0.iter().try_for_each(|(key, value)| check_entry(key, value))
     }
 
     /// Checked metadata from a JSON object; the error names the key at fault.
     pub fn from_json(object: serde_json::Map<String, serde_json::Value>) -> Result<Metadata, String> {
-        if object.len() > MAX_META_KEYS {
-            return Err(format!("metadata holds {} keys; the limit is {MAX_META_KEYS}", object.len()));
-        }
+        check_count(object.len())?;
         let mut map = BTreeMap::new();
         for (key, value) in object {
             check_key(&key)?;
-            let value = value_from_json(value).map_err(|e| format!("metadata {key:?}: {e}"))?;
+            let value = value_from_json(value)
+                .and_then(|v| check_value(&v).map(|()| v))
+                .map_err(|e| format!("metadata {key:?}: {e}"))?;
             map.insert(key, value);
         }
         Ok(Metadata(map))
@@ -180,18 +166,45 @@ pub(crate) fn number_from_json(n: &serde_json::Number) -> Result<MetaValue, Stri
     }
 }
 
+fn check_count(keys: usize) -> Result<(), String> {
+    if keys > MAX_META_KEYS {
+        return Err(format!("metadata holds {keys} keys; the limit is {MAX_META_KEYS}"));
+    }
+    Ok(())
+}
+
+/// A key and its value, the error naming the key.
+fn check_entry(key: &str, value: &MetaValue) -> Result<(), String> {
+    check_key(key)?;
+    check_value(value).map_err(|e| format!("metadata {key:?}: {e}"))
+}
+
+/// The rules of one value: strings of 1 to 256 bytes, lists of at most [`MAX_META_LIST`] of
+/// them, finite floats.
+pub fn check_value(value: &MetaValue) -> Result<(), String> {
+    match value {
+        MetaValue::Str(s) => check_string(s),
+        MetaValue::Float(f) if !f.is_finite() => Err(format!("{f} is not a finite number")),
+        MetaValue::List(l) if l.len() > MAX_META_LIST => {
+            Err(format!("a list holds at most {MAX_META_LIST} strings, got {}", l.len()))
+        }
+        MetaValue::List(l) => {
+            l.iter().enumerate().try_for_each(|(i, s)| check_string(s).map_err(|e| format!("[{i}]: {e}")))
+        }
+        MetaValue::Bool(_) | MetaValue::Int(_) | MetaValue::Float(_) => Ok(()),
+    }
+}
+
+/// A JSON value as a metadata value, by its type alone ([`check_value`] holds it to the rules).
 fn value_from_json(value: serde_json::Value) -> Result<MetaValue, String> {
     use serde_json::Value;
     match value {
         Value::Bool(b) => Ok(MetaValue::Bool(b)),
         Value::Number(n) => number_from_json(&n),
-        Value::String(s) => check_string(&s).map(|_| MetaValue::Str(s)),
+        Value::String(s) => Ok(MetaValue::Str(s)),
         Value::Array(items) => {
-            if items.len() > MAX_META_LIST {
-                return Err(format!("a list holds at most {MAX_META_LIST} strings, got {}", items.len()));
-            }
             let strings = items.into_iter().enumerate().map(|(i, item)| match item {
-                Value::String(s) => check_string(&s).map(|_| s).map_err(|e| format!("[{i}]: {e}")),
+                Value::String(s) => Ok(s),
                 other => Err(format!("[{i}]: lists hold strings only, got {}", json_kind(&other))),
             });
             Ok(MetaValue::List(strings.collect::<Result<_, _>>()?))

@@ -10,7 +10,7 @@ use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, DocId, Result};
 
 use crate::bm25::no_metadata_field;
-use crate::build::mean_normalized;
+use crate::doc::mean_normalized;
 use crate::filter::{Allowed, Filter};
 use crate::index::Index;
 use crate::mode::Mode;

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, Result};
-use cellar_search::doc::check_key;
+use cellar_search::doc::{check_key, mean_normalized};
 use cellar_search::plan::flatten;
 use cellar_search::{DocIn, MetaValue, Metadata, QueryVectorsIn};
 use half::f16;
@@ -53,16 +53,10 @@ fn check_finite(what: &str, values: &[f32]) -> Result<()> {
     }
 }
 
-/// The normalised mean of `n * dim` token values (a document's pooled vector when it gives
-/// none).
-pub fn mean_normalised(tokens: &[f32], dim: usize) -> Vec<f32> {
-    let mut mean = vec![0f32; dim];
-    tokens.chunks_exact(dim).for_each(|row| mean.iter_mut().zip(row).for_each(|(m, v)| *m += v));
-    let norm = mean.iter().map(|v| v * v).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        mean.iter_mut().for_each(|v| *v /= norm);
-    }
-    mean
+/// A document's or a query's pooled vector when it gives none: the one rule of every front end
+/// (`cellar_search::doc::mean_normalized`); zero when the mean is zero.
+pub fn mean_or_zero(tokens: &[f32], dim: usize) -> Vec<f32> {
+    mean_normalized(tokens, dim).unwrap_or_else(|| vec![0.0; dim])
 }
 
 /// A document's token vectors (`n * dim` values) and its pooled vector, if it gives one.
@@ -124,7 +118,7 @@ pub fn encode_doc(doc: &DocIn, dim: usize, at: &str) -> Result<Vec<u8>> {
             check_finite("pooled vector", &pooled)?;
             pooled
         }
-        None => Cow::Owned(mean_normalised(&tokens, dim)),
+        None => Cow::Owned(mean_or_zero(&tokens, dim)),
     };
     let meta: usize = doc.metadata.0.iter().map(|(k, v)| 2 + k.len() + 1 + meta_value_len(v)).sum();
     let size =

@@ -41,7 +41,7 @@ impl LazyEncoder {
 
 /// Whether `doc` comes without token vectors (its text is encoded; a given pooled vector is
 /// kept).
-fn needs_tokens(doc: &DocIn) -> bool {
+pub(crate) fn needs_tokens(doc: &DocIn) -> bool {
     doc.vectors.as_ref().is_none_or(|v| v.tokens.is_empty() && v.tokens_b64.is_none())
 }
 

@@ -68,7 +68,7 @@ pub fn feed_line(bytes: &[u8]) -> Result<()> {
         serde_json::from_slice(bytes).map_err(|e| CellarError::invalid(format!("not a document: {e}")))?;
     let mut doc = doc.into_doc(None, None)?;
     doc.check("document")?;
-    if doc.vectors.as_ref().is_none_or(|v| v.tokens.is_empty() && v.tokens_b64.is_none()) {
+    if crate::encoding::needs_tokens(&doc) {
         let pooled = doc.vectors.take().and_then(|v| v.pooled).or(Some(vec![0.5; 4]));
         doc.vectors =
             Some(QueryVectorsIn { tokens: vec![vec![0.5; 4]], pooled, ..QueryVectorsIn::default() });

@@ -17,7 +17,7 @@ use cellar_search::request::MAX_QUERY_VECTORS;
 use cellar_search::{Filter, Metadata, Mode, SearchRequest};
 
 use crate::collection::Collection;
-use crate::doc::{flat_vectors, mean_normalised, EntryView};
+use crate::doc::{flat_vectors, mean_or_zero, EntryView};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Hit {
@@ -53,35 +53,60 @@ pub fn terms(text: &str) -> Vec<String> {
 
 /// A search checked against the collection, with its scoring vector ready: `dense` scores
 /// MaxSim over the token vectors, `dense-exact` the dot product of pooled vectors.
-struct Prepared {
+struct Prepared<'r> {
     vector: Vec<f32>,
     maxsim: bool,
     dim: usize,
     k: usize,
     terms: Vec<String>,
-    filter: Option<Filter>,
+    /// The request's filter, borrowed (a filter may hold thousands of values).
+    filter: Option<&'r Filter>,
     include_text: bool,
     isa: Isa,
 }
 
 /// The fields of a search request that tune an index's stages, which a group's exact scan does
-/// not have: each is refused when set, never ignored.
+/// not have: each is refused when set, never ignored. The destructuring is exhaustive, so a field
+/// added to `SearchRequest` does not compile here until it is placed.
 fn index_knobs(r: &SearchRequest) -> [(&'static str, bool); 14] {
+    let SearchRequest {
+        query: _,
+        k: _,
+        mode: _,
+        query_vectors: _,
+        filter: _,
+        include_text: _,
+        require_terms: _,
+        alpha,
+        lexical,
+        fusion,
+        rerank_k,
+        candidates,
+        dense_stage,
+        nprobe,
+        oversample,
+        rescore,
+        prefetch,
+        prefetch_step,
+        hybrid_candidates,
+        early_read,
+        filter_exact_max,
+    } = r;
     [
-        ("alpha", r.alpha.is_some()),
-        ("lexical", r.lexical.is_some()),
-        ("fusion", r.fusion.is_some()),
-        ("rerank_k", r.rerank_k.is_some()),
-        ("candidates", r.candidates.is_some()),
-        ("dense_stage", r.dense_stage.is_some()),
-        ("nprobe", r.nprobe.is_some()),
-        ("oversample", r.oversample.is_some()),
-        ("rescore", r.rescore.is_some()),
-        ("prefetch", r.prefetch.is_some()),
-        ("prefetch_step", r.prefetch_step.is_some()),
-        ("hybrid_candidates", r.hybrid_candidates.is_some()),
-        ("early_read", r.early_read.is_some()),
-        ("filter_exact_max", r.filter_exact_max.is_some()),
+        ("alpha", alpha.is_some()),
+        ("lexical", lexical.is_some()),
+        ("fusion", fusion.is_some()),
+        ("rerank_k", rerank_k.is_some()),
+        ("candidates", candidates.is_some()),
+        ("dense_stage", dense_stage.is_some()),
+        ("nprobe", nprobe.is_some()),
+        ("oversample", oversample.is_some()),
+        ("rescore", rescore.is_some()),
+        ("prefetch", prefetch.is_some()),
+        ("prefetch_step", prefetch_step.is_some()),
+        ("hybrid_candidates", hybrid_candidates.is_some()),
+        ("early_read", early_read.is_some()),
+        ("filter_exact_max", filter_exact_max.is_some()),
     ]
 }
 
@@ -97,7 +122,7 @@ pub fn scores_maxsim(mode: Option<Mode>) -> Result<bool> {
     }
 }
 
-fn prepare(request: &SearchRequest, dim: usize) -> Result<Prepared> {
+fn prepare(request: &SearchRequest, dim: usize) -> Result<Prepared<'_>> {
     let invalid = |m: String| Err(CellarError::InvalidInput(m));
     if let Some((field, _)) = index_knobs(request).into_iter().find(|(_, set)| *set) {
         return invalid(format!(
@@ -120,7 +145,7 @@ fn prepare(request: &SearchRequest, dim: usize) -> Result<Prepared> {
     let vector = match (maxsim, pooled) {
         (true, _) => tokens.into_owned(),
         (false, Some(p)) => p.into_owned(),
-        (false, None) => mean_normalised(&tokens, dim),
+        (false, None) => mean_or_zero(&tokens, dim),
     };
     let terms = request.require_terms.as_deref().map(terms).unwrap_or_default();
     if request.require_terms.is_some() && terms.is_empty() {
@@ -135,7 +160,7 @@ fn prepare(request: &SearchRequest, dim: usize) -> Result<Prepared> {
         dim,
         k,
         terms,
-        filter: request.filter.clone(),
+        filter: request.filter.as_ref(),
         include_text: request.include_text.unwrap_or(true),
         isa: Isa::detected(),
     })
@@ -163,7 +188,7 @@ impl Eq for Ranked {}
 
 /// The scan's running state: ids seen (only when several sources hold the group), the top-k.
 struct Scan<'q> {
-    query: &'q Prepared,
+    query: &'q Prepared<'q>,
     seen: Option<HashSet<String>>,
     /// Max-heap on "worse": its top is the worst hit kept.
     top: BinaryHeap<Ranked>,
@@ -189,7 +214,7 @@ impl Scan<'_> {
             ));
         }
         let metadata = if q.filter.is_none() { None } else { Some(view.metadata()?) };
-        if let (Some(filter), Some(meta)) = (&q.filter, &metadata) {
+        if let (Some(filter), Some(meta)) = (q.filter, &metadata) {
             if !filter.matches(meta) {
                 return Ok(());
             }

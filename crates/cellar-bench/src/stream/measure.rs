@@ -7,7 +7,7 @@ use std::time::Instant;
 use cellar_core::io::cache::{evict_file, resident_pages};
 use cellar_core::{CellarError, Result};
 use cellar_search::{DocIn, Filter, MetaValue, Mode, QueryVectorsIn, SearchRequest};
-use cellar_stream::doc::mean_normalised;
+use cellar_stream::doc::mean_or_zero;
 use cellar_stream::Collection;
 use serde::Serialize;
 
@@ -307,7 +307,7 @@ pub fn export(corpus: &Corpus, collection: &Collection, dir: &Path, args: &Strea
         for i in 0..user.docs {
             let doc = corpus.doc(u, i);
             let rows = doc.vectors.expect("the corpus gives vectors").tokens.concat();
-            pooled.extend(mean_normalised(&rows, corpus.dim).iter().flat_map(|v| v.to_le_bytes()));
+            pooled.extend(mean_or_zero(&rows, corpus.dim).iter().flat_map(|v| v.to_le_bytes()));
             tokens.extend(rows.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()));
         }
     }
