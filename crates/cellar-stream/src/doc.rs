@@ -25,7 +25,8 @@ use cellar_search::plan::flatten;
 use cellar_search::{DocIn, MetaValue, Metadata, QueryVectorsIn};
 use half::f16;
 
-/// Largest dimension of a collection's vectors (an entry holds it in 16 bits).
+/// Largest dimension of a stream's vectors (an entry holds it in 16 bits; an index's codecs take up to
+/// `cellar_core::codec::MAX_DIM`).
 pub const MAX_DIM: usize = 4096;
 /// Largest encoded document (text, f16 vectors and metadata together).
 pub const MAX_DOC_BYTES: usize = 4 << 20;

@@ -11,7 +11,8 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashSet};
 use std::sync::Arc;
 
-use cellar_core::kernels::{dot_f16, maxsim_f16, Isa};
+use cellar_core::codec::{Codec, F16Codec};
+use cellar_core::kernels::{dot_f16, Isa};
 use cellar_core::{CellarError, Result};
 use cellar_search::request::MAX_QUERY_VECTORS;
 use cellar_search::{Filter, Metadata, Mode, SearchRequest};
@@ -54,7 +55,12 @@ pub fn terms(text: &str) -> Vec<String> {
 /// A search checked against the collection, with its scoring vector ready: `dense` scores
 /// MaxSim over the token vectors, `dense-exact` the dot product of pooled vectors.
 struct Prepared<'r> {
+    /// The query's token vectors in the codec's form (`Codec::prepare_query`), or its pooled
+    /// vector.
     vector: Vec<f32>,
+    /// The codec of a stream's token vectors (f16), whose MaxSim is the one an index's records
+    /// are scored with (`Codec::maxsim`).
+    codec: F16Codec,
     maxsim: bool,
     dim: usize,
     k: usize,
@@ -142,8 +148,9 @@ fn prepare(request: &SearchRequest, dim: usize) -> Result<Prepared<'_>> {
     if tokens.iter().chain(pooled.iter().flat_map(|p| p.iter())).any(|v| !v.is_finite()) {
         return invalid("the query holds a value that is not finite".into());
     }
+    let codec = F16Codec::new(dim)?;
     let vector = match (maxsim, pooled) {
-        (true, _) => tokens.into_owned(),
+        (true, _) => codec.prepare_query(&tokens),
         (false, Some(p)) => p.into_owned(),
         (false, None) => mean_or_zero(&tokens, dim),
     };
@@ -156,6 +163,7 @@ fn prepare(request: &SearchRequest, dim: usize) -> Result<Prepared<'_>> {
     }
     Ok(Prepared {
         vector,
+        codec,
         maxsim,
         dim,
         k,
@@ -227,7 +235,7 @@ impl Scan<'_> {
         }
         self.stats.docs_scored += 1;
         let score = if q.maxsim {
-            maxsim_f16(q.isa, &q.vector, q.dim, view.tokens)
+            q.codec.maxsim(q.isa, &q.vector, view.tokens)
         } else {
             dot_f16(q.isa, &q.vector, view.pooled)
         };

@@ -19,12 +19,12 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use cellar_core::failpoint::{self, FailPoint};
 use cellar_core::format::fsio::sync_dir;
 use cellar_core::format::VersionRange;
+use cellar_core::io::{FileSlice, SliceBytes};
 use cellar_core::{CellarError, IoContext, Result};
 
 use crate::doc::entry_len;
@@ -204,10 +204,11 @@ fn encode_dir(dir: &[(String, Extent)]) -> Vec<u8> {
     out
 }
 
-/// An open segment: its file and group directory.
+/// An open segment: its file (read with positioned reads through the page cache, as every
+/// file of an index is read: `cellar_core::io::FileSlice`) and group directory.
 pub struct Segment {
     pub path: PathBuf,
-    file: Arc<File>,
+    file: FileSlice,
     pub dim: usize,
     pub entries: u64,
     pub min_seq: u64,
@@ -228,11 +229,11 @@ impl Segment {
     /// version comes right after the magic and is checked first: a segment from a newer Cellar is
     /// `Incompatible` whatever the rest of its header looks like.
     pub fn open(path: &Path) -> Result<Segment> {
-        let file = File::open(path).at(path)?;
-        let len = file.metadata().at(path)?.len();
+        let file = FileSlice::positioned(File::open(path).at(path)?, path)?;
+        let len = file.len();
         let mut h = [0u8; HEADER_USED];
         let head = len.min(HEADER_USED as u64) as usize;
-        file.read_exact_at(&mut h[..head], 0).at(path)?;
+        h[..head].copy_from_slice(&file.read_bytes(0..head as u64)?);
         let version_at = header_field("version");
         if head < version_at + 4 || h[..version_at] != SEGMENT_MAGIC {
             return Err(CellarError::corrupted(path, 0, "not a Cellar segment (bad magic)"));
@@ -250,15 +251,14 @@ impl Segment {
         if dir_offset.checked_add(dir_len) != Some(len) {
             return Err(CellarError::corrupted(path, dir_at as u64, "directory does not end the file"));
         }
-        let mut dir = vec![0u8; dir_len as usize];
-        file.read_exact_at(&mut dir, dir_offset).at(path)?;
+        let dir = file.read_bytes(dir_offset..len)?;
         if crc32c::crc32c(&dir) != le_u32(&h, header_field("dir_crc32c")) {
             return Err(CellarError::corrupted(path, dir_offset, "group directory checksum mismatch"));
         }
         let dir = decode_dir(&dir, dir_offset).map_err(|(at, d)| CellarError::corrupted(path, at, d))?;
         Ok(Segment {
             path: path.to_path_buf(),
-            file: Arc::new(file),
+            file,
             dim: le_u32(&h, header_field("dim")) as usize,
             entries: le_u64(&h, header_field("n_entries")),
             min_seq: le_u64(&h, header_field("min_seq")),
@@ -334,15 +334,17 @@ pub struct ExtentCursor<'a> {
 
 /// A chunk read in the background, or already read.
 enum ReadAhead {
-    Thread(JoinHandle<std::io::Result<Vec<u8>>>),
-    Done(std::io::Result<Vec<u8>>),
+    Thread(JoinHandle<Result<SliceBytes>>),
+    Done(Result<SliceBytes>),
 }
 
 impl ReadAhead {
-    fn join(self) -> std::thread::Result<std::io::Result<Vec<u8>>> {
+    fn join(self, path: &Path) -> Result<SliceBytes> {
         match self {
-            ReadAhead::Thread(handle) => handle.join(),
-            ReadAhead::Done(result) => Ok(result),
+            ReadAhead::Thread(handle) => handle.join().unwrap_or_else(|_| {
+                Err(CellarError::internal(format!("the read-ahead of {path:?} panicked")))
+            }),
+            ReadAhead::Done(result) => result,
         }
     }
 }
@@ -350,17 +352,9 @@ impl ReadAhead {
 impl<'a> ExtentCursor<'a> {
     fn new(segment: &'a Segment, extent: Extent, chunk: usize) -> Self {
         if extent.len > chunk as u64 {
-            // Let the kernel read the rest of a large extent ahead while its first chunks are scored.
-            use std::os::unix::io::AsRawFd;
-            // SAFETY: an advisory syscall on an open descriptor; failure only loses the read-ahead.
-            unsafe {
-                libc::posix_fadvise(
-                    segment.file.as_raw_fd(),
-                    extent.offset as libc::off_t,
-                    extent.len as libc::off_t,
-                    libc::POSIX_FADV_WILLNEED,
-                );
-            }
+            // Let the kernel read the rest of a large extent ahead while its first chunks are
+            // scored. The directory placed the extent inside the file, so the range is valid.
+            let _ = segment.file.will_need(extent.offset..extent.offset + extent.len);
         }
         ExtentCursor {
             segment,
@@ -389,19 +383,17 @@ impl<'a> ExtentCursor<'a> {
         self.buf.drain(..self.pos);
         self.pos = 0;
         while self.buf.len() < need && (self.next < self.end() || self.pending.is_some()) {
-            let bytes = match self.pending.take() {
-                Some(read) => {
-                    read.join().unwrap_or_else(|_| Err(std::io::Error::other("read-ahead thread panicked")))
-                }
+            let read = match self.pending.take() {
+                Some(read) => read,
                 None => {
                     let n = (need - self.buf.len()).max(self.chunk) as u64;
-                    self.start_read(n).join().expect("a direct read")
+                    self.start_read(n)
                 }
-            }
-            .at(&self.segment.path)?;
+            };
+            let bytes = read.join(&self.segment.path)?;
             self.crc = crc32c::crc32c_append(self.crc, &bytes);
-            self.bytes_read += bytes.len() as u64;
-            self.read_calls += 1;
+            self.bytes_read += bytes.stats().bytes;
+            self.read_calls += bytes.stats().read_calls;
             self.buf.extend_from_slice(&bytes);
             if self.next < self.end() {
                 // Double buffering: the next chunk is read while this one is scored.
@@ -420,13 +412,10 @@ impl<'a> ExtentCursor<'a> {
 
     /// Reads up to `n` bytes at `next` (on a thread of its own when more may follow).
     fn start_read(&mut self, n: u64) -> ReadAhead {
-        let n = n.min(self.end() - self.next) as usize;
+        let n = n.min(self.end() - self.next);
         let (file, at) = (self.segment.file.clone(), self.next);
-        self.next += n as u64;
-        let read = move || {
-            let mut bytes = vec![0u8; n];
-            file.read_exact_at(&mut bytes, at).map(|()| bytes)
-        };
+        self.next += n;
+        let read = move || file.read_bytes(at..at + n);
         if self.next < self.end() || self.pending.is_some() {
             ReadAhead::Thread(std::thread::spawn(read))
         } else {
