@@ -183,6 +183,22 @@ def test_named_indexes_are_created_searched_written_and_dropped(served: tuple[ce
         news.get("d3")
 
 
+def test_an_index_created_empty_is_filled_by_add(served: tuple[cellar.Index, cellar.Client]) -> None:
+    _, client = served
+    ids, vectors, texts = documents(12, seed=4)
+    notes = client.create_index("notes", dim=len(vectors[0][0]))
+    assert notes.info()["docs"] == 0 and notes.info()["codec"] == "f16"
+    assert notes.search(query_vectors=by_vector(5)["tokens"], mode="dense-exact", k=3).ids == []
+    notes.add([{"id": i, "text": t, "vectors": v} for i, t, v in zip(ids, texts, vectors)])
+    assert notes.info()["docs"] == 12
+    assert notes.search(query_vectors=by_vector(5)["tokens"], mode="dense-exact", k=1).ids == ["d5"]
+    assert notes.search("topic3", mode="bm25", k=1).ids == ["d3"]
+    with pytest.raises(cellar.InvalidInputError, match="codec residual2"):
+        client.create_index("other", dim=16, codec="residual2")
+    assert "other" not in client.indexes()
+    assert client.drop_index("notes")["dropped"]
+
+
 def test_a_stream_is_written_searched_read_and_deleted(served: tuple[cellar.Index, cellar.Client]) -> None:
     _, client = served
     notes = client.stream("notes")

@@ -161,57 +161,70 @@ impl Index {
         total: Option<u64>,
         docs: impl IntoIterator<Item = Result<EmbeddedDoc>>,
     ) -> Result<IndexConfig> {
-        let started = Instant::now();
-        check_options(options)?;
-        if dim == 0 {
-            return Err(CellarError::invalid("embeddings need a dimension of at least 1"));
-        }
-        check_pca_dim(options, dim)?;
-        let model = match &options.model_dir {
-            Some(_) => Some(load_encoder(options)?),
-            None => None,
-        };
-        if let Some(encoder) = &model {
-            if encoder.dim() != dim {
-                return Err(CellarError::invalid(format!(
-                    "the model for text queries gives {}-d vectors but the embeddings have {dim}",
-                    encoder.dim()
-                )));
-            }
-        }
-        let lock = prepare_out_dir(&options.out)?;
-        let built = (|| {
-            let source = PathBuf::from("embeddings");
-            let mut run = BuildRun::new(options, dim, &source, total.unwrap_or(0), "writing");
-            let limit = options.max_docs.unwrap_or(usize::MAX);
-            for (i, doc) in docs.into_iter().take(limit).enumerate() {
-                let (doc, encoded) = doc.and_then(|doc| doc.checked(i, dim))?;
-                run.check_unique(&doc.id, "document", i as u64)?;
-                run.bar.inc(1);
-                run.accept(doc, encoded)?;
-            }
-            let report = run.finish()?;
-            let settings = match &model {
-                Some(encoder) => encoder_settings(options, encoder),
-                None => EncoderSettings {
-                    model: String::new(),
-                    model_dir: PathBuf::new(),
-                    model_dim: dim,
-                    query_max_tokens: options.query_max_tokens,
-                    doc_max_tokens: options.doc_max_tokens,
-                    doc_overflow: options.doc_overflow,
-                    skip_special: options.skip_special,
-                    skip_punctuation: options.skip_punctuation,
-                    external: true,
-                },
-            };
-            commit(options, EncoderSettings { external: true, ..settings }, report, started)
-        })();
-        if built.is_err() {
-            remove_partial_build(&options.out, lock);
-        }
-        built
+        build_embeddings(options, dim, total, docs, false)
     }
+}
+
+/// [`Index::build_from_embeddings`]; `empty_ok`: no documents at all builds an empty index (its
+/// codec then needs no sample: `Index::create_empty` checks that) instead of an error.
+pub(crate) fn build_embeddings(
+    options: &BuildOptions,
+    dim: usize,
+    total: Option<u64>,
+    docs: impl IntoIterator<Item = Result<EmbeddedDoc>>,
+    empty_ok: bool,
+) -> Result<IndexConfig> {
+    let started = Instant::now();
+    check_options(options)?;
+    if dim == 0 {
+        return Err(CellarError::invalid("embeddings need a dimension of at least 1"));
+    }
+    check_pca_dim(options, dim)?;
+    let model = match &options.model_dir {
+        Some(_) => Some(load_encoder(options)?),
+        None => None,
+    };
+    if let Some(encoder) = &model {
+        if encoder.dim() != dim {
+            return Err(CellarError::invalid(format!(
+                "the model for text queries gives {}-d vectors but the embeddings have {dim}",
+                encoder.dim()
+            )));
+        }
+    }
+    let lock = prepare_out_dir(&options.out)?;
+    let built = (|| {
+        let source = PathBuf::from("embeddings");
+        let mut run = BuildRun::new(options, dim, &source, total.unwrap_or(0), "writing");
+        run.empty_ok = empty_ok;
+        let limit = options.max_docs.unwrap_or(usize::MAX);
+        for (i, doc) in docs.into_iter().take(limit).enumerate() {
+            let (doc, encoded) = doc.and_then(|doc| doc.checked(i, dim))?;
+            run.check_unique(&doc.id, "document", i as u64)?;
+            run.bar.inc(1);
+            run.accept(doc, encoded)?;
+        }
+        let report = run.finish()?;
+        let settings = match &model {
+            Some(encoder) => encoder_settings(options, encoder),
+            None => EncoderSettings {
+                model: String::new(),
+                model_dir: PathBuf::new(),
+                model_dim: dim,
+                query_max_tokens: options.query_max_tokens,
+                doc_max_tokens: options.doc_max_tokens,
+                doc_overflow: options.doc_overflow,
+                skip_special: options.skip_special,
+                skip_punctuation: options.skip_punctuation,
+                external: true,
+            },
+        };
+        commit(options, EncoderSettings { external: true, ..settings }, report, started)
+    })();
+    if built.is_err() {
+        remove_partial_build(&options.out, lock);
+    }
+    built
 }
 
 /// One document of [`Index::build_from_embeddings`].
@@ -477,6 +490,8 @@ struct BuildRun<'a> {
     sinks: Option<Sinks>,
     report: BuildReport,
     bar: ProgressBar,
+    /// No documents at all makes an empty index, not an error (`Index::create_empty`).
+    empty_ok: bool,
 }
 
 impl<'a> BuildRun<'a> {
@@ -500,6 +515,7 @@ impl<'a> BuildRun<'a> {
             sinks: None,
             report: BuildReport::default(),
             bar: progress_bar(total, options.progress, stage),
+            empty_ok: false,
         }
     }
 
@@ -644,7 +660,7 @@ impl<'a> BuildRun<'a> {
 
     fn finish(mut self) -> Result<BuildReport> {
         if self.sinks.is_none() {
-            if self.sample.is_empty() {
+            if self.sample.is_empty() && !self.empty_ok {
                 return Err(CellarError::InvalidInput(format!(
                     "{}: the corpus has no documents",
                     self.corpus.display()

@@ -2,14 +2,15 @@
 //! `PUT /v1/indexes/{name}` builds. All of them carry vectors (an index of the caller's
 //! embeddings, `Index::build_from_embeddings`) or none does (their text is encoded by the model,
 //! `Index::build` over a corpus file written beside the index and removed after). Later
-//! documents arrive as writes (`Index::write`).
+//! documents arrive as writes (`Index::write`). An index can also start with no documents at all
+//! (`Index::create_empty`): its dimension given, or its model's.
 
 use std::path::PathBuf;
 
 use cellar_core::codec::MAX_DIM;
 use cellar_core::{CellarError, IoContext, Result};
 
-use crate::build::{BuildOptions, EmbeddedDoc};
+use crate::build::{build_embeddings, BuildOptions, EmbeddedDoc};
 use crate::config::IndexConfig;
 use crate::doc::DocIn;
 use crate::index::Index;
@@ -37,6 +38,51 @@ impl Index {
                 docs.len()
             ))),
         }
+    }
+}
+
+impl Index {
+    /// Builds `options.out` with no documents: every document arrives later as a write. Its
+    /// dimension is `dim`, else the model's (`options.model_dir`, else the default model); a
+    /// `dim` that differs from the model's is refused. What is fitted on documents cannot be
+    /// fitted on none, so each is refused with what to do instead: a codec that learns from
+    /// vectors (an empty index stores f16, or takes a fitted codec with `codec_from`), PCA and
+    /// the IVF (`Index::retrain_ivf` trains its first once writes have filled the index).
+    pub fn create_empty(options: &BuildOptions, dim: Option<usize>) -> Result<IndexConfig> {
+        if options.codec.needs_sample() && options.codec_from.is_none() {
+            return Err(CellarError::invalid(format!(
+                "codec {}: it is fitted on document vectors and an empty index has none; create it \
+                 with codec f16, or with its first documents",
+                options.codec.name()
+            )));
+        }
+        if options.pca_dim.is_some() {
+            return Err(CellarError::invalid(
+                "pca_dim: PCA is fitted on document vectors and an empty index has none",
+            ));
+        }
+        if options.ivf.is_some() {
+            return Err(CellarError::invalid(
+                "ivf: an empty index has no documents to cluster: create it with its first documents, \
+                 or train its IVF once writes have filled it (`cellar ivf retrain`)",
+            ));
+        }
+        let (dim, model_dir) = match dim {
+            Some(dim) if dim == 0 || dim > MAX_DIM => {
+                return Err(CellarError::invalid(format!("dim {dim}: 1 to {MAX_DIM} allowed")))
+            }
+            // The caller's embeddings: a model named by the options is checked against `dim` by
+            // the build (text queries), none is loaded otherwise.
+            Some(dim) => (dim, options.model_dir.clone()),
+            None => {
+                let config = options.encoder_config()?;
+                let model_dir = config.model_dir.clone();
+                let encoder = cellar_encode::Encoder::load(config)?;
+                (encoder.dim(), Some(model_dir))
+            }
+        };
+        let options = BuildOptions { model_dir, ..options.clone() };
+        build_embeddings(&options, dim, Some(0), std::iter::empty(), true)
     }
 }
 

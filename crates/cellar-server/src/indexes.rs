@@ -181,8 +181,12 @@ async fn create(
     let request: CreateIndex = parse_body(&headers, body)?;
     let indexes = state.indexes()?.clone();
     // Documents without vectors have their text encoded: on the write lane, as a write's are, so
-    // a large creation never takes the searches' workers.
-    let encodes_text = request.docs.iter().any(|d| d.vectors.is_none());
+    // a large creation (or a model's loading) never takes the searches' workers.
+    let encodes_text = match &request.docs {
+        Some(docs) => docs.iter().any(|d| d.vectors.is_none()),
+        // An empty index of the server's model loads it.
+        None => request.dim.is_none(),
+    };
     // A refusal of the registry's own (`--max-indexes`) is mapped by `ApiError`.
     let work = move || Ok(indexes.create(&name, request).map(|index| facts(&name, &index)));
     let created = if encodes_text {

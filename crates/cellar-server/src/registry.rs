@@ -116,16 +116,26 @@ fn being_dropped(name: &str) -> CellarError {
     locked(name, "the index is being dropped")
 }
 
-/// `PUT /v1/indexes/{name}`: a new index of its first documents.
+/// `PUT /v1/indexes/{name}`: a new index of its first documents, or an empty one (no `docs`)
+/// whose documents all arrive as writes.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateIndex {
     /// 1 to 4096 documents as writes take them: all with `vectors` (an index of the caller's
-    /// embeddings) or none (their text is encoded by the server's model).
+    /// embeddings) or none (their text is encoded by the server's model). Left out: the index
+    /// starts empty.
+    #[serde(default)]
     #[schemars(length(min = 1, max = MAX_WRITE_OPS))]
-    pub docs: Vec<DocIn>,
+    pub docs: Option<Vec<DocIn>>,
+    /// An empty index (no `docs`) of the caller's embeddings: the dimension of their vectors (as
+    /// with documents that carry vectors, a server started with `--model-dir` checks its model
+    /// gives that dimension; without one the index has no model, and searches give
+    /// `query_vectors` or search BM25). Left out, an empty index takes the server's model and
+    /// its dimension, and writes may carry text alone.
+    #[serde(default)]
+    pub dim: Option<usize>,
     /// Codec of the token vectors: f16, int8, residual1, residual2 or residual4 (default: the
-    /// build's).
+    /// build's; f16 for an empty index, which has no vectors to fit another on).
     #[serde(default)]
     pub codec: Option<String>,
     /// Also build the IVF first stage (the dense and ivf modes); default false.
@@ -313,7 +323,20 @@ impl Indexes {
             options.codec = codec.parse::<CodecKind>()?;
         }
         options.ivf = request.ivf.then(IvfBuildOptions::default);
-        Index::create(&options, request.docs)?;
+        match (request.docs, request.dim) {
+            (Some(docs), None) => Index::create(&options, docs)?,
+            (Some(_), Some(_)) => {
+                return Err(CellarError::invalid(
+                    "dim is for an empty index (no docs): documents set the dimension",
+                ))
+            }
+            (None, dim) => {
+                if request.codec.is_none() {
+                    options.codec = CodecKind::F16;
+                }
+                Index::create_empty(&options, dim)?
+            }
+        };
         Ok(())
     }
 

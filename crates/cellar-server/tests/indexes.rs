@@ -67,6 +67,43 @@ fn ids(answer: &Value) -> Vec<String> {
     answer["hits"].as_array().unwrap().iter().map(|h| h["id"].as_str().unwrap().to_string()).collect()
 }
 
+/// An index created with no documents: its dimension given, f16 by default, then filled by writes.
+#[tokio::test]
+async fn an_index_created_empty_is_filled_by_writes() {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let indexes = Indexes::open(&tmp.path().join("data"), OpenOptions::default()).unwrap();
+    let config = ServerConfig::new("127.0.0.1:0".parse().unwrap());
+    let app = router(AppState::serving(None, Some(Arc::new(indexes)), None, config));
+
+    let (status, created) = call(&app, with_body("PUT", "/v1/indexes/notes", &json!({"dim": DIM}))).await;
+    assert_eq!(
+        (status, created["docs"].as_u64(), created["codec"].as_str()),
+        (StatusCode::OK, Some(0), Some("f16"))
+    );
+    let (status, answer) = call(&app, with_body("POST", "/v1/indexes/notes/search", &search(3, None))).await;
+    assert_eq!((status, ids(&answer).len()), (StatusCode::OK, 0), "{answer}");
+    let add = json!({"ops": (0..12).map(|i| json!({"add": doc(i)})).collect::<Vec<_>>()});
+    let (status, report) = call(&app, with_body("POST", "/v1/indexes/notes/docs", &add)).await;
+    assert_eq!((status, report["docs"].as_u64()), (StatusCode::OK, Some(12)), "{report}");
+    let (status, answer) = call(&app, with_body("POST", "/v1/indexes/notes/search", &search(3, None))).await;
+    assert_eq!((status, ids(&answer)[0].as_str()), (StatusCode::OK, "n3"), "{answer}");
+
+    // What an empty index cannot have is refused, naming it; nothing is left behind.
+    let refused = [
+        (json!({"dim": DIM, "codec": "residual2"}), "codec residual2"),
+        (json!({"dim": DIM, "ivf": true}), "ivf"),
+        (json!({"dim": 0}), "dim 0"),
+        (json!({"dim": DIM, "docs": [doc(1)]}), "dim is for an empty index"),
+    ];
+    for (body, says) in refused {
+        let (status, error) = call(&app, with_body("PUT", "/v1/indexes/other", &body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {error}");
+        assert!(error["message"].as_str().unwrap_or_default().contains(says), "{body}: {error}");
+    }
+    let (_, list) = call(&app, bare("GET", "/v1/indexes")).await;
+    assert_eq!(list, json!({"indexes": ["notes"]}));
+}
+
 #[tokio::test]
 async fn indexes_of_a_data_directory_are_created_searched_written_and_dropped_by_name() {
     let tmp = tempfile::TempDir::new().unwrap();
@@ -220,7 +257,8 @@ fn index_names_never_reach_outside_the_data_directory() {
                 ..DocIn::default()
             };
             let request = cellar_server::registry::CreateIndex {
-                docs: vec![doc],
+                docs: Some(vec![doc]),
+                dim: None,
                 codec: Some("f16".into()),
                 ivf: false,
             };

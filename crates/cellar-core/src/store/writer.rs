@@ -278,11 +278,9 @@ impl StoreWriter {
         self.docs
     }
 
-    /// Pads the last page, commits every file and writes the manifest (the commit point).
+    /// Pads the last page, commits every file and writes the manifest (the commit point). A
+    /// store of no documents is valid: the base of an index created empty.
     pub fn finish(mut self) -> Result<Manifest> {
-        if self.docs == 0 {
-            return Err(CellarError::invalid("a store needs at least one document"));
-        }
         let page = PAGE_BYTES as u64;
         let tail = (self.vectors.position().next_multiple_of(page) - self.vectors.position()) as usize;
         self.vectors.write(&vec![0u8; tail])?;

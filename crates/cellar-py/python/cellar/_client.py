@@ -598,12 +598,13 @@ class Client(_IndexMethods):
     def create_index(
         self,
         name: str,
-        docs: Any,
+        docs: Any = None,
         doc_vectors: Iterable[Any] | None = None,
         texts: Iterable[str | None] | None = None,
         pooled: Iterable[Any] | None = None,
         metadata: Iterable[Mapping[str, Any] | None] | None = None,
         *,
+        dim: int | None = None,
         codec: str | None = None,
         ivf: bool = False,
     ) -> RemoteIndex:
@@ -613,19 +614,32 @@ class Client(_IndexMethods):
         text encoded by the server's model). ``codec`` as :meth:`Index.build`'s; ``ivf`` also
         builds the IVF (the ``ivf`` mode and ``dense`` over it).
 
+        Without ``docs`` the index starts empty and every document arrives through :meth:`add`:
+        of your embeddings when ``dim`` gives their dimension, else of the server's model. An
+        empty index stores f16 vectors (a codec fitted on vectors, PCA and the IVF need
+        documents, and are refused).
+
         Sends ``PUT /v1/indexes/{name}``; returns the new index's :class:`RemoteIndex`. A taken
         or bad name raises :class:`InvalidInputError`, as does a data directory past
         ``--max-indexes`` (code ``too_many_indexes``)."""
         handle = RemoteIndex(self._http, name)
+        body: dict[str, Any] = {"ivf": ivf}
+        if codec is not None:
+            body["codec"] = codec
+        if docs is None:
+            if dim is not None:
+                body["dim"] = dim
+            self._http.json("PUT", handle._base, body)
+            return handle
         given = documents(docs, doc_vectors, texts, pooled, metadata, compact=False)
         docs_in = [_write_doc(doc, f"docs[{i}]") for i, doc in enumerate(given)]
         if docs_in and given[0].get("vectors") is not None:
             # The first document's vectors go as rows: they set the new index's dimension
             # (base64 values have none); the others stay compact.
             docs_in[0]["vectors"] = _json_rows(given[0]["vectors"])
-        body: dict[str, Any] = {"docs": docs_in, "ivf": ivf}
-        if codec is not None:
-            body["codec"] = codec
+        body["docs"] = docs_in
+        if dim is not None:
+            body["dim"] = dim
         self._http.json("PUT", handle._base, body)
         return handle
 

@@ -49,9 +49,10 @@ impl Index {
 
     /// Re-trains the IVF on every document alive now (see the module's notes), with the old
     /// IVF's cluster size, sample and seed, and its search defaults but `nprobe`, which follows
-    /// the new cluster count. Returns the new IVF's settings.
+    /// the new cluster count. An index without an IVF (one created empty and filled by writes)
+    /// gets its first, with the default settings. Returns the new IVF's settings.
     pub fn retrain_ivf(&self) -> Result<IvfConfig> {
-        let old = self.ivf()?;
+        let old = self.current_ivf();
         let mut slot = self.writer()?;
         let writer = slot.as_mut().ok_or_else(|| CellarError::internal("the writer was not loaded"))?;
         self.flush_locked(writer)?;
@@ -74,15 +75,20 @@ impl Index {
             }
         }
         rows.finish()?;
-        let was = old.config();
-        let mut defaults = was.search;
-        defaults.nprobe = 0;
-        let options = IvfBuildOptions {
-            cluster_size: was.cluster_size,
-            train_sample: was.train_sample,
-            seed: was.seed,
-            defaults,
-            progress: false,
+        let options = match &old {
+            Some(old) => {
+                let was = old.config();
+                let mut defaults = was.search;
+                defaults.nprobe = 0;
+                IvfBuildOptions {
+                    cluster_size: was.cluster_size,
+                    train_sample: was.train_sample,
+                    seed: was.seed,
+                    defaults,
+                    progress: false,
+                }
+            }
+            None => IvfBuildOptions { progress: false, ..IvfBuildOptions::default() },
         };
         let pooled = scratch.join(cellar_core::format::FileKind::Pooled.file_name());
         let built = build_ivf_of(&self.dir, &pooled, dim, ids, view.next_id, &options);

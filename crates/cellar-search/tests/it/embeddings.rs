@@ -371,3 +371,93 @@ fn base64_query_vectors_rank_as_json_lists_and_bad_ones_are_refused() {
         )
     );
 }
+
+/// `doc`'s token vectors as a write gives them (rows of `DIM`).
+fn as_write(doc: &EmbeddedDoc) -> cellar_search::DocIn {
+    cellar_search::DocIn {
+        id: doc.id.clone(),
+        text: doc.text.clone(),
+        vectors: Some(QueryVectorsIn {
+            tokens: doc.tokens.chunks(DIM).map(<[f32]>::to_vec).collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_index_created_empty_takes_writes_and_answers_them_durably() {
+    use cellar_search::{WriteOp, WriteRequest};
+    let tmp = TempDir::new().unwrap();
+    let out = tmp.path().join("empty");
+    let mut build = options(&out, CodecKind::F16);
+    build.ivf = None;
+    let config = Index::create_empty(&build, Some(DIM)).unwrap();
+    assert_eq!((config.build.docs, config.encoder.model_dim, config.codec.as_str()), (0, DIM, "f16"));
+    let open = |reader| Index::open(&out, OpenOptions { reader, ..Default::default() }).unwrap();
+    let index = open(ReaderKind::Direct);
+    assert_eq!(index.len(), 0);
+    for mode in [Mode::DenseExact, Mode::Rerank, Mode::Hybrid, Mode::Bm25] {
+        let mut request = vector_query(3, mode, 5);
+        request.query = "topic5".into();
+        assert!(index.search(request).unwrap().hits.is_empty(), "{mode}: an empty index has no hits");
+    }
+    let docs = synthetic(40, 9);
+    let ops = docs.iter().map(|d| WriteOp::Add(as_write(d))).collect();
+    index.write(WriteRequest { ops }).unwrap();
+    let check = |index: &Index, when: &str| {
+        assert_eq!(index.len(), 40, "{when}");
+        for mode in [Mode::DenseExact, Mode::Rerank, Mode::Hybrid] {
+            let mut request = vector_query(3, mode, 5);
+            request.query = "topic5".into();
+            let hits = index.search(request).unwrap().hits;
+            // Documents 5, 21 and 37 hold axis 5 as a token (and "topic5" in their text).
+            assert!(["d5", "d21", "d37"].contains(&hits[0].id.as_str()), "{when}, {mode}: {:?}", hits[0].id);
+        }
+        let bm25 = index.search(SearchRequest::new("topic7", Mode::Bm25).with_k(3)).unwrap();
+        assert!(!bm25.hits.is_empty() && bm25.hits.iter().all(|h| h.text.contains("topic7")), "{when}");
+    };
+    check(&index, "in the memtable");
+    drop(index);
+    check(&open(ReaderKind::Mmap), "replayed from the log");
+    let index = open(ReaderKind::Ram);
+    index.flush().unwrap();
+    drop(index);
+    let index = open(ReaderKind::Direct);
+    check(&index, "from its segment");
+    // Its first IVF, trained on the written documents: the modes over it answer.
+    let ivf = index.retrain_ivf().unwrap();
+    assert_eq!(ivf.docs, 40);
+    for mode in [Mode::Dense, Mode::Ivf] {
+        let hits = index.search(vector_query(3, mode, 5)).unwrap().hits;
+        assert!(["d5", "d21", "d37"].contains(&hits[0].id.as_str()), "{mode}: {:?}", hits[0].id);
+    }
+    index.write(WriteRequest { ops: vec![WriteOp::Delete("d5".into())] }).unwrap();
+    let hits = index.search(vector_query(40, Mode::DenseExact, 5)).unwrap().hits;
+    assert_eq!(hits.len(), 39);
+    assert!(hits.iter().all(|h| h.id != "d5"), "a deleted document is gone");
+}
+
+#[test]
+fn an_empty_index_refuses_what_is_fitted_on_documents_and_leaves_nothing_behind() {
+    let tmp = TempDir::new().unwrap();
+    let out = tmp.path().join("empty");
+    let f16 = || {
+        let mut build = options(&out, CodecKind::F16);
+        build.ivf = None;
+        build
+    };
+    let cases: [(BuildOptions, Option<usize>, &str); 5] = [
+        (options(&out, CodecKind::Residual2), Some(DIM), "codec residual2"),
+        (BuildOptions { codec: CodecKind::Int8, ..f16() }, Some(DIM), "codec int8"),
+        (BuildOptions { pca_dim: Some(8), ..f16() }, Some(DIM), "pca_dim"),
+        (options(&out, CodecKind::F16), Some(DIM), "ivf"),
+        (f16(), Some(0), "dim 0"),
+    ];
+    for (build, dim, expected) in cases {
+        let error = Index::create_empty(&build, dim).unwrap_err();
+        assert!(matches!(error, cellar_core::CellarError::InvalidInput(_)), "{expected}: {error}");
+        assert!(error.to_string().contains(expected), "expected {expected:?} in: {error}");
+        assert!(!out.exists(), "{expected}: nothing is left behind");
+    }
+}
