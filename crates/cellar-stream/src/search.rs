@@ -150,7 +150,7 @@ fn prepare(request: &SearchRequest, dim: usize) -> Result<Prepared<'_>> {
     }
     let codec = F16Codec::new(dim)?;
     let vector = match (maxsim, pooled) {
-        (true, _) => codec.prepare_query(&tokens),
+        (true, _) => codec.prepare_query_vec(tokens.into_owned()),
         (false, Some(p)) => p.into_owned(),
         (false, None) => mean_or_zero(&tokens, dim),
     };

@@ -38,6 +38,9 @@ impl Codec for F16Codec {
     fn prepare_query(&self, query: &[f32]) -> Vec<f32> {
         query.to_vec()
     }
+    fn prepare_query_vec(&self, query: Vec<f32>) -> Vec<f32> {
+        query
+    }
     fn maxsim(&self, isa: Isa, prepared: &[f32], doc: &[u8]) -> f32 {
         kernels::maxsim_f16(isa, prepared, self.dim, doc)
     }

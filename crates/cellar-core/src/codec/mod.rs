@@ -120,6 +120,11 @@ pub trait Codec: Send + Sync + Debug {
     fn decode(&self, bytes: &[u8], out: &mut Vec<f32>);
     /// Turns query vectors (`nq * dim` f32) into the form the kernel expects.
     fn prepare_query(&self, query: &[f32]) -> Vec<f32>;
+    /// [`Codec::prepare_query`] of a query the caller gives up: a codec whose kernel takes the
+    /// values as they are returns them without a copy.
+    fn prepare_query_vec(&self, query: Vec<f32>) -> Vec<f32> {
+        self.prepare_query(&query)
+    }
     /// MaxSim of a prepared query against `nd` encoded token vectors.
     fn maxsim(&self, isa: Isa, prepared: &[f32], doc: &[u8]) -> f32;
     /// Parameters persisted in `codec.bin` (may be empty).
@@ -245,5 +250,18 @@ mod tests {
         }
         let short = validate_vector(&[1.0, 2.0], 3, String::new).unwrap_err();
         assert!(matches!(short, CellarError::WrongDimension { expected: 3, received: 2 }));
+    }
+
+    /// A query given up (`prepare_query_vec`) is prepared as one lent (`prepare_query`) by every
+    /// codec.
+    #[test]
+    fn a_query_given_up_is_prepared_as_one_lent() {
+        let dim = 16;
+        let sample: Vec<f32> = (0..64 * dim).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+        let query: Vec<f32> = (0..3 * dim).map(|i| ((i * 13 % 29) as f32 - 14.0) / 14.0).collect();
+        for kind in CodecKind::ALL {
+            let codec = fit_codec(kind, dim, &sample).unwrap();
+            assert_eq!(codec.prepare_query_vec(query.clone()), codec.prepare_query(&query), "{kind:?}");
+        }
     }
 }

@@ -286,6 +286,18 @@ impl FileSlice {
                 stats: ReadStats::default(),
             });
         }
+        if let Backing::Positioned(file) = &self.file.backing {
+            // One pread into a buffer of the range's size, no page plan to make: a stream reads
+            // a small group's whole extent this way on every warm query.
+            let len = (range.end - range.start) as usize;
+            let mut bytes = vec![0u8; len];
+            file.read_exact_at(&mut bytes, self.start + range.start).at(&self.file.path)?;
+            let page = PAGE_BYTES as u64;
+            let (first, end) = (self.start + range.start, self.start + range.end);
+            let pages = end.div_ceil(page) - first / page;
+            let stats = ReadStats { read_calls: 1, pages, bytes: len as u64, cached: 0 };
+            return Ok(SliceBytes { bytes: BatchBytes::Owned(bytes), range: 0..len, stats });
+        }
         let extent = Extent { offset: range.start, len: (range.end - range.start) as usize };
         let (bytes, spans, stats) = self.read_batch(&[extent])?.into_parts();
         let (start, len) = spans[0];
@@ -534,6 +546,14 @@ mod tests {
                 (None, _) => ReadStats { read_calls: 3, pages: 3, bytes: 325, cached: 0 },
             };
             assert_eq!(stats, want, "{name}");
+            // One range read alone costs what a batch of it costs (positioned reads take a path
+            // of their own), from a slice that starts inside a page too.
+            let part = slice.slice(100..20_000).unwrap();
+            for r in [0..1, 10..20, 3996..3997, 3990..4100, 11_900..12_300, 0..19_900] {
+                let alone = part.read_bytes(r.clone()).unwrap().stats();
+                let extent = Extent { offset: r.start, len: (r.end - r.start) as usize };
+                assert_eq!(alone, part.read_batch(&[extent]).unwrap().stats(), "{name} {r:?}");
+            }
         }
     }
 
