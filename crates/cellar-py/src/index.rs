@@ -293,6 +293,36 @@ impl PyIndex {
         open_index(py, out, OpenOptions { reader, model_dir: model, ..Default::default() })
     }
 
+    /// Creates an index of no documents in ``out`` and returns it opened with ``reader``:
+    /// :meth:`add` fills it. ``dim`` is the dimension of your embeddings (``model`` then names a
+    /// model for text queries, none by default); without ``dim`` the index takes the model's
+    /// (``model``, else the default one) and documents may be text alone. It stores f16
+    /// (``codec`` may say so); a codec fitted on vectors, PCA and the IVF need documents and
+    /// raise :class:`InvalidInputError`, and :meth:`retrain_ivf` trains the IVF once the index
+    /// holds documents.
+    #[staticmethod]
+    #[pyo3(signature = (out, *, dim=None, model=None, codec=None, reader="mmap"))]
+    fn create_empty(
+        py: Python<'_>,
+        out: PathBuf,
+        dim: Option<i64>,
+        model: Option<PathBuf>,
+        codec: Option<&str>,
+        reader: &str,
+    ) -> PyResult<PyIndex> {
+        let mut options = BuildOptions::new(PathBuf::new(), &out);
+        let dim = positive_opt(py, "dim", dim)?;
+        options.model_dir = match dim {
+            Some(_) => model.clone(),
+            None => model.clone().or_else(|| default_model(py)),
+        };
+        options.codec = parse_choice(py, codec.unwrap_or("f16"))?;
+        options.ivf = None;
+        let reader = parse_choice::<ReaderKind>(py, reader)?;
+        without_gil(py, || Index::create_empty(&options, dim))?;
+        open_index(py, out, OpenOptions { reader, model_dir: options.model_dir, ..Default::default() })
+    }
+
     /// Opens the index in directory ``path``.
     ///
     /// ``reader`` is how token vectors are read: ``"mmap"`` (page cache), ``"direct"``

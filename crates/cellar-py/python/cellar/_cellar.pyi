@@ -115,6 +115,15 @@ class Index:
         tokens: bool = False,
     ) -> Index: ...
     @staticmethod
+    def create_empty(
+        out: _Path,
+        *,
+        dim: int | None = None,
+        model: _Path | None = None,
+        codec: _Codec | None = None,
+        reader: _Reader = "mmap",
+    ) -> Index: ...
+    @staticmethod
     def open(
         path: _Path,
         reader: _Reader = "mmap",
