@@ -60,3 +60,18 @@ def test_every_shard_of_a_sharded_build_has_a_token_stage(tmp_path: Path) -> Non
     with cluster.LocalCluster(tmp_path / "sharded") as shards:
         answer = shards.search("", mode="dense", k=3, query_vectors=q)
     assert [h["id"] for h in answer["hits"]][0] == one.search(query_vectors=query(3), k=3).ids[0]
+
+
+def test_a_retrain_takes_the_written_documents_into_the_stage(index: cellar.Index) -> None:
+    new = np.array([axis(11), axis(11)], dtype=np.float32)
+    index.add(["w2"], [new], texts=["written before the retrain"])
+    index.delete(["d11"])
+    config = index.retrain_tokens()
+    assert config["docs"] == 49, "it covers every id written"
+    found = index.search(query_vectors=query(11), k=5)
+    assert "w2" in found.ids and "d11" not in found.ids
+    reopened = cellar.Index.open(index.path)
+    assert "w2" in reopened.search(query_vectors=query(11), k=5).ids
+    empty = cellar.Index.create_empty(index.path.parent / "empty", dim=DIM)
+    with pytest.raises(cellar.InvalidInputError, match="no token stage"):
+        empty.retrain_tokens()

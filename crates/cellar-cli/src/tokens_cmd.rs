@@ -2,6 +2,7 @@
 //! quantizer of 4·√tokens leaves trained on a sample of its token vectors, and per leaf its
 //! tokens' postings (document, residual sign bits), under `tokens/`. Dense searches then take their candidates
 //! from it (and hybrid joins them to BM25's); `--dense-stage pooled` still asks for the IVF.
+//! `cellar tokens retrain` rebuilds it over every document alive, the written ones included.
 
 use std::path::PathBuf;
 
@@ -20,6 +21,16 @@ pub enum TokensAction {
     /// Quantize the build's token vectors and write the leaves' document lists (replaces an
     /// existing token stage; no index may be open meanwhile).
     Build(TokensBuildArgs),
+    /// Rebuild the token stage over every document alive, the build's and the written ones, with
+    /// its leaf count, seed and defaults (as the server does once the documents written since
+    /// are one for every 8 it covers); writes wait, searches go on with the old stage.
+    Retrain(TokensRetrainArgs),
+}
+
+#[derive(Args)]
+pub struct TokensRetrainArgs {
+    #[arg(long)]
+    pub index: PathBuf,
 }
 
 #[derive(Args)]
@@ -43,7 +54,14 @@ pub struct TokensBuildArgs {
 }
 
 pub fn run(args: TokensArgs) -> Result<()> {
-    let TokensAction::Build(args) = args.action;
+    let args = match args.action {
+        TokensAction::Build(args) => args,
+        TokensAction::Retrain(args) => {
+            let index = cellar_search::Index::open(&args.index, cellar_search::OpenOptions::default())?;
+            print_report(&index.retrain_tokens()?);
+            return Ok(());
+        }
+    };
     let options = TokensBuildOptions {
         leaves: args.leaves.unwrap_or(0),
         seed: args.seed,
@@ -63,7 +81,7 @@ pub fn run(args: TokensArgs) -> Result<()> {
 pub fn print_report(c: &TokensConfig) {
     let b = &c.build;
     println!(
-        "token stage: {} leaves in {} groups over {} tokens of {} documents; {} postings, lists {:.1} MiB ({:.1} bytes/doc), centroids {:.1} MiB; trained on {} tokens in {:.1}s, assigned in {:.1}s, {:.1}s in all",
+        "token stage: {} leaves in {} groups over {} tokens (ids below {}); {} postings, lists {:.1} MiB ({:.1} bytes/doc), centroids {:.1} MiB; trained on {} tokens in {:.1}s, assigned in {:.1}s, {:.1}s in all",
         c.leaves,
         c.groups,
         c.tokens,

@@ -123,8 +123,9 @@ pub fn delete(args: DeleteArgs) -> Result<()> {
     merge_if_needed(&index)
 }
 
-/// Merges the written segments when they need it (unthrottled: nothing else is served), and
-/// retrains the IVF when the written documents drifted from it (`Index::needs_retrain`).
+/// Merges the written segments when they need it (unthrottled: nothing else is served),
+/// retrains the IVF when the written documents drifted from it (`Index::needs_retrain`), and
+/// the token stage when enough were written since it was built (`Index::needs_tokens_retrain`).
 fn merge_if_needed(index: &Index) -> Result<()> {
     if index.needs_merge() {
         let budget = cellar_search::live::merge::MergeBudget { bytes_per_sec: 0, ..Default::default() };
@@ -135,6 +136,10 @@ fn merge_if_needed(index: &Index) -> Result<()> {
     if index.needs_retrain() {
         let config = index.retrain_ivf()?;
         println!("the written documents drifted from the IVF: retrained it on {} documents", config.docs);
+    }
+    if index.needs_tokens_retrain() {
+        let config = index.retrain_tokens()?;
+        println!("retrained the token stage over the written documents: {} postings", config.build.postings);
     }
     Ok(())
 }

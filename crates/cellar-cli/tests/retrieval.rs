@@ -85,6 +85,29 @@ fn tune_holds_the_choice_to_a_p95_bound_and_tunes_the_token_stage() {
     let config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(index.join("index.json")).unwrap()).unwrap();
     assert!(config["search"]["tuned"]["qrels"].as_str().unwrap().ends_with("train.tsv"), "{config}");
+
+    // A written document joins the stage's lists on disk with `cellar tokens retrain`, which
+    // keeps the tuned nprobe.
+    let docs = data.join("written.jsonl");
+    std::fs::write(&docs, "{\"id\": \"kelp\", \"text\": \"Kelp forests grow in cold coastal seas\"}\n")
+        .unwrap();
+    let out = cellar(&["add", docs.to_str().unwrap(), "--index", index_s]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = cellar(&["tokens", "retrain", "--index", index_s]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("(ids below 9)"), "{}", text(&out.stdout));
+    let retrained: serde_json::Value = serde_json::from_slice(&std::fs::read(&tokens_json).unwrap()).unwrap();
+    assert_eq!(
+        (retrained["docs"].as_u64(), &retrained["search"]["nprobe"]),
+        (Some(9), &saved["search"]["nprobe"])
+    );
+    let out =
+        cellar(&["search", "--index", index_s, "kelp forests in cold seas", "--mode", "dense", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let hits: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // (The test model scores every pair near 1: the written document is a candidate, not first.)
+    let found = hits["hits"].as_array().unwrap().iter().any(|h| h["id"] == "kelp");
+    assert!(found && hits["tokens"]["scored"] == 9, "{hits}");
 }
 
 #[test]

@@ -643,6 +643,15 @@ impl PyIndex {
         to_python(py, &config)
     }
 
+    /// Rebuilds the token stage over every document alive, the written ones included, with its
+    /// leaf count, seed and defaults: written documents then sit in its lists on disk instead of
+    /// being assigned again in RAM after every open. Writes wait while it runs; searches go on
+    /// with the old stage. Returns the new ``tokens.json``. Releases the GIL.
+    fn retrain_tokens<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let config = without_gil(py, || self.index.retrain_tokens())?;
+        to_python(py, &config)
+    }
+
     /// The index's ``index.json`` as a dict: encoder settings, codec, search defaults and the
     /// build report.
     #[getter]

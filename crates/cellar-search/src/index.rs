@@ -71,8 +71,9 @@ pub struct Index {
     /// The dense first stage, when the index has one (`ivf/`); replaced whole by a retrain,
     /// while searches that took the old one finish with it.
     pub(crate) ivf: RwLock<Option<Arc<Ivf>>>,
-    /// The token-level first stage, when `cellar tokens build` made one (`tokens/`).
-    pub(crate) tokens: Option<crate::tokens::TokenStage>,
+    /// The token-level first stage, when `cellar tokens build` made one (`tokens/`); replaced
+    /// whole by a retrain (`Index::retrain_tokens`), as the IVF is.
+    pub(crate) tokens: RwLock<Option<Arc<crate::tokens::TokenStage>>>,
     /// The learned-sparse first stage, when `cellar splade build` made one.
     pub(crate) splade: Option<crate::splade::SpladeIndex>,
     options: OpenOptions,
@@ -131,7 +132,7 @@ impl Index {
             pca,
             isa: Isa::detected(),
             ivf: RwLock::new(ivf.map(Arc::new)),
-            tokens,
+            tokens: RwLock::new(tokens.map(Arc::new)),
             splade,
             options,
             reader_options,
@@ -142,6 +143,20 @@ impl Index {
             _lock: lock,
         };
         index.open_live()?;
+        if let Some(stage) = index.current_tokens() {
+            // A retrained stage covers written documents: never more than the index has.
+            let next = index.live_view().next_id;
+            if stage.config().docs > u64::from(next) {
+                return Err(CellarError::corrupted(
+                    &crate::tokens::TokensConfig::dir(dir).join(crate::tokens::TOKENS_CONFIG_FILE),
+                    0,
+                    format!(
+                        "the token stage covers ids below {}, the index's documents end at {next}",
+                        stage.config().docs
+                    ),
+                ));
+            }
+        }
         index.check_parts()?;
         Ok(index)
     }
@@ -223,6 +238,11 @@ impl Index {
     /// The IVF searches use now, when the index has one.
     pub(crate) fn current_ivf(&self) -> Option<Arc<Ivf>> {
         self.ivf.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The token stage searches use now, when the index has one.
+    pub(crate) fn current_tokens(&self) -> Option<Arc<crate::tokens::TokenStage>> {
+        self.tokens.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The IVF, or a clear error naming how to build one.

@@ -125,7 +125,8 @@ impl Index {
         // The IVF's settings borrowed from the handle searches use, not copied per request.
         let ivf = self.current_ivf();
         let ivf = ivf.as_deref().map(crate::ivf::Ivf::config);
-        let tokens = self.tokens.as_ref().map(crate::tokens::TokenStage::config);
+        let tokens = self.current_tokens();
+        let tokens = tokens.as_deref().map(crate::tokens::TokenStage::config);
         SearchParams::resolve(request, &self.config.search, ivf, tokens, self.splade.is_some())
     }
 

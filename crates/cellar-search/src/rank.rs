@@ -302,7 +302,7 @@ impl Index {
         allowed: Option<&Allowed>,
         query: TokenQuery,
     ) -> Result<(Vec<Scored>, TokenStats)> {
-        let stage = self.tokens.as_ref().ok_or_else(|| {
+        let stage = self.current_tokens().ok_or_else(|| {
             CellarError::internal("a token-stage search was planned on an index without one")
         })?;
         let view = self.live_view();

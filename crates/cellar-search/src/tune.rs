@@ -261,7 +261,7 @@ pub fn tune(
             .ok_or_else(|| over_limit("hybrid rerank_k", &latency, limit))?
             .clone();
     }
-    let tokens = match index.tokens.as_ref() {
+    let tokens = match index.current_tokens() {
         Some(stage) => Some(tune_tokens(&timed, stage.config().leaves, epsilon, p95_limit_ms)?),
         None => None,
     };

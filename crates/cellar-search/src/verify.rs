@@ -79,7 +79,7 @@ impl Index {
                 format!("{postings} postings, body checksum"),
             );
         }
-        if let Some(tokens) = &self.tokens {
+        if let Some(tokens) = self.current_tokens() {
             let dir = Path::new(crate::tokens::TOKENS_DIR);
             done(dir.join(crate::tokens::TOKENS_CONFIG_FILE), "agrees with the index and its files".into());
             done(dir.join(FileKind::TokenCentroids.file_name()), "header and body checksum".into());

@@ -123,7 +123,8 @@ pub fn serve_with(
 /// segments need it, a merge within the default budget (`MergeBudget`: 32 MiB/s of records
 /// copied, 256 records held), one index at a time; and an IVF retrain where written documents
 /// drifted past `DRIFT_RETRAIN` (`Index::needs_retrain`: writes wait while it runs, searches go
-/// on with the old IVF). Returns the flag that stops it; a merge cut
+/// on with the old IVF), and a token-stage retrain where enough documents were written since it
+/// was built (`Index::needs_tokens_retrain`). Returns the flag that stops it; a merge cut
 /// short by the process's exit is as safe as a crash (the manifest commits it or it never
 /// happened).
 fn spawn_merger(state: Arc<AppState>) -> Arc<std::sync::atomic::AtomicBool> {
@@ -146,6 +147,18 @@ fn spawn_merger(state: Arc<AppState>) -> Arc<std::sync::atomic::AtomicBool> {
                             config.docs
                         ),
                         Err(e) => log::warn!("retraining the IVF of {} failed: {e}", index.dir().display()),
+                    }
+                }
+                if index.needs_tokens_retrain() {
+                    match index.retrain_tokens() {
+                        Ok(config) => log::info!(
+                            "{}: retrained the token stage over the written documents ({} postings)",
+                            index.dir().display(),
+                            config.build.postings
+                        ),
+                        Err(e) => {
+                            log::warn!("retraining the token stage of {} failed: {e}", index.dir().display())
+                        }
                     }
                 }
             }

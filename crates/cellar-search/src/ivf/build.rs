@@ -489,8 +489,14 @@ fn fill_sizes(report: &mut IvfBuildReport, dir: &Path, members: &[Vec<u32>]) {
 /// Completes a swap a crash cut between its two renames (`ivf/` moved aside, the new one not yet
 /// in place): the old IVF goes back, so the index is never read as one without an IVF.
 pub(crate) fn recover_interrupted_swap(index_dir: &Path) -> Result<()> {
-    let (live, old) = (index_dir.join(IVF_DIR), index_dir.join(OLD_DIR));
-    if !live.exists() && old.join(super::IVF_CONFIG_FILE).is_file() {
+    recover_swap(index_dir, IVF_DIR, OLD_DIR, super::IVF_CONFIG_FILE)
+}
+
+/// [`swap_dir_in`]'s recovery for any part: when a crash left `name` moved aside to `old_name`
+/// (its commit file `commit` whole) and the new one not yet in place, the old one goes back.
+pub(crate) fn recover_swap(index_dir: &Path, name: &str, old_name: &str, commit: &str) -> Result<()> {
+    let (live, old) = (index_dir.join(name), index_dir.join(old_name));
+    if !live.exists() && old.join(commit).is_file() {
         match std::fs::rename(&old, &live) {
             Ok(()) => sync_dir(index_dir)?,
             // Another opener put it back first.

@@ -9,6 +9,15 @@
 //! IVF's `covers` is the next internal id: the written documents it holds are its own members
 //! (the probe no longer joins them by assignment), and documents written later are assigned to
 //! its centroids. Its drift baseline is its own documents' mean distance to their centroids.
+//!
+//! `Index::retrain_tokens` does the same for the token stage: under the writer, after a flush,
+//! a new stage is built over every alive document's token vectors (the base store's and each
+//! segment's, read in place: `tokens::build::build_over`), with the old stage's leaf count,
+//! seed and search defaults, and swapped in. It covers the ids below the next one, so written
+//! documents are in its lists on disk instead of assigned again in RAM after every open
+//! (`TokenStage::catch_up`), and its leaves are trained on them too. `needs_tokens_retrain`
+//! says when: [`RETRAIN_MIN_WRITTEN`] documents written since, and at least one for every
+//! [`TOKENS_RETRAIN_SHARE`] the stage covers.
 
 use std::sync::Arc;
 
@@ -18,6 +27,8 @@ use crate::index::Index;
 use crate::ivf::build::build_ivf_of;
 use crate::ivf::{Ivf, IvfBuildOptions, IvfConfig};
 use crate::pooled::PooledWriter;
+use crate::tokens::build::{build_over, Source, BUILDING_DIR, OLD_DIR};
+use crate::tokens::{TokenStage, TokensBuildOptions, TokensConfig, TOKENS_DIR};
 use crate::written::state::DRIFT_RETRAIN;
 
 /// Scratch directory of a retrain's pooled vectors (removed after, and by the next retrain).
@@ -25,13 +36,19 @@ pub const RETRAIN_DIR: &str = "ivf.cellar-retrain";
 /// Written documents (since the IVF was trained) the automatic retrain waits for: fewer give a
 /// noisy drift, and cost little to probe by assignment anyway.
 pub const RETRAIN_MIN_WRITTEN: u64 = 256;
+/// The token stage is retrained once the documents written since it was built are at least one
+/// for every this many it covers (and [`RETRAIN_MIN_WRITTEN`]): their lists live in RAM until
+/// then, rebuilt at every open, and its leaves were trained without them.
+pub const TOKENS_RETRAIN_SHARE: u64 = 8;
 
 /// What a retrain cut short left (its scratch rows, its half-built IVF): removed by the next
 /// writer, which alone may retrain.
 pub(crate) fn remove_leftovers(index_dir: &std::path::Path) -> Result<()> {
-    let scratch = index_dir.join(RETRAIN_DIR);
-    if scratch.exists() {
-        std::fs::remove_dir_all(&scratch).at(&scratch)?;
+    for dir in [RETRAIN_DIR, crate::tokens::build::BUILDING_DIR] {
+        let scratch = index_dir.join(dir);
+        if scratch.exists() {
+            std::fs::remove_dir_all(&scratch).at(&scratch)?;
+        }
     }
     crate::ivf::build::remove_build_leftovers(index_dir)
 }
@@ -104,6 +121,76 @@ impl Index {
             "retrained the IVF: {} documents in {} clusters, covering ids below {}",
             config.docs,
             config.clusters,
+            view.next_id
+        );
+        Ok(config)
+    }
+
+    /// Whether the token stage should be retrained (see the module's notes).
+    pub fn needs_tokens_retrain(&self) -> bool {
+        let Some(stage) = self.current_tokens() else { return false };
+        let covers = stage.config().docs;
+        let since = u64::from(self.live_view().next_id).saturating_sub(covers);
+        since >= RETRAIN_MIN_WRITTEN && since.saturating_mul(TOKENS_RETRAIN_SHARE) >= covers
+    }
+
+    /// Re-trains the token stage over every document alive now, written ones included (see the
+    /// module's notes); returns the new stage's settings. An index without a token stage is
+    /// refused: `cellar tokens build` makes the first.
+    pub fn retrain_tokens(&self) -> Result<TokensConfig> {
+        let old = self.current_tokens().ok_or_else(|| {
+            CellarError::invalid(format!(
+                "{} has no token stage to retrain: build one with `cellar tokens build --index {}`",
+                self.dir.display(),
+                self.dir.display()
+            ))
+        })?;
+        let mut slot = self.writer()?;
+        let writer = slot.as_mut().ok_or_else(|| CellarError::internal("the writer was not loaded"))?;
+        self.flush_locked(writer)?;
+        let view = self.live_view();
+        let alive = |id: u32| !view.is_deleted(DocId(id));
+        let mut sources = vec![Source {
+            store: &self.store,
+            docs: (0..view.base_docs).filter(|id| alive(*id)).map(|id| (DocId(id), id)).collect(),
+        }];
+        let mut tokens_total = self.store.manifest().counts.tokens;
+        for segment in &view.segments {
+            let docs = segment.ids.iter().enumerate().filter(|(_, id)| alive(**id));
+            sources.push(Source {
+                store: &segment.store,
+                docs: docs.map(|(i, id)| (DocId(i as u32), *id)).collect(),
+            });
+            tokens_total += segment.store.manifest().counts.tokens;
+        }
+        let was = old.config();
+        let options = TokensBuildOptions {
+            leaves: was.leaves,
+            seed: was.seed,
+            defaults: was.search,
+            ..TokensBuildOptions::default()
+        };
+        let built = build_over(&self.dir, &sources, tokens_total, view.next_id, &options);
+        let building = self.dir.join(BUILDING_DIR);
+        let config = match built {
+            Ok(config) => config,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&building);
+                return Err(e);
+            }
+        };
+        crate::ivf::build::swap_dir_in(&self.dir, TOKENS_DIR, OLD_DIR, &building)?;
+        let stage =
+            TokenStage::open(&self.dir, self.base_len() as u64, self.store.dim(), &self.reader_options)?
+                .ok_or_else(|| {
+                    CellarError::internal("the retrained token stage is missing after its swap")
+                })?;
+        *self.tokens.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(stage));
+        drop(slot);
+        log::info!(
+            "retrained the token stage: {} postings in {} leaves, covering ids below {}",
+            config.build.postings,
+            config.leaves,
             view.next_id
         );
         Ok(config)

@@ -36,8 +36,8 @@ use super::{
 use crate::config::IndexConfig;
 use crate::names::VECTORS_DIR;
 
-const BUILDING_DIR: &str = "tokens.cellar-building";
-const OLD_DIR: &str = "tokens.cellar-old";
+pub(crate) const BUILDING_DIR: &str = "tokens.cellar-building";
+pub(crate) const OLD_DIR: &str = "tokens.cellar-old";
 /// Most bytes of sample tokens held as f32 for training.
 const MAX_SAMPLE_BYTES: usize = 256 << 20;
 /// Sample tokens asked for per leaf (fewer where `MAX_SAMPLE_BYTES` binds).
@@ -73,12 +73,37 @@ impl Default for TokensBuildOptions {
     }
 }
 
+/// Documents a token stage is built over: a store, the records of it to read, and the internal
+/// id each has in the index.
+pub(crate) struct Source<'a> {
+    pub store: &'a VectorStore,
+    /// (record in `store`, internal id); internal ids ascend across a build's sources.
+    pub docs: Vec<(DocId, u32)>,
+}
+
 /// Builds (or rebuilds) `index_dir/tokens/` over the build's documents.
 pub fn build_tokens(index_dir: &Path, options: &TokensBuildOptions) -> Result<TokensConfig> {
     let _lock = crate::lock::exclusive(index_dir)?;
     let index = IndexConfig::load(index_dir)?;
     let store = VectorStore::open(&index_dir.join(VECTORS_DIR), &ReaderOptions::new(ReaderKind::Mmap))?;
     let docs = store.len();
+    let sources = [Source { store: &store, docs: (0..docs as u32).map(|i| (DocId(i), i)).collect() }];
+    let config = build_over(index_dir, &sources, index.build.tokens.max(docs as u64), docs as u32, options)?;
+    crate::ivf::build::swap_dir_in(index_dir, TOKENS_DIR, OLD_DIR, &index_dir.join(BUILDING_DIR))?;
+    Ok(config)
+}
+
+/// Builds a token stage over `sources` in `index_dir/tokens.cellar-building/`, covering the
+/// internal ids below `covers` (those the sources leave out were deleted); `tokens_total` (the
+/// tokens the sources hold, or a bound) sizes the quantizer. The caller swaps it in.
+pub(crate) fn build_over(
+    index_dir: &Path,
+    sources: &[Source<'_>],
+    tokens_total: u64,
+    covers: u32,
+    options: &TokensBuildOptions,
+) -> Result<TokensConfig> {
+    let docs: usize = sources.iter().map(|s| s.docs.len()).sum();
     if docs == 0 {
         return Err(CellarError::InvalidInput("the index holds no documents: nothing to quantize".into()));
     }
@@ -87,14 +112,14 @@ pub fn build_tokens(index_dir: &Path, options: &TokensBuildOptions) -> Result<To
             "the token stage's nprobe and route must be at least 1".into(),
         ));
     }
-    let dim = store.dim();
+    let dim = sources[0].store.dim();
     let start = Instant::now();
     let mut report = TokensBuildReport::default();
-    let tokens_total = index.build.tokens.max(docs as u64);
+    let tokens_total = tokens_total.max(docs as u64);
     let most = MAX_SAMPLE_BYTES / (4 * dim);
     let wanted_leaves =
         if options.leaves > 0 { options.leaves } else { leaves_for(tokens_total, usize::MAX) };
-    let sample = read_sample(&store, tokens_total, (wanted_leaves * SAMPLE_PER_LEAF).min(most))?;
+    let sample = read_sample(sources, tokens_total, (wanted_leaves * SAMPLE_PER_LEAF).min(most))?;
     let points = Points { data: &sample, dim };
     let k = wanted_leaves.min(points.len());
     let quantizer = Quantizer::train(&points, k, options.seed);
@@ -108,12 +133,12 @@ pub fn build_tokens(index_dir: &Path, options: &TokensBuildOptions) -> Result<To
     let _ = std::fs::remove_dir_all(&building);
     std::fs::create_dir_all(&building).at(&building)?;
     let mut runs = Runs::new(&building, dim, options.run_bytes.max(1));
-    let tokens = assign_all(&store, &quantizer, &mut runs, options.progress)?;
+    let tokens = assign_all(sources, docs, &quantizer, &mut runs, options.progress)?;
     report.assign_secs = assign_start.elapsed().as_secs_f64();
 
     let write_start = Instant::now();
     let (entries, postings) = write_lists(&building, runs, quantizer.leaves(), dim)?;
-    let file = CentroidsFile { quantizer, docs: docs as u32, tokens, lists: entries };
+    let file = CentroidsFile { quantizer, docs: covers, tokens, lists: entries };
     write_small_file(
         &building.join(FileKind::TokenCentroids.file_name()),
         FileKind::TokenCentroids,
@@ -131,7 +156,7 @@ pub fn build_tokens(index_dir: &Path, options: &TokensBuildOptions) -> Result<To
     let config = TokensConfig {
         format_version: TOKENS_FORMAT_VERSION,
         dim,
-        docs: docs as u64,
+        docs: u64::from(covers),
         tokens,
         groups: file.quantizer.groups(),
         leaves,
@@ -140,28 +165,34 @@ pub fn build_tokens(index_dir: &Path, options: &TokensBuildOptions) -> Result<To
         build: report,
     };
     config.save(&building)?;
-    crate::ivf::build::swap_dir_in(index_dir, TOKENS_DIR, OLD_DIR, &building)?;
     Ok(config)
 }
 
-/// About `wanted` tokens: every token of documents taken at an even stride.
-fn read_sample(store: &VectorStore, tokens_total: u64, wanted: usize) -> Result<Vec<f32>> {
-    let docs = store.len();
+/// About `wanted` tokens: every token of documents taken at an even stride over the sources'
+/// documents, in order.
+fn read_sample(sources: &[Source<'_>], tokens_total: u64, wanted: usize) -> Result<Vec<f32>> {
+    let docs: usize = sources.iter().map(|s| s.docs.len()).sum();
+    let dim = sources[0].store.dim();
     let stride = (tokens_total as usize).div_ceil(wanted.max(1)).clamp(1, docs);
-    let ids: Vec<DocId> = (0..docs as u32).step_by(stride).map(DocId).collect();
-    let mut out = Vec::new();
-    let codec = store.codec();
-    out.reserve(wanted.max(1) * store.dim());
-    for chunk in ids.chunks(READ_BATCH) {
-        let batch = store.read_batch(chunk)?;
-        for i in 0..chunk.len() {
-            codec.decode(batch.record(i).tokens, &mut out);
-        }
-        if out.len() >= wanted * store.dim() {
-            break;
+    let mut out = Vec::with_capacity(wanted.max(1) * dim);
+    let mut first = 0;
+    'sources: for source in sources {
+        // The stride runs on across sources: the next pick's position in this one.
+        let skip = (first as usize).next_multiple_of(stride) - first as usize;
+        let ids: Vec<DocId> = source.docs.iter().skip(skip).step_by(stride).map(|d| d.0).collect();
+        first += source.docs.len() as u64;
+        let codec = source.store.codec();
+        for chunk in ids.chunks(READ_BATCH) {
+            let batch = source.store.read_batch(chunk)?;
+            for i in 0..chunk.len() {
+                codec.decode(batch.record(i).tokens, &mut out);
+            }
+            if out.len() >= wanted * dim {
+                break 'sources;
+            }
         }
     }
-    out.truncate(wanted.max(1) * store.dim());
+    out.truncate(wanted.max(1) * dim);
     Ok(out)
 }
 
@@ -291,29 +322,37 @@ fn read_record(reader: &mut BufReader<std::fs::File>, out: &mut [u8], path: &Pat
 /// Every token's leaf and residual code, into `runs`; the token count. Records are read
 /// `READ_BATCH` documents at a time and assigned once `ASSIGN_TOKENS` tokens wait (split over
 /// the cores), so RAM holds at most about `ASSIGN_TOKENS` decoded tokens.
-fn assign_all(store: &VectorStore, q: &Quantizer, runs: &mut Runs, progress: bool) -> Result<u64> {
-    let docs = store.len() as u32;
+fn assign_all(
+    sources: &[Source<'_>],
+    docs: usize,
+    q: &Quantizer,
+    runs: &mut Runs,
+    progress: bool,
+) -> Result<u64> {
     let dim = q.dim;
     let leaves = q.leaves_f32();
-    let bar =
-        if progress { crate::progress::bar(u64::from(docs), "token lists") } else { ProgressBar::hidden() };
+    let bar = if progress { crate::progress::bar(docs as u64, "token lists") } else { ProgressBar::hidden() };
     let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).max(1);
-    let codec = store.codec();
     let mut tokens = 0u64;
     let mut pending = Pending::default();
-    for first in (0..docs).step_by(READ_BATCH) {
-        let ids: Vec<DocId> = (first..(first + READ_BATCH as u32).min(docs)).map(DocId).collect();
-        let batch = store.read_batch(&ids)?;
-        for (i, id) in ids.iter().enumerate() {
-            codec.decode(batch.record(i).tokens, &mut pending.rows);
-            pending.docs.push((id.0, pending.rows.len() / dim));
+    for source in sources {
+        let codec = source.store.codec();
+        for chunk in source.docs.chunks(READ_BATCH) {
+            let locals: Vec<DocId> = chunk.iter().map(|d| d.0).collect();
+            let batch = source.store.read_batch(&locals)?;
+            for (i, (_, id)) in chunk.iter().enumerate() {
+                codec.decode(batch.record(i).tokens, &mut pending.rows);
+                pending.docs.push((*id, pending.rows.len() / dim));
+            }
+            if pending.rows.len() >= ASSIGN_TOKENS * dim {
+                tokens += (pending.rows.len() / dim) as u64;
+                pending.assign(q, &leaves, threads, runs)?;
+            }
+            bar.inc(chunk.len() as u64);
         }
-        if pending.rows.len() >= ASSIGN_TOKENS * dim || ids.last().is_some_and(|l| l.0 + 1 == docs) {
-            tokens += (pending.rows.len() / dim) as u64;
-            pending.assign(q, &leaves, threads, runs)?;
-        }
-        bar.inc(ids.len() as u64);
     }
+    tokens += (pending.rows.len() / dim) as u64;
+    pending.assign(q, &leaves, threads, runs)?;
     bar.finish_and_clear();
     Ok(tokens)
 }

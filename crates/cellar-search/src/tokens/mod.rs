@@ -217,17 +217,19 @@ thread_local! {
 }
 
 impl TokenStage {
-    /// Opens `index_dir/tokens/` when there is one, checking it covers `docs` documents of `dim`.
+    /// Opens `index_dir/tokens/` when there is one, checking it covers at least the `docs`
+    /// documents of the build (a retrain covers written ones too) and has `dim` dimensions.
     pub fn open(
         index_dir: &Path,
         docs: u64,
         dim: usize,
         options: &ReaderOptions,
     ) -> Result<Option<TokenStage>> {
+        crate::ivf::build::recover_swap(index_dir, TOKENS_DIR, build::OLD_DIR, TOKENS_CONFIG_FILE)?;
         let Some(config) = TokensConfig::load(index_dir)? else { return Ok(None) };
         let dir = TokensConfig::dir(index_dir);
         let config_path = dir.join(TOKENS_CONFIG_FILE);
-        if config.docs != docs || config.dim != dim {
+        if config.docs < docs || config.dim != dim {
             return Err(CellarError::corrupted(
                 &config_path,
                 0,
@@ -246,7 +248,7 @@ impl TokenStage {
         let (header, body) = read_small_file(&centroids_path, FileKind::TokenCentroids)?;
         let file = CentroidsFile::decode(&body, &centroids_path, header.body_offset)?;
         if file.quantizer.dim != dim
-            || u64::from(file.docs) != docs
+            || u64::from(file.docs) != config.docs
             || file.quantizer.leaves() != config.leaves
         {
             return Err(CellarError::corrupted(
@@ -264,13 +266,14 @@ impl TokenStage {
         let kind = if len <= LISTS_IN_RAM_MAX { ReaderKind::Ram } else { options.kind };
         let lists = FileSlice::open(&lists_path, &ReaderOptions { kind, ..options.clone() })?;
         for (j, e) in file.lists.iter().enumerate() {
-            if e.offset + u64::from(e.bytes) > lists.len() || u64::from(e.count) > docs {
+            if e.offset + u64::from(e.bytes) > lists.len() || u64::from(e.count) > config.docs {
                 return Err(CellarError::corrupted(
                     &centroids_path,
                     0,
                     format!(
-                        "leaf {j}'s list lies outside {} or holds more than {docs} documents",
-                        lists_path.display()
+                        "leaf {j}'s list lies outside {} or holds more than {} documents",
+                        lists_path.display(),
+                        config.docs
                     ),
                 ));
             }
@@ -280,7 +283,7 @@ impl TokenStage {
             quantizer: file.quantizer,
             entries: file.lists,
             lists,
-            written: Mutex::new(Arc::new(WrittenLists { end: docs as u32, lists: HashMap::new() })),
+            written: Mutex::new(Arc::new(WrittenLists { end: file.docs, lists: HashMap::new() })),
         }))
     }
 

@@ -378,6 +378,104 @@ fn written_documents_join_deleted_ones_leave_and_filters_hold_in_the_token_stage
     }
 }
 
+/// A retrain of an index nothing was written to rebuilds the stage its build made, byte for
+/// byte: the same documents, sample, leaves and seed, read through the retrain's sources.
+#[test]
+fn a_retrain_without_writes_rebuilds_the_same_stage() {
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path().join("index");
+    copy_dir(&built().dir, &dir);
+    let index = Index::open(&dir, OpenOptions::default()).unwrap();
+    assert!(!index.needs_tokens_retrain(), "nothing written");
+    let config = index.retrain_tokens().unwrap();
+    assert_eq!((config.docs, config.leaves), (DOCS as u64, 64));
+    for name in golden_names().into_iter().skip(1) {
+        let (a, b) = (built().dir.join(TOKENS_DIR).join(name), dir.join(TOKENS_DIR).join(name));
+        assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(), "{name} differs after a retrain");
+    }
+}
+
+/// A retrain takes the written documents into the lists on disk (a stage opened afresh finds
+/// them with nothing assigned in RAM), leaves the deleted ones out, answers exactly as before
+/// when every leaf is probed, and is what the next open reads.
+#[test]
+fn a_retrain_takes_written_documents_into_its_lists_and_drops_deleted_ones() {
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path().join("index");
+    copy_dir(&built().dir, &dir);
+    let index = Index::open(&dir, OpenOptions { flush_bytes: 1 << 30, ..OpenOptions::default() }).unwrap();
+    let written = 40;
+    let ops = (DOCS..DOCS + written)
+        .map(|i| {
+            let tokens = doc_tokens(i);
+            WriteOp::Add(DocIn {
+                id: format!("w{i}"),
+                text: format!("written {i}"),
+                vectors: Some(QueryVectorsIn {
+                    tokens: tokens.chunks(DIM).map(<[f32]>::to_vec).collect(),
+                    ..Default::default()
+                }),
+                ..DocIn::default()
+            })
+        })
+        .chain((0..5).map(|i| WriteOp::Delete(format!("d{}", i * 7))))
+        .collect();
+    index.write(WriteRequest { ops }).unwrap();
+    let everything = |query: &[f32]| SearchRequest {
+        nprobe: Some(64),
+        candidates: Some(DOCS + written),
+        rerank_k: Some(DOCS + written),
+        ..dense(query, 10)
+    };
+    let queries: Vec<Vec<f32>> = [3, 17, DOCS + 5, DOCS + 31].into_iter().map(query_of).collect();
+    let before: Vec<Vec<String>> = queries.iter().map(|q| ids(&index, everything(q))).collect();
+    assert!(before[2].contains(&format!("w{}", DOCS + 5)), "{:?}", before[2]);
+    let config = index.retrain_tokens().unwrap();
+    assert_eq!(config.docs, (DOCS + written) as u64, "it covers every id written");
+    assert_eq!(TokensConfig::load(&dir).unwrap().unwrap(), config);
+    let after: Vec<Vec<String>> = queries.iter().map(|q| ids(&index, everything(q))).collect();
+    assert_eq!(after, before, "probing every leaf is exact MaxSim before and after");
+    for hits in &after {
+        assert!(!hits.iter().any(|id| ["d0", "d7", "d14", "d21", "d28"].contains(&id.as_str())), "{hits:?}");
+    }
+    // A stage opened afresh, with nothing caught up in RAM, finds the written documents in its
+    // lists, and holds no posting of a deleted one.
+    let stage =
+        TokenStage::open(&dir, DOCS as u64, DIM, &ReaderOptions::new(ReaderKind::Mmap)).unwrap().unwrap();
+    let query = TokenQuery { nprobe: 64, route: stage.config().groups, depth: DOCS + written };
+    let end = (DOCS + written) as u32;
+    let (found, _) = stage.candidates(Isa::detected(), &queries[2], query, end, false, &|_| false).unwrap();
+    assert!(found.iter().any(|s| s.id.0 == (DOCS + 5) as u32), "the written document is in the lists");
+    assert!(found.iter().all(|s| ![0, 7, 14, 21, 28].contains(&s.id.0)), "no deleted document is");
+    drop(index);
+    let reopened = Index::open(&dir, OpenOptions::default()).unwrap();
+    let again: Vec<Vec<String>> = queries.iter().map(|q| ids(&reopened, everything(q))).collect();
+    assert_eq!(again, before, "after an open");
+    assert_eq!(ids(&reopened, dense(&queries[3], 3))[0], format!("w{}", DOCS + 31), "at the defaults");
+}
+
+/// What a crash leaves of a retrain: the stage moved aside between the swap's two renames is put
+/// back, never lost; a half-built one is removed by the next writer.
+#[test]
+fn what_a_crash_leaves_of_a_token_retrain_is_recovered_or_removed() {
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path().join("index");
+    copy_dir(&built().dir, &dir);
+    let index = Index::open(&dir, OpenOptions::default()).unwrap();
+    let config = index.retrain_tokens().unwrap();
+    drop(index);
+    std::fs::rename(dir.join(TOKENS_DIR), dir.join("tokens.cellar-old")).unwrap();
+    std::fs::create_dir_all(dir.join("tokens.cellar-building")).unwrap();
+    std::fs::write(dir.join("tokens.cellar-building").join("run-0.tmp"), b"half").unwrap();
+    let index = Index::open(&dir, OpenOptions::default()).unwrap();
+    assert_eq!(TokensConfig::load(&dir).unwrap(), Some(config), "the stage is put back");
+    index.write(WriteRequest { ops: vec![WriteOp::Delete("d1".into())] }).unwrap();
+    for leftover in ["tokens.cellar-building", "tokens.cellar-old"] {
+        assert!(!dir.join(leftover).exists(), "{leftover} is removed");
+    }
+    assert_eq!(ids(&index, dense(&query_of(17), 3)).len(), 3, "the dense mode runs on it");
+}
+
 // Golden files: `testdata/tokens-v1/tokens/` is the stage built over the synthetic documents
 // (layout version 1, binary headers of format version 1), timings zeroed in `tokens.json`.
 // After an intended change (with a new TOKENS_FORMAT_VERSION or FORMAT_VERSION), bless with
