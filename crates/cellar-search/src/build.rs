@@ -600,8 +600,9 @@ impl<'a> BuildRun<'a> {
         if let Some(pca) = &pca {
             pca.save(&out.join(PCA_FILE))?;
         }
+        let store = StoreWriter::create(&out.join(VECTORS_DIR), codec, false)?;
         self.sinks = Some(Sinks {
-            store: StoreWriter::create(&out.join(VECTORS_DIR), codec, false)?,
+            store: if self.empty_ok { store.allow_empty() } else { store },
             pooled: PooledWriter::create(out, model_dim)?,
             texts: TextsWriter::create(out)?,
             bm25: Bm25Writer::create(&out.join(BM25_DIR))?,

@@ -32,6 +32,8 @@ pub struct StoreWriter {
     /// Threads a document's tokens are encoded on: the cores for a costly codec, else 1
     /// (decided once: asking the OS for the cores is not free).
     encode_threads: usize,
+    /// Whether a store of no documents may be finished ([`StoreWriter::allow_empty`]).
+    empty_ok: bool,
 }
 
 impl StoreWriter {
@@ -71,7 +73,16 @@ impl StoreWriter {
             record: Vec::new(),
             docs: 0,
             tokens: 0,
+            empty_ok: false,
         })
+    }
+
+    /// Lets [`StoreWriter::finish`] commit a store of no documents (the base of an index created
+    /// empty, whose documents all arrive as writes); otherwise finishing one is refused, as a
+    /// build that read nothing is a mistake.
+    pub fn allow_empty(mut self) -> Self {
+        self.empty_ok = true;
+        self
     }
 
     /// Appends one document: `tokens` is `n * dim` values (n >= 1), token-major; `pooled` must be
@@ -279,8 +290,11 @@ impl StoreWriter {
     }
 
     /// Pads the last page, commits every file and writes the manifest (the commit point). A
-    /// store of no documents is valid: the base of an index created empty.
+    /// store of no documents is refused unless [`StoreWriter::allow_empty`] said otherwise.
     pub fn finish(mut self) -> Result<Manifest> {
+        if self.docs == 0 && !self.empty_ok {
+            return Err(CellarError::invalid("a store needs at least one document"));
+        }
         let page = PAGE_BYTES as u64;
         let tail = (self.vectors.position().next_multiple_of(page) - self.vectors.position()) as usize;
         self.vectors.write(&vec![0u8; tail])?;
