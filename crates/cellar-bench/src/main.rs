@@ -20,6 +20,7 @@ mod retrain;
 mod store;
 mod stream;
 mod synth;
+mod tokens_retrain;
 
 use std::process::ExitCode;
 
@@ -67,6 +68,9 @@ enum Command {
     /// IVF drift of documents from the same and from another collection, and what a retrain
     /// gives back: recall at the default nprobe before and after, its time, search beside it.
     Retrain(retrain::RetrainArgs),
+    /// Documents written after a token stage was built: the first query after an open, the RAM
+    /// their lists hold and the dense mode's recall, before and after `Index::retrain_tokens`.
+    TokensRetrain(tokens_retrain::TokensRetrainArgs),
     /// Cellar's dense mode side by side with next-plaid on identical vectors: recall of the
     /// exact top 10/100, nDCG@10, latency, P95 against QPS, peak RSS, index bytes, build CPU
     /// (next-plaid needs the `next-plaid` feature).
@@ -100,6 +104,7 @@ fn main() -> ExitCode {
         Command::Live(args) => live::run(args),
         Command::Filter(args) => filter::run(args),
         Command::Retrain(args) => retrain::run(args),
+        Command::TokensRetrain(args) => tokens_retrain::run(args),
         Command::Plaid(args) => plaid::run(args),
         Command::Store(args) => store::run(args),
         Command::Ivf(args) => ivf::run(args),

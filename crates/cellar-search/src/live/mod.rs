@@ -560,6 +560,8 @@ impl Index {
             id_map_bytes,
             flush_failures: self.live.flush_failures.load(std::sync::atomic::Ordering::Relaxed),
             batches_taken_back: self.live.taken_back.load(std::sync::atomic::Ordering::Relaxed),
+            tokens_written_bytes: self.current_tokens().map_or(0, |t| t.written_ram_bytes()),
+            tokens_retrain_advised: self.needs_tokens_retrain(),
         }
     }
 

@@ -299,18 +299,17 @@ impl TokenStage {
     /// RAM, and the written documents' lists.
     pub fn ram_bytes(&self) -> u64 {
         let q = &self.quantizer;
-        let written: usize = self
-            .written
-            .lock()
-            .expect("written lists")
-            .lists
-            .values()
-            .map(|l| l.ids.len() * 6 + l.codes.len() + 64)
-            .sum();
         (q.tops.len() * 4 + q.starts.len() * 4 + q.leaves.len() + self.entries.len() * layout::ENTRY_BYTES)
             as u64
             + self.lists.ram_bytes()
-            + written as u64
+            + self.written_ram_bytes()
+    }
+
+    /// Bytes of the lists of documents written past the ids it covers, assigned in RAM
+    /// (`catch_up`) until a retrain takes them into the lists on disk.
+    pub fn written_ram_bytes(&self) -> u64 {
+        let written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        written.lists.values().map(|l| (l.ids.len() * 6 + l.codes.len() + 64) as u64).sum()
     }
 
     /// Every byte of the lists file against its body checksum, then every list against its own

@@ -325,6 +325,15 @@ pub struct LiveStats {
     /// Write batches taken back out of the log because BM25 refused their commit (a full disk,
     /// too many open files): each was answered with that error and is not applied.
     pub batches_taken_back: u64,
+    /// RAM the token stage holds for written documents past the ids it covers: assigned to its
+    /// leaves at the first search after each open, until a retrain takes them into its lists (0
+    /// without a token stage).
+    #[serde(default)]
+    pub tokens_written_bytes: u64,
+    /// Whether enough documents were written since the token stage was built that a retrain
+    /// would take them in (`Index::needs_tokens_retrain`).
+    #[serde(default)]
+    pub tokens_retrain_advised: bool,
 }
 
 /// A segment's records by IVF cluster.
