@@ -430,8 +430,12 @@ fn a_retrain_takes_written_documents_into_its_lists_and_drops_deleted_ones() {
     let queries: Vec<Vec<f32>> = [3, 17, DOCS + 5, DOCS + 31].into_iter().map(query_of).collect();
     let before: Vec<Vec<String>> = queries.iter().map(|q| ids(&index, everything(q))).collect();
     assert!(before[2].contains(&format!("w{}", DOCS + 5)), "{:?}", before[2]);
+    let stats = index.live_stats();
+    assert!(stats.tokens_written_bytes > 0, "the written documents' lists are in RAM: {stats:?}");
+    assert!(!stats.tokens_retrain_advised, "40 written is below the rule's 256");
     let config = index.retrain_tokens().unwrap();
     assert_eq!(config.docs, (DOCS + written) as u64, "it covers every id written");
+    assert_eq!(index.live_stats().tokens_written_bytes, 0, "and none are left in RAM");
     assert_eq!(TokensConfig::load(&dir).unwrap().unwrap(), config);
     let after: Vec<Vec<String>> = queries.iter().map(|q| ids(&index, everything(q))).collect();
     assert_eq!(after, before, "probing every leaf is exact MaxSim before and after");
@@ -452,6 +456,37 @@ fn a_retrain_takes_written_documents_into_its_lists_and_drops_deleted_ones() {
     let again: Vec<Vec<String>> = queries.iter().map(|q| ids(&reopened, everything(q))).collect();
     assert_eq!(again, before, "after an open");
     assert_eq!(ids(&reopened, dense(&queries[3], 3))[0], format!("w{}", DOCS + 31), "at the defaults");
+}
+
+/// The retrain rule: at least 256 documents written since the stage was built, and one for
+/// every 8 it covers.
+#[test]
+fn a_retrain_is_advised_once_enough_documents_were_written() {
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path().join("index");
+    copy_dir(&built().dir, &dir);
+    let index = Index::open(&dir, OpenOptions::default()).unwrap();
+    let add = |from: usize, n: usize| {
+        let ops = (from..from + n)
+            .map(|i| {
+                WriteOp::Add(DocIn {
+                    id: format!("w{i}"),
+                    vectors: Some(QueryVectorsIn {
+                        tokens: doc_tokens(i).chunks(DIM).map(<[f32]>::to_vec).collect(),
+                        ..Default::default()
+                    }),
+                    ..DocIn::default()
+                })
+            })
+            .collect();
+        index.write(WriteRequest { ops }).unwrap();
+    };
+    add(0, 255);
+    assert!(!index.needs_tokens_retrain() && !index.live_stats().tokens_retrain_advised, "255 written");
+    add(255, 1);
+    assert!(index.needs_tokens_retrain() && index.live_stats().tokens_retrain_advised, "256 written");
+    index.retrain_tokens().unwrap();
+    assert!(!index.needs_tokens_retrain(), "none written since the retrain");
 }
 
 /// What a crash leaves of a retrain: the stage moved aside between the swap's two renames is put
