@@ -31,6 +31,7 @@ use crate::lock::{self, BUILDING_MARKER};
 use crate::meta::Metadata;
 use crate::pooled::PooledWriter;
 use crate::texts::TextsWriter;
+use crate::vectors::project_tokens;
 
 /// Everything `Index::build` needs.
 #[derive(Clone, Debug)]
@@ -125,11 +126,6 @@ fn shared_codec(
         return Err(refuse(format!("its vectors have {in_dim} dimensions, this model's {model_dim}")));
     }
     Ok((pca, codec))
-}
-
-/// Projects `n` token vectors with `pca` and L2-normalises each.
-pub fn project_tokens(pca: &Pca, tokens: &[f32], n: usize) -> Vec<f32> {
-    pca.project_normalized(&tokens[..(n * pca.in_dim()).min(tokens.len())])
 }
 
 impl Index {
@@ -275,7 +271,7 @@ impl EmbeddedDoc {
                 validate_vector(&pooled, dim, || format!("{} pooled vector", what()))?;
                 pooled
             }
-            None => crate::doc::mean_normalized(&self.tokens, dim).ok_or_else(|| {
+            None => crate::vectors::mean_normalized(&self.tokens, dim).ok_or_else(|| {
                 CellarError::invalid(format!(
                     "{}: its token vectors average to zero; give its pooled vector",
                     what()

@@ -62,18 +62,6 @@ fn key_error(what: &str, key: &str) -> Option<String> {
     }
 }
 
-/// The L2-normalised mean of `tokens` (`n * dim` values, row after row), `None` when it is
-/// zero: the pooled vector of a document (or a query) that gives none, in every front end and
-/// in streams.
-pub fn mean_normalized(tokens: &[f32], dim: usize) -> Option<Vec<f32>> {
-    let mut mean = vec![0f64; dim];
-    for row in tokens.chunks_exact(dim) {
-        mean.iter_mut().zip(row).for_each(|(m, v)| *m += f64::from(*v));
-    }
-    let norm = mean.iter().map(|m| m * m).sum::<f64>().sqrt();
-    (norm > 0.0 && norm.is_finite()).then(|| mean.iter().map(|m| (m / norm) as f32).collect())
-}
-
 impl DocIn {
     /// Every rule of a document that does not depend on where it goes: its id, the size of
     /// its title and text, something to store (text or vectors), its metadata. `at`

@@ -285,7 +285,7 @@ fn read_by_id(dir: &Path) -> Result<(usize, std::collections::HashMap<String, Gi
         let doc = doc?;
         let pooled = match doc.pooled {
             Some(pooled) => pooled,
-            None => crate::doc::mean_normalized(&doc.tokens, dim).ok_or_else(|| {
+            None => crate::vectors::mean_normalized(&doc.tokens, dim).ok_or_else(|| {
                 CellarError::invalid(format!(
                     "{}: {:?}: its token vectors average to zero",
                     dir.display(),

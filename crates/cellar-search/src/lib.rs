@@ -61,6 +61,7 @@ pub mod texts;
 pub mod tokens;
 pub mod topk;
 pub mod tune;
+pub mod vectors;
 pub mod verify;
 pub mod written;
 

@@ -10,7 +10,6 @@ use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, DocId, Result};
 
 use crate::bm25::no_metadata_field;
-use crate::doc::mean_normalized;
 use crate::filter::{Allowed, Filter};
 use crate::index::Index;
 use crate::mode::Mode;
@@ -21,6 +20,7 @@ use crate::request::{
     base64_decode, QueryVectorsIn, SearchRequest, VectorDtype, MAX_QUERY_BYTES, MAX_QUERY_VECTORS,
 };
 use crate::search::SearchResponse;
+use crate::vectors::mean_normalized;
 
 /// A search checked against one index, ready to run.
 #[derive(Clone, Debug, PartialEq)]
@@ -227,7 +227,7 @@ impl Index {
     /// otherwise they are returned as they came, uncopied).
     fn project(&self, tokens: Vec<f32>, n_tokens: usize) -> Vec<f32> {
         match &self.pca {
-            Some(pca) => crate::build::project_tokens(pca, &tokens, n_tokens),
+            Some(pca) => crate::vectors::project_tokens(pca, &tokens, n_tokens),
             None => tokens,
         }
     }

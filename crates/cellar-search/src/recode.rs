@@ -17,11 +17,12 @@ use cellar_core::store::{StoreWriter, VectorStore};
 use cellar_core::{CellarError, DocId, IoContext, Result};
 use cellar_encode::Pca;
 
-use crate::build::{prepare_out_dir, project_tokens};
+use crate::build::prepare_out_dir;
 use crate::config::IndexConfig;
 use crate::disk::dir_bytes;
 use crate::index::{PCA_FILE, VECTORS_DIR};
 use crate::lock::{self, BUILDING_MARKER};
+use crate::vectors::project_tokens;
 
 /// Records read per batch while recoding.
 const BATCH_DOCS: usize = 256;

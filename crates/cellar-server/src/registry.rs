@@ -133,6 +133,7 @@ pub struct CreateIndex {
     /// `query_vectors` or search BM25). Left out, an empty index takes the server's model and
     /// its dimension, and writes may carry text alone.
     #[serde(default)]
+    #[schemars(range(min = 1, max = cellar_core::codec::MAX_DIM))]
     pub dim: Option<usize>,
     /// Codec of the token vectors: f16, int8, residual1, residual2 or residual4 (default: the
     /// build's; f16 for an empty index, which has no vectors to fit another on).

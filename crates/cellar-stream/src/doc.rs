@@ -20,8 +20,9 @@ use std::collections::BTreeMap;
 
 use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, Result};
-use cellar_search::doc::{check_key, mean_normalized};
+use cellar_search::doc::check_key;
 use cellar_search::plan::flatten;
+use cellar_search::vectors::mean_normalized;
 use cellar_search::{DocIn, MetaValue, Metadata, QueryVectorsIn};
 use half::f16;
 
@@ -55,7 +56,7 @@ fn check_finite(what: &str, values: &[f32]) -> Result<()> {
 }
 
 /// A document's or a query's pooled vector when it gives none: the one rule of every front end
-/// (`cellar_search::doc::mean_normalized`); zero when the mean is zero.
+/// (`cellar_search::vectors::mean_normalized`); zero when the mean is zero.
 pub fn mean_or_zero(tokens: &[f32], dim: usize) -> Vec<f32> {
     mean_normalized(tokens, dim).unwrap_or_else(|| vec![0.0; dim])
 }

@@ -14,11 +14,11 @@ use cellar_encode::Encoded;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::build::project_tokens;
 use crate::corpus::Document;
 use crate::doc::DocIn;
 use crate::filter::Filter;
 use crate::index::Index;
+use crate::vectors::project_tokens;
 use crate::written::batch::{LiveDoc, LogBatch, LogOp};
 use crate::written::state::StagedBatch;
 
