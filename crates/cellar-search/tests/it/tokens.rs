@@ -236,6 +236,19 @@ fn ids(index: &Index, request: SearchRequest) -> Vec<String> {
     index.search(request).unwrap().hits.into_iter().map(|h| h.id).collect()
 }
 
+/// The add of written document `w{i}`, made of the generator's document `i`'s tokens.
+fn written(i: usize) -> WriteOp {
+    WriteOp::Add(DocIn {
+        id: format!("w{i}"),
+        text: format!("written {i}"),
+        vectors: Some(QueryVectorsIn {
+            tokens: doc_tokens(i).chunks(DIM).map(<[f32]>::to_vec).collect(),
+            ..Default::default()
+        }),
+        ..DocIn::default()
+    })
+}
+
 #[test]
 fn dense_mode_runs_the_token_stage_and_probing_everything_is_exact_maxsim() {
     let index = Index::open(&built().dir, OpenOptions::default()).unwrap();
@@ -404,27 +417,16 @@ fn a_retrain_takes_written_documents_into_its_lists_and_drops_deleted_ones() {
     let dir = tmp.path().join("index");
     copy_dir(&built().dir, &dir);
     let index = Index::open(&dir, OpenOptions { flush_bytes: 1 << 30, ..OpenOptions::default() }).unwrap();
-    let written = 40;
-    let ops = (DOCS..DOCS + written)
-        .map(|i| {
-            let tokens = doc_tokens(i);
-            WriteOp::Add(DocIn {
-                id: format!("w{i}"),
-                text: format!("written {i}"),
-                vectors: Some(QueryVectorsIn {
-                    tokens: tokens.chunks(DIM).map(<[f32]>::to_vec).collect(),
-                    ..Default::default()
-                }),
-                ..DocIn::default()
-            })
-        })
+    let n_written = 40;
+    let ops = (DOCS..DOCS + n_written)
+        .map(written)
         .chain((0..5).map(|i| WriteOp::Delete(format!("d{}", i * 7))))
         .collect();
     index.write(WriteRequest { ops }).unwrap();
     let everything = |query: &[f32]| SearchRequest {
         nprobe: Some(64),
-        candidates: Some(DOCS + written),
-        rerank_k: Some(DOCS + written),
+        candidates: Some(DOCS + n_written),
+        rerank_k: Some(DOCS + n_written),
         ..dense(query, 10)
     };
     let queries: Vec<Vec<f32>> = [3, 17, DOCS + 5, DOCS + 31].into_iter().map(query_of).collect();
@@ -434,7 +436,7 @@ fn a_retrain_takes_written_documents_into_its_lists_and_drops_deleted_ones() {
     assert!(stats.tokens_written_bytes > 0, "the written documents' lists are in RAM: {stats:?}");
     assert!(!stats.tokens_retrain_advised, "40 written is below the rule's 256");
     let config = index.retrain_tokens().unwrap();
-    assert_eq!(config.docs, (DOCS + written) as u64, "it covers every id written");
+    assert_eq!(config.docs, (DOCS + n_written) as u64, "it covers every id written");
     assert_eq!(index.live_stats().tokens_written_bytes, 0, "and none are left in RAM");
     assert_eq!(TokensConfig::load(&dir).unwrap().unwrap(), config);
     let after: Vec<Vec<String>> = queries.iter().map(|q| ids(&index, everything(q))).collect();
@@ -446,8 +448,8 @@ fn a_retrain_takes_written_documents_into_its_lists_and_drops_deleted_ones() {
     // lists, and holds no posting of a deleted one.
     let stage =
         TokenStage::open(&dir, DOCS as u64, DIM, &ReaderOptions::new(ReaderKind::Mmap)).unwrap().unwrap();
-    let query = TokenQuery { nprobe: 64, route: stage.config().groups, depth: DOCS + written };
-    let end = (DOCS + written) as u32;
+    let query = TokenQuery { nprobe: 64, route: stage.config().groups, depth: DOCS + n_written };
+    let end = (DOCS + n_written) as u32;
     let (found, _) = stage.candidates(Isa::detected(), &queries[2], query, end, false, &|_| false).unwrap();
     assert!(found.iter().any(|s| s.id.0 == (DOCS + 5) as u32), "the written document is in the lists");
     assert!(found.iter().all(|s| ![0, 7, 14, 21, 28].contains(&s.id.0)), "no deleted document is");
@@ -467,19 +469,7 @@ fn a_retrain_is_advised_once_enough_documents_were_written() {
     copy_dir(&built().dir, &dir);
     let index = Index::open(&dir, OpenOptions::default()).unwrap();
     let add = |from: usize, n: usize| {
-        let ops = (from..from + n)
-            .map(|i| {
-                WriteOp::Add(DocIn {
-                    id: format!("w{i}"),
-                    vectors: Some(QueryVectorsIn {
-                        tokens: doc_tokens(i).chunks(DIM).map(<[f32]>::to_vec).collect(),
-                        ..Default::default()
-                    }),
-                    ..DocIn::default()
-                })
-            })
-            .collect();
-        index.write(WriteRequest { ops }).unwrap();
+        index.write(WriteRequest { ops: (from..from + n).map(written).collect() }).unwrap();
     };
     add(0, 255);
     assert!(!index.needs_tokens_retrain() && !index.live_stats().tokens_retrain_advised, "255 written");
