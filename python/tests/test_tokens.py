@@ -73,5 +73,8 @@ def test_a_retrain_takes_the_written_documents_into_the_stage(index: cellar.Inde
     reopened = cellar.Index.open(index.path)
     assert "w2" in reopened.search(query_vectors=query(11), k=5).ids
     empty = cellar.Index.create_empty(index.path.parent / "empty", dim=DIM)
-    with pytest.raises(cellar.InvalidInputError, match="no token stage"):
+    with pytest.raises(cellar.InvalidInputError, match="no documents"):
         empty.retrain_tokens()
+    empty.add(["e1", "e2"], [new, np.array([axis(3)], dtype=np.float32)])
+    assert empty.retrain_tokens()["docs"] == 2, "its first token stage, over the written documents"
+    assert empty.search(query_vectors=query(11), k=1).ids == ["e1"]

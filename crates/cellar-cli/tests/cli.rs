@@ -140,17 +140,20 @@ fn an_empty_index_is_created_filled_by_add_and_given_an_ivf() {
     let out = cellar(&["index", "--empty", "--dim", "4", "--out", dir_s]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("empty index of 4-d f16 vectors"));
-    let lines: Vec<String> = (0..20)
-        .map(|i| {
-            let mut v = [0.1f32; 4];
-            v[i % 4] = 1.0;
-            format!(
-                r#"{{"id": "n{i}", "text": "note {i} colour{}", "vectors": {{"tokens": [{v:?}]}}}}"#,
-                i % 4
-            )
-        })
-        .collect();
-    std::fs::write(&docs, lines.join("\n")).unwrap();
+    let notes = |ids: std::ops::Range<usize>| -> String {
+        let lines: Vec<String> = ids
+            .map(|i| {
+                let mut v = [0.1f32; 4];
+                v[i % 4] = 1.0;
+                format!(
+                    r#"{{"id": "n{i}", "text": "note {i} colour{}", "vectors": {{"tokens": [{v:?}]}}}}"#,
+                    i % 4
+                )
+            })
+            .collect();
+        lines.join("\n")
+    };
+    std::fs::write(&docs, notes(0..20)).unwrap();
     let out = cellar(&["add", docs.to_str().unwrap(), "--index", dir_s]);
     assert!(out.status.success(), "{}", stderr(&out));
     let out = cellar(&["search", "--index", dir_s, "colour3", "--mode", "bm25", "--k", "5"]);
@@ -164,6 +167,15 @@ fn an_empty_index_is_created_filled_by_add_and_given_an_ivf() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    // Its first token stage, over the written documents; then 256 more written, and `cellar add`
+    // retrains it on its own (the rule: 256 written since, one per 8 it covers).
+    let out = cellar(&["tokens", "retrain", "--index", dir_s]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success() && stdout.contains("(ids below 20)"), "{stdout}{}", stderr(&out));
+    std::fs::write(&docs, notes(20..276)).unwrap();
+    let out = cellar(&["add", docs.to_str().unwrap(), "--index", dir_s]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success() && stdout.contains("retrained the token stage"), "{stdout}{}", stderr(&out));
 
     let other = tmp.path().join("other");
     let other = other.to_str().unwrap();

@@ -17,7 +17,7 @@
 //! documents are in its lists on disk instead of assigned again in RAM after every open
 //! (`TokenStage::catch_up`), and its leaves are trained on them too. `needs_tokens_retrain`
 //! says when: [`RETRAIN_MIN_WRITTEN`] documents written since, and at least one for every
-//! [`TOKENS_RETRAIN_SHARE`] the stage covers.
+//! [`TOKENS_RETRAIN_SHARE`] the stage covers. An index without a stage gets its first this way.
 
 use std::sync::Arc;
 
@@ -135,16 +135,11 @@ impl Index {
     }
 
     /// Re-trains the token stage over every document alive now, written ones included (see the
-    /// module's notes); returns the new stage's settings. An index without a token stage is
-    /// refused: `cellar tokens build` makes the first.
+    /// module's notes); returns the new stage's settings. An index without one (such as one
+    /// created empty and filled by writes, which `cellar tokens build` cannot quantize: it reads
+    /// the build's documents only) gets its first, with the default settings.
     pub fn retrain_tokens(&self) -> Result<TokensConfig> {
-        let old = self.current_tokens().ok_or_else(|| {
-            CellarError::invalid(format!(
-                "{} has no token stage to retrain: build one with `cellar tokens build --index {}`",
-                self.dir.display(),
-                self.dir.display()
-            ))
-        })?;
+        let old = self.current_tokens();
         let mut slot = self.writer()?;
         let writer = slot.as_mut().ok_or_else(|| CellarError::internal("the writer was not loaded"))?;
         self.flush_locked(writer)?;
@@ -163,12 +158,17 @@ impl Index {
             });
             tokens_total += segment.store.manifest().counts.tokens;
         }
-        let was = old.config();
-        let options = TokensBuildOptions {
-            leaves: was.leaves,
-            seed: was.seed,
-            defaults: was.search,
-            ..TokensBuildOptions::default()
+        let options = match &old {
+            Some(old) => {
+                let was = old.config();
+                TokensBuildOptions {
+                    leaves: was.leaves,
+                    seed: was.seed,
+                    defaults: was.search,
+                    ..TokensBuildOptions::default()
+                }
+            }
+            None => TokensBuildOptions::default(),
         };
         let built = build_over(&self.dir, &sources, tokens_total, view.next_id, &options);
         let building = self.dir.join(BUILDING_DIR);
