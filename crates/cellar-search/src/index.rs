@@ -249,7 +249,9 @@ impl Index {
     pub fn ivf(&self) -> Result<Arc<Ivf>> {
         self.current_ivf().ok_or_else(|| {
             CellarError::InvalidInput(format!(
-                "{} has no IVF: build one with `cellar ivf build --index {}`",
+                "{} has no IVF: build one with `cellar ivf build --index {}` (the build's documents), or \
+                 `cellar ivf retrain --index {}` (written documents too)",
+                self.dir.display(),
                 self.dir.display(),
                 self.dir.display()
             ))

@@ -182,7 +182,7 @@ impl SearchParams {
         let dense_stage = match (options.dense_stage, tokens) {
             (Some(DenseStage::Tokens), None) => {
                 return Err(CellarError::InvalidInput(
-                    "dense_stage tokens needs a token stage and this index has none: build one with `cellar tokens build --index DIR`".into(),
+                    "dense_stage tokens needs a token stage and this index has none: build one with `cellar tokens build --index DIR` (the build's documents) or `cellar tokens retrain --index DIR` (written ones too)".into(),
                 ))
             }
             (Some(stage), _) => stage,
@@ -216,8 +216,10 @@ impl SearchParams {
             let what =
                 if mode == Mode::Ivf { "an IVF" } else { "a dense first stage (an IVF or a token stage)" };
             return Err(CellarError::InvalidInput(format!(
-                "mode {mode} needs {what} and this index has none: build one with `cellar ivf build --index DIR`{}",
-                if mode == Mode::Ivf { "" } else { " or `cellar tokens build --index DIR`" }
+                "mode {mode} needs {what} and this index has none: build one with `cellar ivf build --index DIR`{} \
+                 (the build's documents), or train one over written documents too with `cellar ivf retrain`{}",
+                if mode == Mode::Ivf { "" } else { " or `cellar tokens build --index DIR`" },
+                if mode == Mode::Ivf { "" } else { " or `cellar tokens retrain`" }
             )));
         }
         let early_read = options.early_read.unwrap_or(true);
