@@ -19,7 +19,7 @@
 //! says when: [`RETRAIN_MIN_WRITTEN`] documents written since, and at least one for every
 //! [`TOKENS_RETRAIN_SHARE`] the stage covers. An index without a stage gets its first this way.
 
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 use cellar_core::{CellarError, DocId, IoContext, Result};
 
@@ -29,7 +29,7 @@ use crate::ivf::{Ivf, IvfBuildOptions, IvfConfig};
 use crate::pooled::PooledWriter;
 use crate::tokens::build::{build_over, Source, BUILDING_DIR, OLD_DIR};
 use crate::tokens::{TokenStage, TokensBuildOptions, TokensConfig, TOKENS_DIR};
-use crate::written::state::DRIFT_RETRAIN;
+use crate::written::state::{LiveView, Writer, DRIFT_RETRAIN};
 
 /// Scratch directory of a retrain's pooled vectors (removed after, and by the next retrain).
 pub const RETRAIN_DIR: &str = "ivf.cellar-retrain";
@@ -70,10 +70,7 @@ impl Index {
     /// gets its first, with the default settings. Returns the new IVF's settings.
     pub fn retrain_ivf(&self) -> Result<IvfConfig> {
         let old = self.current_ivf();
-        let mut slot = self.writer()?;
-        let writer = slot.as_mut().ok_or_else(|| CellarError::internal("the writer was not loaded"))?;
-        self.flush_locked(writer)?;
-        let view = self.live_view();
+        let (slot, view) = self.hold_flushed()?;
         let dim = self.config.encoder.model_dim;
         let scratch = self.dir.join(RETRAIN_DIR);
         let _ = std::fs::remove_dir_all(&scratch);
@@ -126,6 +123,17 @@ impl Index {
         Ok(config)
     }
 
+    /// What a retrain starts with: the writer held (writes wait until it is dropped; searches go
+    /// on), the memtable flushed, and the view that now holds every document in the base or a
+    /// segment.
+    fn hold_flushed(&self) -> Result<(MutexGuard<'_, Option<Writer>>, Arc<LiveView>)> {
+        let mut slot = self.writer()?;
+        let writer = slot.as_mut().ok_or_else(|| CellarError::internal("the writer was not loaded"))?;
+        self.flush_locked(writer)?;
+        let view = self.live_view();
+        Ok((slot, view))
+    }
+
     /// Whether the token stage should be retrained (see the module's notes).
     pub fn needs_tokens_retrain(&self) -> bool {
         let Some(stage) = self.current_tokens() else { return false };
@@ -140,10 +148,7 @@ impl Index {
     /// the build's documents only) gets its first, with the default settings.
     pub fn retrain_tokens(&self) -> Result<TokensConfig> {
         let old = self.current_tokens();
-        let mut slot = self.writer()?;
-        let writer = slot.as_mut().ok_or_else(|| CellarError::internal("the writer was not loaded"))?;
-        self.flush_locked(writer)?;
-        let view = self.live_view();
+        let (slot, view) = self.hold_flushed()?;
         let alive = |id: u32| !view.is_deleted(DocId(id));
         let mut sources = vec![Source {
             store: &self.store,
