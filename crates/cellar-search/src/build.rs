@@ -63,6 +63,8 @@ pub struct BuildOptions {
     /// of one collection share one, so a document's MaxSim is the same on whichever shard holds
     /// it. Its codec kind and PCA dimension must be the ones asked for.
     pub codec_from: Option<PathBuf>,
+    /// A grouped index (`IndexConfig::grouped`): only an empty one (`Index::create_empty`).
+    pub grouped: bool,
 }
 
 impl BuildOptions {
@@ -85,6 +87,7 @@ impl BuildOptions {
             progress: false,
             ivf: None,
             codec_from: None,
+            grouped: false,
         }
     }
 
@@ -134,6 +137,7 @@ impl Index {
     pub fn build(options: &BuildOptions) -> Result<IndexConfig> {
         let started = Instant::now();
         check_options(options)?;
+        refuse_grouped(options)?;
         let collection = Collection::locate(&options.collection)?;
         let _lock = prepare_out_dir(&options.out)?;
         let encoder = load_encoder(options)?;
@@ -172,6 +176,9 @@ pub(crate) fn build_embeddings(
 ) -> Result<IndexConfig> {
     let started = Instant::now();
     check_options(options)?;
+    if !empty_ok {
+        refuse_grouped(options)?;
+    }
     if dim == 0 {
         return Err(CellarError::invalid("embeddings need a dimension of at least 1"));
     }
@@ -278,7 +285,13 @@ impl EmbeddedDoc {
                 ))
             })?,
         };
-        let doc = Document { id: self.id, title: self.title, text: self.text, metadata: self.metadata };
+        let doc = Document {
+            id: self.id,
+            title: self.title,
+            text: self.text,
+            metadata: self.metadata,
+            group: None,
+        };
         let encoded = Encoded {
             tokens: self.tokens,
             n_tokens,
@@ -309,6 +322,7 @@ fn commit(
         codec: options.codec.name().to_string(),
         search: SearchDefaults::default(),
         build: report,
+        grouped: options.grouped,
     };
     config.save(&options.out)?;
     let _ = std::fs::remove_file(options.out.join(BUILDING_MARKER));
@@ -345,6 +359,17 @@ fn check_options(options: &BuildOptions) -> Result<()> {
     }
     if options.pca_dim == Some(0) {
         return bad("pca_dim must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// A grouped index starts empty (`Index::create_empty`): its documents arrive as writes, each
+/// with its group, and the segments they are flushed to keep each group's records together.
+fn refuse_grouped(options: &BuildOptions) -> Result<()> {
+    if options.grouped {
+        return Err(CellarError::invalid(
+            "grouped: a grouped index starts empty and takes its documents as writes (create it empty)",
+        ));
     }
     Ok(())
 }

@@ -154,6 +154,11 @@ pub struct IndexConfig {
     pub codec: String,
     pub search: SearchDefaults,
     pub build: BuildReport,
+    /// A grouped index (a streaming collection): every document has a group, the written
+    /// documents' segments keep each group's records together, and a search is exact inside one
+    /// group (`Index::search_group`), with no first stage. Created empty only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub grouped: bool,
 }
 
 impl IndexConfig {

@@ -22,12 +22,20 @@ pub struct Document {
     pub text: String,
     /// Scalar values filters run on (`crate::meta`); empty when the document has none.
     pub metadata: Metadata,
+    /// The group of a document of a grouped index (`IndexConfig::grouped`), `None` elsewhere.
+    pub group: Option<String>,
 }
 
 impl Document {
     /// A document without metadata.
     pub fn new(id: impl Into<String>, title: impl Into<String>, text: impl Into<String>) -> Document {
-        Document { id: id.into(), title: title.into(), text: text.into(), metadata: Metadata::default() }
+        Document {
+            id: id.into(),
+            title: title.into(),
+            text: text.into(),
+            metadata: Metadata::default(),
+            group: None,
+        }
     }
 
     /// What the encoder and BM25 see: title and text joined by a space.
@@ -160,7 +168,13 @@ fn parse_document(line: &str) -> std::result::Result<Document, String> {
     let raw: RawLine = serde_json::from_str(line).map_err(|e| format!("not a JSON object: {e}"))?;
     let id = id_string(raw.id)?;
     let metadata = raw.metadata.map(Metadata::from_json).transpose()?.unwrap_or_default();
-    Ok(Document { id, title: raw.title.unwrap_or_default(), text: raw.text.unwrap_or_default(), metadata })
+    Ok(Document {
+        id,
+        title: raw.title.unwrap_or_default(),
+        text: raw.text.unwrap_or_default(),
+        metadata,
+        group: None,
+    })
 }
 
 fn id_string(id: Option<serde_json::Value>) -> std::result::Result<String, String> {

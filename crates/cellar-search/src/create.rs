@@ -27,7 +27,7 @@ impl Index {
             )));
         }
         for (i, doc) in docs.iter().enumerate() {
-            doc.check_for_index(&format!("docs[{i}]"))?;
+            doc.check_for_index(&format!("docs[{i}]"), options.grouped)?;
         }
         let with_vectors = docs.iter().filter(|d| d.vectors.is_some()).count();
         match with_vectors {

@@ -49,8 +49,17 @@ pub fn check_key(what: &str, key: &str) -> Result<()> {
     key_error(what, key).map_or(Ok(()), |e| Err(CellarError::invalid(e)))
 }
 
+/// The key a document is found by among an index's documents: its id, or in a grouped index
+/// its group and id (joined by a NUL, which neither may hold).
+pub(crate) fn doc_key(group: Option<&str>, id: &str) -> String {
+    match group {
+        Some(group) => format!("{group}\0{id}"),
+        None => id.to_string(),
+    }
+}
+
 /// What is wrong with a key, if anything.
-fn key_error(what: &str, key: &str) -> Option<String> {
+pub(crate) fn key_error(what: &str, key: &str) -> Option<String> {
     if key.is_empty() {
         Some(format!("the {what} is empty"))
     } else if key.len() > MAX_ID_BYTES {
@@ -86,15 +95,23 @@ impl DocIn {
         self.metadata.check().map_err(|e| CellarError::invalid(format!("{at}: {e}")))
     }
 
-    /// [`DocIn::check`], and no group: what an index's writes and `Index::create` hold a
-    /// document to.
-    pub fn check_for_index(&self, at: &str) -> Result<()> {
+    /// [`DocIn::check`], and a group exactly when the index is `grouped`: what an index's writes
+    /// and `Index::create` hold a document to.
+    pub fn check_for_index(&self, at: &str, grouped: bool) -> Result<()> {
         self.check(at)?;
-        match &self.group {
-            Some(group) => Err(CellarError::invalid(format!(
-                "{at}.group: an index has no groups ({group:?}): groups belong to streaming collections"
+        match (&self.group, grouped) {
+            (Some(group), false) => Err(CellarError::invalid(format!(
+                "{at}.group: this index has no groups ({group:?}): groups belong to grouped indexes \
+                 (streaming collections)"
             ))),
-            None => Ok(()),
+            (None, true) => Err(CellarError::invalid(format!(
+                "{at}.group: this index is grouped: every document names its group"
+            ))),
+            (Some(group), true) => match key_error("group", group) {
+                Some(e) => Err(CellarError::invalid(format!("{at}.group: {e}"))),
+                None => Ok(()),
+            },
+            (None, false) => Ok(()),
         }
     }
 

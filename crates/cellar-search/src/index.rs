@@ -163,13 +163,14 @@ impl Index {
 
     /// The base's parts hold the documents `index.json` counts, and BM25 every searchable one
     /// (a reader beside another process's writer skips that check: the writer commits BM25
-    /// after its log, so a reader can open between the two).
+    /// after its log, so a reader can open between the two; a grouped index's BM25 stays
+    /// empty: its writes skip it).
     fn check_parts(&self) -> Result<()> {
         let docs = self.config.build.docs;
-        let bm25 = match (self.live.exists(), self.live.is_writer()) {
-            (false, _) => Some(("bm25", self.bm25.num_docs(), docs)),
-            (true, true) => Some(("bm25", self.bm25.num_docs(), self.live_view().alive())),
-            (true, false) => None,
+        let bm25 = match (self.live.exists(), self.live.is_writer(), self.config.grouped) {
+            (false, _, _) => Some(("bm25", self.bm25.num_docs(), docs)),
+            (true, true, false) => Some(("bm25", self.bm25.num_docs(), self.live_view().alive())),
+            (true, false, _) | (true, true, true) => None,
         };
         let parts = [("vectors", self.store.len() as u64, docs), ("texts", self.texts.len() as u64, docs)];
         for (name, count, docs) in parts.into_iter().chain(bm25) {

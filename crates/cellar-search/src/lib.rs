@@ -33,6 +33,7 @@ pub mod embeddings;
 pub mod eval;
 pub mod filter;
 pub mod fusion;
+pub mod group;
 pub mod index;
 pub mod ivf;
 pub mod live;

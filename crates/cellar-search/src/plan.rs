@@ -52,6 +52,11 @@ impl Plan {
 impl Index {
     /// Every check of a request against this index; the [`Plan`] it returns needs no other.
     pub fn plan(&self, request: SearchRequest) -> Result<Plan> {
+        if self.config.grouped {
+            return Err(CellarError::invalid(
+                "this index is grouped: a search is exact inside one group (name the group)",
+            ));
+        }
         let params = self.params(&request)?;
         let mode = params.mode;
         let dim = self.config.encoder.model_dim;

@@ -37,6 +37,8 @@ struct LineOut<'a> {
     text: &'a str,
     #[serde(skip_serializing_if = "Metadata::is_empty")]
     meta: &'a Metadata,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group: Option<&'a str>,
 }
 
 /// One line as read (owned: JSON escapes must be decoded).
@@ -47,6 +49,8 @@ struct LineIn {
     text: String,
     #[serde(default)]
     meta: Metadata,
+    #[serde(default)]
+    group: Option<String>,
 }
 
 /// Streams documents' text to disk in internal-id order.
@@ -66,7 +70,13 @@ impl TextsWriter {
     }
 
     pub fn add(&mut self, doc: &Document) -> Result<()> {
-        let line = LineOut { id: &doc.id, title: &doc.title, text: &doc.text, meta: &doc.metadata };
+        let line = LineOut {
+            id: &doc.id,
+            title: &doc.title,
+            text: &doc.text,
+            meta: &doc.metadata,
+            group: doc.group.as_deref(),
+        };
         let mut bytes = serde_json::to_vec(&line).map_err(|e| CellarError::InvalidInput(e.to_string()))?;
         bytes.push(b'\n');
         let mut entry = [0u8; TEXT_ENTRY_BYTES];
@@ -188,7 +198,13 @@ impl TextsReader {
                 format!("document {i}: {e}"),
             )
         })?;
-        Ok(Document { id: line.id, title: line.title, text: line.text, metadata: line.meta })
+        Ok(Document {
+            id: line.id,
+            title: line.title,
+            text: line.text,
+            metadata: line.meta,
+            group: line.group,
+        })
     }
 
     /// Reads every record: each against its checksum (version 2) and as JSON, and the whole body

@@ -117,7 +117,7 @@ async fn get_one(State(state): State<Arc<AppState>>, target: Target) -> Result<J
 
 /// Whether a write encodes text (an add or update without vectors).
 fn encodes_text(request: &WriteRequest) -> bool {
-    request.ops.iter().any(|op| matches!(op, WriteOp::Add(d) | WriteOp::Update(d) if d.vectors.is_none()))
+    request.ops.iter().any(|op| op.document().is_some_and(|d| d.vectors.is_none()))
 }
 
 /// Why the write lane stopped a write before anything was logged.

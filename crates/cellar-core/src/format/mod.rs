@@ -69,10 +69,12 @@ pub enum FileKind {
     TokenCentroids = 13,
     /// The token stage's lists: per leaf, its documents, delta-coded and bit-packed (`token_lists.bin`).
     TokenLists = 14,
+    /// A grouped index's segment: each group's name and its run of records (`groups.bin`).
+    SegmentGroups = 15,
 }
 
 impl FileKind {
-    pub const ALL: [FileKind; 14] = [
+    pub const ALL: [FileKind; 15] = [
         FileKind::Vectors,
         FileKind::Offsets,
         FileKind::CodecParams,
@@ -87,6 +89,7 @@ impl FileKind {
         FileKind::SpladePostings,
         FileKind::TokenCentroids,
         FileKind::TokenLists,
+        FileKind::SegmentGroups,
     ];
 
     /// The files of a token-vector store directory (the others belong to a search index).
@@ -113,6 +116,7 @@ impl FileKind {
             FileKind::SpladePostings => "splade_postings",
             FileKind::TokenCentroids => "token_centroids",
             FileKind::TokenLists => "token_lists",
+            FileKind::SegmentGroups => "segment_groups",
         }
     }
 
@@ -150,6 +154,7 @@ impl FileKind {
             FileKind::SpladePostings => "splade_postings.bin",
             FileKind::TokenCentroids => "token_centroids.bin",
             FileKind::TokenLists => "token_lists.bin",
+            FileKind::SegmentGroups => "groups.bin",
         }
     }
 }

@@ -9,6 +9,7 @@
 //! their open files). A crash leaves either the old manifest (the merged directory is an orphan
 //! the next writer removes) or the new one (the inputs are orphans).
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -87,14 +88,16 @@ impl Index {
         let live = &self.live.dir;
         let name = format!("seg-{:016x}{MERGED_SUFFIX}", view.seq);
         let model_dim = self.config.encoder.model_dim;
-        let mut out = SegmentWriter::create(live, &name, Arc::clone(self.store.codec()), model_dim)?;
+        let grouped = self.config.grouped;
+        let mut out = SegmentWriter::create(live, &name, Arc::clone(self.store.codec()), model_dim, grouped)?;
         let mut report = MergeReport { segments: inputs.len(), ..MergeReport::default() };
-        for segment in &inputs {
-            let locals: Vec<DocId> = (0..segment.len() as u32)
+        for (segment, run) in runs_in_order(&inputs, grouped) {
+            let run_len = run.len();
+            let locals: Vec<DocId> = run
                 .map(DocId)
                 .filter(|local| !view.is_deleted(DocId(segment.ids[local.0 as usize])))
                 .collect();
-            report.dropped += segment.len() - locals.len();
+            report.dropped += run_len - locals.len();
             for chunk in locals.chunks(budget.chunk_docs) {
                 let batch = segment.store.read_batch(chunk)?;
                 for (i, local) in chunk.iter().enumerate() {
@@ -134,18 +137,10 @@ impl Index {
         let mut manifest = writer.manifest.clone();
         match ids {
             Some(ids) => {
-                let first = DocId(ids[0]);
-                let merged = Segment::open(
-                    live,
-                    name,
-                    first,
-                    ids.len(),
-                    self.config.encoder.model_dim,
-                    &self.reader_options,
-                    &self.assigner(),
-                )?;
+                let merged = self.open_segment(name, &ids)?;
+                let first = merged.first().0;
                 next.replace_segments(n, merged);
-                let entry = SegmentEntry { name: name.to_string(), first: first.0, docs: ids.len() as u32 };
+                let entry = SegmentEntry { name: name.to_string(), first, docs: ids.len() as u32 };
                 manifest.segments.splice(..n, [entry]);
             }
             None => {
@@ -165,6 +160,22 @@ impl Index {
         }
         Ok(())
     }
+}
+
+/// The records a merge copies, as runs of its inputs' records in the order it writes them: each
+/// segment whole, oldest first; in a grouped index group after group, each group's runs oldest
+/// segment first (so its ids stay ascending: older segments hold smaller ids).
+fn runs_in_order(inputs: &[Arc<Segment>], grouped: bool) -> Vec<(&Segment, Range<u32>)> {
+    if !grouped {
+        return inputs.iter().map(|s| (&**s, 0..s.len() as u32)).collect();
+    }
+    let mut runs: Vec<(&str, usize, Range<u32>)> = inputs
+        .iter()
+        .enumerate()
+        .flat_map(|(at, s)| s.groups.iter().flat_map(|g| g.iter()).map(move |(group, run)| (group, at, run)))
+        .collect();
+    runs.sort_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)));
+    runs.into_iter().map(|(_, at, run)| (&*inputs[at], run)).collect()
 }
 
 /// Sleeps while `bytes` copied since `start` are ahead of the budget's rate.

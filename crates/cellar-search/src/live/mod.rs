@@ -43,8 +43,8 @@ use cellar_core::{CellarError, DocId, IoContext, Result};
 
 use crate::corpus::Document;
 use crate::index::Index;
-use crate::written::batch::LogBatch;
-pub use crate::written::batch::{OP_DELETE, OP_PUT, OP_PUT_META};
+use crate::written::batch::{LiveDoc, LogBatch};
+pub use crate::written::batch::{OP_DELETE, OP_PUT, OP_PUT_GROUP, OP_PUT_META};
 use crate::written::segment::{self, Segment, SegmentWriter};
 use crate::written::state::{
     f16_row, Bm25Failure, LiveManifest, LiveView, Measured, Recovered, SegmentEntry, StagedBatch, Writer,
@@ -138,6 +138,7 @@ impl Index {
                 entry.docs as usize,
                 self.config.encoder.model_dim,
                 &self.reader_options,
+                self.config.grouped,
                 &assign,
             )?;
             after = segment.last().0 + 1;
@@ -179,10 +180,13 @@ impl Index {
             return Ok(());
         };
         let (wal, _recovery) = Wal::open(&wal_path, Durability::Fsync, &mut replay)?;
-        let applied = self.bm25.applied_seq()?;
-        let behind: Vec<&LogBatch> = replayed.iter().filter(|b| b.seq > applied).collect();
-        if !behind.is_empty() {
-            self.bm25.apply(&behind)?;
+        // A grouped index's writes skip BM25 (its searches are exact inside a group).
+        if !self.config.grouped {
+            let applied = self.bm25.applied_seq()?;
+            let behind: Vec<&LogBatch> = replayed.iter().filter(|b| b.seq > applied).collect();
+            if !behind.is_empty() {
+                self.bm25.apply(&behind)?;
+            }
         }
         let ids = self.live_ids(&view)?;
         *slot = Some(Writer { _lock: lock, wal, manifest, ids });
@@ -202,7 +206,7 @@ impl Index {
                 Some(doc) => doc,
                 None => self.texts.get(id)?,
             };
-            ids.insert(doc.id, id);
+            ids.insert(crate::doc::doc_key(doc.group.as_deref(), &doc.id), id);
         }
         Ok(ids)
     }
@@ -228,7 +232,8 @@ impl Index {
             (std::mem::take(&mut staged.batches), view)
         };
         let refs: Vec<&LogBatch> = batches.iter().map(|b| &b.batch).collect();
-        if let Err(error) = self.bm25.apply(&refs) {
+        let applied = if self.config.grouped { Ok(()) } else { self.bm25.apply(&refs) };
+        if let Err(error) = applied {
             // Nothing of them is in BM25: they, and every batch logged after them, are taken
             // back out of the log by the next holder of the writer (`recover_bm25`).
             self.bm25.abandon_writer();
@@ -394,6 +399,7 @@ impl Index {
         let mut next = (*view).clone();
         next.memtable.clear();
         next.mem_clusters.clear();
+        next.mem_groups.clear();
         next.mem_bytes = 0;
         next.add_segment(segment);
         writer.manifest = manifest;
@@ -401,16 +407,30 @@ impl Index {
         writer.wal.reset()
     }
 
-    /// The memtable of `view` written as segment `name`, opened.
+    /// The memtable of `view` written as segment `name`, opened: in id order, or in a grouped
+    /// index in (group, id) order.
     fn write_segment(&self, view: &LiveView, name: &str) -> Result<Segment> {
         let live = &self.live.dir;
         let model_dim = self.config.encoder.model_dim;
-        let mut out = SegmentWriter::create(live, name, Arc::clone(self.store.codec()), model_dim)?;
-        for doc in &view.memtable {
+        let grouped = self.config.grouped;
+        let mut out = SegmentWriter::create(live, name, Arc::clone(self.store.codec()), model_dim, grouped)?;
+        let mut order: Vec<&Arc<LiveDoc>> = view.memtable.iter().collect();
+        if grouped {
+            order.sort_by(|a, b| a.doc.group.cmp(&b.doc.group).then(a.id.cmp(&b.id)));
+        }
+        for doc in order {
             out.add(doc.id, doc.n_tokens as usize, &doc.tokens, &doc.pooled, &doc.doc)?;
         }
         let ids = out.finish()?;
-        Segment::open(live, name, DocId(ids[0]), ids.len(), model_dim, &self.reader_options, &self.assigner())
+        self.open_segment(name, &ids)
+    }
+
+    /// Opens segment `name` just written with the records of `ids`.
+    pub(crate) fn open_segment(&self, name: &str, ids: &[u32]) -> Result<Segment> {
+        let first = DocId(ids.iter().copied().min().expect("a segment holds a record"));
+        let model_dim = self.config.encoder.model_dim;
+        let (live, reader, grouped) = (&self.live.dir, &self.reader_options, self.config.grouped);
+        Segment::open(live, name, first, ids.len(), model_dim, reader, grouped, &self.assigner())
     }
 
     /// After a write logged and published its batch: flushes the memtable when it is past

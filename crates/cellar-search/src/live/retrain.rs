@@ -127,6 +127,11 @@ impl Index {
     /// on), the memtable flushed, and the view that now holds every document in the base or a
     /// segment.
     fn hold_flushed(&self) -> Result<(MutexGuard<'_, Option<Writer>>, Arc<LiveView>)> {
+        if self.config.grouped {
+            return Err(CellarError::invalid(
+                "this index is grouped: its searches are exact inside one group, with no first stage to train",
+            ));
+        }
         let mut slot = self.writer()?;
         let writer = slot.as_mut().ok_or_else(|| CellarError::internal("the writer was not loaded"))?;
         self.flush_locked(writer)?;

@@ -15,7 +15,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::Document;
-use crate::doc::DocIn;
+use crate::doc::{doc_key, key_error, DocIn};
 use crate::filter::Filter;
 use crate::index::Index;
 use crate::vectors::project_tokens;
@@ -43,16 +43,28 @@ pub struct EncodeProgress {
 }
 
 /// One change: `{"add": doc}` (the id must be new), `{"update": doc}` (the id must exist; the
-/// new version replaces the old everywhere), `{"delete": "id"}` (the id must exist) or
-/// `{"delete_where": filter}` (every document the filter matches when the write starts; none
-/// is not an error).
+/// new version replaces the old everywhere), `{"put": doc}` (added, or replacing the document of
+/// its id), `{"delete": "id"}` (the id must exist), `{"delete_in_group": {"group": .., "id":
+/// ..}}` (a grouped index's delete: the document must exist) or `{"delete_where": filter}`
+/// (every document the filter matches when the write starts; none is not an error). In a
+/// grouped index a document's id is unique within its group.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum WriteOp {
     Add(DocIn),
     Update(DocIn),
+    Put(DocIn),
     Delete(String),
+    DeleteInGroup(GroupKey),
     DeleteWhere(Filter),
+}
+
+/// A document of a grouped index: its group and its id there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupKey {
+    pub group: String,
+    pub id: String,
 }
 
 /// A batch of changes, applied all or nothing, in order.
@@ -84,6 +96,24 @@ pub struct WriteReport {
     /// flush, when the batch filled the memtable).
     pub commit_ms: f64,
     pub total_ms: f64,
+}
+
+impl WriteOp {
+    /// The document an add, update or put writes.
+    pub fn document(&self) -> Option<&DocIn> {
+        match self {
+            WriteOp::Add(doc) | WriteOp::Update(doc) | WriteOp::Put(doc) => Some(doc),
+            WriteOp::Delete(_) | WriteOp::DeleteInGroup(_) | WriteOp::DeleteWhere(_) => None,
+        }
+    }
+}
+
+/// How an error names a document: its id, and its group in a grouped index.
+fn named(group: Option<&str>, id: &str) -> String {
+    match group {
+        Some(group) => format!("{id:?} in group {group:?}"),
+        None => format!("{id:?}"),
+    }
 }
 
 /// A document ready to be logged: encoded by the index's codec.
@@ -124,58 +154,81 @@ impl Index {
         let Some(mut prepared) = self.prepare_docs(&ops, go_on)? else {
             return Ok(None);
         };
-        let encode_ms =
-            if ops.iter().any(|op| matches!(op, WriteOp::Add(d) | WriteOp::Update(d) if d.vectors.is_none()))
-            {
-                ms_since(encode_start)
-            } else {
-                0.0
-            };
+        let encode_ms = if ops.iter().any(|op| op.document().is_some_and(|d| d.vectors.is_none())) {
+            ms_since(encode_start)
+        } else {
+            0.0
+        };
         let commit_start = Instant::now();
         let matched = self.resolve_filters(&ops)?;
         let mut slot = self.writer()?;
         let writer = slot.as_mut().expect("the writer was just loaded");
         let (view, epoch) = self.ready_to_log(writer)?;
-        let mut changed: HashMap<&str, Option<DocId>> = HashMap::new();
-        let current = |changed: &HashMap<&str, Option<DocId>>, id: &str| match changed.get(id) {
+        let mut changed: HashMap<String, Option<DocId>> = HashMap::new();
+        let current = |changed: &HashMap<String, Option<DocId>>, key: &str| match changed.get(key) {
             Some(now) => *now,
-            None => writer.ids.get(id).copied(),
+            None => writer.ids.get(key).copied(),
         };
         let mut next_id = view.next_id;
         let mut log_ops = Vec::with_capacity(ops.len());
         let mut report = WriteReport::default();
         for (i, op) in ops.iter().enumerate() {
-            let (id, old, put) = match op {
+            let (key, old, put) = match op {
                 WriteOp::Add(doc) => {
-                    if current(&changed, &doc.id).is_some() {
+                    let key = doc_key(doc.group.as_deref(), &doc.id);
+                    if current(&changed, &key).is_some() {
                         return Err(CellarError::invalid(format!(
-                            "ops[{i}].add: document {:?} exists; update it instead",
-                            doc.id
+                            "ops[{i}].add: document {} exists; update it instead",
+                            named(doc.group.as_deref(), &doc.id)
                         )));
                     }
                     report.added += 1;
-                    (doc.id.as_str(), None, true)
+                    (key, None, true)
                 }
                 WriteOp::Update(doc) => {
-                    let old = current(&changed, &doc.id).ok_or_else(|| {
-                        CellarError::NotFound(format!("ops[{i}].update: no document {:?}", doc.id))
+                    let key = doc_key(doc.group.as_deref(), &doc.id);
+                    let old = current(&changed, &key).ok_or_else(|| {
+                        CellarError::NotFound(format!(
+                            "ops[{i}].update: no document {}",
+                            named(doc.group.as_deref(), &doc.id)
+                        ))
                     })?;
                     report.updated += 1;
-                    (doc.id.as_str(), Some(old), true)
+                    (key, Some(old), true)
+                }
+                WriteOp::Put(doc) => {
+                    let key = doc_key(doc.group.as_deref(), &doc.id);
+                    let old = current(&changed, &key);
+                    match old {
+                        Some(_) => report.updated += 1,
+                        None => report.added += 1,
+                    }
+                    (key, old, true)
                 }
                 WriteOp::Delete(id) => {
                     let old = current(&changed, id).ok_or_else(|| {
                         CellarError::NotFound(format!("ops[{i}].delete: no document {id:?}"))
                     })?;
                     report.deleted += 1;
-                    (id.as_str(), Some(old), false)
+                    (id.clone(), Some(old), false)
+                }
+                WriteOp::DeleteInGroup(GroupKey { group, id }) => {
+                    let key = doc_key(Some(group), id);
+                    let old = current(&changed, &key).ok_or_else(|| {
+                        CellarError::NotFound(format!(
+                            "ops[{i}].delete_in_group: no document {}",
+                            named(Some(group), id)
+                        ))
+                    })?;
+                    report.deleted += 1;
+                    (key, Some(old), false)
                 }
                 WriteOp::DeleteWhere(_) => {
                     // Each matched version still current (not updated or deleted since) goes.
                     for (id, internal) in &matched[i] {
                         if current(&changed, id) == Some(*internal) {
                             log_ops.push(LogOp::Delete(*internal));
-                            changed.insert(id.as_str(), None);
+                            changed.insert(id.clone(), None);
                             report.deleted += 1;
                         }
                     }
@@ -186,7 +239,7 @@ impl Index {
                 log_ops.push(LogOp::Delete(old));
             }
             if put {
-                let p = prepared[i].take().expect("every add and update was prepared");
+                let p = prepared[i].take().expect("every add, update and put was prepared");
                 let doc = LiveDoc {
                     id: DocId(next_id),
                     doc: p.doc,
@@ -195,12 +248,12 @@ impl Index {
                     pooled: p.pooled,
                 };
                 log_ops.push(LogOp::Put(Arc::new(doc)));
-                changed.insert(id, Some(DocId(next_id)));
+                changed.insert(key, Some(DocId(next_id)));
                 next_id = next_id
                     .checked_add(1)
                     .ok_or_else(|| CellarError::invalid("an index holds at most 2^32 - 1 documents"))?;
             } else {
-                changed.insert(id, None);
+                changed.insert(key, None);
             }
         }
         prepared.clear();
@@ -215,12 +268,12 @@ impl Index {
         let mut next = view;
         next.apply(&batch, &self.assigner(), writer.wal.path())?;
         let (alive, seq) = (next.alive(), batch.seq);
-        let undo = changed.keys().map(|id| (id.to_string(), writer.ids.get(*id).copied())).collect();
+        let undo = changed.keys().map(|key| (key.clone(), writer.ids.get(key).copied())).collect();
         self.live.stage(StagedBatch { batch, log_at, undo }, next);
-        for (id, now) in changed {
+        for (key, now) in changed {
             match now {
-                Some(doc) => writer.ids.insert(id.to_string(), doc),
-                None => writer.ids.remove(id),
+                Some(doc) => writer.ids.insert(key, doc),
+                None => writer.ids.remove(&key),
             };
         }
         drop(slot);
@@ -268,33 +321,59 @@ impl Index {
         let mut out: Vec<Option<Prepared>> = Vec::with_capacity(ops.len());
         let mut to_encode: Vec<(usize, Document)> = Vec::new();
         for (i, op) in ops.iter().enumerate() {
+            let grouped = self.config.grouped;
             let (doc, at) = match op {
                 WriteOp::Add(doc) => (doc, format!("ops[{i}].add")),
                 WriteOp::Update(doc) => (doc, format!("ops[{i}].update")),
+                WriteOp::Put(doc) => (doc, format!("ops[{i}].put")),
                 WriteOp::Delete(id) => {
                     if id.is_empty() {
                         return Err(CellarError::invalid(format!("ops[{i}].delete: the id is empty")));
+                    }
+                    if grouped {
+                        return Err(CellarError::invalid(format!(
+                            "ops[{i}].delete: this index is grouped: delete_in_group names the document's group"
+                        )));
+                    }
+                    out.push(None);
+                    continue;
+                }
+                WriteOp::DeleteInGroup(GroupKey { group, id }) => {
+                    if !grouped {
+                        return Err(CellarError::invalid(format!(
+                            "ops[{i}].delete_in_group: this index has no groups; delete names the document"
+                        )));
+                    }
+                    if let Some(e) = key_error("group", group).or_else(|| key_error("document id", id)) {
+                        return Err(CellarError::invalid(format!("ops[{i}].delete_in_group: {e}")));
                     }
                     out.push(None);
                     continue;
                 }
                 WriteOp::DeleteWhere(filter) => {
+                    if grouped {
+                        return Err(CellarError::Unsupported(format!(
+                            "ops[{i}].delete_where: a grouped index matches filters inside one group's \
+                             search only; delete its documents with delete_in_group"
+                        )));
+                    }
                     self.check_filter(filter, &format!("ops[{i}].delete_where"))?;
                     out.push(None);
                     continue;
                 }
             };
-            doc.check_for_index(&at)?;
-            if !doc.metadata.is_empty() && !self.bm25.has_metadata() {
+            doc.check_for_index(&at, grouped)?;
+            if !grouped && !doc.metadata.is_empty() && !self.bm25.has_metadata() {
                 return Err(crate::bm25::no_metadata_field(&self.dir));
             }
             if doc.vectors.is_some() {
                 let at = format!("{at}.vectors");
-                let (document, encoded) = doc
+                let (mut document, encoded) = doc
                     .clone()
                     .into_embedded(dim, &at)?
                     .checked(i, dim)
                     .map_err(|e| CellarError::invalid(format!("{at}: {e}")))?;
+                document.group = doc.group.clone();
                 out.push(Some(self.encode_for_store(document, &encoded)));
             } else {
                 let document = Document {
@@ -302,6 +381,7 @@ impl Index {
                     title: doc.title.clone(),
                     text: doc.text.clone(),
                     metadata: doc.metadata.clone(),
+                    group: doc.group.clone(),
                 };
                 to_encode.push((i, document));
                 out.push(None);

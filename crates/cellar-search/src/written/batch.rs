@@ -4,9 +4,11 @@
 //!
 //! ```text
 //! batch = seq u64 | ops u32 | op*
-//! op    = tag u8 (1 put, 2 delete, 3 put with metadata) | doc u32 | put fields (tags 1, 3)
+//! op    = tag u8 (1 put, 2 delete, 3 put with metadata, 4 put in a group) | doc u32
+//!         | put fields (tags 1, 3, 4)
 //! put   = id str | title str | text str | n_tokens u32 | tokens bytes | pooled bytes
-//!         | meta str (tag 3 only: the metadata as a JSON object)
+//!         | meta str (tags 3 and 4: the metadata as a JSON object, `{}` when none)
+//!         | group str (tag 4 only: the document's group in a grouped index)
 //! str   = len u32 | UTF-8;  bytes = len u32 | bytes          (all integers little-endian)
 //! ```
 //! `doc` is the internal id the write gave the document (a put) or the one it removes (a
@@ -27,6 +29,8 @@ pub const OP_PUT: u8 = 1;
 pub const OP_DELETE: u8 = 2;
 /// Tag of a put that carries metadata (a log without metadata is written as before it came).
 pub const OP_PUT_META: u8 = 3;
+/// Tag of a put of a document in a group (a grouped index's; it carries metadata too).
+pub const OP_PUT_GROUP: u8 = 4;
 
 /// A document written since the index was built, as searches read it.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,7 +71,12 @@ impl LogBatch {
         for op in &self.ops {
             match op {
                 LogOp::Put(doc) => {
-                    out.push(if doc.doc.metadata.is_empty() { OP_PUT } else { OP_PUT_META });
+                    let tag = match (&doc.doc.group, doc.doc.metadata.is_empty()) {
+                        (Some(_), _) => OP_PUT_GROUP,
+                        (None, true) => OP_PUT,
+                        (None, false) => OP_PUT_META,
+                    };
+                    out.push(tag);
                     out.extend_from_slice(&doc.id.0.to_le_bytes());
                     put_bytes(&mut out, doc.doc.id.as_bytes());
                     put_bytes(&mut out, doc.doc.title.as_bytes());
@@ -75,9 +84,12 @@ impl LogBatch {
                     out.extend_from_slice(&doc.n_tokens.to_le_bytes());
                     put_bytes(&mut out, &doc.tokens);
                     put_bytes(&mut out, &doc.pooled);
-                    if !doc.doc.metadata.is_empty() {
+                    if tag != OP_PUT {
                         let meta = serde_json::to_vec(&doc.doc.metadata).expect("metadata serializes");
                         put_bytes(&mut out, &meta);
+                    }
+                    if let Some(group) = &doc.doc.group {
+                        put_bytes(&mut out, group.as_bytes());
                     }
                 }
                 LogOp::Delete(id) => {
@@ -99,17 +111,18 @@ impl LogBatch {
             let tag = r.take(1)?[0];
             let id = DocId(r.u32()?);
             ops.push(match tag {
-                OP_PUT | OP_PUT_META => {
+                OP_PUT | OP_PUT_META | OP_PUT_GROUP => {
                     let (doc_id, title, text) = (r.string()?, r.string()?, r.string()?);
                     let (n_tokens, tokens, pooled) = (r.u32()?, r.bytes()?.to_vec(), r.bytes()?.to_vec());
                     let metadata = match tag {
-                        OP_PUT_META => {
+                        OP_PUT => Metadata::default(),
+                        _ => {
                             let bytes = r.bytes()?;
                             serde_json::from_slice(bytes).map_err(|e| r.bad(format!("metadata: {e}")))?
                         }
-                        _ => Metadata::default(),
                     };
-                    let doc = Document { id: doc_id, title, text, metadata };
+                    let group = if tag == OP_PUT_GROUP { Some(r.string()?) } else { None };
+                    let doc = Document { id: doc_id, title, text, metadata, group };
                     LogOp::Put(Arc::new(LiveDoc { id, doc, n_tokens, tokens, pooled }))
                 }
                 OP_DELETE => LogOp::Delete(id),
@@ -181,9 +194,19 @@ mod tests {
             pooled: vec![9, 8],
         };
         let plain = LiveDoc { id: DocId(42), doc: Document::new("p", "", "plain"), ..doc.clone() };
+        let grouped = LiveDoc {
+            id: DocId(43),
+            doc: Document { group: Some("user-7".into()), ..plain.doc.clone() },
+            ..doc.clone()
+        };
         LogBatch {
             seq: 7,
-            ops: vec![LogOp::Delete(DocId(3)), LogOp::Put(Arc::new(doc)), LogOp::Put(Arc::new(plain))],
+            ops: vec![
+                LogOp::Delete(DocId(3)),
+                LogOp::Put(Arc::new(doc)),
+                LogOp::Put(Arc::new(plain)),
+                LogOp::Put(Arc::new(grouped)),
+            ],
         }
     }
 

@@ -10,6 +10,7 @@ use std::path::Path;
 use cellar_core::{CellarError, Result};
 
 pub(crate) mod batch;
+pub(crate) mod groups;
 pub(crate) mod segment;
 pub(crate) mod stamp;
 pub(crate) mod state;

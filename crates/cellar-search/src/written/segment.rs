@@ -4,7 +4,8 @@
 //! memtable's documents (consecutive ids); a merge writes the surviving documents of several
 //! segments (ids with gaps where deleted ones were dropped). A segment is written under a
 //! temporary name and renamed whole, so it is there complete or not at all; the live manifest
-//! lists it only after that.
+//! lists it only after that. A grouped index's segment keeps its records in (group, id) order, so
+//! each group is one run of records, and says where in `groups.bin` (`groups`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use crate::corpus::Document;
 use crate::names::VECTORS_DIR;
 use crate::pooled::{PooledMatrix, PooledWriter};
 use crate::texts::{TextsReader, TextsWriter};
+use crate::written::groups::Groups;
 
 /// Suffix of a segment being written.
 const WRITING_SUFFIX: &str = ".writing";
@@ -27,8 +29,16 @@ const WRITING_SUFFIX: &str = ".writing";
 /// An open segment.
 pub(crate) struct Segment {
     pub name: String,
-    /// Internal ids of its records, ascending: record `i` is document `ids[i]`.
+    /// Internal ids of its records: record `i` is document `ids[i]`. Ascending, but in a
+    /// grouped index's segment ascending within each group's run.
     pub ids: Vec<u32>,
+    /// A grouped index's segment: its groups' runs, and its record numbers in id order (for
+    /// `local`); `None` otherwise.
+    pub groups: Option<Groups>,
+    by_id: Option<Vec<u32>>,
+    /// Its smallest and largest internal id.
+    min: u32,
+    max: u32,
     pub store: VectorStore,
     pub texts: TextsReader,
     /// Pooled vectors, mapped (the page cache holds them, not the process).
@@ -46,10 +56,19 @@ pub(crate) struct SegmentWriter {
     pooled: PooledWriter,
     texts: TextsWriter,
     ids: Vec<u32>,
+    /// A grouped index's: the groups' runs so far.
+    groups: Option<Groups>,
 }
 
 impl SegmentWriter {
-    pub fn create(live: &Path, name: &str, codec: Arc<dyn Codec>, model_dim: usize) -> Result<SegmentWriter> {
+    /// A new segment; `grouped`: a grouped index's, its documents added in (group, id) order.
+    pub fn create(
+        live: &Path,
+        name: &str,
+        codec: Arc<dyn Codec>,
+        model_dim: usize,
+        grouped: bool,
+    ) -> Result<SegmentWriter> {
         let tmp = live.join(format!("{name}{WRITING_SUFFIX}"));
         if tmp.exists() {
             std::fs::remove_dir_all(&tmp).at(&tmp)?;
@@ -63,11 +82,13 @@ impl SegmentWriter {
             texts: TextsWriter::create(&tmp)?,
             tmp,
             ids: Vec::new(),
+            groups: grouped.then(Groups::default),
         })
     }
 
-    /// Appends document `id` (above every id added before): its encoded token vectors, its
-    /// pooled vector (f16 little-endian) and its text.
+    /// Appends document `id` (above every id added before; in a grouped segment, in a group
+    /// after every group added before, or above every id of its own group): its encoded token
+    /// vectors, its pooled vector (f16 little-endian) and its text.
     pub fn add(
         &mut self,
         id: DocId,
@@ -76,7 +97,25 @@ impl SegmentWriter {
         pooled: &[u8],
         doc: &Document,
     ) -> Result<()> {
-        if self.ids.last().is_some_and(|last| *last >= id.0) {
+        let same_run = match (&mut self.groups, &doc.group) {
+            (Some(groups), Some(group)) => {
+                let before = groups.len();
+                let at = groups.records();
+                groups
+                    .push(group)
+                    .map_err(|e| CellarError::internal(format!("segment {}: {e}", self.name)))?;
+                debug_assert_eq!(groups.records(), at + 1);
+                groups.len() == before
+            }
+            (None, None) => true,
+            _ => {
+                return Err(CellarError::internal(format!(
+                    "segment {}: document {} has a group only where the index is grouped",
+                    self.name, id.0
+                )))
+            }
+        };
+        if same_run && self.ids.last().is_some_and(|last| *last >= id.0) {
             return Err(CellarError::internal(format!(
                 "segment {}: ids out of order at {}",
                 self.name, id.0
@@ -96,6 +135,9 @@ impl SegmentWriter {
         self.texts.finish()?;
         let body: Vec<u8> = self.ids.iter().flat_map(|id| id.to_le_bytes()).collect();
         write_small_file(&self.tmp.join(FileKind::SegmentIds.file_name()), FileKind::SegmentIds, &body)?;
+        if let Some(groups) = &self.groups {
+            groups.save(&self.tmp)?;
+        }
         sync_dir(&self.tmp)?;
         let dir = self.live.join(&self.name);
         std::fs::rename(&self.tmp, &dir).at(&dir)?;
@@ -120,7 +162,9 @@ pub(crate) fn discard(live: &Path, name: &str) {
 }
 
 impl Segment {
-    /// Opens segment `name` of `live`, which must hold `docs` documents, the first `first`.
+    /// Opens segment `name` of `live`, which must hold `docs` documents, the first (smallest)
+    /// `first`; `grouped`: a grouped index's.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         live: &Path,
         name: &str,
@@ -128,6 +172,7 @@ impl Segment {
         docs: usize,
         model_dim: usize,
         reader: &ReaderOptions,
+        grouped: bool,
         assign: &dyn Fn(&[f32]) -> Option<u32>,
     ) -> Result<Segment> {
         let dir = live.join(name);
@@ -138,11 +183,22 @@ impl Segment {
         let (_, body) = read_small_file(&ids_path, FileKind::SegmentIds)?;
         let ids: Vec<u32> =
             body.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))).collect();
-        let ascending = ids.windows(2).all(|w| w[0] < w[1]);
+        let groups = grouped.then(|| Groups::load(&dir, ids.len() as u32)).transpose()?;
+        let by_id = groups.as_ref().map(|_| {
+            let mut order: Vec<u32> = (0..ids.len() as u32).collect();
+            order.sort_unstable_by_key(|r| ids[*r as usize]);
+            order
+        });
+        let sorted: Box<dyn Iterator<Item = u32>> = match &by_id {
+            Some(order) => Box::new(order.iter().map(|r| ids[*r as usize])),
+            None => Box::new(ids.iter().copied()),
+        };
+        let sorted: Vec<u32> = sorted.collect();
+        let ascending = sorted.windows(2).all(|w| w[0] < w[1]);
         if store.len() != docs
             || texts.len() != docs
             || ids.len() != docs
-            || ids.first() != Some(&first.0)
+            || sorted.first() != Some(&first.0)
             || !ascending
         {
             return Err(CellarError::corrupted(
@@ -159,24 +215,33 @@ impl Segment {
             ));
         }
         let clusters = (0..docs).filter_map(|i| assign(&pooled.row(i))).collect();
-        Ok(Segment { name: name.to_string(), ids, store, texts, pooled, clusters })
+        let (min, max) = (sorted[0], sorted[sorted.len() - 1]);
+        Ok(Segment { name: name.to_string(), ids, groups, by_id, min, max, store, texts, pooled, clusters })
     }
 
     pub fn len(&self) -> usize {
         self.ids.len()
     }
 
+    /// Its smallest internal id.
     pub fn first(&self) -> DocId {
-        DocId(self.ids[0])
+        DocId(self.min)
     }
 
+    /// Its largest internal id.
     pub fn last(&self) -> DocId {
-        DocId(self.ids[self.ids.len() - 1])
+        DocId(self.max)
     }
 
     /// The record number of `id` in this segment, when it holds it.
     pub fn local(&self, id: DocId) -> Option<DocId> {
-        self.ids.binary_search(&id.0).ok().map(|i| DocId(i as u32))
+        match &self.by_id {
+            Some(order) => {
+                let at = order.binary_search_by_key(&id.0, |r| self.ids[*r as usize]).ok()?;
+                Some(DocId(order[at]))
+            }
+            None => self.ids.binary_search(&id.0).ok().map(|i| DocId(i as u32)),
+        }
     }
 }
 

@@ -94,6 +94,8 @@ pub(crate) struct LiveView {
     pub(crate) mem_bytes: usize,
     /// IVF cluster → positions in `memtable` (with an IVF).
     pub(crate) mem_clusters: HashMap<u32, Vec<usize>>,
+    /// Group → positions in `memtable` (a grouped index).
+    pub(crate) mem_groups: HashMap<String, Vec<usize>>,
     /// Per segment: IVF cluster → its documents' record numbers.
     pub(crate) seg_clusters: Vec<Arc<HashMap<u32, Vec<u32>>>>,
     /// One bit per internal id.
@@ -201,6 +203,9 @@ impl LiveView {
                     }
                     if let Some(cluster) = assign(&f16_row(&doc.pooled)) {
                         self.mem_clusters.entry(cluster).or_default().push(self.memtable.len());
+                    }
+                    if let Some(group) = &doc.doc.group {
+                        self.mem_groups.entry(group.clone()).or_default().push(self.memtable.len());
                     }
                     self.mem_bytes +=
                         doc.tokens.len() + doc.pooled.len() + doc.doc.text.len() + doc.doc.title.len();

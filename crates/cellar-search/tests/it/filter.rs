@@ -23,7 +23,7 @@ const DIM: usize = 16;
 const LANGS: [&str; 4] = ["en", "fr", "de", "es"];
 const TAGS: [&str; 4] = ["a", "b", "c", "d"];
 
-fn random_meta(rng: &mut StdRng) -> Metadata {
+pub(crate) fn random_meta(rng: &mut StdRng) -> Metadata {
     let mut m = serde_json::Map::new();
     if rng.gen_bool(0.8) {
         m.insert("lang".into(), LANGS[rng.gen_range(0..4)].into());
@@ -61,7 +61,7 @@ fn random_scalar(rng: &mut StdRng, field: &str) -> Scalar {
     }
 }
 
-fn random_filter(rng: &mut StdRng, depth: usize) -> Filter {
+pub(crate) fn random_filter(rng: &mut StdRng, depth: usize) -> Filter {
     let fields = ["lang", "year", "score", "ok", "tags", "absent"];
     let field = fields[rng.gen_range(0..fields.len())].to_string();
     let leaf = depth == 0 || rng.gen_bool(0.5);

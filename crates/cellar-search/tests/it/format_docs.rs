@@ -24,7 +24,8 @@ use cellar_search::tokens::{
 
 use cellar_search::live::merge::MERGED_SUFFIX;
 use cellar_search::live::{
-    LIVE_DIR, LIVE_MANIFEST, LIVE_READABLE_VERSIONS, LIVE_VERSION, OP_DELETE, OP_PUT, OP_PUT_META, WAL_FILE,
+    LIVE_DIR, LIVE_MANIFEST, LIVE_READABLE_VERSIONS, LIVE_VERSION, OP_DELETE, OP_PUT, OP_PUT_GROUP,
+    OP_PUT_META, WAL_FILE,
 };
 use cellar_search::{DocIn, Index, OpenOptions, WriteOp, WriteRequest};
 
@@ -209,7 +210,8 @@ fn live_page_matches_the_code_and_a_written_index() {
         [
             (OP_PUT.to_string(), "put".to_string()),
             (OP_DELETE.to_string(), "delete".to_string()),
-            (OP_PUT_META.to_string(), "put with metadata".to_string())
+            (OP_PUT_META.to_string(), "put with metadata".to_string()),
+            (OP_PUT_GROUP.to_string(), "put in a group".to_string())
         ]
     );
     assert!(text.contains(&format!("\"version\": {LIVE_VERSION}")));

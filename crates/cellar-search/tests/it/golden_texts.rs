@@ -26,6 +26,7 @@ fn documents() -> Vec<Document> {
             title: if i == 3 { String::new() } else { format!("Title \"{i}\"") },
             text: format!("Line one of {i}\nline two \\ ünïcode — {}", "x".repeat(i * 7)),
             metadata: Default::default(),
+            group: None,
         })
         .collect()
 }

@@ -13,6 +13,7 @@ mod golden;
 #[path = "../../../cellar-core/tests/support/golden.rs"]
 mod golden_files;
 mod golden_texts;
+mod grouped;
 mod integrity;
 mod ivf;
 mod live;

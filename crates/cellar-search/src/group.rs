@@ -1,0 +1,296 @@
+//! A grouped index's search: a `SearchRequest` scoped to one group, exact inside it, with no
+//! first stage. The group's documents are its runs in the segments (`written::groups`: one run
+//! of records each, read through the one read pipeline, `reads.rs`) and its memtable entries;
+//! deleted ones are skipped. Every live document that passes the filter and the text match is
+//! scored (MaxSim over token vectors with the index's codec, or the dot product of pooled
+//! vectors) and the exact top-k is kept: higher score first, then smaller id.
+//!
+//! Text match (`require_terms`): the text and the query terms are split on every character that
+//! is not alphanumeric and lowercased; a document matches when it holds every query term.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use cellar_core::kernels::dot_f16;
+use cellar_core::stats::ms_since;
+use cellar_core::{CellarError, DocId, Result};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::corpus::Document;
+use crate::doc::check_key;
+use crate::index::Index;
+use crate::meta::Metadata;
+use crate::mode::Mode;
+use crate::plan::flatten;
+use crate::query::PreparedQuery;
+use crate::request::{SearchRequest, MAX_QUERY_VECTORS};
+use crate::vectors::mean_normalized;
+use crate::written::state::{LiveView, Located};
+
+/// One document found in a group.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GroupHit {
+    pub id: String,
+    pub score: f32,
+    /// Its title (left out when it has none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub title: String,
+    /// Its text, unless the request said `include_text: false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(default, skip_serializing_if = "Metadata::is_empty")]
+    pub metadata: Metadata,
+}
+
+/// What a search of one group read and scored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ScanStats {
+    /// Live documents of the group examined (before filters).
+    pub docs_scanned: u64,
+    /// Documents that passed filters and text match, hence scored.
+    pub docs_scored: u64,
+    pub bytes_read: u64,
+    pub read_calls: u64,
+    /// Segments holding a run of the group.
+    pub segments_read: u64,
+    /// The group's documents not yet in a segment.
+    pub memtable_entries: u64,
+    pub total_ms: f64,
+}
+
+/// The exact top-k of a group.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GroupResult {
+    pub hits: Vec<GroupHit>,
+    pub stats: ScanStats,
+}
+
+/// Lowercased alphanumeric terms of `text`.
+pub fn terms(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()).map(str::to_lowercase).collect()
+}
+
+/// The fields of a search request that tune an index's stages, which a group's exact scan does
+/// not have: each is refused when set, never ignored. The destructuring is exhaustive, so a field
+/// added to `SearchRequest` does not compile here until it is placed.
+fn index_knobs(r: &SearchRequest) -> [(&'static str, bool); 14] {
+    let SearchRequest {
+        query: _,
+        k: _,
+        mode: _,
+        query_vectors: _,
+        filter: _,
+        include_text: _,
+        require_terms: _,
+        alpha,
+        lexical,
+        fusion,
+        rerank_k,
+        candidates,
+        dense_stage,
+        nprobe,
+        oversample,
+        rescore,
+        prefetch,
+        prefetch_step,
+        hybrid_candidates,
+        early_read,
+        filter_exact_max,
+    } = r;
+    [
+        ("alpha", alpha.is_some()),
+        ("lexical", lexical.is_some()),
+        ("fusion", fusion.is_some()),
+        ("rerank_k", rerank_k.is_some()),
+        ("candidates", candidates.is_some()),
+        ("dense_stage", dense_stage.is_some()),
+        ("nprobe", nprobe.is_some()),
+        ("oversample", oversample.is_some()),
+        ("rescore", rescore.is_some()),
+        ("prefetch", prefetch.is_some()),
+        ("prefetch_step", prefetch_step.is_some()),
+        ("hybrid_candidates", hybrid_candidates.is_some()),
+        ("early_read", early_read.is_some()),
+        ("filter_exact_max", filter_exact_max.is_some()),
+    ]
+}
+
+/// Whether a group's search of `mode` scores MaxSim (`dense`, the default) or pooled vectors
+/// (`dense-exact`); other modes are refused.
+pub fn scores_maxsim(mode: Option<Mode>) -> Result<bool> {
+    match mode.unwrap_or(Mode::Dense) {
+        Mode::Dense => Ok(true),
+        Mode::DenseExact => Ok(false),
+        other => Err(CellarError::InvalidInput(format!(
+            "mode {other}: a group is searched exactly, by dense (MaxSim over token vectors) or dense-exact (pooled vectors)"
+        ))),
+    }
+}
+
+/// A group's search checked against the index, its query vectors ready.
+struct Prepared<'r> {
+    query: PreparedQuery,
+    maxsim: bool,
+    k: usize,
+    terms: Vec<String>,
+    request: &'r SearchRequest,
+}
+
+impl Index {
+    fn prepare_group_search<'r>(&self, request: &'r SearchRequest) -> Result<Prepared<'r>> {
+        let invalid = |m: String| Err(CellarError::InvalidInput(m));
+        if !self.config.grouped {
+            return invalid("this index has no groups: search it without one".into());
+        }
+        if let Some((field, _)) = index_knobs(request).into_iter().find(|(_, set)| *set) {
+            return invalid(format!(
+                "{field}: a group's search is exact, with no first stage or fusion to tune"
+            ));
+        }
+        let k = request.checked_k()?;
+        let maxsim = scores_maxsim(request.mode)?;
+        let dim = self.config.encoder.model_dim;
+        let (tokens, n_tokens, pooled, text) = match &request.query_vectors {
+            Some(given) => {
+                let flat = flatten(given.clone(), dim, "query_vectors", MAX_QUERY_VECTORS)?;
+                (flat.tokens, flat.n_tokens, flat.pooled, request.query.clone())
+            }
+            None if !request.query.trim().is_empty() => {
+                let encoded = self.encoder()?.encode_query(&request.query)?;
+                (encoded.tokens, encoded.n_tokens, Some(encoded.pooled), request.query.clone())
+            }
+            None => return invalid("the search has neither query text nor query vectors".into()),
+        };
+        if n_tokens == 0 && (maxsim || pooled.is_none()) {
+            return invalid(format!("the query has 0 token vectors; 1 to {MAX_QUERY_VECTORS} allowed"));
+        }
+        if tokens.iter().chain(pooled.iter().flatten()).any(|v| !v.is_finite()) {
+            return invalid("the query holds a value that is not finite".into());
+        }
+        let pooled = match (maxsim, pooled) {
+            (true, _) => Vec::new(),
+            (false, Some(p)) => p,
+            (false, None) => mean_normalized(&tokens, dim).unwrap_or_else(|| vec![0.0; dim]),
+        };
+        let terms = request.require_terms.as_deref().map(terms).unwrap_or_default();
+        if request.require_terms.is_some() && terms.is_empty() {
+            return invalid("require_terms holds no term".into());
+        }
+        if let Some(filter) = &request.filter {
+            filter.check("filter")?;
+        }
+        let query = PreparedQuery {
+            text,
+            tokens: if maxsim { self.store.codec().prepare_query(&tokens) } else { Vec::new() },
+            store_tokens: Vec::new(),
+            n_tokens,
+            pooled,
+            encode_ms: 0.0,
+            allowed: None,
+            filter_ms: 0.0,
+            encoding: None,
+        };
+        Ok(Prepared { query, maxsim, k, terms, request })
+    }
+
+    /// The exact top-k of `request` among the live documents of `group`; `NotFound` when the
+    /// index holds nothing of the group. `request` carries query vectors, or query text the
+    /// index's model encodes; it may filter on metadata (the whole grammar) and require terms.
+    pub fn search_group(&self, group: &str, request: &SearchRequest) -> Result<GroupResult> {
+        let start = Instant::now();
+        check_key("group", group)?;
+        let q = self.prepare_group_search(request)?;
+        let view = self.live_view();
+        let mut stats = ScanStats::default();
+        let mut members: Vec<DocId> = Vec::new();
+        let mut present = false;
+        for segment in &view.segments {
+            let Some(run) = segment.groups.as_ref().and_then(|g| g.run(group)) else { continue };
+            present = true;
+            stats.segments_read += 1;
+            members.extend(run.map(|local| DocId(segment.ids[local as usize])));
+        }
+        if let Some(positions) = view.mem_groups.get(group) {
+            present = true;
+            stats.memtable_entries = positions.len() as u64;
+            members.extend(positions.iter().map(|i| view.memtable[*i].id));
+        }
+        if !present {
+            return Err(CellarError::NotFound(format!("no group {group:?} in this index")));
+        }
+        members.retain(|id| !view.is_deleted(*id));
+        stats.docs_scanned = members.len() as u64;
+        // Documents read for the filter or the text match, kept for the hits.
+        let mut docs: std::collections::HashMap<DocId, Document> = std::collections::HashMap::new();
+        if q.request.filter.is_some() || !q.terms.is_empty() {
+            let mut kept = Vec::with_capacity(members.len());
+            for id in members {
+                let doc = written_document(&view, id)?;
+                if q.request.filter.as_ref().is_some_and(|f| !f.matches(&doc.metadata)) {
+                    continue;
+                }
+                if !q.terms.is_empty() {
+                    let have: HashSet<String> =
+                        terms(&doc.title).into_iter().chain(terms(&doc.text)).collect();
+                    if !q.terms.iter().all(|t| have.contains(t)) {
+                        continue;
+                    }
+                }
+                docs.insert(id, doc);
+                kept.push(id);
+            }
+            members = kept;
+        }
+        stats.docs_scored = members.len() as u64;
+        let mut scored: Vec<(DocId, f32)> = if q.maxsim {
+            let records = self.read_and_score(&q.query, &members)?;
+            stats.bytes_read = records.io.bytes;
+            stats.read_calls = records.io.read_calls;
+            members.iter().map(|id| (*id, records.scores[id])).collect()
+        } else {
+            members
+                .iter()
+                .map(|id| Ok((*id, self.pooled_score(&view, &q.query.pooled, *id)?)))
+                .collect::<Result<_>>()?
+        };
+        // The k best, and every document tied with the k-th: ties are broken by collection id.
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let cut = match scored.get(q.k.saturating_sub(1)) {
+            Some(kth) => scored.iter().position(|s| s.1 < kth.1).unwrap_or(scored.len()),
+            None => scored.len(),
+        };
+        scored.truncate(cut);
+        let mut hits = scored
+            .into_iter()
+            .map(|(id, score)| {
+                let doc = match docs.remove(&id) {
+                    Some(doc) => doc,
+                    None => written_document(&view, id)?,
+                };
+                let text = request.include_text.unwrap_or(true).then_some(doc.text);
+                Ok(GroupHit { id: doc.id, score, title: doc.title, text, metadata: doc.metadata })
+            })
+            .collect::<Result<Vec<GroupHit>>>()?;
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
+        hits.truncate(q.k);
+        stats.total_ms = ms_since(start);
+        Ok(GroupResult { hits, stats })
+    }
+
+    /// The dot product of `query` with the pooled vector of written document `id`.
+    fn pooled_score(&self, view: &LiveView, query: &[f32], id: DocId) -> Result<f32> {
+        let row = match view.locate(id)? {
+            Located::Segment(segment, local) => segment.pooled.row_bytes(local.0 as usize),
+            Located::Memtable(doc) => &doc.pooled[..],
+            Located::Base => return Err(CellarError::internal("a grouped index has no base documents")),
+        };
+        Ok(dot_f16(self.isa, query, row))
+    }
+}
+
+/// A written document of `view` (a grouped index has no base documents).
+fn written_document(view: &LiveView, id: DocId) -> Result<Document> {
+    view.document(id)?
+        .ok_or_else(|| CellarError::internal(format!("document {} of a grouped index is in the base", id.0)))
+}
