@@ -126,13 +126,13 @@ pub fn run(args: EmbeddingsArgs) -> Result<()> {
 /// `Action::Encode`: the build's encoder settings (`BuildOptions::new`) and batching.
 fn encode(data: &std::path::Path, out: &std::path::Path, shard_docs: usize, started: Instant) -> Result<()> {
     use cellar_encode::Encoder;
-    use cellar_search::corpus::{Collection, CorpusReader};
+    use cellar_search::corpus::{BeirPaths, CorpusReader};
 
     let defaults = cellar_search::BuildOptions::new(data, out);
     let encoder = Encoder::load(defaults.encoder_config()?)?;
     let dim = encoder.dim();
     std::fs::create_dir_all(out).at(out)?;
-    let docs: Vec<_> = CorpusReader::open(&Collection::locate(data)?.corpus)?.collect::<Result<_>>()?;
+    let docs: Vec<_> = CorpusReader::open(&BeirPaths::locate(data)?.corpus)?.collect::<Result<_>>()?;
     let mut lines = String::new();
     for (shard, part) in docs.chunks(shard_docs).enumerate() {
         let (mut tokens, mut pooled, mut lens) = (Vec::new(), Vec::new(), Vec::new());
@@ -173,11 +173,11 @@ fn encode_queries(
     started: Instant,
 ) -> Result<()> {
     use cellar_core::CellarError;
-    use cellar_search::corpus::Collection;
+    use cellar_search::corpus::BeirPaths;
     use cellar_search::{eval, Index, OpenOptions};
 
     let opened = Index::open(index, OpenOptions::default())?;
-    let collection = Collection::locate(data)?;
+    let collection = BeirPaths::locate(data)?;
     let queries = eval::judged_queries(&collection.queries()?, &collection.qrels(split)?);
     if queries.is_empty() {
         return Err(CellarError::invalid(format!(

@@ -17,7 +17,7 @@ use cellar_core::codec::CodecKind;
 use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, IoContext, Result};
 use cellar_encode::Encoder;
-use cellar_search::corpus::Collection;
+use cellar_search::corpus::BeirPaths;
 use cellar_search::embeddings::EmbeddingsDir;
 use cellar_search::filter::{Range, Scalar, DEFAULT_FILTER_EXACT_MAX};
 use cellar_search::ivf::IvfBuildOptions;
@@ -118,12 +118,18 @@ struct Report {
 }
 
 /// A query as the benchmarks send it: its text (for BM25) and its vectors, encoded here.
-pub(crate) struct Query {
+pub(crate) struct BenchQuery {
     pub text: String,
     pub vectors: QueryVectorsIn,
 }
 
-fn request(query: &Query, mode: Mode, k: usize, filter: Option<Filter>, exact_max: usize) -> SearchRequest {
+fn request(
+    query: &BenchQuery,
+    mode: Mode,
+    k: usize,
+    filter: Option<Filter>,
+    exact_max: usize,
+) -> SearchRequest {
     SearchRequest {
         query: query.text.clone(),
         k: Some(k),
@@ -248,8 +254,12 @@ fn build(args: &FilterArgs, dir: &std::path::Path) -> Result<()> {
 
 /// The first `n` queries of the collection in `data` (its test split's when it has one), encoded
 /// by the default model as the build would (`work`: where a build would write, unused).
-pub(crate) fn encode_queries(data: &std::path::Path, work: &std::path::Path, n: usize) -> Result<Vec<Query>> {
-    let collection = Collection::locate(data)?;
+pub(crate) fn encode_queries(
+    data: &std::path::Path,
+    work: &std::path::Path,
+    n: usize,
+) -> Result<Vec<BenchQuery>> {
+    let collection = BeirPaths::locate(data)?;
     let mut queries = collection.queries()?;
     if let Ok(qrels) = collection.qrels("test") {
         queries.retain(|q| qrels.contains_key(&q.id));
@@ -265,7 +275,7 @@ pub(crate) fn encode_queries(data: &std::path::Path, work: &std::path::Path, n: 
         .map(|q| {
             let encoded = encoder.encode_query(&q.text)?;
             let tokens = encoded.tokens.chunks(dim).map(<[f32]>::to_vec).collect();
-            Ok(Query {
+            Ok(BenchQuery {
                 text: q.text,
                 vectors: QueryVectorsIn { tokens, pooled: Some(encoded.pooled), ..QueryVectorsIn::default() },
             })

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use cellar_core::{CellarError, Result};
 use cellar_search::config::LongDocs;
-use cellar_search::corpus::Collection;
+use cellar_search::corpus::BeirPaths;
 use cellar_search::eval::{self, RowSpec};
 use cellar_search::fusion::Fusion;
 use cellar_search::metrics::Metrics;
@@ -154,7 +154,7 @@ pub fn run(args: FusionArgs) -> Result<()> {
 
 fn measure(c: &CollectionArg, args: &FusionArgs) -> Result<CollectionReport> {
     let index = Index::open(&c.index, OpenOptions::default())?;
-    let collection = Collection::locate(&c.data)?;
+    let collection = BeirPaths::locate(&c.data)?;
     let qrels = collection.qrels(&args.split)?;
     let queries = eval::judged_queries(&collection.queries()?, &qrels);
     if queries.is_empty() {

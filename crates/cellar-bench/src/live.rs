@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, IoContext, Result};
-use cellar_search::corpus::Collection;
+use cellar_search::corpus::BeirPaths;
 use cellar_search::embeddings::EmbeddingsDir;
 use cellar_search::live::merge::{MergeBudget, MergeReport};
 use cellar_search::live::LiveStats;
@@ -261,7 +261,7 @@ pub fn run(args: LiveArgs) -> Result<()> {
     let base_docs = index.len();
     let base_disk = dir_bytes(&copy);
     let bm25_before = dir_bytes(&copy.join("bm25"));
-    let collection = Collection::locate(&args.data)?;
+    let collection = BeirPaths::locate(&args.data)?;
     let queries = collection.queries()?;
     eprintln!("preparing {} queries", args.searches.min(queries.len()));
     let prepared = queries

@@ -18,7 +18,7 @@ use cellar_search::{DocIn, Index, Mode, OpenOptions, QueryVectorsIn, SearchReque
 use clap::Args;
 use serde::Serialize;
 
-use crate::filter::{encode_queries, Query};
+use crate::filter::{encode_queries, BenchQuery};
 use crate::harness::output::write_report;
 use crate::harness::provenance::Provenance;
 use crate::harness::stats::{summarize, LatencySummary};
@@ -176,7 +176,7 @@ fn write_from(index: &Index, folder: &Path, n: usize, tag: &str) -> Result<usize
 }
 
 /// Queries made of written documents' own vectors: every `step`-th of the folder's first ones.
-fn own_queries(folder: &Path, n: usize) -> Result<Vec<Query>> {
+fn own_queries(folder: &Path, n: usize) -> Result<Vec<BenchQuery>> {
     let vectors = EmbeddingsDir::open(folder)?;
     let dim = vectors.dim();
     let step = (vectors.len() / n.max(1)).max(1);
@@ -188,7 +188,7 @@ fn own_queries(folder: &Path, n: usize) -> Result<Vec<Query>> {
             let doc = doc?;
             let tokens: Vec<Vec<f32>> = doc.tokens.chunks(dim).take(32).map(<[f32]>::to_vec).collect();
             let pooled = doc.pooled.unwrap_or_else(|| tokens[0].clone());
-            Ok(Query {
+            Ok(BenchQuery {
                 text: String::new(),
                 vectors: QueryVectorsIn { tokens, pooled: Some(pooled), ..QueryVectorsIn::default() },
             })
@@ -197,7 +197,7 @@ fn own_queries(folder: &Path, n: usize) -> Result<Vec<Query>> {
     queries
 }
 
-fn dense(index: &Index, query: &Query, nprobe: Option<usize>) -> Result<Vec<String>> {
+fn dense(index: &Index, query: &BenchQuery, nprobe: Option<usize>) -> Result<Vec<String>> {
     let request = SearchRequest {
         query: query.text.clone(),
         k: Some(10),
@@ -211,7 +211,13 @@ fn dense(index: &Index, query: &Query, nprobe: Option<usize>) -> Result<Vec<Stri
 }
 
 /// Recall@10 of the default nprobe against every cluster probed.
-fn measure(index: &Index, queries: &[Query], what: &str, when: &str, out: &mut Vec<Recall>) -> Result<()> {
+fn measure(
+    index: &Index,
+    queries: &[BenchQuery],
+    what: &str,
+    when: &str,
+    out: &mut Vec<Recall>,
+) -> Result<()> {
     let ivf = index.ivf_config().expect("the benchmark's index has an IVF");
     let (mut found, mut total) = (0usize, 0usize);
     for q in queries {
@@ -237,7 +243,12 @@ fn measure(index: &Index, queries: &[Query], what: &str, when: &str, out: &mut V
 
 /// Dense searches of `queries` one after another (at least `min_rounds` passes, then until
 /// `stop`), each one's milliseconds.
-fn latencies(index: &Index, queries: &[Query], stop: &AtomicBool, max_rounds: usize) -> Result<Vec<f64>> {
+fn latencies(
+    index: &Index,
+    queries: &[BenchQuery],
+    stop: &AtomicBool,
+    max_rounds: usize,
+) -> Result<Vec<f64>> {
     let mut ms = Vec::new();
     for _ in 0..max_rounds {
         for q in queries {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use cellar_core::io::ReaderKind;
 use cellar_core::{CellarError, Result};
-use cellar_search::corpus::Collection;
+use cellar_search::corpus::BeirPaths;
 use cellar_search::eval::{self, RowResult};
 use cellar_search::progress;
 use cellar_search::{Index, OpenOptions, WeightPrecision};
@@ -52,7 +52,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
             ..Default::default()
         },
     )?;
-    let collection = Collection::locate(&args.data)?;
+    let collection = BeirPaths::locate(&args.data)?;
     let qrels = collection.qrels(&args.split)?;
     let mut queries = eval::judged_queries(&collection.queries()?, &qrels);
     queries.truncate(args.max_queries.unwrap_or(usize::MAX));

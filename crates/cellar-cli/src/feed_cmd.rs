@@ -13,7 +13,7 @@ use cellar_core::{CellarError, Result};
 use cellar_search::corpus::NOT_UTF8;
 use cellar_search::progress;
 use cellar_search::DocIn;
-use cellar_stream::doc::encode_doc;
+use cellar_stream::doc::check_doc;
 use cellar_stream::encoding::{docs_with_vectors, write_dim, LazyEncoder};
 use cellar_stream::input::StreamDocJson;
 use cellar_stream::{Collection, Durability, Options, Streams};
@@ -105,7 +105,7 @@ impl Feeder<'_> {
         let docs = self.with_vectors(&batch, dim)?;
         if let Err(e) = Collection::check_batch(&docs, dim) {
             for ((line, _), doc) in batch.iter().zip(&docs) {
-                encode_doc(doc, dim, "document").map_err(|e| at_line(self.file, *line, e, self.written))?;
+                check_doc(doc, dim, "document").map_err(|e| at_line(self.file, *line, e, self.written))?;
             }
             return Err(e);
         }

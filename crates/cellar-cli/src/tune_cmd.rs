@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use cellar_core::{CellarError, Result};
-use cellar_search::corpus::Collection;
+use cellar_search::corpus::BeirPaths;
 use cellar_search::progress;
 use cellar_search::{eval, tune, Index, OpenOptions};
 use clap::Args;
@@ -51,7 +51,7 @@ pub fn run(args: TuneArgs) -> Result<()> {
         ));
     }
     let mut index = Index::open(&args.index, OpenOptions { model_dir: args.model, ..Default::default() })?;
-    let collection = Collection::locate(&args.data)?;
+    let collection = BeirPaths::locate(&args.data)?;
     let qrels = collection.qrels(&args.split)?;
     let queries = eval::judged_queries(&collection.queries()?, &qrels);
     let bar = progress::bar(queries.len() as u64, "queries");

@@ -326,7 +326,8 @@ impl PyIndex {
     /// Opens the index in directory ``path``.
     ///
     /// ``reader`` is how token vectors are read: ``"mmap"`` (page cache), ``"direct"``
-    /// (``O_DIRECT``, bypassing the page cache) or ``"ram"`` (all loaded in memory). ``model``
+    /// (``O_DIRECT``, bypassing the page cache), ``"pread"`` (one read per record through the
+    /// page cache, nothing mapped) or ``"ram"`` (all loaded in memory). ``model``
     /// overrides the model directory recorded at build time. ``cache_mib`` keeps up to that many
     /// MiB of the most re-read records in RAM after they are read (``"mmap"`` or ``"direct"``;
     /// a hit shows in a result's ``io["records_cached"]``). ``model_weights`` is how the query
@@ -665,7 +666,7 @@ impl PyIndex {
         self.index.dir().to_path_buf()
     }
 
-    /// How token vectors are read: ``"ram"``, ``"mmap"`` or ``"direct"``.
+    /// How token vectors are read: ``"ram"``, ``"mmap"``, ``"direct"`` or ``"pread"``.
     #[getter]
     fn reader(&self) -> &'static str {
         self.index.reader_kind().name()

@@ -10,7 +10,7 @@ use cellar_core::CellarError;
 use cellar_search::{DocIn, Filter, QueryVectorsIn, SearchRequest};
 use cellar_stream::encoding::{docs_with_vectors, request_with_vectors, LazyEncoder};
 use cellar_stream::input::{legacy_mode, StreamDocJson};
-use cellar_stream::{Collection, Durability, Options, StoredDoc};
+use cellar_stream::{Collection, Durability, GroupDoc, Options};
 use pyo3::prelude::*;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -36,7 +36,7 @@ fn from_python<T: DeserializeOwned>(py: Python<'_>, value: &Bound<'_, PyAny>, wh
     serde_json::from_str(&text).map_err(|e| invalid(py, format!("{what}: {e}")))
 }
 
-fn stored_json(doc: StoredDoc, dim: usize) -> Value {
+fn stored_json(doc: GroupDoc, dim: usize) -> Value {
     let rows: Vec<&[f32]> = doc.tokens.chunks(dim).collect();
     json!({
         "group": doc.group, "id": doc.id, "seq": doc.seq, "text": doc.text,

@@ -23,7 +23,7 @@ use crate::bm25::Bm25Writer;
 use crate::config::{
     BuildReport, EncoderSettings, IndexConfig, LongDocs, SearchDefaults, INDEX_FORMAT_VERSION,
 };
-use crate::corpus::{Collection, CorpusReader, Document};
+use crate::corpus::{BeirPaths, CorpusReader, Document};
 use crate::disk::dir_bytes;
 use crate::index::{Index, BM25_DIR, PCA_FILE, VECTORS_DIR};
 use crate::ivf::{build_ivf_over, IvfBuildOptions};
@@ -138,7 +138,7 @@ impl Index {
         let started = Instant::now();
         check_options(options)?;
         refuse_grouped(options)?;
-        let collection = Collection::locate(&options.collection)?;
+        let collection = BeirPaths::locate(&options.collection)?;
         let _lock = prepare_out_dir(&options.out)?;
         let encoder = load_encoder(options)?;
         check_pca_dim(options, encoder.dim())?;

@@ -73,14 +73,14 @@ struct RawLine {
 
 /// Where a collection's files are, given either a BEIR folder or a single `corpus.jsonl`.
 #[derive(Clone, Debug)]
-pub struct Collection {
+pub struct BeirPaths {
     pub corpus: PathBuf,
     pub root: Option<PathBuf>,
 }
 
-impl Collection {
+impl BeirPaths {
     /// `path` is a BEIR folder (holding `corpus.jsonl`) or a `.jsonl` corpus file.
-    pub fn locate(path: &Path) -> Result<Collection> {
+    pub fn locate(path: &Path) -> Result<BeirPaths> {
         if path.is_dir() {
             let corpus = path.join("corpus.jsonl");
             if !corpus.is_file() {
@@ -89,10 +89,10 @@ impl Collection {
                     path.display()
                 )));
             }
-            return Ok(Collection { corpus, root: Some(path.to_path_buf()) });
+            return Ok(BeirPaths { corpus, root: Some(path.to_path_buf()) });
         }
         if path.is_file() {
-            return Ok(Collection { corpus: path.to_path_buf(), root: None });
+            return Ok(BeirPaths { corpus: path.to_path_buf(), root: None });
         }
         Err(CellarError::InvalidInput(format!(
             "{}: no such collection folder or corpus file",

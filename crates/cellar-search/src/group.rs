@@ -294,3 +294,81 @@ fn written_document(view: &LiveView, id: DocId) -> Result<Document> {
     view.document(id)?
         .ok_or_else(|| CellarError::internal(format!("document {} of a grouped index is in the base", id.0)))
 }
+
+/// A document of a grouped index as stored: its text and metadata, its token vectors as its
+/// codec decodes them, its pooled vector.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupDoc {
+    pub group: String,
+    pub id: String,
+    /// Its version: the internal id of this write of it, plus one (a later write of the same
+    /// id has a higher one).
+    pub seq: u64,
+    pub title: String,
+    pub text: String,
+    pub n_tokens: usize,
+    pub tokens: Vec<f32>,
+    pub pooled: Vec<f32>,
+    pub metadata: Metadata,
+}
+
+/// What a grouped index's segments hold of its groups.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// Sum over segments of the groups each holds.
+    pub segment_groups: u64,
+    /// RAM of the segments' group directories and of their records' id order.
+    pub directory_bytes: u64,
+}
+
+impl Index {
+    /// The live document `id` of `group`; `NotFound` when there is none.
+    pub fn get_in_group(&self, group: &str, id: &str) -> Result<GroupDoc> {
+        check_key("group", group)?;
+        check_key("document id", id)?;
+        let missing = || CellarError::NotFound(format!("no document {id:?} in group {group:?}"));
+        let internal = self.lookup(&crate::doc::doc_key(Some(group), id))?.ok_or_else(missing)?;
+        let view = self.live_view();
+        let codec = self.store.codec();
+        let mut tokens = Vec::new();
+        let (doc, n_tokens, pooled) = match view.locate(internal)? {
+            Located::Segment(segment, local) => {
+                let batch = segment.store.read_batch(&[local])?;
+                let record = batch.record(0);
+                codec.decode(record.tokens, &mut tokens);
+                let pooled = crate::written::state::f16_row(segment.pooled.row_bytes(local.0 as usize));
+                (segment.texts.get(local)?, record.n_tokens, pooled)
+            }
+            Located::Memtable(doc) => {
+                codec.decode(&doc.tokens, &mut tokens);
+                let pooled = crate::written::state::f16_row(&doc.pooled);
+                (doc.doc.clone(), doc.n_tokens as usize, pooled)
+            }
+            Located::Base => return Err(CellarError::internal("a grouped index has no base documents")),
+        };
+        Ok(GroupDoc {
+            group: group.to_string(),
+            id: doc.id,
+            seq: u64::from(internal.0) + 1,
+            title: doc.title,
+            text: doc.text,
+            n_tokens,
+            tokens,
+            pooled,
+            metadata: doc.metadata,
+        })
+    }
+
+    /// What the segments hold of the groups, and the RAM it takes.
+    pub fn group_stats(&self) -> GroupStats {
+        let view = self.live_view();
+        let mut stats = GroupStats::default();
+        for segment in &view.segments {
+            if let Some(groups) = &segment.groups {
+                stats.segment_groups += groups.len() as u64;
+                stats.directory_bytes += groups.ram_bytes() as u64 + 4 * segment.len() as u64;
+            }
+        }
+        stats
+    }
+}

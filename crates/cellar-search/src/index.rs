@@ -43,6 +43,10 @@ pub struct OpenOptions {
     /// Bytes of the most re-read base records kept in RAM (`cellar_core::io::hot`); 0: none.
     /// Needs the mmap or direct reader.
     pub hot_cache_bytes: usize,
+    /// Whether a write waits for its log record's `fdatasync` (the default) or only for the
+    /// page cache (a crash of the machine may then lose the last writes; a crash of the
+    /// process loses none).
+    pub durability: cellar_core::format::wal::Durability,
 }
 
 impl Default for OpenOptions {
@@ -55,6 +59,7 @@ impl Default for OpenOptions {
             inject_latency: None,
             flush_bytes: crate::written::state::FLUSH_BYTES,
             hot_cache_bytes: 0,
+            durability: cellar_core::format::wal::Durability::Fsync,
         }
     }
 }
@@ -230,6 +235,10 @@ impl Index {
 
     pub(crate) fn flush_bytes(&self) -> usize {
         self.options.flush_bytes
+    }
+
+    pub(crate) fn durability(&self) -> cellar_core::format::wal::Durability {
+        self.options.durability
     }
 
     pub fn texts(&self) -> &TextsReader {

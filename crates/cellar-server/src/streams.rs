@@ -17,7 +17,7 @@ use cellar_core::stats::ms_since;
 use cellar_core::CellarError;
 use cellar_stream::encoding::{request_with_vectors, write_docs};
 use cellar_stream::input::{StreamDocJson, StreamSearchJson};
-use cellar_stream::Hit;
+use cellar_stream::GroupHit;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -216,7 +216,7 @@ async fn delete_stream(
     Ok(Json(json!({ "deleted": true, "stream": name })))
 }
 
-fn hit_json(hit: Hit) -> Value {
+fn hit_json(hit: GroupHit) -> Value {
     let mut value = json!({ "id": hit.id, "score": hit.score, "metadata": hit.metadata });
     if let Some(text) = hit.text {
         value["text"] = Value::String(text);

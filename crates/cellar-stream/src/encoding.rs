@@ -9,8 +9,8 @@ use cellar_encode::{default_model_dir, Encoder, EncoderConfig};
 use cellar_search::{DocIn, QueryVectorsIn, SearchRequest};
 
 use crate::registry::Streams;
-use crate::search::scores_maxsim;
 use crate::Collection;
+use cellar_search::group::scores_maxsim;
 
 /// An encoder loaded on the first call that needs one.
 pub struct LazyEncoder {

@@ -1,35 +1,27 @@
 //! The byte parsers of streaming collections behind `bytes -> Result<()>`, for the fuzzers
-//! (issue 16.3; the shape and the rules are those of `cellar_core::format::parsers`): segments
-//! with their group directory and entries, log records, manifests and settings, and the JSON
-//! lines `cellar feed` reads.
+//! (issue 16.3; the shape and the rules are those of `cellar_core::format::parsers`): the first
+//! format's segments with their group directory and entries, log records, manifests and
+//! settings (a migration reads them), and the JSON lines `cellar feed` reads.
 
 use std::path::Path;
 
 use cellar_core::format::parsers::wal;
 use cellar_core::{CellarError, IoContext, Result};
 
-use crate::collection::split_record;
-use crate::doc::EntryView;
 use cellar_search::QueryVectorsIn;
 
 use crate::input::StreamDocJson;
-use crate::manifest::{Manifest, Settings, MANIFEST_FILE, SETTINGS_FILE};
-use crate::segment::{header_field, Segment, SEGMENT_HEADER_FIELDS};
+use crate::legacy::{
+    header_field, split_record, EntryView, ManifestV1, SegmentV1, Settings, MANIFEST_FILE,
+    SEGMENT_HEADER_FIELDS, SETTINGS_FILE,
+};
 
-/// A segment file opened (header, directory) and every group's entries read through a cursor
-/// of small chunks, each entry parsed, as a search of every group would.
+/// A first-format segment file read as a migration reads it: header, directory, every group's
+/// extent against its checksum, every entry parsed.
 pub fn segment(scratch: &Path, bytes: &[u8]) -> Result<()> {
     let path = scratch.join("segment.seg");
     std::fs::write(&path, bytes).at(&path)?;
-    let segment = Segment::open(&path)?;
-    let groups: Vec<String> = segment.groups().map(str::to_string).collect();
-    for group in groups {
-        let mut cursor = segment.cursor(&group, 4096).expect("a group of the directory has an extent");
-        while let Some(entry) = cursor.next_entry()? {
-            EntryView::parse_at(&path, entry)?;
-        }
-    }
-    Ok(())
+    SegmentV1::read(&path).map(drop)
 }
 
 /// One entry (a put or a delete) as stored in segments and log records.
@@ -57,7 +49,7 @@ pub fn manifest(scratch: &Path, bytes: &[u8]) -> Result<()> {
     if name == SETTINGS_FILE {
         Settings::load(scratch).map(drop)
     } else {
-        Manifest::load(scratch).map(drop)
+        ManifestV1::load(scratch).map(drop)
     }
 }
 
@@ -73,7 +65,7 @@ pub fn feed_line(bytes: &[u8]) -> Result<()> {
         doc.vectors =
             Some(QueryVectorsIn { tokens: vec![vec![0.5; 4]], pooled, ..QueryVectorsIn::default() });
     }
-    crate::doc::encode_doc(&doc, 4, "document").map(drop)
+    crate::doc::check_doc(&doc, 4, "document")
 }
 
 /// Makes a segment's directory checksum and header checksum match its bytes (the directory

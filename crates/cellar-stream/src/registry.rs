@@ -26,8 +26,9 @@ use cellar_search::DocIn;
 const DELETED_PREFIX: &str = ".deleted-";
 
 /// Files an open collection may hold, for sizing `max_open` from the process's file limit: its
-/// lock, its log, and about `compact_after + 1` segments.
-const FILES_PER_COLLECTION: u64 = 8;
+/// locks, its log, its empty base's files (vectors, texts, BM25) and about `compact_after + 1`
+/// segments of a few files each.
+const FILES_PER_COLLECTION: u64 = 32;
 
 pub struct Streams {
     root: PathBuf,
@@ -56,6 +57,11 @@ pub fn default_max_open() -> usize {
     let files =
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 { limit.rlim_cur } else { 1024 };
     (files / 4 / FILES_PER_COLLECTION).clamp(4, 1024) as usize
+}
+
+/// Whether `dir` holds a collection: a grouped index, or one of the first format.
+fn is_collection(dir: &Path) -> bool {
+    dir.join(cellar_search::config::CONFIG_FILE).is_file() || crate::legacy::is_legacy(dir)
 }
 
 fn no_stream(name: &str) -> CellarError {
@@ -190,7 +196,7 @@ impl Streams {
     /// Names of the collections on disk.
     pub fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(&self.root)
-            .map(|d| d.flatten().filter(|e| e.path().join(crate::manifest::SETTINGS_FILE).exists()).collect())
+            .map(|d| d.flatten().filter(|e| is_collection(&e.path())).collect())
             .unwrap_or_else(|_| Vec::new())
             .into_iter()
             .map(|e: std::fs::DirEntry| e.file_name().to_string_lossy().into_owned())

@@ -1,55 +1,45 @@
-//! Reading one document back, and what a collection holds on disk and in RAM.
+//! What a collection holds on disk and in RAM, from its grouped index's figures.
 //!
-//! RAM per document: the only per-document RAM is the memtable's (documents not flushed yet);
-//! flushed documents cost their group's directory slot in each segment holding the group, shared
-//! by all the group's documents. `ram_bytes_per_flushed_doc` = directory bytes / entries on disk.
+//! RAM per document: the memtable's (documents not flushed yet); a flushed document costs its
+//! group's directory slot in each segment holding the group (shared by all the group's
+//! documents) and 4 bytes of its segment's id order. `ram_bytes_per_flushed_doc` = directory
+//! bytes / records in segments. (The writer's map from (group, id) to the document is counted
+//! apart: `id_map_bytes`.)
 
-use cellar_core::{CellarError, Result};
 use serde::Serialize;
 
 use crate::collection::Collection;
-use cellar_search::doc::check_key;
-use cellar_search::Metadata;
-
-use crate::doc::EntryView;
-
-/// A stored document as `get` returns it (vectors decoded from f16).
-#[derive(Clone, Debug, PartialEq)]
-pub struct StoredDoc {
-    pub group: String,
-    pub id: String,
-    pub seq: u64,
-    pub text: String,
-    pub n_tokens: usize,
-    pub tokens: Vec<f32>,
-    pub pooled: Vec<f32>,
-    pub metadata: Metadata,
-}
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Stats {
     pub dim: usize,
     pub segments: usize,
-    /// Entries in segments (live documents, plus shadowed versions and tombstones until compacted).
+    /// Records in segments (live documents, plus replaced and deleted versions until compacted).
     pub segment_entries: u64,
     /// Sum over segments of the groups each holds.
     pub segment_groups: u64,
+    /// Documents not yet in a segment (replaced and deleted versions included).
     pub memtable_entries: usize,
     pub memtable_bytes: usize,
-    /// RAM of the segments' group directories.
+    /// RAM of the segments' group directories and id orders.
     pub directory_bytes: usize,
     pub ram_bytes_per_flushed_doc: f64,
+    /// RAM of the writer's map from (group, id) to its document.
+    pub id_map_bytes: u64,
     pub disk_bytes: u64,
     pub wal_bytes: u64,
+    /// The sequence number the last document written got (its version: see `collection`).
     pub last_seq: u64,
-    pub flushed_seq: u64,
+    /// Write batches applied, and the last one in a segment.
+    pub last_batch: u64,
+    pub flushed_batch: u64,
     pub flushes: u64,
     /// Flushes that failed after their writes were logged (a full disk): those writes stayed
     /// acknowledged, in the log and the memtable.
     pub flush_failures: u64,
     pub compactions: u64,
-    /// Log writes since open (one fsync each by default) and the batches they carried: more
-    /// batches than syncs means concurrent writers shared syncs (group commit).
+    /// Log syncs and write batches since open: each batch is one log record; with `Fsync`
+    /// concurrent writers share syncs (group commit: fewer syncs than batches).
     pub log_syncs: u64,
     pub log_batches: u64,
     /// What opening the collection replayed from the log, and the torn tail it cut.
@@ -58,53 +48,34 @@ pub struct Stats {
 }
 
 impl Collection {
-    /// The newest live version of (group, id); `NotFound` when there is none.
-    pub fn get(&self, group: &str, id: &str) -> Result<StoredDoc> {
-        check_key("group", group)?;
-        check_key("document id", id)?;
-        let missing = || CellarError::NotFound(format!("no document {id:?} in group {group:?}"));
-        let entry = self.inner.lookup(group, id)?.ok_or_else(missing)?;
-        let view = EntryView::parse_at(self.dir(), &entry)?;
-        let metadata = view.metadata().map_err(|d| CellarError::corrupted(self.dir(), 0, d))?;
-        Ok(StoredDoc {
-            group: view.group.to_string(),
-            id: view.id.to_string(),
-            seq: view.seq,
-            text: view.text.to_string(),
-            n_tokens: view.n_tokens,
-            tokens: view.tokens_f32(),
-            pooled: view.pooled_f32(),
-            metadata,
-        })
-    }
-
     pub fn stats(&self) -> Stats {
-        let (last_seq, flushed_seq, wal_bytes) = self.inner.writer_state();
-        let state = self.inner.read();
-        let segment_entries: u64 = state.segments.iter().map(|s| s.entries).sum();
-        let directory_bytes: usize = state.segments.iter().map(|s| s.ram_bytes()).sum();
-        let disk_bytes =
-            state.segments.iter().filter_map(|s| std::fs::metadata(&s.path).ok()).map(|m| m.len()).sum();
+        let index = self.index();
+        let live = index.live_stats();
+        let groups = index.group_stats();
+        let segment_entries = live.records - live.memtable_docs as u64;
+        let (recovered_records, truncated_bytes) = index.recovery();
         Stats {
             dim: self.dim(),
-            segments: state.segments.len(),
+            segments: live.segments,
             segment_entries,
-            segment_groups: state.segments.iter().map(|s| s.n_groups() as u64).sum(),
-            memtable_entries: state.memtable.len(),
-            memtable_bytes: state.memtable.bytes(),
-            directory_bytes,
-            ram_bytes_per_flushed_doc: directory_bytes as f64 / segment_entries.max(1) as f64,
-            disk_bytes,
-            wal_bytes,
-            last_seq,
-            flushed_seq,
-            flushes: self.inner.flushes.load(std::sync::atomic::Ordering::Relaxed),
-            flush_failures: self.inner.flush_failures.load(std::sync::atomic::Ordering::Relaxed),
+            segment_groups: groups.segment_groups,
+            memtable_entries: live.memtable_docs,
+            memtable_bytes: live.memtable_bytes as usize,
+            directory_bytes: groups.directory_bytes as usize,
+            ram_bytes_per_flushed_doc: groups.directory_bytes as f64 / segment_entries.max(1) as f64,
+            id_map_bytes: live.id_map_bytes,
+            disk_bytes: live.disk_bytes,
+            wal_bytes: live.wal_bytes,
+            last_seq: live.written,
+            last_batch: live.last_seq,
+            flushed_batch: live.flushed_seq,
+            flushes: live.flushes,
+            flush_failures: live.flush_failures,
             compactions: self.inner.compactions.load(std::sync::atomic::Ordering::Relaxed),
-            log_syncs: self.inner.log_syncs.load(std::sync::atomic::Ordering::Relaxed),
+            log_syncs: live.log_syncs,
             log_batches: self.inner.log_batches.load(std::sync::atomic::Ordering::Relaxed),
-            recovered_records: self.inner.recovered_records,
-            truncated_bytes: self.inner.truncated_bytes,
+            recovered_records,
+            truncated_bytes,
         }
     }
 }

@@ -35,7 +35,6 @@ fn feeder_options() -> Options {
         memtable_bytes: 12 << 10,
         compact_after: 2,
         background_compaction: true,
-        chunk_bytes: 8192,
     }
 }
 
@@ -154,14 +153,20 @@ fn stored(c: &Collection, (g, id): &(String, String)) -> Option<u64> {
     }
 }
 
-/// Files a crash left for open to sweep: temporaries and segments the manifest does not list.
+/// Files a crash left in the collection's `live/` for open to sweep: temporaries, segments cut
+/// short (`.writing`) and segments the manifest does not list.
 fn strays(dir: &Path) -> usize {
-    let manifest = std::fs::read_to_string(dir.join("MANIFEST.json")).unwrap_or_default();
-    std::fs::read_dir(dir)
+    let live = dir.join("live");
+    let manifest = std::fs::read_to_string(live.join("MANIFEST.json")).unwrap_or_default();
+    std::fs::read_dir(&live)
         .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect::<Vec<_>>())
         .unwrap_or_default()
         .iter()
-        .filter(|n| n.ends_with(".tmp") || (n.ends_with(".seg") && !manifest.contains(n.as_str())))
+        .filter(|n| {
+            n.ends_with(".tmp")
+                || n.ends_with(".writing")
+                || (n.starts_with("seg-") && !manifest.contains(&format!("\"{n}\"")))
+        })
         .count()
 }
 
@@ -267,16 +272,21 @@ fn check_against_model(c: &Collection, model: &HashMap<(String, String), Option<
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap().flatten() {
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
     }
 }
 
+/// The segments (directories) in the collection's `live/`.
 fn segment_files(dir: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(dir)
+    std::fs::read_dir(dir.join("live"))
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".seg"))
+        .filter(|n| n.starts_with("seg-") && !n.ends_with(".writing"))
         .collect()
 }
 
@@ -326,30 +336,32 @@ fn every_crash_point_of_flush_and_compaction_recovers() {
     copy_dir(&before_flush, &case);
     let new_segment =
         segment_files(&after_flush).difference(&segment_files(&before_flush)).next().cloned().unwrap();
-    std::fs::copy(after_flush.join(&new_segment), case.join(&new_segment)).unwrap();
+    copy_dir(&after_flush.join("live").join(&new_segment), &case.join("live").join(&new_segment));
     check(&case, "segment written, manifest not");
     // Flush: manifest committed, log not emptied yet.
     let case = root.path().join("flush-log-not-reset");
     copy_dir(&after_flush, &case);
-    std::fs::copy(before_flush.join("wal.log"), case.join("wal.log")).unwrap();
+    std::fs::copy(before_flush.join("live/wal.log"), case.join("live/wal.log")).unwrap();
     check(&case, "manifest committed, log not emptied");
     // Compaction: merged segment written, manifest not committed.
     let case = root.path().join("compaction-uncommitted");
     copy_dir(&after_flush, &case);
     let merged = segment_files(&live).into_iter().next().unwrap();
-    std::fs::copy(live.join(&merged), case.join(&merged)).unwrap();
+    copy_dir(&live.join("live").join(&merged), &case.join("live").join(&merged));
     check(&case, "compaction written, not committed");
     // Compaction: committed, old segments not removed yet.
     let case = root.path().join("compaction-not-cleaned");
     copy_dir(&live, &case);
     for old in segment_files(&after_flush) {
-        std::fs::copy(after_flush.join(&old), case.join(&old)).unwrap();
+        copy_dir(&after_flush.join("live").join(&old), &case.join("live").join(&old));
     }
     check(&case, "compaction committed, inputs not removed");
     // A temporary from a segment write cut short.
     let case = root.path().join("temporary");
     copy_dir(&live, &case);
-    std::fs::write(case.join("seg-00000099.seg.tmp"), b"half a segment").unwrap();
+    let cut = case.join("live/seg-0000000000000099.writing");
+    std::fs::create_dir_all(&cut).unwrap();
+    std::fs::write(cut.join("texts.bin"), b"half a segment").unwrap();
     check(&case, "stray temporary");
     check(&live, "after compaction");
 }

@@ -80,11 +80,18 @@ fn stream_names_groups_and_ids_never_reach_the_file_system() {
             assert_eq!(&keys.get(group, id).unwrap().text, text, "{group:?} / {id:?}");
         }
         keys.flush().unwrap();
+        // The grouped index's files, and in `live/` its log, manifest and segments: no name
+        // comes from a group or an id.
         let files = listing(keys.dir());
+        let index_files =
+            ["LOCK", "bm25", "index.json", "live", "pooled.bin", "text_offsets.bin", "texts.bin", "vectors"];
+        assert!(files.iter().all(|f| index_files.contains(&f.as_str())), "{files:?}");
+        let live = listing(&keys.dir().join("live"));
         assert!(
-            files.iter().all(|f| ["wal.log", "stream.json", "MANIFEST.json", "LOCK"].contains(&f.as_str())
-                || (f.starts_with("seg-") && f.ends_with(".seg"))),
-            "{files:?}"
+            live.iter().all(|f| ["wal.log", "MANIFEST.json", "LOCK"].contains(&f.as_str())
+                || (f.starts_with("seg-")
+                    && f[4..].chars().all(|c| c.is_ascii_hexdigit() || c == '-' || c.is_ascii_lowercase()))),
+            "{live:?}"
         );
     };
     check(&all);

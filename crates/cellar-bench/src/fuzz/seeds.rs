@@ -16,7 +16,6 @@ use cellar_search::ivf::IvfBuildOptions;
 use cellar_search::{
     BuildOptions, DocIn, EmbeddedDoc, Index, Metadata, OpenOptions, QueryVectorsIn, WriteOp, WriteRequest,
 };
-use cellar_stream::{Collection, Options};
 
 const DIM: usize = 8;
 
@@ -157,43 +156,28 @@ fn walk(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     Ok(out)
 }
 
+/// The first stream format's files (a migration reads them): the golden collection's
+/// (`testdata/stream-v1`), its log split into entries.
 fn stream_seeds(dir: &Path, seeds: &mut Seeds) -> Result<()> {
-    let coll_dir = dir.join("stream");
-    let collection = Collection::open(&coll_dir, Some(4), Options::default())?;
-    let doc = |group: &str, id: usize| DocIn {
-        group: Some(group.into()),
-        id: format!("m{id}"),
-        text: format!("mail {id}"),
-        vectors: Some(QueryVectorsIn::from_flat(
-            &(0..8).map(|v| ((v + id) % 5) as f32 * 0.1).collect::<Vec<_>>(),
-            4,
-            None,
-        )),
-        ..DocIn::default()
-    };
-    let docs: Vec<DocIn> = (0..6).map(|i| doc(["alice", "bob"][i % 2], i)).collect();
-    collection.put_batch(&docs)?;
-    collection.delete("bob", "m1")?;
-    let log = read(&coll_dir.join(cellar_stream::manifest::WAL_FILE))?;
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/stream-v1");
+    let log = read(&golden.join(cellar_stream::legacy::WAL_FILE))?;
     for payload in payloads(dir, &log)? {
         // A record is a count and its entries, each led by its length.
         let mut rest = &payload[4..];
-        while let Some(len) = cellar_stream::doc::entry_len(rest).filter(|l| *l >= 4 && *l <= rest.len()) {
+        while let Some(len) = cellar_stream::legacy::entry_len(rest).filter(|l| *l >= 4 && *l <= rest.len()) {
             seeds.entry("stream-entry").or_default().push(rest[..len].to_vec());
             rest = &rest[len..];
         }
     }
     seeds.entry("stream-log").or_default().push(log);
-    collection.flush()?;
-    drop(collection);
-    for path in walk(&coll_dir)? {
+    for path in walk(&golden)? {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
         let bytes = read(&path)?;
         if name.ends_with(".seg") {
             seeds.entry("stream-segment").or_default().push(bytes);
-        } else if name == cellar_stream::manifest::MANIFEST_FILE {
+        } else if name == cellar_stream::legacy::MANIFEST_FILE {
             seeds.entry("stream-manifest").or_default().push([&[0u8][..], &bytes].concat());
-        } else if name == cellar_stream::manifest::SETTINGS_FILE {
+        } else if name == cellar_stream::legacy::SETTINGS_FILE {
             seeds.entry("stream-manifest").or_default().push([&[1u8][..], &bytes].concat());
         }
     }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use cellar_core::io::{InjectedLatency, ReaderKind};
 use cellar_core::{CellarError, Result};
-use cellar_search::corpus::{Collection, Qrels, Query};
+use cellar_search::corpus::{BeirPaths, Qrels, Query};
 use cellar_search::eval;
 use cellar_search::progress;
 use cellar_search::query::PreparedQuery;
@@ -61,7 +61,7 @@ impl QueryArgs {
             .map(|us| InjectedLatency { per_read: std::time::Duration::from_micros(us), max_in_flight: 32 });
         let options = OpenOptions { reader: self.reader, inject_latency, ..Default::default() };
         let index = Index::open(&self.index, options)?;
-        let collection = Collection::locate(&self.data)?;
+        let collection = BeirPaths::locate(&self.data)?;
         let qrels = collection.qrels(&self.split)?;
         let mut queries = eval::judged_queries(&collection.queries()?, &qrels);
         queries.truncate(self.max_queries.unwrap_or(usize::MAX));

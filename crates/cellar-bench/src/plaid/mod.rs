@@ -108,7 +108,7 @@ impl Reference {
 fn exact(set: &QuerySet, out: &Path) -> Result<()> {
     use cellar_core::io::{ReaderKind, ReaderOptions};
     use cellar_core::store::VectorStore;
-    use cellar_search::corpus::Collection;
+    use cellar_search::corpus::BeirPaths;
     use cellar_search::embeddings::read_in_order;
     use cellar_search::names::VECTORS_DIR;
     use cellar_search::{eval, Index, OpenOptions};
@@ -119,7 +119,7 @@ fn exact(set: &QuerySet, out: &Path) -> Result<()> {
             "an index with a PCA projection: its stored vectors are not the queries' space",
         ));
     }
-    let collection = Collection::locate(&set.data)?;
+    let collection = BeirPaths::locate(&set.data)?;
     let qrels = collection.qrels(&set.split)?;
     let mut queries = eval::judged_queries(&collection.queries()?, &qrels);
     queries.truncate(set.max_queries);

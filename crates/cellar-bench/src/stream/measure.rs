@@ -152,10 +152,29 @@ pub fn ram(dir: &Path, docs: usize) -> Result<Ram> {
     })
 }
 
+/// Every file of the collection's segments (`live/seg-*/`, their stores included), largest
+/// first.
 pub fn segment_files(collection: &Collection) -> Result<Vec<PathBuf>> {
-    let dir = collection.dir();
-    let entries = std::fs::read_dir(dir).map_err(|e| io(dir, e))?;
-    Ok(entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "seg")).collect())
+    fn walk(dir: &Path, out: &mut Vec<(u64, PathBuf)>) -> Result<()> {
+        for entry in std::fs::read_dir(dir).map_err(|e| io(dir, e))?.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out)?;
+            } else {
+                out.push((entry.metadata().map_err(|e| io(&path, e))?.len(), path));
+            }
+        }
+        Ok(())
+    }
+    let live = collection.dir().join("live");
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(&live).map_err(|e| io(&live, e))?.flatten() {
+        if entry.file_name().to_string_lossy().starts_with("seg-") {
+            walk(&entry.path(), &mut files)?;
+        }
+    }
+    files.sort_by_key(|f| std::cmp::Reverse(f.0));
+    Ok(files.into_iter().map(|(_, p)| p).collect())
 }
 
 fn evict_all(collection: &Collection) -> Result<()> {
@@ -172,7 +191,7 @@ pub struct Disk {
     pub resident_after_evict: u64,
 }
 
-/// The disk's sequential read bandwidth, measured on the segment itself.
+/// The disk's sequential read bandwidth, measured on the segment's largest file (its vectors).
 pub fn sequential_read(collection: &Collection) -> Result<Disk> {
     let path = segment_files(collection)?
         .into_iter()
@@ -231,7 +250,7 @@ fn timed(
     collection: &Collection,
     group: &str,
     query: &SearchRequest,
-) -> Result<(f64, cellar_stream::SearchResult)> {
+) -> Result<(f64, cellar_stream::GroupResult)> {
     let start = Instant::now();
     let result = collection.search(group, query)?;
     Ok((start.elapsed().as_secs_f64() * 1e3, result))
@@ -323,7 +342,7 @@ pub fn export(corpus: &Corpus, collection: &Collection, dir: &Path, args: &Strea
         }
         let tokens = corpus.query(u, args.query_tokens, seen as u64);
         let mut query = query(&tokens, corpus.dim, 10);
-        let to_index = |hits: Vec<cellar_stream::Hit>| -> Vec<usize> {
+        let to_index = |hits: Vec<cellar_stream::GroupHit>| -> Vec<usize> {
             hits.iter().map(|h| offsets[u] + h.id[1..].parse::<usize>().expect("d%06 ids")).collect()
         };
         collection.search(&user.name, &query)?; // warm the group's pages

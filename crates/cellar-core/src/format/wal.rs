@@ -58,6 +58,19 @@ pub struct Recovery {
     pub truncated_bytes: u64,
 }
 
+/// Syncs a log's file (`Wal::syncer`): every record appended before the call is durable when
+/// it returns.
+pub struct LogSync {
+    file: File,
+    path: PathBuf,
+}
+
+impl LogSync {
+    pub fn sync(&self) -> Result<()> {
+        self.file.sync_data().at(&self.path)
+    }
+}
+
 /// An open log, positioned at its end.
 pub struct Wal {
     path: PathBuf,
@@ -193,6 +206,17 @@ impl Wal {
     /// Appends `payloads` as one batch; with [`Durability::Fsync`] they are on disk when this
     /// returns. Nothing is written if any payload is too large.
     pub fn append(&mut self, payloads: &[&[u8]]) -> Result<()> {
+        self.append_with(payloads, self.durability == Durability::Fsync)
+    }
+
+    /// [`Wal::append`] without the sync, whatever the durability: the records are written (to
+    /// the page cache) and the caller makes them durable later, with one [`LogSync::sync`] for
+    /// the records of several writers (group commit).
+    pub fn append_unsynced(&mut self, payloads: &[&[u8]]) -> Result<()> {
+        self.append_with(payloads, false)
+    }
+
+    fn append_with(&mut self, payloads: &[&[u8]], sync: bool) -> Result<()> {
         if let Some(big) = payloads.iter().find(|p| p.len() > MAX_RECORD_BYTES) {
             return Err(CellarError::InvalidInput(format!(
                 "a log record of {} bytes is over the limit of {MAX_RECORD_BYTES}",
@@ -203,7 +227,7 @@ impl Wal {
         for payload in payloads {
             frame_record(payload, &mut batch);
         }
-        if let Err(e) = self.write_batch(&batch) {
+        if let Err(e) = self.write_batch(&batch, sync) {
             // Best effort: drop what may have been written, so the next batch follows intact data.
             let _ = self.file.set_len(self.end);
             return Err(e);
@@ -212,13 +236,24 @@ impl Wal {
         Ok(())
     }
 
-    fn write_batch(&self, batch: &[u8]) -> Result<()> {
+    fn write_batch(&self, batch: &[u8], sync: bool) -> Result<()> {
         failpoint::check(FailPoint::WalAppend, &self.path).at(&self.path)?;
         self.file.write_all_at(batch, self.end).at(&self.path)?;
-        if self.durability == Durability::Fsync {
+        if sync {
             self.file.sync_data().at(&self.path)?;
         }
         Ok(())
+    }
+
+    /// A handle that syncs this log's file from another thread, without the `Wal` (which its
+    /// writer holds): what [`Wal::append_unsynced`]'s records wait for. `None` without
+    /// durability.
+    pub fn syncer(&self) -> Result<Option<LogSync>> {
+        if self.durability != Durability::Fsync {
+            return Ok(None);
+        }
+        let file = self.file.try_clone().at(&self.path)?;
+        Ok(Some(LogSync { file, path: self.path.clone() }))
     }
 
     /// Empties the log (after its records were flushed to a segment), durably.

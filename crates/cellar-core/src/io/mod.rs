@@ -5,10 +5,13 @@
 //! - [`ReaderKind::Mmap`]: a memory map with `madvise(MADV_RANDOM)`; the pages a batch needs are
 //!   announced with `MADV_WILLNEED` (optional) and fault in where the reader touches them;
 //! - [`ReaderKind::Direct`]: `O_DIRECT` reads batched through io_uring, or, if the kernel refuses
-//!   io_uring, a bounded pool of `pread` threads (logged once, loudly).
+//!   io_uring, a bounded pool of `pread` threads (logged once, loudly);
+//! - [`ReaderKind::Pread`]: one `pread` per record through the page cache, nothing mapped: what
+//!   the kernel (or `posix_fadvise`) evicts is read again, and many small files cost no mapping
+//!   (a streaming collection's segments).
 //!
 //! [`RecordReader`] reads the store's records through it: every batch parses each record's header
-//! and reports [`ReadStats`]. Records read from the file (mmap, direct) are checked against their
+//! and reports [`ReadStats`]. Records read from the file (mmap, direct, pread) are checked against their
 //! CRC-32C on every read, so an mmap batch's pages fault in (and are counted and timed) there; the
 //! ram reader checks the whole body once when it loads it, so its batches skip the per-record CRC.
 
@@ -46,16 +49,19 @@ pub enum ReaderKind {
     Ram,
     Mmap,
     Direct,
+    Pread,
 }
 
 impl ReaderKind {
-    pub const ALL: [ReaderKind; 3] = [ReaderKind::Ram, ReaderKind::Mmap, ReaderKind::Direct];
+    pub const ALL: [ReaderKind; 4] =
+        [ReaderKind::Ram, ReaderKind::Mmap, ReaderKind::Direct, ReaderKind::Pread];
 
     pub fn name(self) -> &'static str {
         match self {
             ReaderKind::Ram => "ram",
             ReaderKind::Mmap => "mmap",
             ReaderKind::Direct => "direct",
+            ReaderKind::Pread => "pread",
         }
     }
 }
@@ -64,7 +70,9 @@ impl std::str::FromStr for ReaderKind {
     type Err = CellarError;
     fn from_str(s: &str) -> Result<Self> {
         ReaderKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
-            CellarError::InvalidInput(format!("unknown reader {s:?}: expected one of ram, mmap, direct"))
+            CellarError::InvalidInput(format!(
+                "unknown reader {s:?}: expected one of ram, mmap, direct, pread"
+            ))
         })
     }
 }

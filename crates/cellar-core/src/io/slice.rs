@@ -124,6 +124,7 @@ impl SliceOpener<'_> {
                     format!("read with O_DIRECT, the file must be a whole number of {PAGE_BYTES}-byte pages"),
                 ))
             }
+            ReaderKind::Pread => Backing::Positioned(File::open(path).at(path)?),
             ReaderKind::Direct => Backing::Direct {
                 file: open_with_flags(path, libc::O_DIRECT)?,
                 engine: Engine::open(self.options)?,
@@ -230,13 +231,13 @@ impl FileSlice {
         })
     }
 
-    /// The reader kind the file was opened with; `None` when it is read with positioned reads.
-    pub fn kind(&self) -> Option<ReaderKind> {
+    /// The reader kind the file was opened with (positioned reads: `Pread`).
+    pub fn kind(&self) -> ReaderKind {
         match self.file.backing {
-            Backing::Ram(_) => Some(ReaderKind::Ram),
-            Backing::Mmap { .. } => Some(ReaderKind::Mmap),
-            Backing::Direct { .. } => Some(ReaderKind::Direct),
-            Backing::Positioned(_) => None,
+            Backing::Ram(_) => ReaderKind::Ram,
+            Backing::Mmap { .. } => ReaderKind::Mmap,
+            Backing::Direct { .. } => ReaderKind::Direct,
+            Backing::Positioned(_) => ReaderKind::Pread,
         }
     }
 
@@ -487,7 +488,7 @@ mod tests {
                 let got = slice.read_bytes(r.clone()).unwrap();
                 assert_eq!(&*got, &reference[r.start as usize..r.end as usize], "{name} {r:?}");
                 if !r.is_empty() {
-                    let borrowed = matches!(slice.kind(), Some(ReaderKind::Ram | ReaderKind::Mmap));
+                    let borrowed = matches!(slice.kind(), ReaderKind::Ram | ReaderKind::Mmap);
                     assert_eq!(got.is_borrowed(), borrowed, "{name} {r:?}");
                 }
             }
@@ -536,14 +537,14 @@ mod tests {
         for (name, slice) in every_reader(&path) {
             let stats = slice.read_batch(&extents).unwrap().stats();
             let want = match (slice.kind(), slice.engine()) {
-                (Some(ReaderKind::Ram), _) => ReadStats { read_calls: 0, pages: 3, bytes: 325, cached: 0 },
-                (Some(ReaderKind::Mmap), "page-faults") => {
+                (ReaderKind::Ram, _) => ReadStats { read_calls: 0, pages: 3, bytes: 325, cached: 0 },
+                (ReaderKind::Mmap, "page-faults") => {
                     ReadStats { read_calls: 0, pages: 3, bytes: 3 * 4096, cached: 0 }
                 }
-                (Some(ReaderKind::Mmap | ReaderKind::Direct), _) => {
+                (ReaderKind::Mmap | ReaderKind::Direct, _) => {
                     ReadStats { read_calls: 2, pages: 3, bytes: 3 * 4096, cached: 0 }
                 }
-                (None, _) => ReadStats { read_calls: 3, pages: 3, bytes: 325, cached: 0 },
+                (ReaderKind::Pread, _) => ReadStats { read_calls: 3, pages: 3, bytes: 325, cached: 0 },
             };
             assert_eq!(stats, want, "{name}");
             // One range read alone costs what a batch of it costs (positioned reads take a path

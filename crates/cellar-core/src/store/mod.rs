@@ -144,7 +144,7 @@ impl VectorStore {
         match self.reader.kind() {
             ReaderKind::Ram => self.reader.read_batch(ids),
             // The thread sleeps on the disk here: its CPU slot, if it has one, goes to another.
-            ReaderKind::Mmap | ReaderKind::Direct => {
+            ReaderKind::Mmap | ReaderKind::Direct | ReaderKind::Pread => {
                 crate::io::wait::waiting_on_io(|| self.reader.read_batch(ids))
             }
         }

@@ -218,7 +218,7 @@ impl Ivf {
     /// How the posting blocks are read: from RAM when the file is at most
     /// [`POSTINGS_IN_RAM_MAX`] bytes, else with the index's reader.
     pub fn postings_reader(&self) -> ReaderKind {
-        self.postings.kind().expect("the postings are opened with a reader kind")
+        self.postings.kind()
     }
 
     /// The cluster a new document joins: its pooled vector's nearest centroid.

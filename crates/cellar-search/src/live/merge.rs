@@ -151,6 +151,7 @@ impl Index {
         manifest.save(live)?;
         writer.manifest = manifest;
         self.live.publish(next);
+        self.live.merges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         drop(slot);
         for segment in inputs {
             let dir = live.join(&segment.name);

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, MutexGuard};
 
 use cellar_core::format::fsio::{DirLock, TMP_SUFFIX};
-use cellar_core::format::wal::{Durability, Wal};
+use cellar_core::format::wal::Wal;
 use cellar_core::{CellarError, DocId, IoContext, Result};
 
 use crate::corpus::Document;
@@ -179,7 +179,10 @@ impl Index {
             self.live.publish(view);
             return Ok(());
         };
-        let (wal, _recovery) = Wal::open(&wal_path, Durability::Fsync, &mut replay)?;
+        let (wal, recovery) = Wal::open(&wal_path, self.durability(), &mut replay)?;
+        *self.live.recovery.lock().unwrap_or_else(|p| p.into_inner()) =
+            (recovery.records, recovery.truncated_bytes);
+        *self.live.log_sync.lock().unwrap_or_else(|p| p.into_inner()) = wal.syncer()?;
         // A grouped index's writes skip BM25 (its searches are exact inside a group).
         if !self.config.grouped {
             let applied = self.bm25.applied_seq()?;
@@ -232,13 +235,17 @@ impl Index {
             (std::mem::take(&mut staged.batches), view)
         };
         let refs: Vec<&LogBatch> = batches.iter().map(|b| &b.batch).collect();
-        let applied = if self.config.grouped { Ok(()) } else { self.bm25.apply(&refs) };
+        // Durable first (one sync for every batch taken: group commit), then in BM25.
+        let applied = self.sync_log().and_then(|()| match self.config.grouped {
+            true => Ok(()),
+            false => self.bm25.apply(&refs),
+        });
         if let Err(error) = applied {
             // Nothing of them is in BM25: they, and every batch logged after them, are taken
             // back out of the log by the next holder of the writer (`recover_bm25`).
             self.bm25.abandon_writer();
             log::error!(
-                "{}: BM25 refused batches {}..={} ({error}); they are taken back out of the log and answered with that error",
+                "{}: the log's sync or BM25 refused batches {}..={} ({error}); they are taken back out of the log and answered with that error",
                 self.live.dir.display(),
                 batches.first().map_or(0, |b| b.batch.seq),
                 view.seq
@@ -259,6 +266,16 @@ impl Index {
         let mut commits = self.live.commits.lock().unwrap_or_else(|p| p.into_inner());
         *commits = (commits.0 + 1, commits.1 + batches.len() as u64);
         Ok(Committed::Yes)
+    }
+
+    /// Syncs the log: every batch appended so far is durable when it returns.
+    fn sync_log(&self) -> Result<()> {
+        let sync = self.live.log_sync.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sync) = sync.as_ref() {
+            sync.sync()?;
+            self.live.log_syncs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// [`Index::commit_through`] for the writer of batch `seq`: `Ok` once it is in BM25 and
@@ -404,6 +421,7 @@ impl Index {
         next.add_segment(segment);
         writer.manifest = manifest;
         self.live.publish(next);
+        self.live.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         writer.wal.reset()
     }
 
@@ -488,6 +506,23 @@ impl Index {
         Err(CellarError::internal("the live state kept changing under the writer"))
     }
 
+    /// Takes the writer's lock now, not at the first write: `Locked` when another process
+    /// writes this index (a stream's collection writes, and holds it from its open).
+    pub fn take_writer(&self) -> Result<()> {
+        drop(self.writer()?);
+        Ok(())
+    }
+
+    /// What the writer's open of the log replayed: (records, bytes of a torn tail it cut).
+    pub fn recovery(&self) -> (u64, u64) {
+        *self.live.recovery.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Segments of written documents there are now.
+    pub fn written_segments(&self) -> usize {
+        self.live_view().segments.len()
+    }
+
     /// The searchable document whose collection id is `id`, if any: looked up in the writer's
     /// id map, or in a process that does not write, in the maps its first lookup builds.
     pub fn get(&self, id: &str) -> Result<Option<Document>> {
@@ -548,7 +583,7 @@ impl Index {
                 continue;
             }
             if let Some(doc) = view.document(internal)? {
-                ids.insert(doc.id, internal);
+                ids.insert(crate::doc::doc_key(doc.group.as_deref(), &doc.id), internal);
             }
         }
         let ids = Arc::new(ids);
@@ -565,6 +600,8 @@ impl Index {
         let memtable: u64 = view.mem_bytes as u64 + 64 * view.memtable.len() as u64;
         let (bm25_commits, batches_committed) = *self.live.commits.lock().unwrap_or_else(|p| p.into_inner());
         let Measured { disk_bytes, ivf_drift, id_map_bytes } = self.measure(&view);
+        let (wal_bytes, flushed_seq) =
+            self.live.lock_writer().as_ref().map_or((0, 0), |w| (w.wal.len(), w.manifest.flushed_seq));
         LiveStats {
             ivf_drift,
             ivf_retrain_advised: ivf_drift.is_some_and(|d| d > DRIFT_RETRAIN),
@@ -582,6 +619,13 @@ impl Index {
             batches_taken_back: self.live.taken_back.load(std::sync::atomic::Ordering::Relaxed),
             tokens_written_bytes: self.current_tokens().map_or(0, |t| t.written_ram_bytes()),
             tokens_retrain_advised: self.needs_tokens_retrain(),
+            flushes: self.live.flushes.load(std::sync::atomic::Ordering::Relaxed),
+            merges: self.live.merges.load(std::sync::atomic::Ordering::Relaxed),
+            wal_bytes,
+            last_seq: view.seq,
+            flushed_seq,
+            memtable_bytes: view.mem_bytes as u64,
+            log_syncs: self.live.log_syncs.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 

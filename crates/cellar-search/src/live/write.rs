@@ -85,12 +85,17 @@ pub struct WriteReport {
     pub deleted: usize,
     /// Searchable documents after the batch.
     pub docs: u64,
+    /// The internal id the next written document gets: every document this batch wrote has a
+    /// smaller one (a grouped index's stream calls it the documents' sequence number).
+    #[serde(default)]
+    pub next_id: u32,
     /// Encoding the documents' text (0 when all came with vectors).
     pub encode_ms: f64,
-    /// Writing the batch's log record and waiting for its `fdatasync`.
+    /// Writing the batch's log record (to the page cache).
     pub log_ms: f64,
-    /// Until the batch is committed to BM25 (one tantivy commit for every batch logged
-    /// meanwhile: group commit) and published to searches.
+    /// Until the batch is durable (one `fdatasync` of the log for every batch logged
+    /// meanwhile), committed to BM25 (one tantivy commit for them all: group commit) and
+    /// published to searches.
     pub bm25_ms: f64,
     /// Everything after the encoding: ids resolved, log, BM25, the view published (and a
     /// flush, when the batch filled the memtable).
@@ -261,9 +266,10 @@ impl Index {
         let payload = batch.encode();
         let log_start = Instant::now();
         let log_at = writer.wal.len();
-        // The log's fdatasync and the BM25 commit wait on the disk: a server's CPU slot is
-        // given back meanwhile (`cellar_core::io::wait`).
-        waiting_on_io(|| writer.wal.append(&[&payload]))?;
+        // Written, not yet synced: the commit that publishes it syncs every batch logged by
+        // then at once (group commit). The sync and the BM25 commit wait on the disk: a server's
+        // CPU slot is given back meanwhile (`cellar_core::io::wait`).
+        waiting_on_io(|| writer.wal.append_unsynced(&[&payload]))?;
         report.log_ms = ms_since(log_start);
         let mut next = view;
         next.apply(&batch, &self.assigner(), writer.wal.path())?;
@@ -285,6 +291,7 @@ impl Index {
         self.flush_after_write();
         report.seq = seq;
         report.docs = alive;
+        report.next_id = next_id;
         report.encode_ms = encode_ms;
         report.commit_ms = ms_since(commit_start);
         report.total_ms = ms_since(start);

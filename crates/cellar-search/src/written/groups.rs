@@ -72,6 +72,11 @@ impl Groups {
         self.runs.iter().map(|r| (r.name.as_str(), r.start..r.start + r.count))
     }
 
+    /// Bytes of RAM the directory holds.
+    pub fn ram_bytes(&self) -> usize {
+        self.runs.iter().map(|r| std::mem::size_of::<Run>() + r.name.len()).sum()
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut out = (self.runs.len() as u32).to_le_bytes().to_vec();
         for run in &self.runs {

@@ -34,7 +34,7 @@ pub const DRIFT_SAMPLE: usize = 2048;
 /// their centroids as the build's.
 pub const DRIFT_RETRAIN: f64 = 1.5;
 
-/// Memtable bytes (encoded vectors and text) past which a write flushes it to a segment.
+/// Memtable bytes (encoded vectors, text and keys) past which a write flushes it to a segment.
 pub const FLUSH_BYTES: usize = 16 << 20;
 /// While its flushes fail (a full disk), the memtable keeps every logged document and each
 /// write tries the flush again; past this many times the flush threshold (`flush_bytes`), a
@@ -207,8 +207,10 @@ impl LiveView {
                     if let Some(group) = &doc.doc.group {
                         self.mem_groups.entry(group.clone()).or_default().push(self.memtable.len());
                     }
+                    // Its keys too: a grouped index's documents are often small beside them.
+                    let keys = doc.doc.id.len() + doc.doc.group.as_ref().map_or(0, String::len);
                     self.mem_bytes +=
-                        doc.tokens.len() + doc.pooled.len() + doc.doc.text.len() + doc.doc.title.len();
+                        doc.tokens.len() + doc.pooled.len() + doc.doc.text.len() + doc.doc.title.len() + keys;
                     self.memtable.push(Arc::clone(doc));
                     self.next_id += 1;
                 }
@@ -339,6 +341,27 @@ pub struct LiveStats {
     /// would take them in (`Index::needs_tokens_retrain`).
     #[serde(default)]
     pub tokens_retrain_advised: bool,
+    /// Segments this process flushed and merges it committed.
+    #[serde(default)]
+    pub flushes: u64,
+    #[serde(default)]
+    pub merges: u64,
+    /// Bytes of the write-ahead log (the batches not yet in a segment); 0 in a process that
+    /// does not write.
+    #[serde(default)]
+    pub wal_bytes: u64,
+    /// The last batch applied, and the last one in a segment.
+    #[serde(default)]
+    pub last_seq: u64,
+    #[serde(default)]
+    pub flushed_seq: u64,
+    /// Bytes of the memtable's documents (encoded vectors and text).
+    #[serde(default)]
+    pub memtable_bytes: u64,
+    /// Syncs of the log this process made: with concurrent writers one sync makes several
+    /// batches durable (group commit); 0 without `Durability::Fsync`.
+    #[serde(default)]
+    pub log_syncs: u64,
 }
 
 /// A segment's records by IVF cluster.
@@ -378,9 +401,18 @@ pub(crate) struct Live {
     pub(crate) staged: Mutex<Staged>,
     /// Held by the one writer committing the staged batches (`commit_through`).
     pub(crate) committing: Mutex<()>,
-    /// `LiveStats::flush_failures` and `batches_taken_back`.
+    /// `LiveStats::flush_failures`, `batches_taken_back`, `flushes` and `merges`.
     pub(crate) flush_failures: AtomicU64,
     pub(crate) taken_back: AtomicU64,
+    pub(crate) flushes: AtomicU64,
+    pub(crate) merges: AtomicU64,
+    /// What the writer's open of the log replayed (records) and cut (a torn tail's bytes).
+    pub(crate) recovery: Mutex<(u64, u64)>,
+    /// Syncs the writer's log (with `Durability::Fsync`): a write appends its batch unsynced,
+    /// and the commit that publishes batches syncs them all at once (group commit).
+    pub(crate) log_sync: Mutex<Option<cellar_core::format::wal::LogSync>>,
+    /// Log syncs this process made, for `LiveStats`.
+    pub(crate) log_syncs: AtomicU64,
     /// In a process that does not write: collection id → internal id of the build's documents
     /// (built by the first lookup), and of the written ones of one view (built again for a newer
     /// view), so `get` is a lookup, not a scan.
@@ -459,6 +491,11 @@ impl Live {
             committing: Mutex::new(()),
             flush_failures: AtomicU64::new(0),
             taken_back: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            merges: AtomicU64::new(0),
+            recovery: Mutex::new((0, 0)),
+            log_sync: Mutex::new(None),
+            log_syncs: AtomicU64::new(0),
             base_ids: Mutex::new(None),
             written_ids: Mutex::new(None),
             commits: Mutex::new((0, 0)),

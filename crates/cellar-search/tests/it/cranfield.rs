@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use cellar_search::corpus::Collection;
+use cellar_search::corpus::BeirPaths;
 use cellar_search::eval::{self, RowSpec};
 use cellar_search::{Index, Mode, OpenOptions};
 use indicatif::ProgressBar;
@@ -27,7 +27,7 @@ fn cranfield_quality_stays_above_floors() {
     let out = tmp.path().join("index");
     Index::build(&crate::fixture::options(&data, &out)).unwrap();
     let index = Index::open(&out, OpenOptions::default()).unwrap();
-    let collection = Collection::locate(&data).unwrap();
+    let collection = BeirPaths::locate(&data).unwrap();
     let qrels = collection.qrels("test").unwrap();
     let queries = eval::judged_queries(&collection.queries().unwrap(), &qrels);
     assert_eq!(queries.len(), 225);

@@ -13,13 +13,7 @@ pub const DIM: usize = 8;
 
 /// A small, fast-flushing, fsync-free collection (durability is the crash test's business).
 pub fn options(memtable_bytes: usize) -> Options {
-    Options {
-        durability: Durability::None,
-        memtable_bytes,
-        compact_after: 3,
-        background_compaction: false,
-        chunk_bytes: 4096,
-    }
+    Options { durability: Durability::None, memtable_bytes, compact_after: 3, background_compaction: false }
 }
 
 pub fn open(dir: &Path, options: Options) -> Collection {

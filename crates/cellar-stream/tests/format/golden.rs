@@ -1,29 +1,22 @@
-//! Golden files of a streaming collection: `testdata/stream-v1/` is a collection written by this
-//! crate's version 1 of every file (`stream.json`, `MANIFEST.json`, one segment, `wal.log`), from
-//! fixed documents: a first batch flushed to the segment (a tombstone among them), a second left
-//! in the log. This build must write the same bytes from the same calls, so a change of the entry,
-//! segment or log layout cannot slip in without a version bump, and must read them back.
-//!
-//! After an intended change (with a new version constant), keep the old directory for the reading
-//! test and write the new one with `CELLAR_BLESS=1 cargo test -p cellar-stream --test format golden`
-//! (`cellar-core/tests/support/golden.rs`).
+//! Golden files of the first stream format: `testdata/stream-v1/` is a collection written by
+//! version 1 of every file (`stream.json`, `MANIFEST.json`, one segment, `wal.log`), from fixed
+//! documents: a first batch flushed to the segment (a tombstone among them), a second left in the
+//! log. Collections are grouped indexes now (issue 46); this build reads those files once, to
+//! migrate them, and must lose nothing: every live document's text, metadata and vectors, no
+//! deleted one, whatever point a crash cut the migration at.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
 use cellar_core::CellarError;
 use cellar_search::MetaValue;
-use cellar_stream::manifest::{segment_file, Manifest, MANIFEST_FILE, SETTINGS_FILE, WAL_FILE};
-use cellar_stream::segment::Segment;
+use cellar_stream::legacy::{segment_file, ManifestV1, SegmentV1, MANIFEST_FILE, SETTINGS_FILE, WAL_FILE};
 use cellar_stream::Collection;
 
 use crate::common::{self, DIM};
-use crate::golden_files;
 
-fn golden_dir() -> &'static Path {
-    static GOLDEN: OnceLock<PathBuf> = OnceLock::new();
-    golden_files::dir(&GOLDEN, "stream-v1", write)
+fn golden_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/stream-v1")
 }
 
 fn files() -> [String; 4] {
@@ -39,83 +32,108 @@ fn described() -> common::Doc {
     doc
 }
 
-/// The fixed calls: what the segment holds, then what only the log holds.
-fn write(dir: &Path) {
-    let collection = common::open(dir, common::options(1 << 20));
-    let first = [common::doc("a", "1", 1), common::doc("a", "2", 1), common::doc("b", "1", 1)];
-    collection.put_batch(&common::doc_ins(&first)).unwrap();
-    collection.put(&described().doc_in()).unwrap();
-    collection.delete("a", "2").unwrap();
-    collection.flush().unwrap();
-    collection.put(&common::doc("a", "1", 2).doc_in()).unwrap();
-    collection.put_batch(&common::doc_ins(&[common::doc("c", "1", 1), common::doc("c", "2", 1)])).unwrap();
-    collection.delete("b", "1").unwrap();
-}
-
 #[test]
-fn golden_collection_is_reproduced_byte_for_byte() {
-    let golden = golden_dir();
-    let fresh = tempfile::tempdir().unwrap();
-    write(fresh.path());
-    golden_files::assert_same_bytes(golden, fresh.path(), &files(), "the file's version constant");
-    let mut names: Vec<String> =
-        std::fs::read_dir(golden).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+fn golden_collection_holds_exactly_its_files() {
+    let mut names: Vec<String> = std::fs::read_dir(golden_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into())
+        .collect();
     names.sort();
     let mut expected = files().to_vec();
     expected.sort();
     assert_eq!(names, expected, "the golden directory holds exactly the collection's files");
 }
 
-/// What `get` must return for (group, id): the input document and its sequence number, or
-/// nothing for a deleted one.
-type Expected = (&'static str, &'static str, Option<(common::Doc, u64)>);
-
-fn expected() -> Vec<Expected> {
+/// What `get` must return for (group, id): the input document, or nothing for a deleted one.
+fn expected() -> Vec<(&'static str, &'static str, Option<common::Doc>)> {
     vec![
-        ("a", "1", Some((common::doc("a", "1", 2), 6))),
+        ("a", "1", Some(common::doc("a", "1", 2))),
         ("a", "2", None),
         ("b", "1", None),
-        ("b", "described", Some((described(), 4))),
-        ("c", "1", Some((common::doc("c", "1", 1), 7))),
-        ("c", "2", Some((common::doc("c", "2", 1), 8))),
+        ("b", "described", Some(described())),
+        ("c", "1", Some(common::doc("c", "1", 1))),
+        ("c", "2", Some(common::doc("c", "2", 1))),
     ]
 }
 
-#[test]
-fn golden_collection_is_read_by_this_build() {
-    let segment = Segment::open(&golden_dir().join(segment_file(1))).unwrap();
-    // a/2's put was replaced in the memtable by its tombstone (seq 5).
-    assert_eq!((segment.dim, segment.entries, segment.n_groups()), (DIM, 4, 2));
-    assert_eq!((segment.min_seq, segment.max_seq), (1, 5));
-    assert_eq!(Manifest::load(golden_dir()).unwrap().flushed_seq, 5);
-    // Opening may truncate a log's torn tail: read a copy.
-    let copy = tempfile::tempdir().unwrap();
-    for file in files() {
-        std::fs::copy(golden_dir().join(&file), copy.path().join(&file)).unwrap();
-    }
-    let collection = Collection::open(copy.path(), None, common::options(1 << 20)).unwrap();
-    let stats = collection.stats();
-    assert_eq!((stats.segments, stats.recovered_records, stats.truncated_bytes), (1, 3, 0));
+fn check_migrated(dir: &Path, what: &str) {
+    let collection = Collection::open(dir, None, common::options(1 << 20)).unwrap();
+    assert!(!dir.join(SETTINGS_FILE).exists(), "{what}: the first format's files are gone");
+    assert_eq!(collection.stats().segments, 1, "{what}: the migration flushed its documents");
     for (group, id, want) in expected() {
         match (collection.get(group, id), want) {
-            (Ok(got), Some((doc, seq))) => {
-                assert_eq!(
-                    (got.seq, &got.text, got.n_tokens),
-                    (seq, &doc.text, doc.n_tokens),
-                    "{group}/{id}"
-                );
-                assert_eq!(got.tokens, doc.tokens, "{group}/{id}: token vectors are exact in f16");
+            (Ok(got), Some(doc)) => {
+                assert_eq!((&got.text, got.n_tokens), (&doc.text, doc.n_tokens), "{what}: {group}/{id}");
+                assert_eq!(got.tokens, doc.tokens, "{what}: {group}/{id}: token vectors are exact in f16");
                 assert_eq!(
                     got.metadata.0,
                     doc.metadata.into_iter().collect::<BTreeMap<_, _>>(),
                     "{group}/{id}"
                 );
                 if let Some(pooled) = doc.pooled {
-                    assert_eq!(got.pooled, pooled, "{group}/{id}");
+                    assert_eq!(got.pooled, pooled, "{what}: {group}/{id}");
                 }
             }
             (Err(CellarError::NotFound(_)), None) => {}
-            (got, want) => panic!("{group}/{id}: got {got:?}, expected {want:?}"),
+            (got, want) => panic!("{what}: {group}/{id}: got {got:?}, expected {want:?}"),
         }
     }
+    let hits = collection.search("c", &common::search(common::query(1, 1), 10)).unwrap().hits;
+    assert_eq!(hits.len(), 2, "{what}: the migrated group is searched");
+}
+
+fn copy_golden(to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for file in files() {
+        std::fs::copy(golden_dir().join(&file), to.join(&file)).unwrap();
+    }
+}
+
+#[test]
+fn golden_collection_is_read_by_this_build() {
+    let segment = SegmentV1::read(&golden_dir().join(segment_file(1))).unwrap();
+    // a/2's put was replaced in the memtable by its tombstone.
+    let entries: usize = segment.groups.iter().map(|(_, _, e)| e.len()).sum();
+    assert_eq!((segment.dim, entries, segment.groups.len()), (DIM, 4, 2));
+    assert_eq!(ManifestV1::load(&golden_dir()).unwrap().flushed_seq, 5);
+}
+
+#[test]
+fn golden_collection_is_migrated_and_loses_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("mail");
+    copy_golden(&dir);
+    check_migrated(&dir, "migrated on open");
+    check_migrated(&dir, "reopened");
+    let left: Vec<String> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into())
+        .collect();
+    assert_eq!(left, ["mail"], "nothing is left beside the collection");
+}
+
+/// A crash inside a migration: before the swap (a half-built new collection beside the old one:
+/// the next open starts again), and between its two renames (the old one moved aside, the new one
+/// complete: the next open finishes the swap).
+#[test]
+fn a_migration_cut_by_a_crash_is_finished_or_started_again() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("mail");
+    copy_golden(&dir);
+    std::fs::create_dir_all(root.path().join(".mail.migrating/live")).unwrap();
+    std::fs::write(root.path().join(".mail.migrating/live/wal.log"), b"half").unwrap();
+    check_migrated(&dir, "restarted");
+
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("mail");
+    copy_golden(&dir);
+    drop(Collection::open(&dir, None, common::options(1 << 20)).unwrap());
+    std::fs::rename(&dir, root.path().join(".mail.migrating")).unwrap();
+    copy_golden(&root.path().join(".mail.v1"));
+    check_migrated(&dir, "finished");
+    let left: Vec<String> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into())
+        .collect();
+    assert_eq!(left, ["mail"], "the old collection is removed once the swap is done");
 }

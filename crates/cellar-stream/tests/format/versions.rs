@@ -1,34 +1,53 @@
-//! Every file of a collection is read version first: a newer `stream.json`, `MANIFEST.json`,
-//! `wal.log` or segment whose other fields or bytes changed shape is `Incompatible` naming both
-//! versions, read directly and through `Collection::open`; a JSON file of a readable version that
-//! does not parse is `Corrupted`.
+//! Every file of a first-format collection is read version first, by the migration too: a newer
+//! `stream.json`, `MANIFEST.json`, `wal.log` or segment whose other fields or bytes changed shape
+//! is `Incompatible` naming both versions, read directly and through `Collection::open` (which
+//! then migrates nothing and leaves the collection as it was); a JSON file of a readable version
+//! that does not parse is `Corrupted`. (The grouped index a collection is now: cellar-search's
+//! `versions` tests.)
 
 use std::path::Path;
 
 use cellar_core::format::VersionRange;
 use cellar_core::CellarError;
-use cellar_stream::manifest::{
-    Manifest, Settings, MANIFEST_FILE, MANIFEST_VERSION, READABLE_VERSIONS, SETTINGS_FILE, WAL_FILE,
+use cellar_stream::legacy::{
+    ManifestV1, SegmentV1, Settings, MANIFEST_FILE, MANIFEST_VERSION, PAGE, READABLE_VERSIONS,
+    SEGMENT_READABLE_VERSIONS, SETTINGS_FILE, WAL_FILE,
 };
-use cellar_stream::segment::{Segment, PAGE, SEGMENT_READABLE_VERSIONS};
 use cellar_stream::wal::WAL_READABLE_VERSIONS;
 use cellar_stream::{Collection, Durability, Wal};
 
 use crate::common::{self, DIM};
 
-/// A collection directory with both files written by this build.
+/// A first-format collection: a copy of the golden one (`testdata/stream-v1`).
 fn collection() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let collection = common::open(dir.path(), common::options(1 << 20));
-    collection.put(&common::doc("g", "d", 1).doc_in()).unwrap();
-    collection.flush().unwrap();
-    drop(collection);
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/stream-v1");
+    for entry in std::fs::read_dir(golden).unwrap().flatten() {
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
     assert!(dir.path().join(SETTINGS_FILE).is_file() && dir.path().join(MANIFEST_FILE).is_file());
     dir
 }
 
+/// Opens (so migrates) the collection; a refusal must leave it as it was.
 fn reopen(dir: &Path) -> cellar_core::Result<()> {
-    Collection::open(dir, Some(DIM), common::options(1 << 20)).map(|_| ())
+    let before = listing(dir);
+    let opened = Collection::open(dir, Some(DIM), common::options(1 << 20)).map(|_| ());
+    if opened.is_err() {
+        assert_eq!(listing(dir), before, "a migration that failed changed nothing");
+    }
+    opened
+}
+
+fn listing(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name() != "LOCK")
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+        .collect();
+    files.sort();
+    files
 }
 
 fn newer() -> String {
@@ -89,7 +108,7 @@ fn a_newer_stream_json_is_incompatible_and_a_garbled_one_corrupted() {
 
 #[test]
 fn a_newer_manifest_json_is_incompatible_and_a_garbled_one_corrupted() {
-    check(MANIFEST_FILE, |dir| Manifest::load(dir).map(|m| Box::new(m) as Box<dyn std::fmt::Debug>));
+    check(MANIFEST_FILE, |dir| ManifestV1::load(dir).map(|m| Box::new(m) as Box<dyn std::fmt::Debug>));
 }
 
 /// The file at `path` with `version` in bytes 8..12 (where every version keeps it, after the
@@ -106,9 +125,6 @@ fn claim_newer(path: &Path, version: u32, reshaped_to: usize) -> Vec<u8> {
 #[test]
 fn a_newer_wal_is_incompatible_and_left_as_it_was() {
     let dir = collection();
-    let collection = common::open(dir.path(), common::options(1 << 20));
-    collection.put(&common::doc("g", "logged", 1).doc_in()).unwrap();
-    drop(collection);
     let path = dir.path().join(WAL_FILE);
     // The header's reserved word and the first records no longer frame as this build's records.
     let newer = claim_newer(&path, WAL_READABLE_VERSIONS.newest + 1, 64);
@@ -121,11 +137,11 @@ fn a_newer_wal_is_incompatible_and_left_as_it_was() {
 #[test]
 fn a_newer_segment_is_incompatible_whatever_its_header_holds() {
     let dir = collection();
-    let file = Manifest::load(dir.path()).unwrap().segments[0].file.clone();
+    let file = ManifestV1::load(dir.path()).unwrap().segments[0].file.clone();
     let path = dir.path().join(&file);
     let version = SEGMENT_READABLE_VERSIONS.newest + 1;
     // Every header field after the version changes, its checksum included.
     claim_newer(&path, version, PAGE as usize);
-    assert_incompatible(Segment::open(&path).map(|s| s.entries), &file, SEGMENT_READABLE_VERSIONS);
+    assert_incompatible(SegmentV1::read(&path).map(|s| s.dim), &file, SEGMENT_READABLE_VERSIONS);
     assert_incompatible(reopen(dir.path()), &file, SEGMENT_READABLE_VERSIONS);
 }
