@@ -353,19 +353,32 @@ impl FileSlice {
                     ReadStats { read_calls, pages: plan.pages, bytes: plan.buf_len as u64, cached: 0 };
                 SliceBatch { bytes: BatchBytes::Pooled(buf), spans: plan.spans, stats }
             }
+            Backing::Positioned(file) if absolute.len() == 1 => {
+                // One range: one pread of exactly its bytes.
+                let e = absolute[0];
+                let mut bytes = vec![0u8; e.len];
+                file.read_exact_at(&mut bytes, e.offset).at(path)?;
+                let stats = ReadStats { read_calls: 1, pages: plan.pages, bytes: e.len as u64, cached: 0 };
+                SliceBatch { bytes: BatchBytes::Owned(bytes), spans: vec![(0, e.len)], stats }
+            }
             Backing::Positioned(file) => {
-                let mut bytes = vec![0u8; plan.requested_bytes as usize];
-                let mut spans = Vec::with_capacity(absolute.len());
-                let mut at = 0;
-                for e in &absolute {
-                    file.read_exact_at(&mut bytes[at..at + e.len], e.offset).at(path)?;
-                    spans.push((at, e.len));
-                    at += e.len;
+                // The plan's runs: ranges on shared or adjacent pages are one pread (a group's
+                // run of records is read in a few large reads, not one per record).
+                let mut bytes = vec![0u8; plan.buf_len];
+                let mut read = 0u64;
+                for run in &plan.runs {
+                    let len = run.len.min((self.file.len - run.file_offset) as usize);
+                    file.read_exact_at(&mut bytes[run.buf_offset..run.buf_offset + len], run.file_offset)
+                        .at(path)?;
+                    read += len as u64;
                 }
-                let read_calls = absolute.len() as u64;
-                let stats =
-                    ReadStats { read_calls, pages: plan.pages, bytes: plan.requested_bytes, cached: 0 };
-                SliceBatch { bytes: BatchBytes::Owned(bytes), spans, stats }
+                let stats = ReadStats {
+                    read_calls: plan.runs.len() as u64,
+                    pages: plan.pages,
+                    bytes: read,
+                    cached: 0,
+                };
+                SliceBatch { bytes: BatchBytes::Owned(bytes), spans: plan.spans, stats }
             }
         })
     }
@@ -541,10 +554,9 @@ mod tests {
                 (ReaderKind::Mmap, "page-faults") => {
                     ReadStats { read_calls: 0, pages: 3, bytes: 3 * 4096, cached: 0 }
                 }
-                (ReaderKind::Mmap | ReaderKind::Direct, _) => {
+                (ReaderKind::Mmap | ReaderKind::Direct | ReaderKind::Pread, _) => {
                     ReadStats { read_calls: 2, pages: 3, bytes: 3 * 4096, cached: 0 }
                 }
-                (ReaderKind::Pread, _) => ReadStats { read_calls: 3, pages: 3, bytes: 325, cached: 0 },
             };
             assert_eq!(stats, want, "{name}");
             // One range read alone costs what a batch of it costs (positioned reads take a path
