@@ -203,30 +203,34 @@ impl Index {
         let q = self.prepare_group_search(request)?;
         let view = self.live_view();
         let mut stats = ScanStats::default();
-        let mut members: Vec<DocId> = Vec::new();
+        // The group's records where they lie: no id is looked up again to find its record.
+        let mut members: Vec<Member> = Vec::new();
         let mut present = false;
-        for segment in &view.segments {
+        for (s, segment) in view.segments.iter().enumerate() {
             let Some(run) = segment.groups.as_ref().and_then(|g| g.run(group)) else { continue };
             present = true;
             stats.segments_read += 1;
-            members.extend(run.map(|local| DocId(segment.ids[local as usize])));
+            members.extend(
+                run.map(|local| Member { id: DocId(segment.ids[local as usize]), at: At::Segment(s, local) }),
+            );
         }
         if let Some(positions) = view.mem_groups.get(group) {
             present = true;
             stats.memtable_entries = positions.len() as u64;
-            members.extend(positions.iter().map(|i| view.memtable[*i].id));
+            members
+                .extend(positions.iter().map(|p| Member { id: view.memtable[*p].id, at: At::Memtable(*p) }));
         }
         if !present {
             return Err(CellarError::NotFound(format!("no group {group:?} in this index")));
         }
-        members.retain(|id| !view.is_deleted(*id));
+        members.retain(|m| !view.is_deleted(m.id));
         stats.docs_scanned = members.len() as u64;
         // Documents read for the filter or the text match, kept for the hits.
         let mut docs: std::collections::HashMap<DocId, Document> = std::collections::HashMap::new();
         if q.request.filter.is_some() || !q.terms.is_empty() {
             let mut kept = Vec::with_capacity(members.len());
-            for id in members {
-                let doc = written_document(&view, id)?;
+            for m in members {
+                let doc = m.document(&view)?;
                 if q.request.filter.as_ref().is_some_and(|f| !f.matches(&doc.metadata)) {
                     continue;
                 }
@@ -237,22 +241,17 @@ impl Index {
                         continue;
                     }
                 }
-                docs.insert(id, doc);
-                kept.push(id);
+                docs.insert(m.id, doc);
+                kept.push(m);
             }
             members = kept;
         }
         stats.docs_scored = members.len() as u64;
-        let mut scored: Vec<(DocId, f32)> = if q.maxsim {
-            let records = self.read_and_score(&q.query, &members)?;
-            stats.bytes_read = records.io.bytes;
-            stats.read_calls = records.io.read_calls;
-            members.iter().map(|id| (*id, records.scores[id])).collect()
+        let mut scored: Vec<(Member, f32)> = if q.maxsim {
+            let scores = self.score_members(&view, &q.query, &members, &mut stats)?;
+            members.into_iter().zip(scores).collect()
         } else {
-            members
-                .iter()
-                .map(|id| Ok((*id, self.pooled_score(&view, &q.query.pooled, *id)?)))
-                .collect::<Result<_>>()?
+            members.into_iter().map(|m| (m, dot_f16(self.isa, &q.query.pooled, m.pooled(&view)))).collect()
         };
         // The k best, and every document tied with the k-th: ties are broken by collection id.
         scored.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -263,10 +262,10 @@ impl Index {
         scored.truncate(cut);
         let mut hits = scored
             .into_iter()
-            .map(|(id, score)| {
-                let doc = match docs.remove(&id) {
+            .map(|(m, score)| {
+                let doc = match docs.remove(&m.id) {
                     Some(doc) => doc,
-                    None => written_document(&view, id)?,
+                    None => m.document(&view)?,
                 };
                 let text = request.include_text.unwrap_or(true).then_some(doc.text);
                 Ok(GroupHit { id: doc.id, score, title: doc.title, text, metadata: doc.metadata })
@@ -278,21 +277,76 @@ impl Index {
         Ok(GroupResult { hits, stats })
     }
 
-    /// The dot product of `query` with the pooled vector of written document `id`.
-    fn pooled_score(&self, view: &LiveView, query: &[f32], id: DocId) -> Result<f32> {
-        let row = match view.locate(id)? {
-            Located::Segment(segment, local) => segment.pooled.row_bytes(local.0 as usize),
-            Located::Memtable(doc) => &doc.pooled[..],
-            Located::Base => return Err(CellarError::internal("a grouped index has no base documents")),
-        };
-        Ok(dot_f16(self.isa, query, row))
+    /// MaxSim of every member, in order: each segment's members read in one batch, the
+    /// memtable's scored from RAM.
+    fn score_members(
+        &self,
+        view: &LiveView,
+        query: &PreparedQuery,
+        members: &[Member],
+        stats: &mut ScanStats,
+    ) -> Result<Vec<f32>> {
+        let mut out = crate::prefetch::ScoredRecords::default();
+        let mut scores = Vec::with_capacity(members.len());
+        let codec = self.store.codec();
+        let mut rest = members;
+        while let Some(first) = rest.first() {
+            match first.at {
+                At::Segment(s, _) => {
+                    // Members come segment by segment: this segment's are a prefix of the rest.
+                    let n = rest.iter().take_while(|m| matches!(m.at, At::Segment(t, _) if t == s)).count();
+                    let locals: Vec<DocId> = rest[..n]
+                        .iter()
+                        .map(|m| match m.at {
+                            At::Segment(_, local) => DocId(local),
+                            At::Memtable(_) => unreachable!("a segment's members"),
+                        })
+                        .collect();
+                    scores.extend(self.score_segment(query, &view.segments[s], &locals, &mut out)?);
+                    rest = &rest[n..];
+                }
+                At::Memtable(p) => {
+                    scores.push(codec.maxsim(self.isa, &query.tokens, &view.memtable[p].tokens));
+                    rest = &rest[1..];
+                }
+            }
+        }
+        stats.bytes_read = out.io.bytes;
+        stats.read_calls = out.io.read_calls;
+        Ok(scores)
     }
 }
 
-/// A written document of `view` (a grouped index has no base documents).
-fn written_document(view: &LiveView, id: DocId) -> Result<Document> {
-    view.document(id)?
-        .ok_or_else(|| CellarError::internal(format!("document {} of a grouped index is in the base", id.0)))
+/// Where a group's document lies in a view: a segment's record, or a memtable entry.
+#[derive(Clone, Copy)]
+enum At {
+    Segment(usize, u32),
+    Memtable(usize),
+}
+
+/// One live document of the group being searched.
+#[derive(Clone, Copy)]
+struct Member {
+    id: DocId,
+    at: At,
+}
+
+impl Member {
+    /// Its text, metadata and collection id.
+    fn document(&self, view: &LiveView) -> Result<Document> {
+        match self.at {
+            At::Segment(s, local) => view.segments[s].texts.get(DocId(local)),
+            At::Memtable(p) => Ok(view.memtable[p].doc.clone()),
+        }
+    }
+
+    /// Its pooled vector, f16 little-endian.
+    fn pooled<'v>(&self, view: &'v LiveView) -> &'v [u8] {
+        match self.at {
+            At::Segment(s, local) => view.segments[s].pooled.row_bytes(local as usize),
+            At::Memtable(p) => &view.memtable[p].pooled,
+        }
+    }
 }
 
 /// A document of a grouped index as stored: its text and metadata, its token vectors as its

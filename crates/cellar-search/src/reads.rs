@@ -204,16 +204,30 @@ impl Index {
             }
         }
         for (segment, globals, locals) in by_segment {
-            let read_start = Instant::now();
-            let batch = segment.store.read_batch(&locals)?;
-            out.read_ms += ms_since(read_start);
-            out.io += batch.stats();
-            for (i, id) in globals.iter().enumerate() {
-                out.scores.insert(*id, batch.record(i).score(codec.as_ref(), self.isa, &query.tokens));
-            }
+            let scores = self.score_segment(query, segment, &locals, out)?;
+            out.scores.extend(globals.into_iter().zip(scores));
         }
         out.score_ms += ms_since(start);
         Ok(())
+    }
+
+    /// Reads records `locals` of a segment (one batch through its store) and scores each with
+    /// MaxSim, in order; the read's time and bytes go to `out`.
+    pub(crate) fn score_segment(
+        &self,
+        query: &PreparedQuery,
+        segment: &crate::written::segment::Segment,
+        locals: &[DocId],
+        out: &mut ScoredRecords,
+    ) -> Result<Vec<f32>> {
+        let read_start = Instant::now();
+        let batch = segment.store.read_batch(locals)?;
+        out.read_ms += ms_since(read_start);
+        out.io += batch.stats();
+        let codec = self.store.codec();
+        Ok((0..locals.len())
+            .map(|i| batch.record(i).score(codec.as_ref(), self.isa, &query.tokens))
+            .collect())
     }
 
     fn score_chunk(&self, query: &PreparedQuery, ids: &[DocId], chunk: Chunk, out: &mut ScoredRecords) {

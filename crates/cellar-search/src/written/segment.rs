@@ -100,11 +100,9 @@ impl SegmentWriter {
         let same_run = match (&mut self.groups, &doc.group) {
             (Some(groups), Some(group)) => {
                 let before = groups.len();
-                let at = groups.records();
                 groups
                     .push(group)
                     .map_err(|e| CellarError::internal(format!("segment {}: {e}", self.name)))?;
-                debug_assert_eq!(groups.records(), at + 1);
                 groups.len() == before
             }
             (None, None) => true,
@@ -189,16 +187,14 @@ impl Segment {
             order.sort_unstable_by_key(|r| ids[*r as usize]);
             order
         });
-        let sorted: Box<dyn Iterator<Item = u32>> = match &by_id {
-            Some(order) => Box::new(order.iter().map(|r| ids[*r as usize])),
-            None => Box::new(ids.iter().copied()),
-        };
-        let sorted: Vec<u32> = sorted.collect();
-        let ascending = sorted.windows(2).all(|w| w[0] < w[1]);
+        // The i-th smallest id.
+        let id_at = |i: usize| by_id.as_ref().map_or(ids[i], |order| ids[order[i] as usize]);
+        let ascending = (1..ids.len()).all(|i| id_at(i - 1) < id_at(i));
         if store.len() != docs
             || texts.len() != docs
             || ids.len() != docs
-            || sorted.first() != Some(&first.0)
+            || ids.is_empty()
+            || id_at(0) != first.0
             || !ascending
         {
             return Err(CellarError::corrupted(
@@ -215,7 +211,7 @@ impl Segment {
             ));
         }
         let clusters = (0..docs).filter_map(|i| assign(&pooled.row(i))).collect();
-        let (min, max) = (sorted[0], sorted[sorted.len() - 1]);
+        let (min, max) = (id_at(0), id_at(ids.len() - 1));
         Ok(Segment { name: name.to_string(), ids, groups, by_id, min, max, store, texts, pooled, clusters })
     }
 
