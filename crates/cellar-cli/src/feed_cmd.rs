@@ -109,7 +109,8 @@ impl Feeder<'_> {
             }
             return Err(e);
         }
-        let (collection, _) = self.streams.put_batch(self.name, dim, &docs).inspect_err(|e| {
+        let count = docs.len();
+        let (collection, _) = self.streams.put_batch(self.name, dim, docs).inspect_err(|e| {
             // A system error (a full disk, an I/O error) keeps its type; the user learns where
             // to feed again from.
             eprintln!(
@@ -121,7 +122,7 @@ impl Feeder<'_> {
             );
         })?;
         self.collection = Some(collection);
-        self.written += docs.len();
+        self.written += count;
         Ok(())
     }
 }

@@ -55,7 +55,7 @@ impl PyStream {
         let (collection, encoder) = (self.collection(py)?, self.encoder.clone());
         without_gil(py, move || {
             let docs = docs_with_vectors(docs, collection.dim(), &encoder)?;
-            collection.put_batch(&docs)
+            collection.put_batch(docs)
         })
     }
 }

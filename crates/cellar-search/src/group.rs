@@ -214,12 +214,12 @@ impl Index {
                 run.map(|local| Member { id: DocId(segment.ids[local as usize]), at: At::Segment(s, local) }),
             );
         }
-        if let Some(positions) = view.mem_groups.get(group) {
-            present = true;
-            stats.memtable_entries = positions.len() as u64;
-            members
-                .extend(positions.iter().map(|p| Member { id: view.memtable[*p].id, at: At::Memtable(*p) }));
-        }
+        let before = members.len();
+        members.extend(
+            view.memtable.in_group(group).map(|p| Member { id: view.memtable[p].id, at: At::Memtable(p) }),
+        );
+        stats.memtable_entries = (members.len() - before) as u64;
+        present |= stats.memtable_entries > 0;
         if !present {
             return Err(CellarError::NotFound(format!("no group {group:?} in this index")));
         }

@@ -181,10 +181,12 @@ impl Collection {
     }
 
     /// Writes documents as one log record: one sync, and after a crash all of them or none.
-    /// Returns the sequence number of the last one.
-    pub fn put_batch(&self, docs: &[DocIn]) -> Result<u64> {
-        Self::check_batch(docs, self.dim())?;
-        let ops = docs.iter().cloned().map(WriteOp::Put).collect();
+    /// Returns the sequence number of the last one. Given a `Vec`, the documents move into the
+    /// write; given a slice, they are copied first.
+    pub fn put_batch(&self, docs: impl Into<Vec<DocIn>>) -> Result<u64> {
+        let docs: Vec<DocIn> = docs.into();
+        Self::check_batch(&docs, self.dim())?;
+        let ops = docs.into_iter().map(WriteOp::Put).collect();
         let report = self.write(ops)?;
         Ok(u64::from(report.next_id))
     }

@@ -125,5 +125,5 @@ pub fn write_docs(
 ) -> Result<(Arc<Collection>, u64)> {
     let dim = write_dim(streams, name, &docs, encoder)?;
     let docs = docs_with_vectors(docs, dim, encoder)?;
-    streams.put_batch(name, dim, &docs)
+    streams.put_batch(name, dim, docs)
 }

@@ -156,11 +156,18 @@ impl Streams {
     }
 
     /// Writes `docs` (vectors of dimension `dim`) to `name`, creating the stream with `dim` only
-    /// when the batch is valid: a rejected first write leaves no stream behind.
-    pub fn put_batch(&self, name: &str, dim: usize, docs: &[DocIn]) -> Result<(Arc<Collection>, u64)> {
+    /// when the batch is valid: a rejected first write leaves no stream behind. A `Vec` moves
+    /// into the write; a slice is copied.
+    pub fn put_batch(
+        &self,
+        name: &str,
+        dim: usize,
+        docs: impl Into<Vec<DocIn>>,
+    ) -> Result<(Arc<Collection>, u64)> {
+        let docs: Vec<DocIn> = docs.into();
         let collection = match self.get(name, None) {
             Err(CellarError::NotFound(_)) => {
-                Collection::check_batch(docs, dim)?;
+                Collection::check_batch(&docs, dim)?;
                 self.get(name, Some(dim))?
             }
             other => other?,

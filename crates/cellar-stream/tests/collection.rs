@@ -22,7 +22,7 @@ fn put_get_update_delete_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let c = open(dir.path(), options(1 << 20));
     c.put(&doc("alice", "n1", 1).doc_in()).unwrap();
-    c.put_batch(&doc_ins(&[doc("alice", "n2", 1), doc("bob", "n1", 1)])).unwrap();
+    c.put_batch(doc_ins(&[doc("alice", "n2", 1), doc("bob", "n1", 1)])).unwrap();
     c.put(&doc("alice", "n1", 2).doc_in()).unwrap();
     let got = c.get("alice", "n1").unwrap();
     assert_eq!(got.text, doc("alice", "n1", 2).text);
@@ -52,7 +52,7 @@ fn flush_and_compaction_keep_the_newest_version_and_drop_tombstones() {
     for version in 1..=3 {
         let docs: Vec<Doc> =
             (0..20).map(|i| doc(&format!("g{}", i % 3), &format!("d{i}"), version)).collect();
-        c.put_batch(&doc_ins(&docs)).unwrap();
+        c.put_batch(doc_ins(&docs)).unwrap();
         c.delete("g0", &format!("d{}", 3 * version)).unwrap();
         c.flush().unwrap();
     }
@@ -250,7 +250,7 @@ fn a_group_larger_than_one_read_is_read_as_its_own_run() {
     let dir = tempfile::tempdir().unwrap();
     let c = open(dir.path(), options(64 << 20));
     let docs: Vec<Doc> = (0..2000).map(|i| doc("big", &format!("d{i:05}"), i)).collect();
-    c.put_batch(&doc_ins(&docs)).unwrap();
+    c.put_batch(doc_ins(&docs)).unwrap();
     c.put(&doc("small", "x", 1).doc_in()).unwrap();
     c.flush().unwrap();
     let q = search(query(3, 2), 10);
@@ -305,7 +305,7 @@ fn bad_input_gets_typed_errors() {
     let mut bad = doc("g", "e", 1);
     bad.n_tokens = 0;
     assert!(
-        matches!(c.put_batch(&doc_ins(&[doc("g", "f", 1), bad])), Err(CellarError::InvalidInput(m)) if m.contains("document 1"))
+        matches!(c.put_batch(doc_ins(&[doc("g", "f", 1), bad])), Err(CellarError::InvalidInput(m)) if m.contains("document 1"))
     );
     assert!(matches!(c.get("g", "f"), Err(CellarError::NotFound(_))));
     let q = search(query(1, 1), 5);
@@ -430,11 +430,11 @@ fn a_stream_open_elsewhere_is_not_deleted_and_a_rejected_first_batch_creates_not
 
     let mut bad = doc("g", "b", 1);
     bad.tokens[0] = f32::NAN;
-    let err = streams.put_batch("new", DIM, &doc_ins(&[doc("g", "a", 1), bad])).unwrap_err();
+    let err = streams.put_batch("new", DIM, doc_ins(&[doc("g", "a", 1), bad])).unwrap_err();
     assert!(err.to_string().contains("document 1 of the batch"), "{err}");
     assert!(!dir.path().join("new").exists());
     assert!(matches!(
-        streams.put_batch("new", 0, &doc_ins(&[doc("g", "a", 1)])),
+        streams.put_batch("new", 0, doc_ins(&[doc("g", "a", 1)])),
         Err(CellarError::InvalidInput(_))
     ));
     assert!(!dir.path().join("new").exists());

@@ -90,7 +90,7 @@ fn feed(c: &Collection, seed: u64, t: u64) {
                 docs.iter().map(|d| format!("T{t} OP PUT {} {} {version}\n", d.group, d.id)).collect();
             announce += &format!("T{t} END\n");
             say(&announce);
-            c.put_batch(&doc_ins(&docs)).unwrap();
+            c.put_batch(doc_ins(&docs)).unwrap();
             say(&format!("T{t} ACK\n"));
         }
     }
@@ -305,7 +305,7 @@ fn every_crash_point_of_flush_and_compaction_recovers() {
     for v in 0..3u64 {
         let docs: Vec<_> =
             (0..10).map(|i| doc(&format!("g{}", i % 3), &format!("g{}-{i}", i % 3), v)).collect();
-        c.put_batch(&doc_ins(&docs)).unwrap();
+        c.put_batch(doc_ins(&docs)).unwrap();
         docs.iter().for_each(|d| {
             expected.insert((d.group.clone(), d.id.clone()), Some(v));
         });

@@ -20,10 +20,10 @@ fn feeds_flushes_and_compactions_on_a_full_disk_fail_and_lose_nothing_acknowledg
     let dir = tempfile::tempdir().unwrap();
     let c = open(dir.path(), options(1 << 20));
     let first: Vec<_> = (0..8).map(|i| doc(["alice", "bob"][i % 2], &format!("m{i}"), 1)).collect();
-    c.put_batch(&doc_ins(&first)).unwrap();
+    c.put_batch(doc_ins(&first)).unwrap();
 
     let guard = arm(FailPoint::WalAppend, dir.path(), 0);
-    assert_full(c.put_batch(&doc_ins(&[doc("alice", "lost", 1), doc("bob", "lost", 1)])), "a feed batch");
+    assert_full(c.put_batch(doc_ins(&[doc("alice", "lost", 1), doc("bob", "lost", 1)])), "a feed batch");
     drop(guard);
     assert!(
         matches!(c.get("alice", "lost"), Err(CellarError::NotFound(_))),
@@ -38,7 +38,7 @@ fn feeds_flushes_and_compactions_on_a_full_disk_fail_and_lose_nothing_acknowledg
         assert_eq!(c.get(&d.group, &d.id).unwrap().text, d.text, "logged documents stay readable");
     }
     c.flush().unwrap();
-    c.put_batch(&doc_ins(&[doc("alice", "m0", 2)])).unwrap();
+    c.put_batch(doc_ins(&[doc("alice", "m0", 2)])).unwrap();
     c.flush().unwrap();
 
     let guard = arm(FailPoint::FileWrite, dir.path(), 1);

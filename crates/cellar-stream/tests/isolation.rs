@@ -52,7 +52,7 @@ fn writer(c: &Collection, seed: u64, live: &Mutex<HashMap<(String, String), bool
                 })
                 .collect();
             let mut live = live.lock().unwrap();
-            c.put_batch(&doc_ins(&docs)).unwrap();
+            c.put_batch(doc_ins(&docs)).unwrap();
             for d in &docs {
                 live.insert((d.group.clone(), d.id.clone()), true);
             }

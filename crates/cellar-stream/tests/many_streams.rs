@@ -33,7 +33,7 @@ fn many_streams_cost_one_thread_and_bounded_files_and_closing_loses_nothing() {
         let name = format!("s{s}");
         for d in 0..n_docs {
             // Small memtable: several flushes per stream, so compactions get queued too.
-            let (_, _) = streams.put_batch(&name, DIM, &doc_ins(&[doc("g", &format!("d{d}"), s)])).unwrap();
+            let (_, _) = streams.put_batch(&name, DIM, doc_ins(&[doc("g", &format!("d{d}"), s)])).unwrap();
         }
         assert!(streams.open_count() <= max_open, "{} open after stream {s}", streams.open_count());
     }

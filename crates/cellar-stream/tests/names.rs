@@ -35,7 +35,7 @@ fn stream_names_groups_and_ids_never_reach_the_file_system() {
     let (mut refused, mut created) = (0, 0);
     for name in generated_names(300, 165) {
         let valid = cellar_core::ids::check_name("stream name", &name).is_ok();
-        match all.put_batch(&name, DIM, &doc_ins(&[doc("g", "d", 1)])) {
+        match all.put_batch(&name, DIM, doc_ins(&[doc("g", "d", 1)])) {
             Ok(_) => {
                 assert!(valid, "{name:?} was accepted");
                 created += 1;
@@ -64,7 +64,7 @@ fn stream_names_groups_and_ids_never_reach_the_file_system() {
         let valid = [group, id]
             .iter()
             .all(|k| !k.is_empty() && k.len() <= MAX_KEY_BYTES && !k.chars().any(char::is_control));
-        match all.put_batch("keys", DIM, &doc_ins(&[d.clone()])) {
+        match all.put_batch("keys", DIM, doc_ins(&[d.clone()])) {
             Ok(_) => {
                 assert!(valid, "{group:?} / {id:?} accepted");
                 accepted.insert((group.clone(), id.clone()), d.text);

@@ -44,7 +44,7 @@ pub fn feed(corpus: &Corpus, dir: &Path, batch: usize, map: impl Fn(DocIn) -> Do
     for chunk in order.chunks(batch) {
         let docs: Vec<DocIn> = chunk.iter().map(|&(u, i)| map(corpus.doc(u as usize, i as usize))).collect();
         let start = Instant::now();
-        collection.put_batch(&docs)?;
+        collection.put_batch(docs)?;
         put_seconds += start.elapsed().as_secs_f64();
     }
     let before = collection.stats();

@@ -45,6 +45,7 @@ use crate::corpus::Document;
 use crate::index::Index;
 use crate::written::batch::{LiveDoc, LogBatch};
 pub use crate::written::batch::{OP_DELETE, OP_PUT, OP_PUT_GROUP, OP_PUT_META};
+use crate::written::memtable::Memtable;
 use crate::written::segment::{self, Segment, SegmentWriter};
 use crate::written::state::{
     f16_row, Bm25Failure, LiveManifest, LiveView, Measured, Recovered, SegmentEntry, StagedBatch, Writer,
@@ -219,7 +220,12 @@ impl Index {
     /// once (group commit) and publishes the view after the last. `Undone` when a BM25 commit
     /// failed since the batch was logged: `await_commit` then tells whether it was kept.
     pub(crate) fn commit_through(&self, seq: u64, epoch: u64) -> Result<Committed> {
-        let _one = self.live.committing.lock().unwrap_or_else(|p| p.into_inner());
+        // Published in its epoch by a commit that ran meanwhile: nothing to wait for.
+        let published = || {
+            let staged = self.live.lock_staged();
+            staged.epoch == epoch && staged.failure.is_none() && self.live.view().seq >= seq
+        };
+        let Some(_turn) = self.live.lead_commit(&published) else { return Ok(Committed::Yes) };
         // The view stays staged until it is published: the next batch builds on it meanwhile.
         let (batches, view) = {
             let mut staged = self.live.lock_staged();
@@ -315,7 +321,13 @@ impl Index {
     /// goes back to the last one published. No-op when nothing failed. On an error the failure
     /// stays, and the next holder of the writer tries again.
     pub(crate) fn recover_bm25(&self, writer: &mut Writer) -> Result<()> {
-        let _one = self.live.committing.lock().unwrap_or_else(|p| p.into_inner());
+        // Nothing failed: return without waiting for a commit under way (its log sync), so a
+        // writer logs its batch meanwhile and the next commit takes it too (group commit). A
+        // failure that commit meets is found by `ready_to_log` or by this batch's commit.
+        if self.live.lock_staged().failure.is_none() {
+            return Ok(());
+        }
+        let _turn = self.live.lead_commit(&|| false);
         let mut staged = self.live.lock_staged();
         let Some(failure) = staged.failure.take() else { return Ok(()) };
         let mut batches = failure.batches;
@@ -414,9 +426,7 @@ impl Index {
             }
         };
         let mut next = (*view).clone();
-        next.memtable.clear();
-        next.mem_clusters.clear();
-        next.mem_groups.clear();
+        next.memtable = Memtable::default();
         next.mem_bytes = 0;
         next.add_segment(segment);
         writer.manifest = manifest;

@@ -148,22 +148,19 @@ impl Index {
         go_on: &mut dyn FnMut(&EncodeProgress) -> bool,
     ) -> Result<Option<WriteReport>> {
         let start = Instant::now();
-        let ops = request.ops;
+        let mut ops = request.ops;
         if ops.is_empty() || ops.len() > MAX_WRITE_OPS {
             return Err(CellarError::invalid(format!(
                 "ops must hold 1 to {MAX_WRITE_OPS} operations, got {}",
                 ops.len()
             )));
         }
+        let encodes = ops.iter().any(|op| op.document().is_some_and(|d| d.vectors.is_none()));
         let encode_start = Instant::now();
-        let Some(mut prepared) = self.prepare_docs(&ops, go_on)? else {
+        let Some(mut prepared) = self.prepare_docs(&mut ops, go_on)? else {
             return Ok(None);
         };
-        let encode_ms = if ops.iter().any(|op| op.document().is_some_and(|d| d.vectors.is_none())) {
-            ms_since(encode_start)
-        } else {
-            0.0
-        };
+        let encode_ms = if encodes { ms_since(encode_start) } else { 0.0 };
         let commit_start = Instant::now();
         let matched = self.resolve_filters(&ops)?;
         let mut slot = self.writer()?;
@@ -318,16 +315,17 @@ impl Index {
 
     /// Checks every document of `ops` and encodes it: the caller's vectors, or its text through
     /// the index's model (the batch's texts in chunks, `go_on` asked before each and at the
-    /// end: `None` when it says stop). `None` in the list for deletes.
+    /// end: `None` when it says stop). `None` in the list for deletes. A document's contents
+    /// move into what is returned: its id and group stay in `ops`.
     fn prepare_docs(
         &self,
-        ops: &[WriteOp],
+        ops: &mut [WriteOp],
         go_on: &mut dyn FnMut(&EncodeProgress) -> bool,
     ) -> Result<Option<Vec<Option<Prepared>>>> {
         let dim = self.config.encoder.model_dim;
         let mut out: Vec<Option<Prepared>> = Vec::with_capacity(ops.len());
         let mut to_encode: Vec<(usize, Document)> = Vec::new();
-        for (i, op) in ops.iter().enumerate() {
+        for (i, op) in ops.iter_mut().enumerate() {
             let grouped = self.config.grouped;
             let (doc, at) = match op {
                 WriteOp::Add(doc) => (doc, format!("ops[{i}].add")),
@@ -373,10 +371,17 @@ impl Index {
             if !grouped && !doc.metadata.is_empty() && !self.bm25.has_metadata() {
                 return Err(crate::bm25::no_metadata_field(&self.dir));
             }
-            if doc.vectors.is_some() {
+            let contents = DocIn {
+                id: doc.id.clone(),
+                group: None,
+                title: std::mem::take(&mut doc.title),
+                text: std::mem::take(&mut doc.text),
+                metadata: std::mem::take(&mut doc.metadata),
+                vectors: doc.vectors.take(),
+            };
+            if contents.vectors.is_some() {
                 let at = format!("{at}.vectors");
-                let (mut document, encoded) = doc
-                    .clone()
+                let (mut document, encoded) = contents
                     .into_embedded(dim, &at)?
                     .checked(i, dim)
                     .map_err(|e| CellarError::invalid(format!("{at}: {e}")))?;
@@ -384,10 +389,10 @@ impl Index {
                 out.push(Some(self.encode_for_store(document, &encoded)));
             } else {
                 let document = Document {
-                    id: doc.id.clone(),
-                    title: doc.title.clone(),
-                    text: doc.text.clone(),
-                    metadata: doc.metadata.clone(),
+                    id: contents.id,
+                    title: contents.title,
+                    text: contents.text,
+                    metadata: contents.metadata,
                     group: doc.group.clone(),
                 };
                 to_encode.push((i, document));

@@ -1,5 +1,5 @@
 //! The documents written to an index after its build, as data: the live manifest and the view
-//! searches read (`state`), a write batch's bytes in the log (`batch`), a segment's files
+//! searches read (`state`) and its memtable (`memtable`), a write batch's bytes in the log (`batch`), a segment's files
 //! (`segment`), what a reader last loaded of `live/` (`stamp`). Every stage of a search reads
 //! them; what `Index` does with them (write, replay, flush, merge, follow) is the `live` module,
 //! above. Kept apart so that the search path (`index`, `bm25`, `rank`, `reads`) imports the data
@@ -11,6 +11,7 @@ use cellar_core::{CellarError, Result};
 
 pub(crate) mod batch;
 pub(crate) mod groups;
+pub(crate) mod memtable;
 pub(crate) mod segment;
 pub(crate) mod stamp;
 pub(crate) mod state;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::corpus::Document;
 use crate::ivf::LiveMembers;
 use crate::written::batch::{LiveDoc, LogBatch, LogOp};
+use crate::written::memtable::Memtable;
 use crate::written::segment::Segment;
 
 /// Sub-directory of everything written after the build.
@@ -89,13 +90,10 @@ impl LiveManifest {
 pub(crate) struct LiveView {
     pub base_docs: u32,
     pub segments: Vec<Arc<Segment>>,
-    /// Written, logged, not yet in a segment; ascending ids.
-    pub memtable: Vec<Arc<LiveDoc>>,
+    /// Written, logged, not yet in a segment; ascending ids (with their positions by group
+    /// and by IVF cluster).
+    pub(crate) memtable: Memtable,
     pub(crate) mem_bytes: usize,
-    /// IVF cluster → positions in `memtable` (with an IVF).
-    pub(crate) mem_clusters: HashMap<u32, Vec<usize>>,
-    /// Group → positions in `memtable` (a grouped index).
-    pub(crate) mem_groups: HashMap<String, Vec<usize>>,
     /// Per segment: IVF cluster → its documents' record numbers.
     pub(crate) seg_clusters: Vec<Arc<HashMap<u32, Vec<u32>>>>,
     /// One bit per internal id.
@@ -142,7 +140,7 @@ impl LiveView {
         if id.0 < self.base_docs {
             return Ok(Located::Base);
         }
-        if let Some(first) = self.memtable.first().map(|d| d.id) {
+        if let Some(first) = self.memtable.first_id() {
             if id >= first {
                 let doc = self.memtable.get((id.0 - first.0) as usize);
                 return doc.map(|d| Located::Memtable(d)).ok_or(CellarError::DocOutOfRange {
@@ -201,17 +199,12 @@ impl LiveView {
                             ),
                         ));
                     }
-                    if let Some(cluster) = assign(&f16_row(&doc.pooled)) {
-                        self.mem_clusters.entry(cluster).or_default().push(self.memtable.len());
-                    }
-                    if let Some(group) = &doc.doc.group {
-                        self.mem_groups.entry(group.clone()).or_default().push(self.memtable.len());
-                    }
+                    let cluster = assign(&f16_row(&doc.pooled));
                     // Its keys too: a grouped index's documents are often small beside them.
                     let keys = doc.doc.id.len() + doc.doc.group.as_ref().map_or(0, String::len);
                     self.mem_bytes +=
                         doc.tokens.len() + doc.pooled.len() + doc.doc.text.len() + doc.doc.title.len() + keys;
-                    self.memtable.push(Arc::clone(doc));
+                    self.memtable.push(Arc::clone(doc), cluster);
                     self.next_id += 1;
                 }
                 LogOp::Delete(id) => {
@@ -276,8 +269,7 @@ impl LiveMembers for LiveView {
                 }
             }
         }
-        for i in self.mem_clusters.get(&cluster).into_iter().flatten() {
-            let doc = &self.memtable[*i];
+        for doc in self.memtable.in_cluster(cluster) {
             if !self.is_deleted(doc.id) {
                 found(doc.id, &doc.pooled);
             }
@@ -399,8 +391,11 @@ pub(crate) struct Live {
     pub(crate) merging: Mutex<()>,
     /// Batches logged but not yet in BM25 nor published, and the view they make.
     pub(crate) staged: Mutex<Staged>,
-    /// Held by the one writer committing the staged batches (`commit_through`).
-    pub(crate) committing: Mutex<()>,
+    /// Whether a writer is committing the staged batches (`commit_through`) or undoing a failed
+    /// commit (`recover_bm25`): one at a time (`Live::lead_commit`); `committed` wakes the
+    /// writers waiting on it when it ends.
+    pub(crate) committing: Mutex<bool>,
+    pub(crate) committed: std::sync::Condvar,
     /// `LiveStats::flush_failures`, `batches_taken_back`, `flushes` and `merges`.
     pub(crate) flush_failures: AtomicU64,
     pub(crate) taken_back: AtomicU64,
@@ -488,7 +483,8 @@ impl Live {
             writer: Mutex::new(None),
             merging: Mutex::new(()),
             staged: Mutex::new(Staged::default()),
-            committing: Mutex::new(()),
+            committing: Mutex::new(false),
+            committed: std::sync::Condvar::new(),
             flush_failures: AtomicU64::new(0),
             taken_back: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
@@ -536,6 +532,24 @@ impl Live {
         staged.view = Some(view);
     }
 
+    /// Waits for the right to commit (one writer at a time), held until the guard drops; `None`
+    /// once `done()` holds, asked before and after each commit that ends meanwhile. A writer
+    /// whose batch someone else's commit made durable returns then, not after the next commit
+    /// (which another writer may have started first).
+    pub(crate) fn lead_commit(&self, done: &dyn Fn() -> bool) -> Option<CommitTurn<'_>> {
+        let mut running = self.committing.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if done() {
+                return None;
+            }
+            if !*running {
+                *running = true;
+                return Some(CommitTurn { live: self });
+            }
+            running = self.committed.wait(running).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
     pub(crate) fn lock_staged(&self) -> MutexGuard<'_, Staged> {
         self.staged.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -555,5 +569,52 @@ impl Live {
 
     pub(crate) fn lock_writer(&self) -> MutexGuard<'_, Option<Writer>> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The right to commit (`Live::lead_commit`), given back when dropped.
+pub(crate) struct CommitTurn<'a> {
+    live: &'a Live,
+}
+
+impl Drop for CommitTurn<'_> {
+    fn drop(&mut self) {
+        *self.live.committing.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        self.live.committed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    #[test]
+    fn a_writer_whose_batch_is_published_does_not_wait_for_the_commit_under_way() {
+        let live = Live::new(Path::new("/nonexistent"), 0);
+        let published = AtomicBool::new(false);
+        let turn = live.lead_commit(&|| false).expect("nobody commits yet");
+        let (live, published) = (&live, &published);
+        std::thread::scope(|scope| {
+            // A second writer waits for its turn while the first commits...
+            let (tx, rx) = std::sync::mpsc::channel();
+            scope.spawn(move || {
+                let got = live.lead_commit(&|| published.load(Ordering::SeqCst)).is_some();
+                tx.send(got).unwrap();
+            });
+            assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "waits while a commit runs");
+            // ...and once its batch is published, returns without the turn, though the commit
+            // still runs (it is woken by the end of this one, or finds it published at once).
+            published.store(true, Ordering::SeqCst);
+            let another = std::thread::scope(|inner| {
+                let handle = inner.spawn(|| live.lead_commit(&|| published.load(Ordering::SeqCst)).is_none());
+                handle.join().unwrap()
+            });
+            assert!(another, "a published batch's writer takes no turn while one runs");
+            drop(turn);
+            assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(false));
+            assert!(!*live.committing.lock().unwrap(), "the turn was given back");
+        });
     }
 }
