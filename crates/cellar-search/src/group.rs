@@ -229,8 +229,7 @@ impl Index {
         let mut docs: std::collections::HashMap<DocId, Document> = std::collections::HashMap::new();
         if q.request.filter.is_some() || !q.terms.is_empty() {
             let mut kept = Vec::with_capacity(members.len());
-            for m in members {
-                let doc = m.document(&view)?;
+            for (m, doc) in members.iter().zip(documents(&view, &members)?) {
                 if q.request.filter.as_ref().is_some_and(|f| !f.matches(&doc.metadata)) {
                     continue;
                 }
@@ -242,7 +241,7 @@ impl Index {
                     }
                 }
                 docs.insert(m.id, doc);
-                kept.push(m);
+                kept.push(*m);
             }
             members = kept;
         }
@@ -260,17 +259,17 @@ impl Index {
             None => scored.len(),
         };
         scored.truncate(cut);
+        let unread: Vec<Member> =
+            scored.iter().map(|(m, _)| *m).filter(|m| !docs.contains_key(&m.id)).collect();
+        docs.extend(unread.iter().map(|m| m.id).zip(documents(&view, &unread)?));
         let mut hits = scored
             .into_iter()
             .map(|(m, score)| {
-                let doc = match docs.remove(&m.id) {
-                    Some(doc) => doc,
-                    None => m.document(&view)?,
-                };
+                let doc = docs.remove(&m.id).expect("every hit's document was read");
                 let text = request.include_text.unwrap_or(true).then_some(doc.text);
-                Ok(GroupHit { id: doc.id, score, title: doc.title, text, metadata: doc.metadata })
+                GroupHit { id: doc.id, score, title: doc.title, text, metadata: doc.metadata }
             })
-            .collect::<Result<Vec<GroupHit>>>()?;
+            .collect::<Vec<GroupHit>>();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
         hits.truncate(q.k);
         stats.total_ms = ms_since(start);
@@ -331,15 +330,30 @@ struct Member {
     at: At,
 }
 
-impl Member {
-    /// Its text, metadata and collection id.
-    fn document(&self, view: &LiveView) -> Result<Document> {
-        match self.at {
-            At::Segment(s, local) => view.segments[s].texts.get(DocId(local)),
-            At::Memtable(p) => Ok(view.memtable[p].doc.clone()),
+/// The text, metadata and collection id of each of `members`, in order: a segment's read
+/// together (`TextsReader::get_many`: a group's texts lie side by side).
+fn documents(view: &LiveView, members: &[Member]) -> Result<Vec<Document>> {
+    let mut out: Vec<Option<Document>> = vec![None; members.len()];
+    let mut by_segment: std::collections::BTreeMap<usize, (Vec<usize>, Vec<DocId>)> = Default::default();
+    for (k, m) in members.iter().enumerate() {
+        match m.at {
+            At::Segment(s, local) => {
+                let (at, locals) = by_segment.entry(s).or_default();
+                at.push(k);
+                locals.push(DocId(local));
+            }
+            At::Memtable(p) => out[k] = Some(view.memtable[p].doc.clone()),
         }
     }
+    for (s, (at, locals)) in by_segment {
+        for (k, doc) in at.into_iter().zip(view.segments[s].texts.get_many(&locals)?) {
+            out[k] = Some(doc);
+        }
+    }
+    Ok(out.into_iter().map(|d| d.expect("every member was read")).collect())
+}
 
+impl Member {
     /// Its pooled vector, f16 little-endian.
     fn pooled<'v>(&self, view: &'v LiveView) -> &'v [u8] {
         match self.at {

@@ -293,7 +293,9 @@ pub fn flatten(vectors: QueryVectorsIn, dim: usize, field: &str, max_rows: usize
                 return Err(CellarError::WrongDimension { expected: dim, received: row.len() });
             }
             let n = vectors.tokens.len();
-            (vectors.tokens.into_iter().flatten().collect(), n)
+            let mut flat = Vec::with_capacity(n * dim);
+            vectors.tokens.iter().for_each(|row| flat.extend_from_slice(row));
+            (flat, n)
         }
     };
     if n_tokens > max_rows {

@@ -22,6 +22,7 @@ use std::time::Instant;
 use cellar_core::io::wait::waiting_on_io;
 use cellar_core::io::{ReaderKind, RecordBatch};
 use cellar_core::stats::ms_since;
+use cellar_core::store::VectorStore;
 use cellar_core::{CellarError, DocId, Result};
 
 use crate::index::Index;
@@ -74,7 +75,7 @@ impl Index {
         let chunk_bytes = self.store.chunk_bytes();
         let chunks = self.store.chunks(&base, chunk_bytes)?;
         let ahead = (ahead_bytes / chunk_bytes).max(1);
-        let mut reads = self.spawn_reads(scope, Arc::from(&base[..]), chunks, ahead)?;
+        let mut reads = spawn_reads(scope, &self.store, Arc::from(&base[..]), chunks, ahead)?;
         reads.live = live;
         Ok(reads)
     }
@@ -88,32 +89,6 @@ impl Index {
         }
         let (base, written) = ids.iter().partition(|id| id.0 < base);
         (Cow::Owned(base), written)
-    }
-
-    /// Reads `chunks` (ranges of `ids`) on an I/O thread of `scope`, one after the other.
-    fn spawn_reads<'scope>(
-        &'scope self,
-        scope: &'scope Scope<'scope, '_>,
-        ids: Arc<[DocId]>,
-        chunks: Vec<Range<usize>>,
-        ahead: usize,
-    ) -> Result<Reads> {
-        let (tx, rx) = sync_channel(ahead.min(chunks.len()));
-        let reading = Arc::clone(&ids);
-        let io = std::thread::Builder::new().name("cellar-read".into()).spawn_scoped(scope, move || {
-            for range in chunks {
-                let start = Instant::now();
-                let read = self.store.read_batch(&reading[range.clone()]);
-                let failed = read.is_err();
-                let sent = tx.send(read.map(|batch| Chunk { range, batch, read_ms: ms_since(start) }));
-                // A failed read ends the reads; so does a scorer that stopped listening.
-                if failed || sent.is_err() {
-                    return;
-                }
-            }
-        });
-        io.map_err(|e| CellarError::internal(format!("starting an I/O thread: {e}")))?;
-        Ok(Reads { ids, chunks: rx, live: Vec::new() })
     }
 
     /// Scores every chunk of `reads` as it arrives. `wait_ms` is the time this thread waited for
@@ -211,8 +186,11 @@ impl Index {
         Ok(())
     }
 
-    /// Reads records `locals` of a segment (one batch through its store) and scores each with
-    /// MaxSim, in order; the read's time and bytes go to `out`.
+    /// Reads records `locals` of a segment and scores each with MaxSim, in order; the reads'
+    /// time and bytes go to `out`. Read in the segment store's chunks: on a disk reader, more
+    /// than one chunk is read on an I/O thread while the chunks read before are scored (a
+    /// grouped index's group of thousands of records is one such run), so a query holds at
+    /// most [`AHEAD_BYTES`] of them at a time.
     pub(crate) fn score_segment(
         &self,
         query: &PreparedQuery,
@@ -220,14 +198,43 @@ impl Index {
         locals: &[DocId],
         out: &mut ScoredRecords,
     ) -> Result<Vec<f32>> {
-        let read_start = Instant::now();
-        let batch = segment.store.read_batch(locals)?;
-        out.read_ms += ms_since(read_start);
-        out.io += batch.stats();
+        let store = &segment.store;
+        let chunk_bytes = store.chunk_bytes();
+        let chunks = store.chunks(locals, chunk_bytes)?;
         let codec = self.store.codec();
-        Ok((0..locals.len())
-            .map(|i| batch.record(i).score(codec.as_ref(), self.isa, &query.tokens))
-            .collect())
+        let mut scores = vec![0.0; locals.len()];
+        let mut score = |chunk: Chunk, out: &mut ScoredRecords| {
+            let start = Instant::now();
+            for (i, at) in chunk.range.clone().enumerate() {
+                scores[at] = chunk.batch.record(i).score(codec.as_ref(), self.isa, &query.tokens);
+            }
+            out.read_ms += chunk.read_ms;
+            out.io += chunk.batch.stats();
+            out.score_ms += ms_since(start);
+        };
+        if chunks.len() > 1 && store.reader_kind() != ReaderKind::Ram {
+            // A group's run: the kernel reads all of it at once, ahead of the chunks' reads.
+            store.will_need(locals)?;
+            std::thread::scope(|scope| -> Result<()> {
+                let ahead = (AHEAD_BYTES / chunk_bytes).max(1);
+                let reads = spawn_reads(scope, store, locals.into(), chunks, ahead)?;
+                loop {
+                    let wait_start = Instant::now();
+                    let Ok(chunk) = waiting_on_io(|| reads.chunks.recv()) else { return Ok(()) };
+                    out.wait_ms += ms_since(wait_start);
+                    score(chunk?, out);
+                }
+            })?;
+        } else {
+            for range in chunks {
+                let start = Instant::now();
+                let batch = store.read_batch(&locals[range.clone()])?;
+                let read_ms = ms_since(start);
+                out.wait_ms += read_ms;
+                score(Chunk { range, batch, read_ms }, out);
+            }
+        }
+        Ok(scores)
     }
 
     fn score_chunk(&self, query: &PreparedQuery, ids: &[DocId], chunk: Chunk, out: &mut ScoredRecords) {
@@ -266,7 +273,7 @@ impl Index {
         if chunks.len() > 1 && self.store.reader_kind() != ReaderKind::Ram {
             return std::thread::scope(|scope| {
                 let ahead = (AHEAD_BYTES / chunk_bytes).max(1);
-                let mut reads = self.spawn_reads(scope, ids.into(), chunks, ahead)?;
+                let mut reads = spawn_reads(scope, &self.store, ids.into(), chunks, ahead)?;
                 reads.live = live;
                 self.score_reads(query, reads)
             });
@@ -282,4 +289,31 @@ impl Index {
         self.score_live(query, &live, &mut out)?;
         Ok(out)
     }
+}
+
+/// Reads `chunks` (ranges of `ids`) of `store` on an I/O thread of `scope`, one after the other,
+/// at most `ahead` read chunks waiting to be scored.
+fn spawn_reads<'scope>(
+    scope: &'scope Scope<'scope, '_>,
+    store: &'scope VectorStore,
+    ids: Arc<[DocId]>,
+    chunks: Vec<Range<usize>>,
+    ahead: usize,
+) -> Result<Reads> {
+    let (tx, rx) = sync_channel(ahead.min(chunks.len()));
+    let reading = Arc::clone(&ids);
+    let io = std::thread::Builder::new().name("cellar-read".into()).spawn_scoped(scope, move || {
+        for range in chunks {
+            let start = Instant::now();
+            let read = store.read_batch(&reading[range.clone()]);
+            let failed = read.is_err();
+            let sent = tx.send(read.map(|batch| Chunk { range, batch, read_ms: ms_since(start) }));
+            // A failed read ends the reads; so does a scorer that stopped listening.
+            if failed || sent.is_err() {
+                return;
+            }
+        }
+    });
+    io.map_err(|e| CellarError::internal(format!("starting an I/O thread: {e}")))?;
+    Ok(Reads { ids, chunks: rx, live: Vec::new() })
 }

@@ -111,6 +111,10 @@ pub struct TextsVerified {
     pub bytes: u64,
 }
 
+/// Most bytes between two records that [`TextsReader::get_many`] reads with them rather than
+/// in a read of their own.
+pub const TEXT_GAP_BYTES: u64 = 16 << 10;
+
 /// Reads documents' display text by internal id.
 pub struct TextsReader {
     path: PathBuf,
@@ -170,24 +174,61 @@ impl TextsReader {
         self.parse(i, &bytes)
     }
 
+    /// The documents stored under `ids`, in their order: records that lie near one another in
+    /// the file (gaps of at most [`TEXT_GAP_BYTES`]) are read in one read (a group's documents
+    /// are stored together), each checked against its checksum.
+    pub fn get_many(&self, ids: &[DocId]) -> Result<Vec<Document>> {
+        if let Some(id) = ids.iter().find(|id| id.0 as usize >= self.len()) {
+            return Err(CellarError::DocOutOfRange { id: id.0 as u64, count: self.len() as u64 });
+        }
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by_key(|k| ids[*k].0);
+        let mut out: Vec<Option<Document>> = vec![None; ids.len()];
+        let mut rest = &order[..];
+        while let Some(first) = rest.first() {
+            let at = |k: usize| ids[k].0 as usize;
+            let mut n = 1;
+            while n < rest.len()
+                && self.offsets[at(rest[n])] <= self.offsets[at(rest[n - 1]) + 1] + TEXT_GAP_BYTES
+            {
+                n += 1;
+            }
+            let start = self.offsets[at(*first)];
+            let bytes = self.body.read_bytes(start..self.offsets[at(rest[n - 1]) + 1])?;
+            for k in &rest[..n] {
+                let i = at(*k);
+                let line = &bytes[(self.offsets[i] - start) as usize..(self.offsets[i + 1] - start) as usize];
+                self.check(i, line)?;
+                out[*k] = Some(self.parse(i, line)?);
+            }
+            rest = &rest[n..];
+        }
+        Ok(out.into_iter().map(|d| d.expect("every id was read")).collect())
+    }
+
     /// Record `i`'s bytes, checked against its checksum where the offsets file has one.
     fn record(&self, i: usize) -> Result<SliceBytes> {
         let (start, end) = (self.offsets[i], self.offsets[i + 1]);
         let bytes = self.body.read_bytes(start..end)?;
-        if let Some(crcs) = &self.crcs {
-            let computed = crc32c::crc32c(&bytes);
-            if computed != crcs[i] {
-                return Err(CellarError::corrupted(
-                    &self.path,
-                    self.header.body_offset + start,
-                    format!(
-                        "document {i}: text record fails its checksum (stored {:08x}, computed {computed:08x})",
-                        crcs[i]
-                    ),
-                ));
-            }
-        }
+        self.check(i, &bytes)?;
         Ok(bytes)
+    }
+
+    /// Record `i`'s `bytes` against its checksum, where the offsets file has one.
+    fn check(&self, i: usize, bytes: &[u8]) -> Result<()> {
+        let Some(crcs) = &self.crcs else { return Ok(()) };
+        let computed = crc32c::crc32c(bytes);
+        if computed != crcs[i] {
+            return Err(CellarError::corrupted(
+                &self.path,
+                self.header.body_offset + self.offsets[i],
+                format!(
+                    "document {i}: text record fails its checksum (stored {:08x}, computed {computed:08x})",
+                    crcs[i]
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn parse(&self, i: usize, bytes: &[u8]) -> Result<Document> {
@@ -271,4 +312,45 @@ fn decode_entries(header: &FileHeader, body: &[u8], path: &Path) -> Result<(Vec<
         return Err(CellarError::corrupted(path, at((i + 1) * stride), detail));
     }
     Ok((offsets, crcs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn get_many_reads_near_records_together_and_answers_as_get_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = TextsWriter::create(dir.path()).unwrap();
+        // Documents 20..23 are long: past them, records lie more than TEXT_GAP_BYTES apart.
+        for i in 0..40 {
+            let text =
+                if (20..23).contains(&i) { "x".repeat(TEXT_GAP_BYTES as usize) } else { format!("text {i}") };
+            writer.add(&Document::new(format!("d{i}"), "", text)).unwrap();
+        }
+        writer.finish().unwrap();
+        let reader = TextsReader::open(dir.path()).unwrap();
+        let ids: Vec<DocId> = [39u32, 0, 5, 5, 19, 30, 1, 24].into_iter().map(DocId).collect();
+        let many = reader.get_many(&ids).unwrap();
+        let one_by_one: Vec<Document> = ids.iter().map(|id| reader.get(*id).unwrap()).collect();
+        assert_eq!(many, one_by_one);
+        assert!(reader.get_many(&[]).unwrap().is_empty());
+        assert!(matches!(
+            reader.get_many(&[DocId(3), DocId(40)]),
+            Err(CellarError::DocOutOfRange { id: 40, .. })
+        ));
+        // A damaged record is found by a read of several, at its own offset.
+        let path = dir.path().join(FileKind::Texts.file_name());
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = HEADER_BYTES + reader.offsets[6] as usize + 3;
+        bytes[at] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        let reader = TextsReader::open(dir.path()).unwrap();
+        assert!(reader.get_many(&[DocId(5), DocId(7)]).is_ok());
+        let err = reader.get_many(&[DocId(5), DocId(6), DocId(7)]).unwrap_err();
+        assert!(
+            matches!(&err, CellarError::Corrupted { .. }) && err.to_string().contains("document 6"),
+            "{err}"
+        );
+    }
 }

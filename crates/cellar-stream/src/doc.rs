@@ -21,9 +21,13 @@ fn invalid(message: String) -> CellarError {
     CellarError::InvalidInput(message)
 }
 
+/// The least magnitude an f32 rounds to infinity from in f16 (65,504 is its largest value; from
+/// halfway to the next power of two, 65,520, rounding goes to infinity).
+const F16_OVERFLOW: f32 = 65_520.0;
+
 /// Stored vectors are f16: a value beyond its range would be stored as infinity.
 fn check_finite(what: &str, values: &[f32]) -> Result<()> {
-    match values.iter().position(|v| !half::f16::from_f32(*v).is_finite()) {
+    match values.iter().position(|v| v.is_nan() || v.abs() >= F16_OVERFLOW) {
         Some(i) if values[i].is_finite() => Err(invalid(format!(
             "{what}: value {i} ({}) is outside the range of the f16 vectors a stream stores (+-{})",
             values[i],
@@ -121,5 +125,30 @@ fn meta_value_len(value: &MetaValue) -> usize {
         MetaValue::Int(_) | MetaValue::Float(_) => 8,
         MetaValue::Bool(_) => 1,
         MetaValue::List(l) => 4 + l.iter().map(|s| 4 + s.len()).sum::<usize>(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_finite_refuses_exactly_what_f16_stores_as_infinity_or_nan() {
+        let edges = [
+            0.0f32,
+            1.0,
+            65_504.0,
+            65_519.0,
+            65_519.996,
+            65_520.0,
+            65_536.0,
+            f32::MAX,
+            f32::INFINITY,
+            f32::NAN,
+        ];
+        for v in edges.into_iter().flat_map(|v| [v, -v]) {
+            let stored = half::f16::from_f32(v).is_finite();
+            assert_eq!(check_finite("v", &[0.5, v]).is_ok(), stored, "{v}");
+        }
     }
 }

@@ -252,6 +252,22 @@ mod tests {
         assert!(matches!(short, CellarError::WrongDimension { expected: 3, received: 2 }));
     }
 
+    /// The f16 codec's one-pass `encode_many` writes the bytes `encode` writes vector by vector,
+    /// for every kind of value (subnormals, rounding to the largest and past it, signs, NaN).
+    #[test]
+    fn f16_encode_many_writes_what_encode_writes() {
+        let dim = 7;
+        let codec = f16::F16Codec::new(dim).unwrap();
+        let special = [0.0, -0.0, 1e-8, -6e-8, 65_504.0, 65_519.0, 65_520.0, -1e9, f32::NAN, 0.333_333];
+        let values: Vec<f32> =
+            (0..dim * 9).map(|i| special[i % special.len()] * if i % 3 == 0 { 1.0 } else { 0.7 }).collect();
+        let mut many = Vec::new();
+        codec.encode_many(&values, &mut many);
+        let mut one_by_one = Vec::new();
+        values.chunks_exact(dim).for_each(|v| codec.encode(v, &mut one_by_one));
+        assert_eq!(many, one_by_one);
+    }
+
     /// A query given up (`prepare_query_vec`) is prepared as one lent (`prepare_query`) by every
     /// codec.
     #[test]

@@ -16,7 +16,8 @@
 //! `B` is the codec's bytes per vector. Placement: a record starts 8-byte aligned; one that fits
 //! in what is left of the current 4 KiB page goes there; otherwise it starts on a fresh page (and
 //! spans consecutive pages if larger than one). So every record is one contiguous read, and a
-//! record no larger than a page never straddles two.
+//! record no larger than a page never straddles two. A packed store ([`place_packed`]: a
+//! grouped index's segments, read a group's run at a time) places records back to back instead.
 
 use std::path::Path;
 
@@ -204,6 +205,13 @@ pub fn place(position: u64, len: u64) -> u64 {
     } else {
         aligned.next_multiple_of(page)
     }
+}
+
+/// Where a record goes in a packed store (`StoreWriter::packed`): the next 8-byte aligned byte,
+/// whatever pages it then spans. Readers need no flag: every record's offset and length are in
+/// the offsets table, and a read covers the pages a record spans.
+pub fn place_packed(position: u64) -> u64 {
+    position.next_multiple_of(RECORD_ALIGN)
 }
 
 /// Range of page numbers `[first, last]` a record occupies.

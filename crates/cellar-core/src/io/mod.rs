@@ -312,6 +312,26 @@ impl RecordReader {
         self.file.engine()
     }
 
+    /// Tells the kernel that the records of `ids` will be read soon, when they lie close
+    /// together (their span at most twice their bytes: a run of adjacent records), so it reads
+    /// the whole span ahead at once while the caller reads and scores it chunk by chunk
+    /// (`FileSlice::will_need`; a hint, nothing for ram and direct). Records scattered over the
+    /// file are left alone: their span would read what nobody asked for. Returns whether it
+    /// advised.
+    pub fn will_need(&self, ids: &[DocId]) -> Result<bool> {
+        let (mut start, mut end, mut bytes) = (u64::MAX, 0u64, 0u64);
+        for id in ids {
+            let e = self.source.offsets.get(*id)?;
+            (start, end) = (start.min(e.offset), end.max(e.offset + u64::from(e.len)));
+            bytes += u64::from(e.len);
+        }
+        if ids.is_empty() || end - start > 2 * bytes {
+            return Ok(false);
+        }
+        self.file.will_need(start..end)?;
+        Ok(true)
+    }
+
     /// Reads the records of `ids` (duplicates allowed), in order. Records read from the file
     /// (mmap, direct) are checked against their CRC: for mmap this is where the pages fault in.
     pub fn read_batch(&self, ids: &[DocId]) -> Result<RecordBatch> {

@@ -139,6 +139,11 @@ impl VectorStore {
         RecordBatch::with_cached(read, found)
     }
 
+    /// [`RecordReader::will_need`]: the kernel reads a run of adjacent records ahead.
+    pub fn will_need(&self, ids: &[DocId]) -> Result<bool> {
+        self.reader.will_need(ids)
+    }
+
     /// Reads the records of `ids`, in order, through the store's reader.
     fn read_uncached(&self, ids: &[DocId]) -> Result<RecordBatch> {
         match self.reader.kind() {
@@ -152,20 +157,25 @@ impl VectorStore {
 
     /// Splits `ids` into consecutive ranges whose records span at most `budget` bytes of pages
     /// each (a record larger than that is a range alone): the chunks a query's candidates are
-    /// read and scored in.
+    /// read and scored in. A page a record shares with the record before it in the range is
+    /// counted once (records on one page, or packed records, are read once per page).
     pub fn chunks(&self, ids: &[DocId], budget: usize) -> Result<Vec<std::ops::Range<usize>>> {
         let page = crate::format::PAGE_BYTES as u64;
         let mut chunks = Vec::new();
-        let (mut start, mut bytes) = (0usize, 0u64);
+        let (mut start, mut bytes, mut last_page) = (0usize, 0u64, None);
         for (i, id) in ids.iter().enumerate() {
             let entry = self.offsets.get(*id)?;
             let (first, last) = crate::format::record::pages_of(entry.offset, entry.len);
-            let record_bytes = (last - first + 1) * page;
+            let shared = u64::from(last_page == Some(first));
+            let record_bytes = (last - first + 1 - shared) * page;
             if i > start && bytes + record_bytes > budget as u64 {
                 chunks.push(start..i);
-                (start, bytes) = (i, 0);
+                // The record starts the next range: its every page counts there.
+                (start, bytes) = (i, (last - first + 1) * page);
+            } else {
+                bytes += record_bytes;
             }
-            bytes += record_bytes;
+            last_page = Some(last);
         }
         if start < ids.len() {
             chunks.push(start..ids.len());

@@ -34,6 +34,8 @@ pub struct StoreWriter {
     encode_threads: usize,
     /// Whether a store of no documents may be finished ([`StoreWriter::allow_empty`]).
     empty_ok: bool,
+    /// Records back to back ([`StoreWriter::packed`]) instead of by the page rule.
+    packed: bool,
 }
 
 impl StoreWriter {
@@ -74,7 +76,17 @@ impl StoreWriter {
             docs: 0,
             tokens: 0,
             empty_ok: false,
+            packed: false,
         })
+    }
+
+    /// Places records back to back (`record::place_packed`), each one 8-byte aligned, instead of
+    /// keeping each small record within one page: for a store whose records are read in long
+    /// runs (a grouped index's segment reads a group's records together), where a record that
+    /// straddles two pages costs nothing and the page rule's padding is up to half the bytes.
+    pub fn packed(mut self) -> Self {
+        self.packed = true;
+        self
     }
 
     /// Lets [`StoreWriter::finish`] commit a store of no documents (the base of an index created
@@ -187,7 +199,10 @@ impl StoreWriter {
 
     /// Places the record in `self.record` on its page(s) and writes its offsets entry.
     fn write_record(&mut self, n_tokens: usize) -> Result<DocId> {
-        let offset = record::place(self.vectors.position(), self.record.len() as u64);
+        let offset = match self.packed {
+            true => record::place_packed(self.vectors.position()),
+            false => record::place(self.vectors.position(), self.record.len() as u64),
+        };
         let padding = (offset - self.vectors.position()) as usize;
         self.vectors.write(&[0u8; PAGE_BYTES][..padding])?;
         self.vectors.write(&self.record)?;

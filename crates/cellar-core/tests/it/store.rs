@@ -151,6 +151,76 @@ fn records_are_packed_into_pages_without_straddling() {
 }
 
 #[test]
+fn a_packed_store_places_records_back_to_back_and_every_reader_reads_them() {
+    let (paged, packed) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let docs = fixture::docs(120, 5);
+    fixture::write(paged.path(), CodecKind::F16, &docs);
+    let mut writer =
+        StoreWriter::create(packed.path(), fixture::codec(CodecKind::F16, &docs), true).unwrap().packed();
+    for d in &docs {
+        writer.add(&d.tokens, Some(&d.pooled)).unwrap();
+    }
+    writer.finish().unwrap();
+    let open = |dir: &std::path::Path, options: &ReaderOptions| VectorStore::open(dir, options).unwrap();
+    let ram = ReaderOptions::new(ReaderKind::Ram);
+    let (a, b) = (open(paged.path(), &ram), open(packed.path(), &ram));
+    let mut end = None;
+    let mut straddling = 0;
+    for i in 0..b.len() as u32 {
+        let e = b.offsets().get(DocId(i)).unwrap();
+        if let Some(end) = end {
+            assert_eq!(e.offset, u64::next_multiple_of(end, 8), "doc {i} follows the one before");
+        }
+        end = Some(e.offset + e.len as u64);
+        let (first, last) = cellar_core::format::record::pages_of(e.offset, e.len);
+        straddling += usize::from(e.len as u64 <= PAGE_BYTES as u64 && first != last);
+        assert_eq!(e.len, a.offsets().get(DocId(i)).unwrap().len, "the same record");
+    }
+    assert!(straddling > 0, "small records straddle pages when packed");
+    let paged_bytes = a.manifest().counts.pages;
+    assert!(b.manifest().counts.pages < paged_bytes, "{} vs {paged_bytes} pages", b.manifest().counts.pages);
+    // Chunks count the pages a run of packed records really covers: each within its budget.
+    let all: Vec<DocId> = (0..b.len() as u32).map(DocId).collect();
+    let budget = 4 * PAGE_BYTES;
+    let chunks = b.chunks(&all, budget).unwrap();
+    assert_eq!(chunks.iter().map(|c| c.len()).sum::<usize>(), all.len());
+    assert_eq!(chunks.first().unwrap().start, 0);
+    assert!(chunks.windows(2).all(|w| w[0].end == w[1].start));
+    let full = chunks.iter().filter(|c| b.read_batch(&all[(*c).clone()]).unwrap().stats().pages == 4).count();
+    for chunk in &chunks {
+        let pages = b.read_batch(&all[chunk.clone()]).unwrap().stats().pages as usize;
+        assert!(pages * PAGE_BYTES <= budget || chunk.len() == 1, "{chunk:?}: {pages} pages");
+    }
+    assert!(full > 0, "some chunks fill their budget of pages exactly");
+    // A run of adjacent records is advised to the kernel as one span; scattered ones are not.
+    for options in fixture::all_reader_options() {
+        let store = open(packed.path(), &options);
+        assert!(store.will_need(&all[10..60]).unwrap(), "{options:?}");
+        assert!(!store.will_need(&[DocId(0), DocId(119)]).unwrap(), "{options:?}");
+        assert!(!store.will_need(&[]).unwrap());
+        assert!(store.will_need(&[DocId(120)]).is_err(), "an id past the store is refused");
+    }
+    let ids: Vec<DocId> = [7u32, 0, 119, 3, 3, 50, 51, 52].into_iter().map(DocId).collect();
+    let query: Vec<f32> = docs[9].tokens[..DIM].to_vec();
+    let query = a.codec().prepare_query(&query);
+    let expected = a.read_batch(&ids).unwrap();
+    for options in fixture::all_reader_options() {
+        let batch = open(packed.path(), &options).read_batch(&ids).unwrap();
+        for i in 0..ids.len() {
+            let (got, want) = (batch.record(i), expected.record(i));
+            assert_eq!(
+                (got.n_tokens, got.tokens, got.pooled),
+                (want.n_tokens, want.tokens, want.pooled),
+                "{options:?}"
+            );
+            let score =
+                |r: cellar_core::format::record::RecordView| r.score(a.codec().as_ref(), Isa::Scalar, &query);
+            assert_eq!(score(got), score(want), "{options:?}");
+        }
+    }
+}
+
+#[test]
 fn a_batch_reads_a_shared_page_once() {
     let dir = tempfile::tempdir().unwrap();
     let docs: Vec<fixture::Doc> =

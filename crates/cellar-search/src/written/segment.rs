@@ -77,7 +77,11 @@ impl SegmentWriter {
         Ok(SegmentWriter {
             live: live.to_path_buf(),
             name: name.to_string(),
-            store: StoreWriter::create(&tmp.join(VECTORS_DIR), codec, false)?,
+            // A grouped segment is read a group's run at a time: its records are packed.
+            store: match grouped {
+                true => StoreWriter::create(&tmp.join(VECTORS_DIR), codec, false)?.packed(),
+                false => StoreWriter::create(&tmp.join(VECTORS_DIR), codec, false)?,
+            },
             pooled: PooledWriter::create(&tmp, model_dim)?,
             texts: TextsWriter::create(&tmp)?,
             tmp,
