@@ -246,6 +246,10 @@ impl Index {
             members = kept;
         }
         stats.docs_scored = members.len() as u64;
+        if members.len() <= q.k && docs.is_empty() {
+            // Every member is a hit: the disk reads their texts while their vectors are scored.
+            advise_texts(&view, &members)?;
+        }
         let mut scored: Vec<(Member, f32)> = if q.maxsim {
             let scores = self.score_members(&view, &q.query, &members, &mut stats)?;
             members.into_iter().zip(scores).collect()
@@ -294,13 +298,7 @@ impl Index {
                 At::Segment(s, _) => {
                     // Members come segment by segment: this segment's are a prefix of the rest.
                     let n = rest.iter().take_while(|m| matches!(m.at, At::Segment(t, _) if t == s)).count();
-                    let locals: Vec<DocId> = rest[..n]
-                        .iter()
-                        .map(|m| match m.at {
-                            At::Segment(_, local) => DocId(local),
-                            At::Memtable(_) => unreachable!("a segment's members"),
-                        })
-                        .collect();
+                    let locals: Vec<DocId> = rest[..n].iter().filter_map(Member::local).collect();
                     scores.extend(self.score_segment(query, &view.segments[s], &locals, &mut out)?);
                     rest = &rest[n..];
                 }
@@ -330,6 +328,19 @@ struct Member {
     at: At,
 }
 
+/// Tells the kernel the texts of `members` in segments will be read soon (a segment's as one
+/// span: a group's texts lie side by side).
+fn advise_texts(view: &LiveView, members: &[Member]) -> Result<()> {
+    let mut rest = members;
+    while let Some(At::Segment(s, _)) = rest.first().map(|m| m.at) {
+        let n = rest.iter().take_while(|m| matches!(m.at, At::Segment(t, _) if t == s)).count();
+        let locals: Vec<DocId> = rest[..n].iter().filter_map(|m| m.local()).collect();
+        view.segments[s].texts.will_need(&locals)?;
+        rest = &rest[n..];
+    }
+    Ok(())
+}
+
 /// The text, metadata and collection id of each of `members`, in order: a segment's read
 /// together (`TextsReader::get_many`: a group's texts lie side by side).
 fn documents(view: &LiveView, members: &[Member]) -> Result<Vec<Document>> {
@@ -354,6 +365,14 @@ fn documents(view: &LiveView, members: &[Member]) -> Result<Vec<Document>> {
 }
 
 impl Member {
+    /// Its record number in its segment (`None` in the memtable).
+    fn local(&self) -> Option<DocId> {
+        match self.at {
+            At::Segment(_, local) => Some(DocId(local)),
+            At::Memtable(_) => None,
+        }
+    }
+
     /// Its pooled vector, f16 little-endian.
     fn pooled<'v>(&self, view: &'v LiveView) -> &'v [u8] {
         match self.at {

@@ -206,6 +206,16 @@ impl TextsReader {
         Ok(out.into_iter().map(|d| d.expect("every id was read")).collect())
     }
 
+    /// Tells the kernel the records of `ids` will be read soon: the span from the first to the
+    /// end of the last (`FileSlice::will_need`, a hint), for records that lie together.
+    pub fn will_need(&self, ids: &[DocId]) -> Result<()> {
+        let (Some(first), Some(last)) = (ids.iter().min(), ids.iter().max()) else { return Ok(()) };
+        if last.0 as usize >= self.len() {
+            return Err(CellarError::DocOutOfRange { id: last.0 as u64, count: self.len() as u64 });
+        }
+        self.body.will_need(self.offsets[first.0 as usize]..self.offsets[last.0 as usize + 1])
+    }
+
     /// Record `i`'s bytes, checked against its checksum where the offsets file has one.
     fn record(&self, i: usize) -> Result<SliceBytes> {
         let (start, end) = (self.offsets[i], self.offsets[i + 1]);
@@ -335,6 +345,12 @@ mod tests {
         let one_by_one: Vec<Document> = ids.iter().map(|id| reader.get(*id).unwrap()).collect();
         assert_eq!(many, one_by_one);
         assert!(reader.get_many(&[]).unwrap().is_empty());
+        reader.will_need(&ids).unwrap();
+        reader.will_need(&[]).unwrap();
+        assert!(matches!(
+            reader.will_need(&[DocId(2), DocId(40)]),
+            Err(CellarError::DocOutOfRange { id: 40, .. })
+        ));
         assert!(matches!(
             reader.get_many(&[DocId(3), DocId(40)]),
             Err(CellarError::DocOutOfRange { id: 40, .. })

@@ -27,7 +27,11 @@ const F16_OVERFLOW: f32 = 65_520.0;
 
 /// Stored vectors are f16: a value beyond its range would be stored as infinity.
 fn check_finite(what: &str, values: &[f32]) -> Result<()> {
-    match values.iter().position(|v| v.is_nan() || v.abs() >= F16_OVERFLOW) {
+    let bad = |v: &f32| v.is_nan() || v.abs() >= F16_OVERFLOW;
+    // Blocks without an early exit inside (the compiler vectorizes them); the value is found in
+    // the first block that holds one.
+    let block = values.chunks(64).position(|b| b.iter().fold(false, |any, v| any | bad(v)));
+    match block.and_then(|k| values[k * 64..].iter().position(bad).map(|i| k * 64 + i)) {
         Some(i) if values[i].is_finite() => Err(invalid(format!(
             "{what}: value {i} ({}) is outside the range of the f16 vectors a stream stores (+-{})",
             values[i],
@@ -150,5 +154,16 @@ mod tests {
             let stored = half::f16::from_f32(v).is_finite();
             assert_eq!(check_finite("v", &[0.5, v]).is_ok(), stored, "{v}");
         }
+        // The first bad value is named wherever it lies (a later block's too).
+        let mut long = vec![0.25f32; 200];
+        long[130] = 1e6;
+        long[190] = f32::NAN;
+        let err = check_finite("token vectors", &long).unwrap_err().to_string();
+        assert!(err.contains("value 130 (1000000)"), "{err}");
+        long[130] = 0.0;
+        assert!(check_finite("token vectors", &long)
+            .unwrap_err()
+            .to_string()
+            .contains("value 190 is not finite"));
     }
 }

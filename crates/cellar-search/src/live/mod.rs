@@ -444,7 +444,8 @@ impl Index {
         let mut out = SegmentWriter::create(live, name, Arc::clone(self.store.codec()), model_dim, grouped)?;
         let mut order: Vec<&Arc<LiveDoc>> = view.memtable.iter().collect();
         if grouped {
-            order.sort_by(|a, b| a.doc.group.cmp(&b.doc.group).then(a.id.cmp(&b.id)));
+            // Ids are unique: the order is total, and an unstable sort gives the same one.
+            order.sort_unstable_by(|a, b| a.doc.group.cmp(&b.doc.group).then(a.id.cmp(&b.id)));
         }
         for doc in order {
             out.add(doc.id, doc.n_tokens as usize, &doc.tokens, &doc.pooled, &doc.doc)?;
