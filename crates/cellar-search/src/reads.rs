@@ -39,6 +39,13 @@ pub const AHEAD_BYTES: usize = 512 << 10;
 /// read while the first chunks are scored.
 pub const EARLY_AHEAD_BYTES: usize = 8 << 20;
 
+/// Chunks of a written segment's records from which they are read on an I/O thread while the
+/// query's thread scores: below, they are read inline (the kernel reads the run ahead all the
+/// same), since starting a thread costs more than the overlap saves on cached pages (a warm
+/// 200-document group of two chunks took 0.29 ms with the thread, 0.08 ms for 100 documents
+/// in one).
+pub const SEGMENT_THREAD_CHUNKS: usize = 4;
+
 /// One chunk, read.
 struct Chunk {
     range: Range<usize>,
@@ -215,6 +222,8 @@ impl Index {
         if chunks.len() > 1 && store.reader_kind() != ReaderKind::Ram {
             // A group's run: the kernel reads all of it at once, ahead of the chunks' reads.
             store.will_need(locals)?;
+        }
+        if chunks.len() >= SEGMENT_THREAD_CHUNKS && store.reader_kind() != ReaderKind::Ram {
             std::thread::scope(|scope| -> Result<()> {
                 let ahead = (AHEAD_BYTES / chunk_bytes).max(1);
                 let reads = spawn_reads(scope, store, locals.into(), chunks, ahead)?;

@@ -106,9 +106,11 @@ impl Index {
         Ok(slot)
     }
 
-    fn assigner(&self) -> impl Fn(&[f32]) -> Option<u32> + '_ {
+    /// The IVF cluster of a pooled vector given as f16 bytes (converted only when the index has
+    /// an IVF).
+    fn assigner(&self) -> impl Fn(&[u8]) -> Option<u32> + '_ {
         let ivf = self.current_ivf();
-        move |pooled: &[f32]| ivf.as_ref().map(|ivf| ivf.assign(pooled))
+        move |pooled: &[u8]| ivf.as_ref().map(|ivf| ivf.assign(&f16_row(pooled)))
     }
 
     fn load_live(&self, lock: Option<DirLock>, slot: &mut Option<Writer>) -> Result<()> {

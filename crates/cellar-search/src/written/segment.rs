@@ -175,7 +175,7 @@ impl Segment {
         model_dim: usize,
         reader: &ReaderOptions,
         grouped: bool,
-        assign: &dyn Fn(&[f32]) -> Option<u32>,
+        assign: &dyn Fn(&[u8]) -> Option<u32>,
     ) -> Result<Segment> {
         let dir = live.join(name);
         let store = VectorStore::open(&dir.join(VECTORS_DIR), reader)?;
@@ -214,7 +214,7 @@ impl Segment {
                 ),
             ));
         }
-        let clusters = (0..docs).filter_map(|i| assign(&pooled.row(i))).collect();
+        let clusters = (0..docs).filter_map(|i| assign(pooled.row_bytes(i))).collect();
         let (min, max) = (id_at(0), id_at(ids.len() - 1));
         Ok(Segment { name: name.to_string(), ids, groups, by_id, min, max, store, texts, pooled, clusters })
     }

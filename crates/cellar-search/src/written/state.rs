@@ -183,7 +183,7 @@ impl LiveView {
     pub(crate) fn apply(
         &mut self,
         batch: &LogBatch,
-        assign: &dyn Fn(&[f32]) -> Option<u32>,
+        assign: &dyn Fn(&[u8]) -> Option<u32>,
         path: &Path,
     ) -> Result<()> {
         for op in &batch.ops {
@@ -199,7 +199,7 @@ impl LiveView {
                             ),
                         ));
                     }
-                    let cluster = assign(&f16_row(&doc.pooled));
+                    let cluster = assign(&doc.pooled);
                     // Its keys too: a grouped index's documents are often small beside them.
                     let keys = doc.doc.id.len() + doc.doc.group.as_ref().map_or(0, String::len);
                     self.mem_bytes +=
