@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 
+use cellar_core::codec::first_beyond_f16;
 use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, Result};
 use cellar_search::doc::check_key;
@@ -21,17 +22,9 @@ fn invalid(message: String) -> CellarError {
     CellarError::InvalidInput(message)
 }
 
-/// The least magnitude an f32 rounds to infinity from in f16 (65,504 is its largest value; from
-/// halfway to the next power of two, 65,520, rounding goes to infinity).
-const F16_OVERFLOW: f32 = 65_520.0;
-
 /// Stored vectors are f16: a value beyond its range would be stored as infinity.
 fn check_finite(what: &str, values: &[f32]) -> Result<()> {
-    let bad = |v: &f32| v.is_nan() || v.abs() >= F16_OVERFLOW;
-    // Blocks without an early exit inside (the compiler vectorizes them); the value is found in
-    // the first block that holds one.
-    let block = values.chunks(64).position(|b| b.iter().fold(false, |any, v| any | bad(v)));
-    match block.and_then(|k| values[k * 64..].iter().position(bad).map(|i| k * 64 + i)) {
+    match first_beyond_f16(values) {
         Some(i) if values[i].is_finite() => Err(invalid(format!(
             "{what}: value {i} ({}) is outside the range of the f16 vectors a stream stores (+-{})",
             values[i],

@@ -7,6 +7,20 @@ use super::{check_dim, Codec, CodecKind};
 use crate::error::Result;
 use crate::kernels::{self, Isa};
 
+/// The least magnitude an f32 rounds to infinity from in half precision (65,504 is its largest
+/// value; from halfway to the next power of two, 65,520, rounding goes to infinity).
+pub const F16_OVERFLOW: f32 = 65_520.0;
+
+/// The position of the first of `values` that half precision cannot hold (it would become
+/// infinity, or is NaN or infinite already): what refuses a vector before it is stored as f16.
+pub fn first_beyond_f16(values: &[f32]) -> Option<usize> {
+    let bad = |v: &f32| v.is_nan() || v.abs() >= F16_OVERFLOW;
+    // Blocks without an early exit inside (the compiler vectorizes them); the value is found in
+    // the first block that holds one.
+    let block = values.chunks(64).position(|b| b.iter().fold(false, |any, v| any | bad(v)))?;
+    values[block * 64..].iter().position(bad).map(|i| block * 64 + i)
+}
+
 #[derive(Debug, Clone)]
 pub struct F16Codec {
     dim: usize,

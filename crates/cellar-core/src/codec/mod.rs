@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use self::f16::F16Codec;
+pub use self::f16::{first_beyond_f16, F16Codec, F16_OVERFLOW};
 pub use self::int8::Int8Codec;
 pub use self::residual::{centroid_count, ResidualCodec, MAX_CENTROIDS, MAX_FIT_TOKENS, UNCODED_ENERGY_MAX};
 use crate::error::{CellarError, Result};

@@ -461,3 +461,39 @@ fn an_empty_index_refuses_what_is_fitted_on_documents_and_leaves_nothing_behind(
         assert!(!out.exists(), "{expected}: nothing is left behind");
     }
 }
+
+/// Vectors are stored in half precision (pooled vectors always, f16 token vectors too): a value
+/// it cannot hold is refused by a build and by a write, naming the document, never stored as
+/// infinity.
+#[test]
+fn a_value_beyond_half_precision_is_refused_by_a_build_and_by_a_write() {
+    use cellar_search::{WriteOp, WriteRequest};
+    let mut token = synthetic(3, 11);
+    token[1].tokens[DIM + 5] = 1e6;
+    let mut pooled = synthetic(3, 12);
+    pooled[2].pooled = Some(vec![70_000.0; DIM]);
+    for (docs, expected) in
+        [(token, "document 1 (\"d1\") token 1"), (pooled, "document 2 (\"d2\") pooled vector")]
+    {
+        let (error, left) = build_error(docs);
+        assert!(error.contains(expected) && error.contains("half precision"), "{error}");
+        assert!(!left, "a refused build left its directory behind ({error})");
+    }
+    let tmp = TempDir::new().unwrap();
+    let out = tmp.path().join("index");
+    let mut build = options(&out, CodecKind::F16);
+    build.ivf = None;
+    Index::create_empty(&build, Some(DIM)).unwrap();
+    let index = Index::open(&out, OpenOptions::default()).unwrap();
+    let mut docs = synthetic(4, 13);
+    docs[3].tokens[2] = -65_520.0;
+    let ops = docs.iter().map(|d| WriteOp::Add(as_write(d))).collect();
+    let error = index.write(WriteRequest { ops }).unwrap_err();
+    assert!(matches!(error, cellar_core::CellarError::InvalidInput(_)), "{error:?}");
+    assert!(error.to_string().contains("\"d3\"") && error.to_string().contains("half precision"), "{error}");
+    assert_eq!(index.len(), 0, "nothing of the refused batch was written");
+    // The largest value half precision holds is taken.
+    docs[3].tokens[2] = -65_504.0;
+    index.write(WriteRequest { ops: docs.iter().map(|d| WriteOp::Add(as_write(d))).collect() }).unwrap();
+    assert_eq!(index.len(), 4);
+}
