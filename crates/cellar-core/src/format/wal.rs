@@ -223,22 +223,31 @@ impl Wal {
                 big.len()
             )));
         }
-        let mut batch = Vec::with_capacity(payloads.iter().map(|p| p.len() + RECORD_HEADER_BYTES).sum());
-        for payload in payloads {
-            frame_record(payload, &mut batch);
-        }
-        if let Err(e) = self.write_batch(&batch, sync) {
+        let written = self.write_batch(payloads, sync);
+        if let Err(e) = written {
             // Best effort: drop what may have been written, so the next batch follows intact data.
             let _ = self.file.set_len(self.end);
             return Err(e);
         }
-        self.end += batch.len() as u64;
+        self.end += payloads.iter().map(|p| (p.len() + RECORD_HEADER_BYTES) as u64).sum::<u64>();
         Ok(())
     }
 
-    fn write_batch(&self, batch: &[u8], sync: bool) -> Result<()> {
+    /// Writes each payload's record at the log's end: its header (length, checksum), then the
+    /// payload from the caller's buffer (a batch's payload is large: it is not copied to frame
+    /// it).
+    fn write_batch(&self, payloads: &[&[u8]], sync: bool) -> Result<()> {
         failpoint::check(FailPoint::WalAppend, &self.path).at(&self.path)?;
-        self.file.write_all_at(batch, self.end).at(&self.path)?;
+        let mut at = self.end;
+        for payload in payloads {
+            let len_field = (payload.len() as u32).to_le_bytes();
+            let mut header = [0u8; RECORD_HEADER_BYTES];
+            header[..4].copy_from_slice(&len_field);
+            header[4..].copy_from_slice(&record_crc(&len_field, payload).to_le_bytes());
+            self.file.write_all_at(&header, at).at(&self.path)?;
+            self.file.write_all_at(payload, at + RECORD_HEADER_BYTES as u64).at(&self.path)?;
+            at += (payload.len() + RECORD_HEADER_BYTES) as u64;
+        }
         if sync {
             self.file.sync_data().at(&self.path)?;
         }
