@@ -405,3 +405,50 @@ fn golden_grouped_segment_is_read_by_this_build() {
     let hits = index.search_group("zed", &fr).unwrap().hits;
     assert_eq!(hits.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), ["z1"]);
 }
+
+/// A flush beside writes (`Index::flush_concurrent`, a stream's compaction thread): batches
+/// written while its segment is being written stay in the memtable and the log, the others are
+/// in the segment, and every search, a reopen and a replay after a crash see them all, once.
+#[test]
+fn a_flush_beside_writes_keeps_the_batches_written_meanwhile_in_the_log_and_the_memtable() {
+    let tmp = TempDir::new().unwrap();
+    let out = tmp.path().join("grouped");
+    let index = create(&out);
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut model = Model::new();
+    let write = |index: &Index, model: &mut Model, rng: &mut StdRng, from: usize, n: usize| {
+        let docs: Vec<DocIn> =
+            (from..from + n).map(|i| random_doc(rng, ["x", "y", "z"][i % 3], &format!("d{i}"))).collect();
+        docs.iter().for_each(|d| remember(model, d));
+        index.write(WriteRequest { ops: docs.into_iter().map(WriteOp::Put).collect() }).unwrap();
+    };
+    write(&index, &mut model, &mut rng, 0, 30);
+    // A replacement and a delete of flushed documents, and new ones, written mid-flush.
+    let mut meanwhile = Model::new();
+    index
+        .flush_concurrent_then(&mut || {
+            write(&index, &mut meanwhile, &mut StdRng::seed_from_u64(12), 25, 10);
+            let op = WriteOp::DeleteInGroup(GroupKey { group: "x".into(), id: "d3".into() });
+            index.write(WriteRequest { ops: vec![op] }).map(drop)
+        })
+        .unwrap();
+    model.extend(meanwhile);
+    model.remove(&("x".to_string(), "d3".to_string()));
+    let stats = index.live_stats();
+    assert_eq!((stats.segments, stats.memtable_docs, stats.flushes), (1, 10, 1), "{stats:?}");
+    assert!(stats.wal_bytes > 0, "the log keeps the batches written meanwhile");
+    check_all(&index, &model, &mut rng, "after a flush beside writes");
+    // A crash now: the log's kept batches are replayed over the segment.
+    let copy = tmp.path().join("crashed");
+    crate::fixture::copy_dir(&out, &copy);
+    drop(index);
+    for dir in [&copy, &out] {
+        let index = Index::open(dir, OpenOptions::default()).unwrap();
+        assert_eq!(index.live_stats().memtable_docs, 10, "{}", dir.display());
+        check_all(&index, &model, &mut rng, &format!("reopened {}", dir.display()));
+        // Nothing flushed meanwhile: the next flush beside writes takes the rest.
+        index.flush_concurrent().unwrap();
+        assert_eq!(index.live_stats().memtable_docs, 0);
+        check_all(&index, &model, &mut rng, "flushed again");
+    }
+}
