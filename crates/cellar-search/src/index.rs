@@ -47,12 +47,6 @@ pub struct OpenOptions {
     /// page cache (a crash of the machine may then lose the last writes; a crash of the
     /// process loses none).
     pub durability: cellar_core::format::wal::Durability,
-    /// Whether the index's owner flushes the memtable (`Index::flush_concurrent`, from a thread
-    /// of its own: a stream's compaction thread), so a write that fills it returns without
-    /// writing a segment. A write still flushes, itself, a memtable past
-    /// `MEMTABLE_BOUND_FLUSHES` times `flush_bytes`. Default false: the write that fills the
-    /// memtable flushes it.
-    pub owner_flushes: bool,
 }
 
 impl Default for OpenOptions {
@@ -66,7 +60,6 @@ impl Default for OpenOptions {
             flush_bytes: crate::written::state::FLUSH_BYTES,
             hot_cache_bytes: 0,
             durability: cellar_core::format::wal::Durability::Fsync,
-            owner_flushes: false,
         }
     }
 }
@@ -242,10 +235,6 @@ impl Index {
 
     pub(crate) fn flush_bytes(&self) -> usize {
         self.options.flush_bytes
-    }
-
-    pub(crate) fn owner_flushes(&self) -> bool {
-        self.options.owner_flushes
     }
 
     pub(crate) fn durability(&self) -> cellar_core::format::wal::Durability {

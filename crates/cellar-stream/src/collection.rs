@@ -35,9 +35,7 @@ pub struct Options {
     pub memtable_bytes: usize,
     /// Segments that queue the collection for background compaction (when it runs).
     pub compact_after: usize,
-    /// Flush and compact on the process's compaction thread (the memtable flushed while writes
-    /// go on); otherwise the write that fills the memtable flushes it, and only `compact()`
-    /// compacts.
+    /// Compact on the process's compaction thread (otherwise only `compact()` does).
     pub background_compaction: bool,
 }
 
@@ -127,13 +125,10 @@ impl Collection {
         // Positioned reads through the page cache: a group's run is read as it was before the
         // one engine (what the kernel evicts is read again; a root of many collections maps
         // nothing per segment).
-        // With background work, the compaction thread also flushes the memtable (while writes
-        // go on: `Index::flush_concurrent`), so the write that fills it does not wait for it.
         let open = OpenOptions {
             reader: cellar_core::io::ReaderKind::Pread,
             flush_bytes: options.memtable_bytes,
             durability: options.durability,
-            owner_flushes: options.background_compaction,
             ..OpenOptions::default()
         };
         let index = Index::open(dir, open)?;
@@ -277,14 +272,14 @@ fn with_position(error: CellarError, i: usize, n: usize) -> CellarError {
 }
 
 impl Collection {
-    /// Applies `ops` as one batch, then queues the collection on the compaction thread when its
-    /// memtable is past `memtable_bytes` (a flush) or its segments past `compact_after`.
+    /// Applies `ops` as one batch, then queues a compaction when the segments are past
+    /// `compact_after`.
     fn write(&self, ops: Vec<WriteOp>) -> Result<cellar_search::WriteReport> {
         let report = self.index.write(WriteRequest { ops })?;
         let inner = &self.inner;
         inner.log_batches.fetch_add(1, Ordering::Relaxed);
         let wanted = inner.options.background_compaction
-            && (self.index.flush_due() || self.index.written_segments() > inner.options.compact_after);
+            && self.index.written_segments() > inner.options.compact_after;
         if wanted && !inner.queued.swap(true, Ordering::AcqRel) {
             compactor::request(inner.me.clone() as Weak<dyn Compact>);
         }
@@ -293,19 +288,6 @@ impl Collection {
 }
 
 impl Inner {
-    /// What the compaction thread does for a queued collection, holding `compacting`: flushes
-    /// the memtable when it is due (writes go on meanwhile), then merges the segments when they
-    /// are past `compact_after`.
-    fn background_work(&self, index: &Index) -> Result<()> {
-        if index.flush_due() {
-            index.flush_concurrent()?;
-        }
-        if index.written_segments() > self.options.compact_after {
-            self.compact_locked(index)?;
-        }
-        Ok(())
-    }
-
     /// Merges every segment into one; the caller holds `compacting`.
     fn compact_locked(&self, index: &Index) -> Result<bool> {
         if index.written_segments() < 2 {
@@ -331,8 +313,8 @@ impl Compact for Inner {
         // Upgraded under `compacting`, and dropped before it is released: the handle's drop
         // waits for it, and then holds the last reference.
         let Some(index) = self.index.upgrade() else { return };
-        if let Err(e) = self.background_work(&index) {
-            log::error!("{}: background flush or compaction failed: {e}", self.dir.display());
+        if let Err(e) = self.compact_locked(&index) {
+            log::error!("{}: background compaction failed: {e}", self.dir.display());
         }
     }
 }

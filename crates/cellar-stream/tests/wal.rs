@@ -149,30 +149,3 @@ fn a_replay_error_stops_the_open() {
     assert!(err.to_string().contains("bad op"));
     assert_eq!(replay(&path).2.len(), 4, "a failed replay cuts nothing");
 }
-
-#[test]
-fn keeping_the_records_from_a_point_drops_those_before_durably_and_appends_continue() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("wal.log");
-    let ends = write_log(&path);
-    let (mut wal, _, _) = replay(&path);
-    assert!(wal.keep_from(WAL_HEADER_BYTES - 1).is_err(), "before the header");
-    assert!(wal.keep_from(ends[3] + 1).is_err(), "past the end");
-    wal.keep_from(ends[1]).unwrap();
-    assert_eq!(wal.len(), WAL_HEADER_BYTES + (ends[3] - ends[1]));
-    wal.append(&[b"fifth"]).unwrap();
-    drop(wal);
-    let (mut wal, recovery, seen) = replay(&path);
-    assert_eq!(seen, [payloads()[2].clone(), payloads()[3].clone(), b"fifth".to_vec()]);
-    assert_eq!(recovery.truncated_bytes, 0);
-    let names: Vec<String> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    assert_eq!(names, ["wal.log"], "no temporary file is left");
-    let end = wal.len();
-    wal.keep_from(end).unwrap();
-    assert!(wal.is_empty());
-    drop(wal);
-    assert!(replay(&path).2.is_empty());
-}

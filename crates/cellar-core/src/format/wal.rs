@@ -20,7 +20,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::failpoint::{self, FailPoint};
-use crate::format::fsio::{sync_dir, TMP_SUFFIX};
+use crate::format::fsio::sync_dir;
 use crate::format::VersionRange;
 use crate::{CellarError, IoContext, Result};
 
@@ -287,35 +287,6 @@ impl Wal {
         self.file.sync_all().at(&self.path)?;
         self.end = end;
         Ok(())
-    }
-
-    /// Drops the records before byte `from` (where a record starts, or the end), durably: the
-    /// records from there on are written after a fresh header to a new file, synced, and renamed
-    /// over the log, so a crash leaves the old log or the new one, whole. What a flush that ran
-    /// while writers went on logging keeps: the batches logged after its snapshot. Handles from
-    /// [`Wal::syncer`] keep syncing the old file: take a new one.
-    pub fn keep_from(&mut self, from: u64) -> Result<()> {
-        if !(WAL_HEADER_BYTES..=self.end).contains(&from) {
-            return Err(CellarError::internal(format!(
-                "{}: keeping the log from byte {from}, outside {WAL_HEADER_BYTES}..={}",
-                self.path.display(),
-                self.end
-            )));
-        }
-        let mut kept = header_bytes().to_vec();
-        let tail = kept.len();
-        kept.resize(tail + (self.end - from) as usize, 0);
-        self.file.read_exact_at(&mut kept[tail..], from).at(&self.path)?;
-        let tmp = PathBuf::from(format!("{}{TMP_SUFFIX}", self.path.display()));
-        let file =
-            OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&tmp).at(&tmp)?;
-        file.write_all_at(&kept, 0).at(&tmp)?;
-        file.sync_all().at(&tmp)?;
-        std::fs::rename(&tmp, &self.path).at(&self.path)?;
-        // The log is the new file from here: appends must go there even if the sync below fails.
-        self.file = file;
-        self.end = kept.len() as u64;
-        sync_dir(self.path.parent().unwrap_or(Path::new(".")))
     }
 
     /// Bytes in the log, header included.

@@ -55,9 +55,6 @@ pub use crate::written::state::{
     LIVE_VERSION, MEMTABLE_BOUND_FLUSHES, WAL_FILE,
 };
 
-/// The name suffix of a segment `Index::flush_concurrent` wrote (`seg-<seq>-flushed`).
-pub const CONCURRENT_SUFFIX: &str = "-flushed";
-
 /// What [`Index::commit_through`] found of a batch.
 pub(crate) enum Committed {
     /// In BM25 and published.
@@ -472,7 +469,7 @@ impl Index {
     /// logged, and tried again by the next write or [`Index::retry_flush`]; the memtable keeps
     /// serving meanwhile.
     pub(crate) fn flush_after_write(&self) {
-        if self.live.view().mem_bytes <= self.flush_bytes() || self.owner_flushes() {
+        if self.live.view().mem_bytes <= self.flush_bytes() {
             return;
         }
         let flushed = self.writer().and_then(|mut slot| match slot.as_mut() {
@@ -745,100 +742,6 @@ impl Index {
             Path::new(LIVE_DIR).join(WAL_FILE),
             format!("{} logged documents not yet in a segment, replayed", view.memtable.len()),
         );
-        Ok(())
-    }
-
-    /// Whether the memtable is past `flush_bytes`: what an owner that flushes
-    /// (`OpenOptions::owner_flushes`) asks after a write.
-    pub fn flush_due(&self) -> bool {
-        self.live.view().mem_bytes > self.flush_bytes()
-    }
-
-    /// Writes the memtable as it is now to a segment while writes go on: the writer is held
-    /// only to take the view (after committing what is staged) and to commit the segment; the
-    /// segment's files are written without it. The commit names the segment in the manifest,
-    /// keeps in the log only the batches logged after the view was taken (`Wal::keep_from`), and
-    /// publishes a view whose memtable holds only those. A crash before the manifest names the
-    /// segment leaves it an orphan (swept at open) and the log whole; after, the log's batches
-    /// up to the segment's are skipped at replay, as after any flush. One runs at a time; a
-    /// flush by a write meanwhile (past the memtable's bound) makes this one give up its segment.
-    /// A failure is counted in `flush_failures`, as a write's flush is.
-    pub fn flush_concurrent(&self) -> Result<()> {
-        self.flush_concurrent_then(&mut || Ok(()))
-    }
-
-    /// [`Index::flush_concurrent`], calling `meanwhile` once the segment is written, before it
-    /// is committed (tests write there, as other writers would).
-    #[doc(hidden)]
-    pub fn flush_concurrent_then(&self, meanwhile: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-        let flushed = self.flush_beside_writes(meanwhile);
-        if flushed.is_err() {
-            self.live.flush_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        flushed
-    }
-
-    fn flush_beside_writes(&self, meanwhile: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-        let _one = self.live.flushing.lock().unwrap_or_else(|p| p.into_inner());
-        let (view, log_from) = {
-            let mut slot = self.writer()?;
-            let writer = slot.as_mut().expect("the writer was just loaded");
-            self.settle(writer)?;
-            (self.live.view(), writer.wal.len())
-        };
-        if view.memtable.is_empty() {
-            return Ok(());
-        }
-        let live = &self.live.dir;
-        // Its own name: a flush under the writer meanwhile may write `seg-<seq>` of the same view.
-        let name = format!("seg-{:016x}{CONCURRENT_SUFFIX}", view.seq);
-        let segment = self.write_segment(&view, &name).inspect_err(|_| segment::discard(live, &name))?;
-        meanwhile().inspect_err(|_| segment::discard(live, &name))?;
-        let mut slot = self.writer()?;
-        let writer = slot.as_mut().expect("the writer was just loaded");
-        let committed = self.settle(writer).and_then(|()| {
-            let now = self.live.view();
-            if now.memtable.first_id() != view.memtable.first_id() || now.memtable.len() < view.memtable.len()
-            {
-                // Flushed meanwhile (by a write past the memtable's bound): nothing is ours to commit.
-                return Ok(None);
-            }
-            let mut manifest = writer.manifest.clone();
-            manifest.segments.push(SegmentEntry {
-                name: name.clone(),
-                first: segment.first().0,
-                docs: segment.len() as u32,
-            });
-            manifest.next_id = view.next_id;
-            manifest.flushed_seq = view.seq;
-            // Deletes of later batches are replayed again from the log: idempotent.
-            manifest.deleted = now.deleted_ids().into_iter().filter(|id| *id < view.next_id).collect();
-            manifest.save(live)?;
-            Ok(Some((now, manifest)))
-        });
-        let (now, manifest) = match committed {
-            Ok(Some(done)) => done,
-            Ok(None) => {
-                segment::discard(live, &name);
-                return Ok(());
-            }
-            Err(e) => {
-                segment::discard(live, &name);
-                return Err(e);
-            }
-        };
-        writer.manifest = manifest;
-        let mut next = (*now).clone();
-        let assign = self.assigner();
-        next.memtable = now.memtable.without_first(view.memtable.len(), &|doc| assign(&doc.pooled));
-        next.mem_bytes = next.memtable.iter().map(|d| d.mem_bytes()).sum();
-        next.add_segment(segment);
-        self.live.publish(next);
-        self.live.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // The segment is committed: the log's batches up to it are skipped at replay from now
-        // on; dropping them only keeps the log short.
-        writer.wal.keep_from(log_from)?;
-        *self.live.log_sync.lock().unwrap_or_else(|p| p.into_inner()) = writer.wal.syncer()?;
         Ok(())
     }
 

@@ -44,15 +44,6 @@ pub(crate) struct LiveDoc {
     pub pooled: Vec<u8>,
 }
 
-impl LiveDoc {
-    /// What it counts for in the memtable's bytes (`LiveView::mem_bytes`): its encoded vectors,
-    /// text and keys (a grouped index's documents are often small beside their keys).
-    pub(crate) fn mem_bytes(&self) -> usize {
-        let keys = self.doc.id.len() + self.doc.group.as_ref().map_or(0, String::len);
-        self.tokens.len() + self.pooled.len() + self.doc.text.len() + self.doc.title.len() + keys
-    }
-}
-
 /// One change of a batch.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum LogOp {

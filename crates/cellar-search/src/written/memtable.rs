@@ -84,16 +84,6 @@ impl Memtable {
         self.len += 1;
     }
 
-    /// This memtable less its first `n` documents (a flush wrote them to a segment while later
-    /// writes went on), each filed again under `cluster(doc)`.
-    pub(crate) fn without_first(&self, n: usize, cluster: &dyn Fn(&LiveDoc) -> Option<u32>) -> Memtable {
-        let mut rest = Memtable::default();
-        for doc in self.iter().skip(n) {
-            rest.push(Arc::clone(doc), cluster(doc));
-        }
-        rest
-    }
-
     /// Positions of the documents of `group`, ascending.
     pub(crate) fn in_group<'a>(&'a self, group: &'a str) -> impl Iterator<Item = usize> + 'a {
         let key = group_hash(group);

@@ -200,7 +200,10 @@ impl LiveView {
                         ));
                     }
                     let cluster = assign(&doc.pooled);
-                    self.mem_bytes += doc.mem_bytes();
+                    // Its keys too: a grouped index's documents are often small beside them.
+                    let keys = doc.doc.id.len() + doc.doc.group.as_ref().map_or(0, String::len);
+                    self.mem_bytes +=
+                        doc.tokens.len() + doc.pooled.len() + doc.doc.text.len() + doc.doc.title.len() + keys;
                     self.memtable.push(Arc::clone(doc), cluster);
                     self.next_id += 1;
                 }
@@ -386,8 +389,6 @@ pub(crate) struct Live {
     pub(crate) writer: Mutex<Option<Writer>>,
     /// Held by the one merge that runs at a time.
     pub(crate) merging: Mutex<()>,
-    /// Held by the one `Index::flush_concurrent` that runs at a time.
-    pub(crate) flushing: Mutex<()>,
     /// Batches logged but not yet in BM25 nor published, and the view they make.
     pub(crate) staged: Mutex<Staged>,
     /// Whether a writer is committing the staged batches (`commit_through`) or undoing a failed
@@ -481,7 +482,6 @@ impl Live {
             view: RwLock::new(Arc::new(LiveView::empty(base_docs))),
             writer: Mutex::new(None),
             merging: Mutex::new(()),
-            flushing: Mutex::new(()),
             staged: Mutex::new(Staged::default()),
             committing: Mutex::new(false),
             committed: std::sync::Condvar::new(),
