@@ -37,9 +37,17 @@ pub const META_FILE: &str = "meta.json";
 /// Writer memory budget: bounds RAM while indexing corpora larger than memory.
 const WRITER_BUDGET_BYTES: usize = 64 << 20;
 
-/// Maps a tantivy error into ours, naming the BM25 directory.
+/// Maps a tantivy error into ours, naming the BM25 directory: an error the OS gave (a full disk
+/// while opening writes its lock or meta file, too many open files) is `Io` on the directory;
+/// anything else is the index found damaged.
 fn tantivy_error(path: &Path, error: tantivy::TantivyError) -> CellarError {
-    CellarError::corrupted(path, 0, format!("bm25 index: {error}"))
+    match io_of(&error).filter(|io| io.raw_os_error().is_some()) {
+        Some(source) => {
+            log::error!("{}: bm25 index: {error}", path.display());
+            CellarError::io(path, source)
+        }
+        None => CellarError::corrupted(path, 0, format!("bm25 index: {error}")),
+    }
 }
 
 /// The OS error inside a tantivy error, if it is one (a full disk, too many open files).
@@ -266,27 +274,29 @@ pub struct Bm25Writer {
 }
 
 impl Bm25Writer {
-    /// Creates an empty index in `dir` (which must not exist yet or be empty).
+    /// Creates an empty index in `dir` (which must not exist yet or be empty). Its errors, and
+    /// those of `add` and `finish`, are writes' (`write_error`: a full disk is `disk_full`, never
+    /// `Corrupted`).
     pub fn create(dir: &Path) -> Result<Bm25Writer> {
         std::fs::create_dir_all(dir).at(dir)?;
         let (schema, fields) = schema(true);
-        let index = Index::create_in_dir(dir, schema).map_err(|e| tantivy_error(dir, e))?;
+        let index = Index::create_in_dir(dir, schema).map_err(|e| write_error(dir, e))?;
         index.tokenizers().register(ANALYZER, analyzer());
         let writer =
-            index.writer_with_num_threads(1, WRITER_BUDGET_BYTES).map_err(|e| tantivy_error(dir, e))?;
+            index.writer_with_num_threads(1, WRITER_BUDGET_BYTES).map_err(|e| write_error(dir, e))?;
         Ok(Bm25Writer { path: dir.to_path_buf(), writer, fields })
     }
 
     pub fn add(&mut self, id: DocId, content: &str, meta: &Metadata) -> Result<()> {
         let document = self.fields.document(id, content, meta);
-        self.writer.add_document(document).map_err(|e| tantivy_error(&self.path, e))?;
+        self.writer.add_document(document).map_err(|e| write_error(&self.path, e))?;
         Ok(())
     }
 
     /// Commits and waits for background merges, so the directory is complete on return.
     pub fn finish(mut self) -> Result<()> {
-        self.writer.commit().map_err(|e| tantivy_error(&self.path, e))?;
-        self.writer.wait_merging_threads().map_err(|e| tantivy_error(&self.path, e))
+        self.writer.commit().map_err(|e| write_error(&self.path, e))?;
+        self.writer.wait_merging_threads().map_err(|e| write_error(&self.path, e))
     }
 }
 
