@@ -263,8 +263,10 @@ impl Index {
             None => scored.len(),
         };
         scored.truncate(cut);
-        let unread: Vec<Member> =
+        // In the order they lie in, so a segment's are read together.
+        let mut unread: Vec<Member> =
             scored.iter().map(|(m, _)| *m).filter(|m| !docs.contains_key(&m.id)).collect();
+        unread.sort_unstable_by_key(|m| m.at);
         docs.extend(unread.iter().map(|m| m.id).zip(documents(&view, &unread)?));
         let mut hits = scored
             .into_iter()
@@ -292,19 +294,13 @@ impl Index {
         let mut out = crate::prefetch::ScoredRecords::default();
         let mut scores = Vec::with_capacity(members.len());
         let codec = self.store.codec();
-        let mut rest = members;
-        while let Some(first) = rest.first() {
-            match first.at {
+        for run in runs(members) {
+            match run[0].at {
                 At::Segment(s, _) => {
-                    // Members come segment by segment: this segment's are a prefix of the rest.
-                    let n = rest.iter().take_while(|m| matches!(m.at, At::Segment(t, _) if t == s)).count();
-                    let locals: Vec<DocId> = rest[..n].iter().filter_map(Member::local).collect();
-                    scores.extend(self.score_segment(query, &view.segments[s], &locals, &mut out)?);
-                    rest = &rest[n..];
+                    scores.extend(self.score_segment(query, &view.segments[s], &locals(run), &mut out)?)
                 }
                 At::Memtable(p) => {
-                    scores.push(codec.maxsim(self.isa, &query.tokens, &view.memtable[p].tokens));
-                    rest = &rest[1..];
+                    scores.push(codec.maxsim(self.isa, &query.tokens, &view.memtable[p].tokens))
                 }
             }
         }
@@ -314,8 +310,9 @@ impl Index {
     }
 }
 
-/// Where a group's document lies in a view: a segment's record, or a memtable entry.
-#[derive(Clone, Copy)]
+/// Where a group's document lies in a view: a segment's record, or a memtable entry (ordered as
+/// a group's members are gathered: segment by segment, then the memtable).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum At {
     Segment(usize, u32),
     Memtable(usize),
@@ -328,51 +325,47 @@ struct Member {
     at: At,
 }
 
-/// Tells the kernel the texts of `members` in segments will be read soon (a segment's as one
-/// span: a group's texts lie side by side).
+/// `members` (in their `At` order) cut into runs: each segment's members together, each
+/// memtable entry alone.
+fn runs(members: &[Member]) -> impl Iterator<Item = &[Member]> {
+    members.chunk_by(|a, b| matches!((a.at, b.at), (At::Segment(s, _), At::Segment(t, _)) if s == t))
+}
+
+/// The record numbers of a segment's run of members.
+fn locals(run: &[Member]) -> Vec<DocId> {
+    run.iter()
+        .map(|m| match m.at {
+            At::Segment(_, local) => DocId(local),
+            At::Memtable(_) => unreachable!("a segment's run"),
+        })
+        .collect()
+}
+
+/// Tells the kernel the texts of `members` (in their `At` order) in segments will be read soon
+/// (a segment's as one span: a group's texts lie side by side).
 fn advise_texts(view: &LiveView, members: &[Member]) -> Result<()> {
-    let mut rest = members;
-    while let Some(At::Segment(s, _)) = rest.first().map(|m| m.at) {
-        let n = rest.iter().take_while(|m| matches!(m.at, At::Segment(t, _) if t == s)).count();
-        let locals: Vec<DocId> = rest[..n].iter().filter_map(|m| m.local()).collect();
-        view.segments[s].texts.will_need(&locals)?;
-        rest = &rest[n..];
+    for run in runs(members) {
+        if let At::Segment(s, _) = run[0].at {
+            view.segments[s].texts.will_need(&locals(run))?;
+        }
     }
     Ok(())
 }
 
-/// The text, metadata and collection id of each of `members`, in order: a segment's read
-/// together (`TextsReader::get_many`: a group's texts lie side by side).
+/// The text, metadata and collection id of each of `members` (in their `At` order), in order:
+/// a segment's read together (`TextsReader::get_many`: a group's texts lie side by side).
 fn documents(view: &LiveView, members: &[Member]) -> Result<Vec<Document>> {
-    let mut out: Vec<Option<Document>> = vec![None; members.len()];
-    let mut by_segment: std::collections::BTreeMap<usize, (Vec<usize>, Vec<DocId>)> = Default::default();
-    for (k, m) in members.iter().enumerate() {
-        match m.at {
-            At::Segment(s, local) => {
-                let (at, locals) = by_segment.entry(s).or_default();
-                at.push(k);
-                locals.push(DocId(local));
-            }
-            At::Memtable(p) => out[k] = Some(view.memtable[p].doc.clone()),
+    let mut out = Vec::with_capacity(members.len());
+    for run in runs(members) {
+        match run[0].at {
+            At::Segment(s, _) => out.extend(view.segments[s].texts.get_many(&locals(run))?),
+            At::Memtable(p) => out.push(view.memtable[p].doc.clone()),
         }
     }
-    for (s, (at, locals)) in by_segment {
-        for (k, doc) in at.into_iter().zip(view.segments[s].texts.get_many(&locals)?) {
-            out[k] = Some(doc);
-        }
-    }
-    Ok(out.into_iter().map(|d| d.expect("every member was read")).collect())
+    Ok(out)
 }
 
 impl Member {
-    /// Its record number in its segment (`None` in the memtable).
-    fn local(&self) -> Option<DocId> {
-        match self.at {
-            At::Segment(_, local) => Some(DocId(local)),
-            At::Memtable(_) => None,
-        }
-    }
-
     /// Its pooled vector, f16 little-endian.
     fn pooled<'v>(&self, view: &'v LiveView) -> &'v [u8] {
         match self.at {

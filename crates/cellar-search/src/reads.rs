@@ -185,11 +185,12 @@ impl Index {
                 }
             }
         }
+        // The memtable's scoring; each segment's reads and scoring count their own time.
+        out.score_ms += ms_since(start);
         for (segment, globals, locals) in by_segment {
             let scores = self.score_segment(query, segment, &locals, out)?;
             out.scores.extend(globals.into_iter().zip(scores));
         }
-        out.score_ms += ms_since(start);
         Ok(())
     }
 
@@ -208,16 +209,9 @@ impl Index {
         let store = &segment.store;
         let chunk_bytes = store.chunk_bytes();
         let chunks = store.chunks(locals, chunk_bytes)?;
-        let codec = self.store.codec();
         let mut scores = vec![0.0; locals.len()];
         let mut score = |chunk: Chunk, out: &mut ScoredRecords| {
-            let start = Instant::now();
-            for (i, at) in chunk.range.clone().enumerate() {
-                scores[at] = chunk.batch.record(i).score(codec.as_ref(), self.isa, &query.tokens);
-            }
-            out.read_ms += chunk.read_ms;
-            out.io += chunk.batch.stats();
-            out.score_ms += ms_since(start);
+            self.score_chunk_with(query, chunk, out, &mut |_, at, score| scores[at] = score);
         };
         if chunks.len() > 1 && store.reader_kind() != ReaderKind::Ram {
             // A group's run: the kernel reads all of it at once, ahead of the chunks' reads.
@@ -247,10 +241,24 @@ impl Index {
     }
 
     fn score_chunk(&self, query: &PreparedQuery, ids: &[DocId], chunk: Chunk, out: &mut ScoredRecords) {
+        self.score_chunk_with(query, chunk, out, &mut |out, at, score| {
+            out.scores.insert(ids[at], score);
+        });
+    }
+
+    /// Scores every record of `chunk` with MaxSim, handing `put` each one's position among the
+    /// ids the chunk's range indexes and its score; counts the chunk's read and scoring in `out`.
+    fn score_chunk_with(
+        &self,
+        query: &PreparedQuery,
+        chunk: Chunk,
+        out: &mut ScoredRecords,
+        put: &mut dyn FnMut(&mut ScoredRecords, usize, f32),
+    ) {
         let start = Instant::now();
         let codec = self.store.codec();
-        for (i, id) in ids[chunk.range].iter().enumerate() {
-            out.scores.insert(*id, chunk.batch.record(i).score(codec.as_ref(), self.isa, &query.tokens));
+        for (i, at) in chunk.range.clone().enumerate() {
+            put(out, at, chunk.batch.record(i).score(codec.as_ref(), self.isa, &query.tokens));
         }
         out.read_ms += chunk.read_ms;
         out.io += chunk.batch.stats();
