@@ -6,9 +6,9 @@
 //!   announced with `MADV_WILLNEED` (optional) and fault in where the reader touches them;
 //! - [`ReaderKind::Direct`]: `O_DIRECT` reads batched through io_uring, or, if the kernel refuses
 //!   io_uring, a bounded pool of `pread` threads (logged once, loudly);
-//! - [`ReaderKind::Pread`]: one `pread` per record through the page cache, nothing mapped: what
-//!   the kernel (or `posix_fadvise`) evicts is read again, and many small files cost no mapping
-//!   (a streaming collection's segments).
+//! - [`ReaderKind::Pread`]: one `pread` per run of adjacent pages a batch needs, through the page
+//!   cache, nothing mapped: what the kernel (or `posix_fadvise`) evicts is read again, and many
+//!   small files cost no mapping (a streaming collection's segments).
 //!
 //! [`RecordReader`] reads the store's records through it: every batch parses each record's header
 //! and reports [`ReadStats`]. Records read from the file (mmap, direct, pread) are checked against their
@@ -333,7 +333,7 @@ impl RecordReader {
     }
 
     /// Reads the records of `ids` (duplicates allowed), in order. Records read from the file
-    /// (mmap, direct) are checked against their CRC: for mmap this is where the pages fault in.
+    /// (mmap, direct, pread) are checked against their CRC: for mmap this is where the pages fault in.
     pub fn read_batch(&self, ids: &[DocId]) -> Result<RecordBatch> {
         let entries = ids.iter().map(|id| self.source.offsets.get(*id)).collect::<Result<Vec<_>>>()?;
         let extents: Vec<Extent> =
