@@ -40,12 +40,15 @@ impl TopK {
     }
 
     pub fn push(&mut self, id: DocId, score: f32) {
-        if self.k == 0 {
-            return;
-        }
-        self.heap.push(Entry(Scored { id, score }));
-        if self.heap.len() > self.k {
-            self.heap.pop();
+        let entry = Entry(Scored { id, score });
+        if self.heap.len() < self.k {
+            self.heap.push(entry);
+        } else if let Some(mut worst) = self.heap.peek_mut() {
+            // Full: one that ranks after the worst kept is dropped without touching the heap
+            // (most of a long stream of candidates), a better one takes its place.
+            if entry < *worst {
+                *worst = entry;
+            }
         }
     }
 
@@ -54,5 +57,28 @@ impl TopK {
         let mut out: Vec<Scored> = self.heap.into_iter().map(|e| e.0).collect();
         out.sort_by(better);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn keeps_the_k_best_of_a_stream_in_ranking_order_ties_by_id() {
+        let mut rng = StdRng::seed_from_u64(7);
+        for k in [0, 1, 5, 100, 1000] {
+            // Few distinct scores, so ties are many and the id decides.
+            let all: Vec<Scored> =
+                (0..600u32).map(|i| Scored { id: DocId(i * 7 % 601), score: rng.gen_range(0..20) as f32 }).collect();
+            let mut top = TopK::new(k);
+            all.iter().for_each(|s| top.push(s.id, s.score));
+            let mut expected = all.clone();
+            expected.sort_by(better);
+            expected.truncate(k);
+            assert_eq!(top.into_sorted(), expected, "k {k}");
+        }
     }
 }
