@@ -71,8 +71,9 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(7);
         for k in [0, 1, 5, 100, 1000] {
             // Few distinct scores, so ties are many and the id decides.
-            let all: Vec<Scored> =
-                (0..600u32).map(|i| Scored { id: DocId(i * 7 % 601), score: rng.gen_range(0..20) as f32 }).collect();
+            let all: Vec<Scored> = (0..600u32)
+                .map(|i| Scored { id: DocId(i * 7 % 601), score: rng.gen_range(0..20) as f32 })
+                .collect();
             let mut top = TopK::new(k);
             all.iter().for_each(|s| top.push(s.id, s.score));
             let mut expected = all.clone();

@@ -489,7 +489,14 @@ impl TokenStage {
                 runs.push(Run { mark, score, ids, codes, factors: Factors::Bytes(factors), at: 0 });
                 if let Some(w) = written.lists.get(&j) {
                     let ids = &w.ids[..w.ids.partition_point(|&id| id < end)];
-                    runs.push(Run { mark, score, ids, codes: &w.codes, factors: Factors::Words(&w.factors), at: 0 });
+                    runs.push(Run {
+                        mark,
+                        score,
+                        ids,
+                        codes: &w.codes,
+                        factors: Factors::Words(&w.factors),
+                        at: 0,
+                    });
                 }
             }
         }

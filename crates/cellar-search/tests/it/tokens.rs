@@ -206,7 +206,14 @@ fn candidates_are_the_brute_force_scores_of_the_same_rule_with_every_reader() {
             // Met documents few beside the ids (a large index, a narrow query) are settled from
             // the list of met ones, not by a scan of every accumulator: the same answer.
             let (sparse, _) = stage
-                .candidates(isa, &query, TokenQuery { nprobe, route, depth: DOCS }, 64 * DOCS as u32, false, &|_| false)
+                .candidates(
+                    isa,
+                    &query,
+                    TokenQuery { nprobe, route, depth: DOCS },
+                    64 * DOCS as u32,
+                    false,
+                    &|_| false,
+                )
                 .unwrap();
             assert_eq!(sparse, found, "{kind:?} nprobe {nprobe}: settled from the met list");
             // Skipped documents are left out, the others keep their scores.
