@@ -49,6 +49,9 @@ pub struct TokensBuildArgs {
     /// Default token-stage candidates joined to BM25's in hybrid mode (0: BM25 only).
     #[arg(long, default_value_t = TokenDefaults::default().hybrid_candidates)]
     pub default_hybrid_candidates: usize,
+    /// Default documents of the stage re-ranked with MaxSim in dense mode (its candidates and rerank_k).
+    #[arg(long, default_value_t = TokenDefaults::default().depth)]
+    pub default_depth: usize,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
 }
@@ -69,6 +72,7 @@ pub fn run(args: TokensArgs) -> Result<()> {
             nprobe: args.default_nprobe,
             route: args.default_route,
             hybrid_candidates: args.default_hybrid_candidates,
+            depth: args.default_depth,
         },
         progress: true,
         ..TokensBuildOptions::default()

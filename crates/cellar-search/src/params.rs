@@ -151,14 +151,35 @@ impl SearchParams {
     ) -> Result<SearchParams> {
         let k = options.checked_k()?;
         let mode = options.mode.unwrap_or(defaults.mode);
-        let candidates = options.candidates.unwrap_or(defaults.candidates);
+        let dense_stage = match (options.dense_stage, tokens) {
+            (Some(DenseStage::Tokens), None) => {
+                return Err(CellarError::InvalidInput(
+                    "dense_stage tokens needs a token stage and this index has none: build one with `cellar tokens build --index DIR` (the build's documents) or `cellar tokens retrain --index DIR` (written ones too)".into(),
+                ))
+            }
+            (Some(stage), _) => stage,
+            // Hybrid keeps the IVF where there is one: joined to BM25, the token stage's
+            // candidates gave 0.611 nDCG@10 on the 2M synthetic collection against the IVF's
+            // 0.637 (SciFact 0.731 against 0.730, 200k 0.748 against 0.744;
+            // bench/results/tokens-quality.md).
+            (None, Some(_)) if mode == Mode::Hybrid && ivf.is_some() => DenseStage::Pooled,
+            (None, Some(_)) => DenseStage::Tokens,
+            (None, None) => DenseStage::Pooled,
+        };
+        let uses_tokens = dense_stage == DenseStage::Tokens && matches!(mode, Mode::Dense | Mode::Hybrid);
+        // Dense mode over the token stage re-ranks the stage's own depth unless told otherwise.
+        let (default_candidates, default_rerank_k) = match tokens {
+            Some(config) if uses_tokens && mode == Mode::Dense => (config.search.depth, config.search.depth),
+            _ => (defaults.candidates, defaults.rerank_k),
+        };
+        let candidates = options.candidates.unwrap_or(default_candidates);
         if candidates == 0 || candidates > MAX_CANDIDATES {
             return Err(CellarError::InvalidInput(format!(
                 "candidates must be between 1 and {MAX_CANDIDATES}, got {candidates}"
             )));
         }
         let candidates = candidates.max(k);
-        let rerank_k = options.rerank_k.unwrap_or(defaults.rerank_k);
+        let rerank_k = options.rerank_k.unwrap_or(default_rerank_k);
         if rerank_k > MAX_CANDIDATES {
             return Err(CellarError::InvalidInput(format!(
                 "rerank_k must be at most {MAX_CANDIDATES}, got {rerank_k}"
@@ -179,22 +200,6 @@ impl SearchParams {
                 "lexical stage {lexical} needs a SPLADE stage and this index has none: build one with `cellar splade build --index DIR`"
             )));
         }
-        let dense_stage = match (options.dense_stage, tokens) {
-            (Some(DenseStage::Tokens), None) => {
-                return Err(CellarError::InvalidInput(
-                    "dense_stage tokens needs a token stage and this index has none: build one with `cellar tokens build --index DIR` (the build's documents) or `cellar tokens retrain --index DIR` (written ones too)".into(),
-                ))
-            }
-            (Some(stage), _) => stage,
-            // Hybrid keeps the IVF where there is one: joined to BM25, the token stage's
-            // candidates gave 0.611 nDCG@10 on the 2M synthetic collection against the IVF's
-            // 0.637 (SciFact 0.731 against 0.730, 200k 0.748 against 0.744;
-            // bench/results/tokens-quality.md).
-            (None, Some(_)) if mode == Mode::Hybrid && ivf.is_some() => DenseStage::Pooled,
-            (None, Some(_)) => DenseStage::Tokens,
-            (None, None) => DenseStage::Pooled,
-        };
-        let uses_tokens = dense_stage == DenseStage::Tokens && matches!(mode, Mode::Dense | Mode::Hybrid);
         let tokens = match tokens {
             Some(config) if uses_tokens => Some(resolve_tokens(options, config)?),
             _ => None,

@@ -112,6 +112,13 @@ pub(crate) fn build_over(
             "the token stage's nprobe and route must be at least 1".into(),
         ));
     }
+    let most = crate::request::MAX_CANDIDATES;
+    if options.defaults.depth == 0 || options.defaults.depth > most {
+        return Err(CellarError::InvalidInput(format!(
+            "the token stage's depth must be between 1 and {most}, got {}",
+            options.defaults.depth
+        )));
+    }
     let dim = sources[0].store.dim();
     let start = Instant::now();
     let mut report = TokensBuildReport::default();

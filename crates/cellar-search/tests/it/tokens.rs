@@ -327,6 +327,19 @@ fn dense_takes_the_token_stage_and_hybrid_the_ivf_where_there_is_one() {
     assert_eq!(hybrid(&index, Some(DenseStage::Tokens)), (true, false));
     let params = index.search(dense(&query_of(3), 10)).unwrap().params;
     assert_eq!((params.tokens.is_some(), params.ivf.is_some()), (true, false), "dense takes the tokens");
+    // Over the token stage, dense re-ranks the stage's depth unless the request says otherwise;
+    // over the IVF, the index's defaults.
+    let depth = cellar_search::tokens::DEFAULT_TOKEN_DEPTH;
+    assert_eq!((params.candidates, params.rerank_k), (depth, depth));
+    let told =
+        index.search(SearchRequest { candidates: Some(50), ..dense(&query_of(3), 10) }).unwrap().params;
+    assert_eq!((told.candidates, told.rerank_k), (50, 50));
+    let told = index.search(SearchRequest { rerank_k: Some(20), ..dense(&query_of(3), 10) }).unwrap().params;
+    assert_eq!((told.candidates, told.rerank_k), (depth, 20));
+    let pooled = SearchRequest { dense_stage: Some(DenseStage::Pooled), ..dense(&query_of(3), 10) };
+    let pooled = index.search(pooled).unwrap().params;
+    let defaults = cellar_search::config::SearchDefaults::default();
+    assert_eq!((pooled.candidates, pooled.rerank_k), (defaults.candidates, defaults.rerank_k));
 }
 
 #[test]
@@ -354,6 +367,15 @@ fn bad_token_stage_requests_are_refused_with_the_reason() {
     )
     .unwrap_err();
     assert!(matches!(err, CellarError::InvalidInput(_)), "{err}");
+    let err = build_tokens(
+        &bare,
+        &TokensBuildOptions {
+            defaults: cellar_search::tokens::TokenDefaults { depth: 0, ..Default::default() },
+            ..stage_options()
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("depth must be between 1 and"), "{err}");
 }
 
 #[test]
