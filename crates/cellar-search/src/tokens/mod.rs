@@ -323,14 +323,16 @@ impl TokenStage {
         let kind = if len <= LISTS_IN_RAM_MAX { ReaderKind::Ram } else { options.kind };
         let lists = FileSlice::open(&lists_path, &ReaderOptions { kind, ..options.clone() })?;
         for (j, e) in file.lists.iter().enumerate() {
-            if e.offset + u64::from(e.bytes) > lists.len() || u64::from(e.count) > config.docs {
+            // A list holds one posting per token (a document with several tokens in a leaf is
+            // in its list several times): bounded by the tokens, not the documents.
+            if e.offset + u64::from(e.bytes) > lists.len() || u64::from(e.count) > config.tokens {
                 return Err(CellarError::corrupted(
                     &centroids_path,
                     0,
                     format!(
-                        "leaf {j}'s list lies outside {} or holds more than {} documents",
+                        "leaf {j}'s list lies outside {} or holds more than the {} postings of the stage",
                         lists_path.display(),
-                        config.docs
+                        config.tokens
                     ),
                 ));
             }

@@ -295,6 +295,24 @@ fn dense_mode_runs_the_token_stage_and_probing_everything_is_exact_maxsim() {
 }
 
 #[test]
+fn a_leaf_may_hold_more_postings_than_the_index_has_documents() {
+    // Few documents of many tokens, few leaves: a leaf's list repeats documents (one posting a
+    // token). Cranfield (1,400 documents, 1,024 leaves) was refused at open as damaged.
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path().join("index");
+    let mut options = BuildOptions::new("", &dir);
+    options.codec = CodecKind::F16;
+    Index::build_from_embeddings(&options, DIM, None, docs().into_iter().take(12).map(Ok)).unwrap();
+    let config = build_tokens(&dir, &TokensBuildOptions { leaves: 2, ..stage_options() }).unwrap();
+    assert!(config.tokens > 2 * config.docs, "{} tokens of {} documents", config.tokens, config.docs);
+    let stage =
+        TokenStage::open(&dir, config.docs, DIM, &ReaderOptions::new(ReaderKind::Ram)).unwrap().unwrap();
+    assert_eq!(stage.verify().unwrap(), config.tokens);
+    let index = Index::open(&dir, OpenOptions::default()).unwrap();
+    assert!(!index.search(dense(&query_of(3), 5)).unwrap().hits.is_empty());
+}
+
+#[test]
 fn dense_takes_the_token_stage_and_hybrid_the_ivf_where_there_is_one() {
     let hybrid = |index: &Index, stage: Option<DenseStage>| {
         let request = SearchRequest {
