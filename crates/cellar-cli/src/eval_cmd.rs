@@ -69,9 +69,12 @@ pub fn run(args: EvalArgs) -> Result<()> {
     let prepared = eval::prepare_all_with(&index, &queries, vectors.as_deref(), &bar)?;
     let ids = eval::doc_ids(&index)?;
     let mut rows: Vec<RowResult> = Vec::new();
-    for spec in
-        eval::default_rows(index.config(), index.ivf_config().as_ref(), index.splade_config().is_some())
-    {
+    for spec in eval::default_rows(
+        index.config(),
+        index.ivf_config().as_ref(),
+        index.tokens_config().as_ref(),
+        index.splade_config().is_some(),
+    ) {
         let row = eval::evaluate_row(&index, &queries, &prepared, &qrels, &ids, &spec)?;
         if let Some(dir) = &args.run_dir {
             std::fs::create_dir_all(dir).map_err(|e| CellarError::Io { path: dir.clone(), source: e })?;

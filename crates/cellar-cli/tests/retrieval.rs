@@ -222,6 +222,16 @@ fn index_search_tune_eval() {
         &cellar(&["search", "--index", index_s, "tea", "--lexical", "colbert"]),
         "unknown lexical",
     );
+    // Issue 44: eval's rows take the token stage once the index has one.
+    let out = cellar(&["tokens", "build", "--index", index_s]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = cellar(&["eval", "--index", index_s, "--data", data_s]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for row in
+        ["| dense: token stage nprobe=", "+ 100 token-stage candidates |", "| dense: IVF nprobe=1 → MaxSim |"]
+    {
+        assert!(text(&out.stdout).contains(row), "{row} missing from:\n{}", text(&out.stdout));
+    }
 
     // Issue 21: one changed byte in bm25/meta.json (a segment's document count) made tantivy
     // panic, exit code 101, where a damaged index is exit code 2 naming the directory.

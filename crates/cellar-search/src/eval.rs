@@ -13,11 +13,12 @@ use crate::corpus::{Qrels, Query};
 use crate::index::Index;
 use crate::ivf::IvfConfig;
 use crate::metrics::{mean, score_query, Metrics, QueryMetrics};
-use crate::mode::{Lexical, Mode};
+use crate::mode::{DenseStage, Lexical, Mode};
 use crate::params::SearchParams;
 use crate::query::PreparedQuery;
 use crate::request::{QueryVectorsIn, SearchRequest, VectorDtype};
 use crate::splade::SpladeConfig;
+use crate::tokens::TokensConfig;
 
 /// Depth every evaluated ranking is cut at (Recall@100 needs 100).
 pub const EVAL_DEPTH: usize = 100;
@@ -63,8 +64,14 @@ pub fn judged_queries(queries: &[Query], qrels: &Qrels) -> Vec<Query> {
 }
 
 /// The rows of `cellar eval`'s table, from the index's stored (tuned) defaults; the IVF rows
-/// when the index has an IVF, the SPLADE rows when it has a SPLADE stage.
-pub fn default_rows(config: &IndexConfig, ivf: Option<&IvfConfig>, splade: bool) -> Vec<RowSpec> {
+/// when the index has an IVF, the token stage's when it has one, the SPLADE rows when it has a
+/// SPLADE stage.
+pub fn default_rows(
+    config: &IndexConfig,
+    ivf: Option<&IvfConfig>,
+    tokens: Option<&TokensConfig>,
+    splade: bool,
+) -> Vec<RowSpec> {
     let alpha = config.search.alpha;
     let mut rows = vec![
         RowSpec::new("bm25", Mode::Bm25),
@@ -74,6 +81,9 @@ pub fn default_rows(config: &IndexConfig, ivf: Option<&IvfConfig>, splade: bool)
     ];
     if let Some(ivf) = ivf {
         rows.extend(ivf_rows(config, ivf));
+    }
+    if let Some(tokens) = tokens {
+        rows.extend(token_rows(config, tokens));
     }
     if splade {
         rows.extend(splade_rows(config));
@@ -92,6 +102,8 @@ fn ivf_rows(config: &IndexConfig, ivf: &IvfConfig) -> Vec<RowSpec> {
     let rescore = if d.rescore { "rescored" } else { "codes only" };
     let mut dense = RowSpec::new(format!("dense: IVF nprobe={} → MaxSim", d.nprobe), Mode::Dense);
     dense.request.rerank_k = Some(config.search.rerank_k);
+    // The IVF's row even where a token stage would be dense mode's default.
+    dense.request.dense_stage = Some(DenseStage::Pooled);
     // The default hybrid row already joins the IVF's candidates when its default says so: the
     // extra row is the other choice.
     let mut joined = hybrid_row(config, None);
@@ -106,6 +118,27 @@ fn ivf_rows(config: &IndexConfig, ivf: &IvfConfig) -> Vec<RowSpec> {
         dense,
         joined,
     ]
+}
+
+/// The token stage → MaxSim at its defaults, and hybrid with its candidates joined to BM25's
+/// (the default hybrid row joins the IVF's where there is one).
+fn token_rows(config: &IndexConfig, tokens: &TokensConfig) -> Vec<RowSpec> {
+    let d = tokens.search;
+    let mut dense = RowSpec::new(
+        format!("dense: token stage nprobe={} → MaxSim of its best {}", d.nprobe, d.depth),
+        Mode::Dense,
+    );
+    dense.request.dense_stage = Some(DenseStage::Tokens);
+    let mut joined = hybrid_row(config, None);
+    joined.label = format!(
+        "hybrid {} α={:.2} + {} token-stage candidates",
+        config.search.fusion, config.search.alpha, d.hybrid_candidates
+    );
+    joined.request.dense_stage = Some(DenseStage::Tokens);
+    if d.hybrid_candidates == 0 {
+        return vec![dense];
+    }
+    vec![dense, joined]
 }
 
 /// SPLADE alone, as rerank's candidates, as hybrid's, and joined with BM25 for hybrid (each

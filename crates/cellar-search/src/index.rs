@@ -273,6 +273,11 @@ impl Index {
         self.current_ivf().map(|ivf| ivf.config().clone())
     }
 
+    /// The token stage's settings, when the index has one.
+    pub fn tokens_config(&self) -> Option<crate::tokens::TokensConfig> {
+        self.current_tokens().map(|stage| stage.config().clone())
+    }
+
     /// The SPLADE stage's build record, when the index has one.
     pub fn splade_config(&self) -> Option<&crate::splade::SpladeConfig> {
         self.splade.as_ref().map(crate::splade::SpladeIndex::config)
