@@ -49,9 +49,9 @@ pub struct TokensBuildArgs {
     /// Default token-stage candidates joined to BM25's in hybrid mode (0: BM25 only).
     #[arg(long, default_value_t = TokenDefaults::default().hybrid_candidates)]
     pub default_hybrid_candidates: usize,
-    /// Default documents of the stage re-ranked with MaxSim in dense mode (its candidates and rerank_k).
-    #[arg(long, default_value_t = TokenDefaults::default().depth)]
-    pub default_depth: usize,
+    /// Default documents of the stage re-ranked with MaxSim in dense mode (its candidates and rerank_k; default: 0.5% of the documents, 200 to 1,000).
+    #[arg(long)]
+    pub default_depth: Option<usize>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
 }

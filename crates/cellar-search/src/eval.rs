@@ -125,7 +125,7 @@ fn ivf_rows(config: &IndexConfig, ivf: &IvfConfig) -> Vec<RowSpec> {
 fn token_rows(config: &IndexConfig, tokens: &TokensConfig) -> Vec<RowSpec> {
     let d = tokens.search;
     let mut dense = RowSpec::new(
-        format!("dense: token stage nprobe={} → MaxSim of its best {}", d.nprobe, d.depth),
+        format!("dense: token stage nprobe={} → MaxSim of its best {}", d.nprobe, tokens.depth()),
         Mode::Dense,
     );
     dense.request.dense_stage = Some(DenseStage::Tokens);

@@ -169,7 +169,7 @@ impl SearchParams {
         let uses_tokens = dense_stage == DenseStage::Tokens && matches!(mode, Mode::Dense | Mode::Hybrid);
         // Dense mode over the token stage re-ranks the stage's own depth unless told otherwise.
         let (default_candidates, default_rerank_k) = match tokens {
-            Some(config) if uses_tokens && mode == Mode::Dense => (config.search.depth, config.search.depth),
+            Some(config) if uses_tokens && mode == Mode::Dense => (config.depth(), config.depth()),
             _ => (defaults.candidates, defaults.rerank_k),
         };
         let candidates = options.candidates.unwrap_or(default_candidates);

@@ -113,10 +113,9 @@ pub(crate) fn build_over(
         ));
     }
     let most = crate::request::MAX_CANDIDATES;
-    if options.defaults.depth == 0 || options.defaults.depth > most {
+    if let Some(depth) = options.defaults.depth.filter(|d| *d == 0 || *d > most) {
         return Err(CellarError::InvalidInput(format!(
-            "the token stage's depth must be between 1 and {most}, got {}",
-            options.defaults.depth
+            "the token stage's depth must be between 1 and {most}, got {depth}"
         )));
     }
     let dim = sources[0].store.dim();

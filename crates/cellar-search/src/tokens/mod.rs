@@ -73,29 +73,33 @@ pub struct TokenDefaults {
     /// Hybrid mode: token-stage candidates joined to BM25's (0: BM25 only).
     pub hybrid_candidates: usize,
     /// Dense mode: the stage's best documents re-ranked with MaxSim (a request's `candidates`
-    /// and `rerank_k` when it gives neither). Absent from a `tokens.json` that keeps the
-    /// default (those written before it were all at the default).
-    #[serde(default = "default_depth", skip_serializing_if = "is_default_depth")]
-    pub depth: usize,
+    /// and `rerank_k` when it gives neither); `None`: [`default_depth`] of the documents it
+    /// covers. Absent from `tokens.json` unless set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<usize>,
 }
 
-/// Dense mode's default depth over the token stage. The stage's estimate ranks what exact
-/// MaxSim puts first well inside its best thousand but not its best two hundred (the index's
-/// `candidates`): on the 2M synthetic collection 0.628 of the exact top 10 against 0.464, nDCG@10
-/// 0.590 against 0.490, for 26.6 ms against 23.4 at P50 (bench/results/tokens-windows-2m.md).
-pub const DEFAULT_TOKEN_DEPTH: usize = 1000;
-
-fn default_depth() -> usize {
-    DEFAULT_TOKEN_DEPTH
+/// Dense mode's depth over a token stage of `docs` documents when none was set: 0.5% of them,
+/// at least 200 (the index's `candidates`) and at most 1,000. The more documents, the more
+/// compete for the last places of the stage's estimate, so the more must be re-ranked to keep
+/// what exact MaxSim ranks first: on the 2M synthetic collection 1,000 find 0.628 of the exact
+/// top 10 against 0.464 for 200 (3 ms more; bench/results/tokens-windows-2m.md), at 200k 0.726
+/// against 0.612 (tokens-quality-200k-depth1000.md); on SciFact (5,183) 200 already find all
+/// of it (plaid-side-by-side.md), where 1,000 would re-rank a fifth of the collection.
+pub fn default_depth(docs: u64) -> usize {
+    (docs / 200).clamp(200, 1000) as usize
 }
 
-fn is_default_depth(depth: &usize) -> bool {
-    *depth == DEFAULT_TOKEN_DEPTH
+impl TokensConfig {
+    /// Dense mode's depth over this stage: the one set, or [`default_depth`] of its documents.
+    pub fn depth(&self) -> usize {
+        self.search.depth.unwrap_or_else(|| default_depth(self.docs))
+    }
 }
 
 impl Default for TokenDefaults {
     fn default() -> Self {
-        TokenDefaults { nprobe: 32, route: 8, hybrid_candidates: 100, depth: DEFAULT_TOKEN_DEPTH }
+        TokenDefaults { nprobe: 32, route: 8, hybrid_candidates: 100, depth: None }
     }
 }
 

@@ -295,6 +295,24 @@ fn dense_mode_runs_the_token_stage_and_probing_everything_is_exact_maxsim() {
 }
 
 #[test]
+fn dense_depth_is_half_a_percent_of_the_documents_from_200_to_1000_unless_set() {
+    use cellar_search::tokens::default_depth;
+    let rule: Vec<usize> = [0, 5_183, 100_000, 200_000, 2_000_000].into_iter().map(default_depth).collect();
+    assert_eq!(rule, [200, 200, 500, 1000, 1000]);
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path().join("index");
+    copy_dir(&built().dir, &dir);
+    let set = cellar_search::tokens::TokenDefaults { depth: Some(300), ..Default::default() };
+    let config = build_tokens(&dir, &TokensBuildOptions { defaults: set, ..stage_options() }).unwrap();
+    assert_eq!(config.depth(), 300);
+    let saved = std::fs::read_to_string(dir.join("tokens/tokens.json")).unwrap();
+    assert!(saved.contains("\"depth\": 300"), "{saved}");
+    let index = Index::open(&dir, OpenOptions::default()).unwrap();
+    let params = index.search(dense(&query_of(3), 10)).unwrap().params;
+    assert_eq!((params.candidates, params.rerank_k), (300, 300));
+}
+
+#[test]
 fn a_leaf_may_hold_more_postings_than_the_index_has_documents() {
     // Few documents of many tokens, few leaves: a leaf's list repeats documents (one posting a
     // token). Cranfield (1,400 documents, 1,024 leaves) was refused at open as damaged.
@@ -347,7 +365,8 @@ fn dense_takes_the_token_stage_and_hybrid_the_ivf_where_there_is_one() {
     assert_eq!((params.tokens.is_some(), params.ivf.is_some()), (true, false), "dense takes the tokens");
     // Over the token stage, dense re-ranks the stage's depth unless the request says otherwise;
     // over the IVF, the index's defaults.
-    let depth = cellar_search::tokens::DEFAULT_TOKEN_DEPTH;
+    let depth = index.tokens_config().unwrap().depth();
+    assert_eq!(depth, 200, "a small collection's stage re-ranks 200");
     assert_eq!((params.candidates, params.rerank_k), (depth, depth));
     let told =
         index.search(SearchRequest { candidates: Some(50), ..dense(&query_of(3), 10) }).unwrap().params;
@@ -388,7 +407,7 @@ fn bad_token_stage_requests_are_refused_with_the_reason() {
     let err = build_tokens(
         &bare,
         &TokensBuildOptions {
-            defaults: cellar_search::tokens::TokenDefaults { depth: 0, ..Default::default() },
+            defaults: cellar_search::tokens::TokenDefaults { depth: Some(0), ..Default::default() },
             ..stage_options()
         },
     )
