@@ -33,7 +33,7 @@ lines = [
     f"Command: `sh bench/tokens-fusion.sh` (`cellar eval` on each test split), commit {commit}, {cpu}, 2 cores.",
     "",
     "nDCG@10. Inputs: BM25; rerank (MaxSim over BM25's candidates); dense through the token stage",
-    "(nprobe 32 → MaxSim of its best 1,000). Hybrid: the untuned default fusion (z, α = 0.40), joined",
+    "(nprobe 32 → MaxSim of its default depth: 0.5% of the documents, 200 to 1,000; 200 on these). Hybrid: the untuned default fusion (z, α = 0.40), joined",
     "either by the IVF's 100 candidates (the default where there is an IVF) or by the token stage's 100.",
     "\"vs better input\": hybrid less the best of the three inputs.",
     "",
