@@ -68,6 +68,10 @@ pub struct TokenParams {
     pub route: usize,
     /// Hybrid: token-stage candidates joined to BM25's; dense: the stage's depth is `candidates`.
     pub hybrid_candidates: usize,
+    /// Dense mode: read the best documents found so far while the stage scores the rest.
+    pub prefetch: bool,
+    /// Share of the postings scored before the prefetch starts, in (0, 1].
+    pub prefetch_step: f32,
 }
 
 impl TokenParams {
@@ -102,7 +106,15 @@ fn resolve_tokens(options: &SearchRequest, tokens: &TokensConfig) -> Result<Toke
         check_nprobe(options.nprobe.unwrap_or(d.nprobe), tokens.leaves, "the token stage's", "leaves")?;
     let hybrid_candidates = options.hybrid_candidates.unwrap_or(d.hybrid_candidates);
     check_hybrid_candidates(hybrid_candidates)?;
-    Ok(TokenParams { nprobe, route: d.route.min(tokens.groups).max(1), hybrid_candidates })
+    let prefetch_step = options.prefetch_step.unwrap_or(crate::tokens::PREFETCH_STEP);
+    IvfDefaults::check_prefetch_step(prefetch_step)?;
+    Ok(TokenParams {
+        nprobe,
+        route: d.route.min(tokens.groups).max(1),
+        hybrid_candidates,
+        prefetch: options.prefetch.unwrap_or(crate::tokens::PREFETCH),
+        prefetch_step,
+    })
 }
 
 /// Fills the IVF settings from the IVF's defaults and checks them against its cluster count.

@@ -35,7 +35,7 @@ use crate::reads::Reads;
 use crate::scored::better;
 use crate::scored::Scored;
 use crate::search::{FilterReport, Ranking, Timings};
-use crate::tokens::{TokenQuery, TokenStats};
+use crate::tokens::{EarlyGuess, TokenQuery, TokenStats};
 use crate::topk::TopK;
 use crate::written::state::{LiveView, Located};
 use cellar_core::kernels::dot_f16;
@@ -55,6 +55,21 @@ struct Probed {
     candidates: usize,
     reranked: usize,
     probe: ProbeStats,
+    prefetch: Option<PrefetchStats>,
+}
+
+/// Reads started while a first stage ran: the documents guessed, read and scored on a thread.
+struct Prefetch<'scope> {
+    /// The IVF's clusters probed when it started (0 for the token stage).
+    after: usize,
+    guessed: HashSet<DocId>,
+    handle: std::thread::ScopedJoinHandle<'scope, Result<ScoredRecords>>,
+}
+
+/// MaxSim of the first stage's best, in its order, and what reading them cost.
+struct Reranked {
+    maxsim: Vec<f32>,
+    io: ReadStats,
     prefetch: Option<PrefetchStats>,
 }
 
@@ -283,15 +298,41 @@ impl Index {
         let start = Instant::now();
         let bm25 = self.hybrid_lexical(query, params, bm25)?;
         let depth = if bm25.is_some() { tokens.hybrid_candidates } else { params.candidates };
-        let (dense, stats) =
-            self.token_candidates(&query.store_tokens, query.allowed.as_deref(), tokens.query(depth))?;
-        let candidates = first_stage(bm25.as_deref(), &dense);
-        timings.first_stage_ms += ms_since(start);
-        let rerank_k = params.rerank_k.min(candidates.len());
-        let mut ranking = self.rerank_list(query, params, candidates, rerank_k, early, timings)?;
-        ranking.io += stage_reads(stats.read_calls, stats.bytes_read);
-        ranking.tokens = Some(stats);
-        Ok(ranking)
+        let covered = early.as_ref().map(Reads::covered).unwrap_or_default();
+        std::thread::scope(|scope| {
+            // Dense mode reads the best documents of the windows already scored while the
+            // stage scores the rest (hybrid's candidates are fused with BM25's, known only
+            // after it).
+            let mut prefetch = None;
+            let mut take = |guess: Vec<Scored>| {
+                let ids: Vec<DocId> = guess.iter().map(|s| s.id).filter(|id| !covered.contains(id)).collect();
+                let guessed = ids.iter().copied().collect();
+                let handle = scope.spawn(move || self.read_and_score(query, &ids));
+                prefetch = Some(Prefetch { after: 0, guessed, handle });
+            };
+            let asked = bm25.is_none() && tokens.prefetch && params.rerank_k > 0;
+            let guess = asked.then_some(EarlyGuess {
+                step: tokens.prefetch_step,
+                wanted: params.rerank_k,
+                take: &mut take,
+            });
+            let (dense, stats) = self.token_candidates(
+                &query.store_tokens,
+                query.allowed.as_deref(),
+                tokens.query(depth),
+                guess,
+            )?;
+            let candidates = first_stage(bm25.as_deref(), &dense);
+            timings.first_stage_ms += ms_since(start);
+            let rerank_k = params.rerank_k.min(candidates.len());
+            let reranked =
+                self.rerank_prefetched(query, &candidates, rerank_k, early, &covered, prefetch, timings)?;
+            let mut ranking = fused(&candidates, &reranked.maxsim, params, timings, reranked.io);
+            ranking.io += stage_reads(stats.read_calls, stats.bytes_read);
+            ranking.tokens = Some(stats);
+            ranking.prefetch = reranked.prefetch;
+            Ok(ranking)
+        })
     }
 
     /// The token stage's `query.depth` best searchable documents for `tokens` (store space),
@@ -301,6 +342,7 @@ impl Index {
         tokens: &[f32],
         allowed: Option<&Allowed>,
         query: TokenQuery,
+        early: Option<EarlyGuess<'_>>,
     ) -> Result<(Vec<Scored>, TokenStats)> {
         let stage = self.current_tokens().ok_or_else(|| {
             CellarError::internal("a token-stage search was planned on an index without one")
@@ -309,7 +351,8 @@ impl Index {
         let searchable = Searchable::new(&view, allowed);
         stage.catch_up(self.isa, view.next_id, &|id| self.written_tokens(&view, id))?;
         let restricted = view.has_deletes() || allowed.is_some();
-        stage.candidates(self.isa, tokens, query, view.next_id, restricted, &|id| searchable.skips(DocId(id)))
+        let skip = |id| searchable.skips(DocId(id));
+        stage.candidates(self.isa, tokens, query, view.next_id, restricted, &skip, early)
     }
 
     /// A written document's token vectors in the store's space, `None` when it is deleted.
@@ -390,56 +433,79 @@ impl Index {
                     guess.iter().take(rerank_k).map(|s| s.id).filter(|id| !covered.contains(id)).collect();
                 let guessed: HashSet<DocId> = ids.iter().copied().collect();
                 let after = probe.probed();
-                prefetch = Some((after, guessed, scope.spawn(move || self.read_and_score(query, &ids))));
+                prefetch = Some(Prefetch {
+                    after,
+                    guessed,
+                    handle: scope.spawn(move || self.read_and_score(query, &ids)),
+                });
             }
             let (ivf_hits, probe_stats) = probe.finish()?;
             let candidates = first_stage(bm25, &ivf_hits);
             timings.first_stage_ms += ms_since(start);
-            let needed: Vec<DocId> = candidates.iter().take(rerank_k).map(|s| s.id).collect();
-            let wait_start = Instant::now();
-            // The misses are read at once, while the prefetch may still be reading its records and
-            // while the early reads (BM25's best, read under the encoding) are scored.
-            let guessed = prefetch.as_ref().map(|(_, guessed, _)| guessed);
-            let missing: Vec<DocId> = needed
-                .iter()
-                .filter(|id| !guessed.is_some_and(|g| g.contains(id)) && !covered.contains(id))
-                .copied()
-                .collect();
-            let (before, late) = self.score_early_and_late(query, early, &missing)?;
-            let (prefetched, after) = match prefetch {
-                Some((after, _, handle)) => {
-                    let joined = cellar_core::io::wait::waiting_on_io(|| handle.join());
-                    (joined.expect("prefetch thread panicked")?, Some(after))
-                }
-                None => (ScoredRecords::default(), None),
-            };
-            let wait_ms = ms_since(wait_start);
-            timings.read_ms = before.read_ms + prefetched.read_ms + late.read_ms;
-            timings.read_hidden_ms = before.hidden_ms() + prefetched.hidden_ms() + late.hidden_ms();
-            timings.maxsim_ms = before.score_ms + prefetched.score_ms + late.score_ms;
-            let prefetch_stats = after.map(|after_clusters| {
-                let mut stats = PrefetchStats { after_clusters, wait_ms, ..PrefetchStats::default() };
-                stats.account(&before, &prefetched, &needed, &late);
-                stats
-            });
-            let maxsim: Vec<f32> =
-                needed.iter().map(|id| score_of(id, &[&before, &prefetched, &late])).collect();
+            let reranked =
+                self.rerank_prefetched(query, &candidates, rerank_k, early, &covered, prefetch, timings)?;
             let fuse_start = Instant::now();
-            let hits = fusion::fuse(&candidates, &maxsim, params.alpha, params.fusion);
+            let maxsim = &reranked.maxsim;
+            let hits = fusion::fuse(&candidates, maxsim, params.alpha, params.fusion);
             timings.fuse_ms = ms_since(fuse_start);
-            let mut io = before.io;
-            io += prefetched.io;
-            io += late.io;
+            let mut io = reranked.io;
             io += stage_reads(probe_stats.read_calls, probe_stats.bytes_read);
             Ok(Probed {
                 hits,
                 io,
                 candidates: candidates.len(),
-                reranked: needed.len(),
+                reranked: maxsim.len(),
                 probe: probe_stats,
-                prefetch: prefetch_stats,
+                prefetch: reranked.prefetch,
             })
         })
+    }
+
+    /// MaxSim of the best `rerank_k` candidates: those the early reads (under the encoding) or
+    /// the prefetch (under the first stage) covered are scored from them, the misses are read
+    /// at once, while the prefetch may still be reading its records and while the early reads
+    /// are scored.
+    #[allow(clippy::too_many_arguments)]
+    fn rerank_prefetched(
+        &self,
+        query: &PreparedQuery,
+        candidates: &[Scored],
+        rerank_k: usize,
+        early: Option<Reads>,
+        covered: &HashSet<DocId>,
+        prefetch: Option<Prefetch<'_>>,
+        timings: &mut Timings,
+    ) -> Result<Reranked> {
+        let needed: Vec<DocId> = candidates.iter().take(rerank_k).map(|s| s.id).collect();
+        let wait_start = Instant::now();
+        let guessed = prefetch.as_ref().map(|p| &p.guessed);
+        let missing: Vec<DocId> = needed
+            .iter()
+            .filter(|id| !guessed.is_some_and(|g| g.contains(id)) && !covered.contains(id))
+            .copied()
+            .collect();
+        let (before, late) = self.score_early_and_late(query, early, &missing)?;
+        let (prefetched, after) = match prefetch {
+            Some(p) => {
+                let joined = cellar_core::io::wait::waiting_on_io(|| p.handle.join());
+                (joined.expect("prefetch thread panicked")?, Some(p.after))
+            }
+            None => (ScoredRecords::default(), None),
+        };
+        let wait_ms = ms_since(wait_start);
+        timings.read_ms = before.read_ms + prefetched.read_ms + late.read_ms;
+        timings.read_hidden_ms = before.hidden_ms() + prefetched.hidden_ms() + late.hidden_ms();
+        timings.maxsim_ms = before.score_ms + prefetched.score_ms + late.score_ms;
+        let prefetch = after.map(|after_clusters| {
+            let mut stats = PrefetchStats { after_clusters, wait_ms, ..PrefetchStats::default() };
+            stats.account(&before, &prefetched, &needed, &late);
+            stats
+        });
+        let maxsim = needed.iter().map(|id| score_of(id, &[&before, &prefetched, &late])).collect();
+        let mut io = before.io;
+        io += prefetched.io;
+        io += late.io;
+        Ok(Reranked { maxsim, io, prefetch })
     }
 
     /// The default hybrid search's first-stage candidates — the first `n` of BM25, joined by the

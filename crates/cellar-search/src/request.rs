@@ -98,10 +98,12 @@ pub struct SearchRequest {
     /// Rescore the IVF shortlist with full-precision vectors: true or false.
     #[cfg_attr(feature = "cli", arg(long))]
     pub rescore: Option<bool>,
-    /// Read likely candidates' token records while the IVF probe runs: true or false.
+    /// Read likely candidates' token records while the dense first stage runs (the IVF's probe;
+    /// in dense mode, the token stage's lists): true or false.
     #[cfg_attr(feature = "cli", arg(long))]
     pub prefetch: Option<bool>,
-    /// Fraction of nprobe probed before the prefetch starts, in (0, 1].
+    /// Fraction of nprobe probed (the IVF) or of the postings scored (the token stage) before
+    /// the prefetch starts, in (0, 1].
     #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0))]
     #[cfg_attr(feature = "cli", arg(long))]
     pub prefetch_step: Option<f32>,

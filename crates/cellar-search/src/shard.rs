@@ -202,7 +202,7 @@ impl Index {
         };
         if let (Some(depth), Some(tokens)) = (depth, params.tokens) {
             let (hits, stats) =
-                self.token_candidates(&query.store_tokens, allowed.map(|a| &**a), tokens.query(depth))?;
+                self.token_candidates(&query.store_tokens, allowed.map(|a| &**a), tokens.query(depth), None)?;
             out.io = IoReport::from(stage_reads(stats.read_calls, stats.bytes_read));
             out.dense = Some(shard_list(hits));
         } else if let (Some(depth), Some(ivf)) = (depth, params.ivf) {

@@ -52,6 +52,14 @@ impl TopK {
         }
     }
 
+    /// The best `n` kept so far, best first (the selection goes on).
+    pub fn best(&self, n: usize) -> Vec<Scored> {
+        let mut out: Vec<Scored> = self.heap.iter().map(|e| e.0).collect();
+        out.sort_by(better);
+        out.truncate(n);
+        out
+    }
+
     /// The kept entries, best first.
     pub fn into_sorted(self) -> Vec<Scored> {
         let mut out: Vec<Scored> = self.heap.into_iter().map(|e| e.0).collect();
@@ -79,6 +87,7 @@ mod tests {
             let mut expected = all.clone();
             expected.sort_by(better);
             expected.truncate(k);
+            assert_eq!(top.best(3), expected[..3.min(k)], "k {k}: best 3");
             assert_eq!(top.into_sorted(), expected, "k {k}");
         }
     }

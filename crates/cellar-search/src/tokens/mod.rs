@@ -219,6 +219,22 @@ pub struct TokenQuery {
 /// cache miss per posting over a table as large as the index (at 12 bytes, 768 KiB).
 const WINDOW_DOCS: u32 = 1 << 16;
 
+/// Dense mode's prefetch over the token stage when a request does not say (`prefetch`), and
+/// the share of the postings scored before it starts (`prefetch_step`).
+pub const PREFETCH: bool = false;
+pub const PREFETCH_STEP: f32 = 0.5;
+
+/// What a search asks of the stage while it runs: once the windows taken hold `step` of the
+/// postings, the best documents so far go to `take`, so their records can be read while the
+/// rest of the lists is scored (ESPN's prefetch). Every document of those windows has its final
+/// score; so many of the final best `wanted` are expected among them as the share of the
+/// postings taken, and that many of the best so far are handed over.
+pub struct EarlyGuess<'a> {
+    pub step: f32,
+    pub wanted: usize,
+    pub take: &'a mut dyn FnMut(Vec<Scored>),
+}
+
 /// Per-thread accumulators of one window, reused by every search of the thread.
 #[derive(Default)]
 struct Scratch {
@@ -438,7 +454,9 @@ impl TokenStage {
 
     /// The `depth` best documents for the query `tokens` (store space, row after row) by the
     /// stage's approximate score; `skip(id)` leaves out deleted or filtered documents (called
-    /// only when `restricted`). Written documents must have been caught up to `end`.
+    /// only when `restricted`). Written documents must have been caught up to `end`. `early`,
+    /// when given, is handed the best so far once its step of the postings is scored.
+    #[allow(clippy::too_many_arguments)]
     pub fn candidates(
         &self,
         isa: Isa,
@@ -447,6 +465,7 @@ impl TokenStage {
         end: u32,
         restricted: bool,
         skip: &dyn Fn(u32) -> bool,
+        mut early: Option<EarlyGuess<'_>>,
     ) -> Result<(Vec<Scored>, TokenStats)> {
         let start = Instant::now();
         let mut stats = TokenStats::default();
@@ -531,6 +550,7 @@ impl TokenStage {
             let Scratch { acc, touched } = &mut *s;
             acc.resize(WINDOW_DOCS as usize, Acc::default());
             let mut top = TopK::new(query.depth);
+            let (total, mut taken) = (runs.iter().map(|r| r.ids.len() as u64).sum::<u64>().max(1), 0u64);
             // Window after window of ids, skipping those no list reaches.
             while let Some(first) = runs.iter().filter_map(|r| r.ids.get(r.at)).min() {
                 let low = first - first % WINDOW_DOCS;
@@ -543,6 +563,7 @@ impl TokenStage {
                         }
                         let k = run.at;
                         run.at += 1;
+                        taken += 1;
                         if restricted && skip(id) {
                             continue;
                         }
@@ -568,6 +589,10 @@ impl TokenStage {
                     *a = Acc::default();
                 }
                 touched.clear();
+                let share = taken as f64 / total as f64;
+                if let Some(guess) = early.take_if(|g| share >= f64::from(g.step)) {
+                    (guess.take)(top.best((share * guess.wanted as f64).ceil() as usize));
+                }
             }
             top.into_sorted()
         });

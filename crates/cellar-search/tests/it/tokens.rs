@@ -11,9 +11,10 @@ use cellar_core::kernels::Isa;
 use cellar_core::CellarError;
 use cellar_search::filter::Filter;
 use cellar_search::mode::DenseStage;
+use cellar_search::scored::Scored;
 use cellar_search::tokens::{
-    build_tokens, codes, TokenQuery, TokenStage, TokensBuildOptions, TokensBuildReport, TokensConfig,
-    TOKENS_CONFIG_FILE, TOKENS_DIR,
+    build_tokens, codes, EarlyGuess, TokenQuery, TokenStage, TokensBuildOptions, TokensBuildReport,
+    TokensConfig, TOKENS_CONFIG_FILE, TOKENS_DIR,
 };
 use cellar_search::{
     BuildOptions, DocIn, EmbeddedDoc, Index, Mode, OpenOptions, QueryVectorsIn, SearchRequest, WriteOp,
@@ -194,6 +195,7 @@ fn candidates_are_the_brute_force_scores_of_the_same_rule_with_every_reader() {
                     DOCS as u32,
                     false,
                     &|_| false,
+                    None,
                 )
                 .unwrap();
             assert_eq!(found.len(), expected.len(), "{kind:?} nprobe {nprobe}: documents met");
@@ -203,19 +205,25 @@ fn candidates_are_the_brute_force_scores_of_the_same_rule_with_every_reader() {
                 assert!((s.score - want).abs() < 1e-4, "{kind:?} doc {}: {} against {want}", s.id.0, s.score);
             }
             assert!(found.windows(2).all(|w| w[0].score >= w[1].score), "best first");
-            // Met documents few beside the ids (a large index, a narrow query) are settled from
-            // the list of met ones, not by a scan of every accumulator: the same answer.
-            let (sparse, _) = stage
+            // Ids far beyond the documents met (many windows, most empty): the same answer. And
+            // a guess asked for hands over the best so far once, here when the one window that
+            // holds documents is done: the final best.
+            let mut guesses = Vec::new();
+            let mut take = |guess: Vec<Scored>| guesses.push(guess);
+            let early = EarlyGuess { step: 0.5, wanted: 5, take: &mut take };
+            let (far, _) = stage
                 .candidates(
                     isa,
                     &query,
                     TokenQuery { nprobe, route, depth: DOCS },
-                    64 * DOCS as u32,
+                    1 << 20,
                     false,
                     &|_| false,
+                    Some(early),
                 )
                 .unwrap();
-            assert_eq!(sparse, found, "{kind:?} nprobe {nprobe}: settled from the met list");
+            assert_eq!(far, found, "{kind:?} nprobe {nprobe}: ids up to 2^20");
+            assert_eq!(guesses, [found[..5.min(found.len())].to_vec()]);
             // Skipped documents are left out, the others keep their scores.
             let (kept, _) = stage
                 .candidates(
@@ -225,6 +233,7 @@ fn candidates_are_the_brute_force_scores_of_the_same_rule_with_every_reader() {
                     DOCS as u32,
                     true,
                     &|id| id % 2 == 0,
+                    None,
                 )
                 .unwrap();
             assert_eq!(kept.len(), expected.iter().filter(|(d, _)| !d.is_multiple_of(2)).count());
@@ -310,6 +319,27 @@ fn dense_depth_is_half_a_percent_of_the_documents_from_200_to_1000_unless_set() 
     let index = Index::open(&dir, OpenOptions::default()).unwrap();
     let params = index.search(dense(&query_of(3), 10)).unwrap().params;
     assert_eq!((params.candidates, params.rerank_k), (300, 300));
+}
+
+#[test]
+fn dense_mode_prefetches_through_the_token_stage_and_ranks_the_same() {
+    for kind in ReaderKind::ALL {
+        let options = OpenOptions { reader: kind, ..OpenOptions::default() };
+        let index = Index::open(&built().dir, options).unwrap();
+        let plain = index.search(dense(&query_of(7), 10)).unwrap();
+        assert!(plain.prefetch.is_none(), "off by default");
+        let asked =
+            SearchRequest { prefetch: Some(true), prefetch_step: Some(0.3), ..dense(&query_of(7), 10) };
+        let prefetched = index.search(asked).unwrap();
+        let ids = |r: &cellar_search::SearchResponse| r.hits.iter().map(|h| h.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&prefetched), ids(&plain), "{kind:?}");
+        let stats = prefetched.prefetch.expect("prefetch stats");
+        assert!(stats.needed > 0 && stats.needed <= prefetched.params.rerank_k, "{stats:?}");
+        assert!(stats.prefetched > 0 && stats.hits > 0, "{kind:?}: {stats:?}");
+        assert_eq!(stats.hits + stats.misses_read, stats.needed, "{kind:?}: {stats:?}");
+        let bad = SearchRequest { prefetch_step: Some(0.0), ..dense(&query_of(7), 10) };
+        assert!(index.search(bad).unwrap_err().to_string().contains("prefetch_step"));
+    }
 }
 
 #[test]
@@ -522,7 +552,8 @@ fn a_retrain_takes_written_documents_into_its_lists_and_drops_deleted_ones() {
         TokenStage::open(&dir, DOCS as u64, DIM, &ReaderOptions::new(ReaderKind::Mmap)).unwrap().unwrap();
     let query = TokenQuery { nprobe: 64, route: stage.config().groups, depth: DOCS + n_written };
     let end = (DOCS + n_written) as u32;
-    let (found, _) = stage.candidates(Isa::detected(), &queries[2], query, end, false, &|_| false).unwrap();
+    let (found, _) =
+        stage.candidates(Isa::detected(), &queries[2], query, end, false, &|_| false, None).unwrap();
     assert!(found.iter().any(|s| s.id.0 == (DOCS + 5) as u32), "the written document is in the lists");
     assert!(found.iter().all(|s| ![0, 7, 14, 21, 28].contains(&s.id.0)), "no deleted document is");
     drop(index);
@@ -675,6 +706,7 @@ fn golden_token_stage_is_reproduced_byte_for_byte_and_read() {
                 DOCS as u32,
                 false,
                 &|_| false,
+                None,
             )
             .unwrap();
         assert!(found.iter().any(|s| s.id.0 == 5), "{kind:?}: a query near document 5 finds it: {found:?}");
