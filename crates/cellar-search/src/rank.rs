@@ -9,8 +9,9 @@
 //! - every read goes through the pipeline of `reads` (chunks read on an I/O thread, each scored
 //!   as it arrives); `timings.read_hidden_ms` adds up the read time it overlapped with other work;
 //! - dense-exact: a scan of the pooled vectors in RAM; ivf: the IVF alone;
-//! - dense, hybrid with `hybrid_candidates` > 0: the IVF probe (joined with BM25 for hybrid),
-//!   with the prefetcher reading the likely candidates' records while the probe runs;
+//! - dense, hybrid with `hybrid_candidates` > 0: the IVF probe or the token stage (joined with
+//!   BM25 for hybrid), with the prefetcher reading the likely candidates' records while the
+//!   first stage runs (the token stage's in dense mode only);
 //! - under a filter, every first stage takes only the matching documents ([`Searchable`]), and
 //!   a filter that matched at most `filter_exact_max` documents skips the first stage: every
 //!   match is read and scored (`rank_matches`), so a selective filter loses nothing.
