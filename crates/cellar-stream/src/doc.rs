@@ -3,8 +3,6 @@
 //! stored as f16 (the index's codec), so a value beyond its range is refused, not stored as
 //! infinity.
 
-use std::borrow::Cow;
-
 use cellar_core::codec::first_beyond_f16;
 use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, Result};
@@ -22,15 +20,17 @@ fn invalid(message: String) -> CellarError {
     CellarError::InvalidInput(message)
 }
 
-/// Stored vectors are f16: a value beyond its range would be stored as infinity.
-fn check_finite(what: &str, values: &[f32]) -> Result<()> {
+/// Stored vectors are f16: a value beyond its range would be stored as infinity. `values` are
+/// the ones from value `first` of `what` on (errors name a value by its place in the whole).
+fn check_finite(what: &str, values: &[f32], first: usize) -> Result<()> {
     match first_beyond_f16(values) {
         Some(i) if values[i].is_finite() => Err(invalid(format!(
-            "{what}: value {i} ({}) is outside the range of the f16 vectors a stream stores (+-{})",
+            "{what}: value {} ({}) is outside the range of the f16 vectors a stream stores (+-{})",
+            first + i,
             values[i],
             half::f16::MAX
         ))),
-        Some(i) => Err(invalid(format!("{what}: value {i} is not finite"))),
+        Some(i) => Err(invalid(format!("{what}: value {} is not finite", first + i))),
         None => Ok(()),
     }
 }
@@ -41,21 +41,17 @@ pub fn mean_or_zero(tokens: &[f32], dim: usize) -> Vec<f32> {
     mean_normalized(tokens, dim).unwrap_or_else(|| vec![0.0; dim])
 }
 
-/// A document's token vectors (`n * dim` values) and its pooled vector, if it gives one.
-type Flat<'a> = (Cow<'a, [f32]>, Option<Cow<'a, [f32]>>);
-
-/// Vectors checked against `dim` (at most `max_rows` token rows; `field` names them in errors):
-/// JSON rows are read in place, the base64 forms decoded (`cellar_search::plan::flatten`). A
-/// document's and a search's alike.
-pub(crate) fn flat_vectors<'a>(
-    vectors: &'a QueryVectorsIn,
-    dim: usize,
-    field: &str,
-    max_rows: usize,
-) -> Result<Flat<'a>> {
+/// Checks a document's vectors against `dim` (at most `max_rows` token rows; `field` names them
+/// in errors) and the range of f16, and returns its token count: JSON rows are checked in place,
+/// row by row (nothing copied), the base64 forms decoded (`cellar_search::plan::flatten`).
+fn check_vectors(vectors: &QueryVectorsIn, dim: usize, field: &str, max_rows: usize) -> Result<usize> {
     if vectors.tokens_b64.is_some() || vectors.pooled_b64.is_some() {
         let flat = flatten(vectors.clone(), dim, field, max_rows)?;
-        return Ok((Cow::Owned(flat.tokens), flat.pooled.map(Cow::Owned)));
+        check_finite("token vectors", &flat.tokens, 0)?;
+        if let Some(pooled) = &flat.pooled {
+            check_finite("pooled vector", pooled, 0)?;
+        }
+        return Ok(flat.tokens.len() / dim.max(1));
     }
     if let Some(row) = vectors.tokens.iter().find(|row| row.len() != dim) {
         return Err(CellarError::WrongDimension { expected: dim, received: row.len() });
@@ -69,11 +65,13 @@ pub(crate) fn flat_vectors<'a>(
             vectors.tokens.len()
         )));
     }
-    let tokens = match vectors.tokens.as_slice() {
-        [one] => Cow::Borrowed(one.as_slice()),
-        rows => Cow::Owned(rows.concat()),
-    };
-    Ok((tokens, vectors.pooled.as_deref().map(Cow::Borrowed)))
+    for (r, row) in vectors.tokens.iter().enumerate() {
+        check_finite("token vectors", row, r * dim)?;
+    }
+    if let Some(pooled) = &vectors.pooled {
+        check_finite("pooled vector", pooled, 0)?;
+    }
+    Ok(vectors.tokens.len())
 }
 
 /// A collection's dimension: 1 to [`MAX_DIM`].
@@ -96,14 +94,9 @@ pub fn check_doc(doc: &DocIn, dim: usize, at: &str) -> Result<()> {
         return Err(invalid(format!("{at}.title: a stream stores no title: put it in the text")));
     }
     let vectors = doc.vectors.as_ref().ok_or_else(|| invalid(format!("{at}: no vectors")))?;
-    let (tokens, pooled) = flat_vectors(vectors, dim, &format!("{at}.vectors"), MAX_TOKENS_PER_DOC)?;
-    let n_tokens = tokens.len() / dim.max(1);
+    let n_tokens = check_vectors(vectors, dim, &format!("{at}.vectors"), MAX_TOKENS_PER_DOC)?;
     if n_tokens == 0 {
         return Err(invalid(format!("{at}: the document has no token vectors")));
-    }
-    check_finite("token vectors", &tokens)?;
-    if let Some(pooled) = &pooled {
-        check_finite("pooled vector", pooled)?;
     }
     let meta: usize = doc.metadata.0.iter().map(|(k, v)| 2 + k.len() + 1 + meta_value_len(v)).sum();
     let size = group.len() + doc.id.len() + doc.text.len() + 2 * dim * (n_tokens + 1) + meta;
@@ -145,18 +138,36 @@ mod tests {
         ];
         for v in edges.into_iter().flat_map(|v| [v, -v]) {
             let stored = half::f16::from_f32(v).is_finite();
-            assert_eq!(check_finite("v", &[0.5, v]).is_ok(), stored, "{v}");
+            assert_eq!(check_finite("v", &[0.5, v], 0).is_ok(), stored, "{v}");
         }
         // The first bad value is named wherever it lies (a later block's too).
         let mut long = vec![0.25f32; 200];
         long[130] = 1e6;
         long[190] = f32::NAN;
-        let err = check_finite("token vectors", &long).unwrap_err().to_string();
+        let err = check_finite("token vectors", &long, 0).unwrap_err().to_string();
         assert!(err.contains("value 130 (1000000)"), "{err}");
         long[130] = 0.0;
-        assert!(check_finite("token vectors", &long)
+        assert!(check_finite("token vectors", &long, 0)
             .unwrap_err()
             .to_string()
             .contains("value 190 is not finite"));
+    }
+
+    #[test]
+    fn rows_are_checked_in_place_and_a_bad_value_named_by_its_place_in_the_document() {
+        let mut rows = vec![vec![0.5f32; 4]; 3];
+        let given = |rows: &Vec<Vec<f32>>| QueryVectorsIn { tokens: rows.clone(), ..Default::default() };
+        assert_eq!(check_vectors(&given(&rows), 4, "v", 10).unwrap(), 3);
+        rows[2][1] = 1e9;
+        let err = check_vectors(&given(&rows), 4, "v", 10).unwrap_err().to_string();
+        assert!(err.contains("token vectors: value 9 (1000000000)"), "{err}");
+        rows[2][1] = 0.5;
+        rows[1].push(0.5);
+        assert!(matches!(
+            check_vectors(&given(&rows), 4, "v", 10),
+            Err(CellarError::WrongDimension { expected: 4, received: 5 })
+        ));
+        rows[1].pop();
+        assert!(check_vectors(&given(&rows), 4, "v", 2).unwrap_err().to_string().contains("3 token vectors"));
     }
 }
