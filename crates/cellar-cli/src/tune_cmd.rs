@@ -119,9 +119,25 @@ pub fn run(args: TuneArgs) -> Result<()> {
             }
         }
     }
+    if let Some(depth) = &report.token_depth {
+        print_timed("depth (dense, token stage)", &depth.points, args.split.as_str());
+        match &depth.chosen {
+            Some(chosen) => println!(
+                "token stage depth chosen: {} re-ranked -> nDCG@10 {:.4}, P95 {:.1} ms",
+                chosen.value, chosen.metrics.ndcg_at_10, chosen.p95_ms
+            ),
+            None => {
+                println!("token stage: no depth keeps P95 within the bound; its default is left as it is")
+            }
+        }
+    }
     if !args.dry_run {
-        if let Some(chosen) = report.tokens.as_ref().and_then(|t| t.chosen.as_ref()) {
-            index.save_token_nprobe(chosen.value)?;
+        let chosen = |t: &Option<cellar_search::tune::TokenTune>| {
+            t.as_ref().and_then(|t| t.chosen.as_ref()).map(|c| c.value)
+        };
+        let (nprobe, depth) = (chosen(&report.tokens), chosen(&report.token_depth));
+        if nprobe.is_some() || depth.is_some() {
+            index.save_token_defaults(nprobe, depth)?;
         }
         index.save_defaults(report.defaults)?;
         println!("saved as the defaults of {}", args.index.display());

@@ -82,6 +82,14 @@ fn tune_holds_the_choice_to_a_p95_bound_and_tunes_the_token_stage() {
         .unwrap_or_else(|| panic!("no chosen nprobe in:\n{stdout}"));
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&tokens_json).unwrap()).unwrap();
     assert_eq!(saved["search"]["nprobe"], chosen, "the chosen nprobe is the token stage's default");
+    assert!(stdout.contains("| depth (dense, token stage) |"), "{stdout}");
+    let depth: usize = stdout
+        .split("token stage depth chosen: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no chosen depth in:\n{stdout}"));
+    assert_eq!(saved["search"]["depth"], depth, "the chosen depth is the token stage's default");
     let config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(index.join("index.json")).unwrap()).unwrap();
     assert!(config["search"]["tuned"]["qrels"].as_str().unwrap().ends_with("train.tsv"), "{config}");
@@ -98,8 +106,8 @@ fn tune_holds_the_choice_to_a_p95_bound_and_tunes_the_token_stage() {
     assert!(text(&out.stdout).contains("(ids below 9)"), "{}", text(&out.stdout));
     let retrained: serde_json::Value = serde_json::from_slice(&std::fs::read(&tokens_json).unwrap()).unwrap();
     assert_eq!(
-        (retrained["docs"].as_u64(), &retrained["search"]["nprobe"]),
-        (Some(9), &saved["search"]["nprobe"])
+        (retrained["docs"].as_u64(), &retrained["search"]["nprobe"], &retrained["search"]["depth"]),
+        (Some(9), &saved["search"]["nprobe"], &saved["search"]["depth"])
     );
     let out =
         cellar(&["search", "--index", index_s, "kelp forests in cold seas", "--mode", "dense", "--json"]);

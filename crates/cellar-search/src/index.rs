@@ -369,13 +369,15 @@ impl Index {
         self.config.save(&self.dir)
     }
 
-    /// Saves `nprobe` as the token stage's default (`tokens/tokens.json`; `cellar tune`). Searches
-    /// of this handle keep the one it opened with; the next open takes it.
-    pub fn save_token_nprobe(&self, nprobe: usize) -> Result<()> {
+    /// Saves `nprobe` and `depth`, where given, as the token stage's defaults
+    /// (`tokens/tokens.json`; `cellar tune`). Searches of this handle keep the ones it opened
+    /// with; the next open takes them.
+    pub fn save_token_defaults(&self, nprobe: Option<usize>, depth: Option<usize>) -> Result<()> {
         let Some(mut config) = crate::tokens::TokensConfig::load(&self.dir)? else {
             return Err(CellarError::invalid("this index has no token stage to tune"));
         };
-        config.search.nprobe = nprobe;
+        config.search.nprobe = nprobe.unwrap_or(config.search.nprobe);
+        config.search.depth = depth.or(config.search.depth);
         config.save(&crate::tokens::TokensConfig::dir(&self.dir))
     }
 }

@@ -1,7 +1,7 @@
 //! `cellar tune`: sweeps the fusion method, alpha and rerank_k on a development split (or, with
 //! `--cv K`, cross-validates the choice on the only split there is) and keeps the cheapest point
 //! within `epsilon` of the best. An index with a token stage also has its `nprobe` swept in the
-//! dense mode. With a latency bound (`--p95-ms X`), each setting's single-query P95 on the split
+//! dense mode, then its depth (the documents dense mode re-ranks) at that nprobe. With a latency bound (`--p95-ms X`), each setting's single-query P95 on the split
 //! (encoding included) is measured, and the best quality within X is kept instead.
 //!
 //! Each query's BM25 candidates and their MaxSim scores are computed once; every (alpha,
@@ -61,12 +61,14 @@ pub struct TuneOptions {
 
 /// nprobe values tried for the token stage (those up to its leaves).
 pub const TOKEN_NPROBE_GRID: [usize; 5] = [8, 16, 32, 64, 128];
+/// Depths tried for dense mode over the token stage (its documents re-ranked with MaxSim).
+pub const TOKEN_DEPTH_GRID: [usize; 5] = [100, 200, 500, 1000, 2000];
 
 /// One setting run over every query: its quality and its single-query latency (encoding and
 /// search, one query at a time; the text of the hits is not fetched).
 #[derive(Clone, Debug, Serialize)]
 pub struct TimedPoint {
-    /// What the sweep varies: `rerank_k` (hybrid) or `nprobe` (the token stage).
+    /// What the sweep varies: `rerank_k` (hybrid), `nprobe` or `depth` (the token stage).
     pub value: usize,
     pub metrics: Metrics,
     pub p50_ms: f64,
@@ -98,8 +100,10 @@ pub struct TuneReport {
     /// (hybrid, with that rerank_k's best fusion and alpha).
     pub p95_limit_ms: Option<f64>,
     pub latency: Vec<TimedPoint>,
-    /// The token stage's sweep, when the index has one.
+    /// The token stage's nprobe sweep, when the index has one.
     pub tokens: Option<TokenTune>,
+    /// Then its depth's (dense mode's candidates and rerank_k), at the nprobe chosen.
+    pub token_depth: Option<TokenTune>,
 }
 
 /// A k-fold cross-validated estimate of tuning.
@@ -261,9 +265,15 @@ pub fn tune(
             .ok_or_else(|| over_limit("hybrid rerank_k", &latency, limit))?
             .clone();
     }
-    let tokens = match index.current_tokens() {
-        Some(stage) => Some(tune_tokens(&timed, stage.config().leaves, epsilon, p95_limit_ms)?),
-        None => None,
+    let (tokens, token_depth) = match index.current_tokens() {
+        Some(stage) => {
+            let config = stage.config();
+            let nprobe = tune_tokens(&timed, config.leaves, epsilon, p95_limit_ms)?;
+            let at = nprobe.chosen.as_ref().map_or(config.search.nprobe, |c| c.value);
+            let depth = tune_token_depth(&timed, at, epsilon, p95_limit_ms)?;
+            (Some(nprobe), Some(depth))
+        }
+        None => (None, None),
     };
     let defaults = SearchDefaults {
         mode: Mode::Hybrid,
@@ -280,7 +290,7 @@ pub fn tune(
             cv: cv.as_ref().map(|c| CvRecord { folds: c.folds, value: c.metrics.ndcg_at_10 }),
         }),
     };
-    Ok(TuneReport { points, best, top, epsilon, cv, defaults, p95_limit_ms, latency, tokens })
+    Ok(TuneReport { points, best, top, epsilon, cv, defaults, p95_limit_ms, latency, tokens, token_depth })
 }
 
 /// The highest nDCG@10 at `rerank_k` (its fusion and alpha).
@@ -331,22 +341,41 @@ impl Timed<'_> {
     }
 }
 
-/// The token stage's nprobe: each of [`TOKEN_NPROBE_GRID`] up to `leaves`, dense mode. Chosen:
-/// with a bound, the best nDCG@10 whose P95 is within it (none when none is); without, the
-/// smallest nprobe within `epsilon` of the best.
+/// The token stage's nprobe: each of [`TOKEN_NPROBE_GRID`] up to `leaves` (all the leaves when
+/// there are fewer), dense mode.
 fn tune_tokens(timed: &Timed<'_>, leaves: usize, epsilon: f64, limit: Option<f64>) -> Result<TokenTune> {
+    let mut grid: Vec<usize> = TOKEN_NPROBE_GRID.into_iter().filter(|n| *n <= leaves).collect();
+    if grid.is_empty() {
+        grid.push(leaves);
+    }
+    sweep_tokens(timed, &grid, epsilon, limit, |request, nprobe| request.nprobe = Some(nprobe))
+}
+
+/// Dense mode's depth over the token stage at `nprobe`: each of [`TOKEN_DEPTH_GRID`].
+fn tune_token_depth(timed: &Timed<'_>, nprobe: usize, epsilon: f64, limit: Option<f64>) -> Result<TokenTune> {
+    sweep_tokens(timed, &TOKEN_DEPTH_GRID, epsilon, limit, |request, depth| {
+        (request.nprobe, request.candidates, request.rerank_k) = (Some(nprobe), Some(depth), Some(depth));
+    })
+}
+
+/// Dense mode through the token stage at each value of `grid` (`set` puts it in the request).
+/// Chosen: with a bound, the best nDCG@10 whose P95 is within it (none when none is); without,
+/// the smallest value within `epsilon` of the best.
+fn sweep_tokens(
+    timed: &Timed<'_>,
+    grid: &[usize],
+    epsilon: f64,
+    limit: Option<f64>,
+    set: impl Fn(&mut SearchRequest, usize),
+) -> Result<TokenTune> {
     let mut points = Vec::new();
-    for nprobe in TOKEN_NPROBE_GRID.into_iter().filter(|n| *n <= leaves) {
+    for &value in grid {
         let mut request = SearchRequest::new("", Mode::Dense).with_k(EVAL_DEPTH);
-        (request.dense_stage, request.nprobe) = (Some(DenseStage::Tokens), Some(nprobe));
-        points.push(timed.run(&request, nprobe)?);
+        request.dense_stage = Some(DenseStage::Tokens);
+        set(&mut request, value);
+        points.push(timed.run(&request, value)?);
     }
-    if points.is_empty() {
-        let mut request = SearchRequest::new("", Mode::Dense).with_k(EVAL_DEPTH);
-        (request.dense_stage, request.nprobe) = (Some(DenseStage::Tokens), Some(leaves));
-        points.push(timed.run(&request, leaves)?);
-    }
-    // Highest nDCG@10; on ties the smaller nprobe.
+    // Highest nDCG@10; on ties the smaller value.
     let best = |a: &&TimedPoint, b: &&TimedPoint| {
         a.metrics.ndcg_at_10.total_cmp(&b.metrics.ndcg_at_10).then(b.value.cmp(&a.value))
     };
