@@ -74,21 +74,16 @@ fn tune_holds_the_choice_to_a_p95_bound_and_tunes_the_token_stage() {
     {
         assert!(stdout.contains(says), "{says} missing from:\n{stdout}");
     }
-    let chosen: usize = stdout
-        .split("token stage chosen (best nDCG@10 with P95 within 100000 ms): nprobe ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no chosen nprobe in:\n{stdout}"));
+    // The number printed right after `said`.
+    let number_after = |said: &str| -> usize {
+        let rest = stdout.split(said).nth(1).unwrap_or_else(|| panic!("no {said:?} in:\n{stdout}"));
+        rest.split_whitespace().next().and_then(|n| n.parse().ok()).expect("a number")
+    };
+    let chosen = number_after("token stage chosen (best nDCG@10 with P95 within 100000 ms): nprobe ");
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&tokens_json).unwrap()).unwrap();
     assert_eq!(saved["search"]["nprobe"], chosen, "the chosen nprobe is the token stage's default");
     assert!(stdout.contains("| depth (dense, token stage) |"), "{stdout}");
-    let depth: usize = stdout
-        .split("token stage depth chosen: ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no chosen depth in:\n{stdout}"));
+    let depth = number_after("token stage depth chosen: ");
     assert_eq!(saved["search"]["depth"], depth, "the chosen depth is the token stage's default");
     let config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(index.join("index.json")).unwrap()).unwrap();
