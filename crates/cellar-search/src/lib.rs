@@ -58,6 +58,7 @@ pub mod scored;
 pub mod search;
 pub mod shard;
 pub mod splade;
+pub mod stages;
 pub mod texts;
 pub mod tokens;
 pub mod topk;

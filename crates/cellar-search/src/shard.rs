@@ -35,10 +35,11 @@ use crate::index::Index;
 use crate::mode::{Lexical, Mode};
 use crate::params::SearchParams;
 use crate::query::QueryEncoding;
-use crate::rank::{first_stage, ranks_count_exactly, stage_reads, Searchable};
+use crate::rank::ranks_count_exactly;
 use crate::request::{QueryVectorsIn, SearchRequest, VectorDtype};
 use crate::scored::{better, Scored};
 use crate::search::{FilterReport, Hit, IoReport, SearchResponse, Timings};
+use crate::stages::{first_stage, stage_reads, Searchable};
 
 /// One candidate of a shard's list: the shard's internal id and its raw first-stage score.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
