@@ -67,6 +67,21 @@ impl Reads {
     pub(crate) fn covered(&self) -> HashSet<DocId> {
         self.ids.iter().chain(&self.live).copied().collect()
     }
+
+    /// Hands each chunk to `score` as it arrives, until the I/O thread is done (or a read
+    /// failed); the time waited for chunks goes to `out.wait_ms`.
+    fn each_chunk(
+        &self,
+        out: &mut ScoredRecords,
+        mut score: impl FnMut(Chunk, &mut ScoredRecords),
+    ) -> Result<()> {
+        loop {
+            let wait_start = Instant::now();
+            let Ok(chunk) = waiting_on_io(|| self.chunks.recv()) else { return Ok(()) };
+            out.wait_ms += ms_since(wait_start);
+            score(chunk?, out);
+        }
+    }
 }
 
 impl Index {
@@ -103,12 +118,7 @@ impl Index {
     pub(crate) fn score_reads(&self, query: &PreparedQuery, reads: Reads) -> Result<ScoredRecords> {
         let mut out =
             ScoredRecords { scores: HashMap::with_capacity(reads.ids.len()), ..ScoredRecords::default() };
-        loop {
-            let wait_start = Instant::now();
-            let Ok(chunk) = waiting_on_io(|| reads.chunks.recv()) else { break };
-            out.wait_ms += ms_since(wait_start);
-            self.score_chunk(query, &reads.ids, chunk?, &mut out);
-        }
+        reads.each_chunk(&mut out, |chunk, out| self.score_chunk(query, &reads.ids, chunk, out))?;
         self.score_live(query, &reads.live, &mut out)?;
         Ok(out)
     }
@@ -220,13 +230,7 @@ impl Index {
         if chunks.len() >= SEGMENT_THREAD_CHUNKS && store.reader_kind() != ReaderKind::Ram {
             std::thread::scope(|scope| -> Result<()> {
                 let ahead = (AHEAD_BYTES / chunk_bytes).max(1);
-                let reads = spawn_reads(scope, store, locals.into(), chunks, ahead)?;
-                loop {
-                    let wait_start = Instant::now();
-                    let Ok(chunk) = waiting_on_io(|| reads.chunks.recv()) else { return Ok(()) };
-                    out.wait_ms += ms_since(wait_start);
-                    score(chunk?, out);
-                }
+                spawn_reads(scope, store, locals.into(), chunks, ahead)?.each_chunk(out, &mut score)
             })?;
         } else {
             for range in chunks {

@@ -74,14 +74,12 @@ impl SegmentWriter {
             std::fs::remove_dir_all(&tmp).at(&tmp)?;
         }
         std::fs::create_dir_all(&tmp).at(&tmp)?;
+        let store = StoreWriter::create(&tmp.join(VECTORS_DIR), codec, false)?;
         Ok(SegmentWriter {
             live: live.to_path_buf(),
             name: name.to_string(),
             // A grouped segment is read a group's run at a time: its records are packed.
-            store: match grouped {
-                true => StoreWriter::create(&tmp.join(VECTORS_DIR), codec, false)?.packed(),
-                false => StoreWriter::create(&tmp.join(VECTORS_DIR), codec, false)?,
-            },
+            store: if grouped { store.packed() } else { store },
             pooled: PooledWriter::create(&tmp, model_dim)?,
             texts: TextsWriter::create(&tmp)?,
             tmp,
