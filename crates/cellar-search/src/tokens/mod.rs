@@ -239,13 +239,16 @@ pub struct EarlyGuess<'a> {
 #[derive(Default)]
 struct Scratch {
     acc: Vec<Acc>,
-    /// Documents of the window met, in the order first met.
+    /// Documents of the window met, in the order first met: the first `met` entries (written
+    /// at every posting, kept only for a document's first).
     touched: Vec<u32>,
 }
 
 /// A document's running score: `gain` summed over the query tokens settled so far, `best` its
 /// best estimate for the query token `token - 1` (0: not met yet), settled (its excess over
 /// that token's imputed floor added to `gain`) when a later token meets it or at the end.
+/// `floors[t]` is query token `t - 1`'s floor, `floors[0]` = 0: a document not met settles to
+/// 0, so a posting updates its accumulator without a branch on what it held.
 #[derive(Clone, Copy, Default)]
 struct Acc {
     gain: f32,
@@ -256,7 +259,7 @@ struct Acc {
 impl Acc {
     #[inline]
     fn settled(&self, floors: &[f32]) -> f32 {
-        self.gain + (self.best - floors[self.token as usize - 1]).max(0.0)
+        self.gain + (self.best - floors[self.token as usize]).max(0.0)
     }
 }
 
@@ -519,7 +522,8 @@ impl TokenStage {
         }
         // Each query token's floor: the score of its last probed leaf, imputed to a document
         // without a token there.
-        let floors: Vec<f32> = probed.iter().map(|p| p.last().map_or(0.0, |l| l.1)).collect();
+        let floors: Vec<f32> =
+            std::iter::once(0.0).chain(probed.iter().map(|p| p.last().map_or(0.0, |l| l.1))).collect();
         let imputed: f32 = floors.iter().sum();
         let tables: Vec<codes::QueryTable> =
             tokens.chunks_exact(dim).take(probed.len()).map(codes::QueryTable::new).collect();
@@ -549,6 +553,10 @@ impl TokenStage {
             let mut s = cell.borrow_mut();
             let Scratch { acc, touched } = &mut *s;
             acc.resize(WINDOW_DOCS as usize, Acc::default());
+            // One more than a window's documents: a posting writes its id before it is known
+            // whether the document is new.
+            touched.resize(WINDOW_DOCS as usize + 1, 0);
+            let mut met = 0usize;
             let mut top = TopK::new(query.depth);
             let (total, mut taken) = (runs.iter().map(|r| r.ids.len() as u64).sum::<u64>().max(1), 0u64);
             // Window after window of ids, skipping those no list reaches.
@@ -569,26 +577,26 @@ impl TokenStage {
                         }
                         let code = &run.codes[k * code_bytes..(k + 1) * code_bytes];
                         let estimate = run.score + table.residual(code, run.factors.get(k));
+                        // Without a branch on what the accumulator held (whether this query
+                        // token met the document already is a coin toss for the predictor):
+                        // the same token keeps its best, another one is settled first.
                         let a = &mut acc[(id - low) as usize];
-                        if a.token == run.mark {
-                            a.best = a.best.max(estimate);
-                            continue;
-                        }
-                        if a.token == 0 {
-                            touched.push(id);
-                        } else {
-                            a.gain = a.settled(&floors);
-                        }
-                        (a.token, a.best) = (run.mark, estimate);
+                        let same = a.token == run.mark;
+                        touched[met] = id;
+                        met += usize::from(a.token == 0);
+                        let settled = a.settled(&floors);
+                        a.gain = if same { a.gain } else { settled };
+                        a.best = if same { a.best.max(estimate) } else { estimate };
+                        a.token = run.mark;
                     }
                 }
-                stats.scored += touched.len();
-                for &id in touched.iter() {
+                stats.scored += met;
+                for &id in &touched[..met] {
                     let a = &mut acc[(id - low) as usize];
                     top.push(DocId(id), imputed + a.settled(&floors));
                     *a = Acc::default();
                 }
-                touched.clear();
+                met = 0;
                 let share = taken as f64 / total as f64;
                 if let Some(guess) = early.take_if(|g| share >= f64::from(g.step)) {
                     (guess.take)(top.best((share * guess.wanted as f64).ceil() as usize));
