@@ -14,6 +14,11 @@
 # - one `cellar-bench plaid search` child per system (its own peak RSS): recall of the exact
 #   top 10/100, nDCG@10, single-query latency (one search at a time), and P95 against offered
 #   QPS (open loop, Poisson, $WORKERS serving threads). RAYON_NUM_THREADS=$THREADS for next-plaid.
+#   Cellar is searched twice: with its mmap reader (the store's pages it touches count in its
+#   RSS, as next-plaid's mapped index does in its) and with the direct reader (no page cache in
+#   its RSS; every read goes to the disk).
+# CELLAR_ONLY=1: only Cellar's two searches again, on what $WORK/<name> holds (a quiet re-run of
+# its latency), then the report.
 # Then writes $OUT.md (with $OUT.notes.md, the reading, at its end) and $OUT.json (REPORT_ONLY=1:
 # only that) from every collection of $WORK that has its results (a run of
 # one collection keeps the others' rows).
@@ -28,6 +33,7 @@ export RAYON_NUM_THREADS=$THREADS
 [ $# -gt 0 ] || set -- scifact 200k
 # REPORT_ONLY=1: only write the report from what $WORK holds.
 [ -z "${REPORT_ONLY:-}" ] || { set --; BIN=${BIN:-./target/release}; }
+ONLY=${CELLAR_ONLY:-}
 # BIN=DIR: use DIR/cellar-bench and DIR/cellar as they are (copies of release builds) instead of
 # building the checkout (whose other crates may be mid-edit).
 GIVEN_BIN=${BIN:-}
@@ -49,6 +55,11 @@ timed() { # FILE COMMAND...: /usr/bin/time -v's figures into FILE
 collection() { # NAME INDEX DATA QUERY_VECTORS MAX_QUERIES RATES
   name=$1 index=$2 data=$3 qv=$4 maxq=$5 rates=$6
   d=$WORK/$name
+  if [ -n "$ONLY" ]; then
+    search cellar
+    search cellar direct
+    return
+  fi
   echo "== $name: $index ($maxq queries, rates $rates)"
   rm -rf "$d"
   mkdir -p "$d"
@@ -72,6 +83,7 @@ collection() { # NAME INDEX DATA QUERY_VECTORS MAX_QUERIES RATES
   "$B" plaid exact --index "$d/cellar" --data "$data" --query-vectors "$qv" --max-queries "$maxq" --out "$d/reference.json"
   # Cellar is measured before next-plaid's (long) build, next-plaid after it: never beside each other.
   search cellar
+  search cellar direct
   # next-plaid takes the whole collection as f32 matrices in RAM: its build runs under a memory
   # cap of its own ($PLAID_CAP_MIB, cgroup v1, page cache counted) so that it alone fails if
   # it outgrows the machine.
@@ -80,10 +92,11 @@ collection() { # NAME INDEX DATA QUERY_VECTORS MAX_QUERIES RATES
   search next-plaid
 }
 
-search() { # SYSTEM (in collection's variables)
-  timed "$d/$1-search.time" "$B" plaid search --system "$1" --index "$d/cellar" --plaid "$d/plaid" \
+search() { # SYSTEM [READER] (in collection's variables): SYSTEM[-READER]-search.{json,time}
+  f=$1${2:+-$2}
+  timed "$d/$f-search.time" "$B" plaid search --system "$1" ${2:+--reader "$2"} --index "$d/cellar" --plaid "$d/plaid" \
     --query-vectors "$qv" --reference "$d/reference.json" --rates "$rates" --window-secs "$WINDOW" \
-    --workers "$WORKERS" --out "$d/$1-search.json" > /dev/null
+    --workers "$WORKERS" --out "$d/$f-search.json" > /dev/null
 }
 
 for c in "$@"; do
@@ -127,7 +140,8 @@ for name in names:
     d = f"{work}/{name}"
     ref = json.load(open(f"{d}/reference.json"))
     build = json.load(open(f"{d}/plaid-build.json"))
-    s = {sys_: json.load(open(f"{d}/{sys_}-search.json")) for sys_ in ("cellar", "next-plaid")}
+    s = {sys_: json.load(open(f"{d}/{sys_}-search.json")) for sys_ in ("cellar", "cellar-direct", "next-plaid")
+         if os.path.exists(f"{d}/{sys_}-search.json")}
     stage = open(f"{d}/first-stage").read().strip()
     first = timefile(f"{d}/cellar-first-stage.time")
     store = timefile(f"{d}/cellar-store.time")
@@ -144,7 +158,10 @@ for name in names:
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     cellar_build = (first["cpu_secs"] if first else 0) + (store["cpu_secs"] if store else 0)
     plaid_build = build["build_cpu_user_secs"] + build["build_cpu_sys_secs"]
-    for label, r, b in (("Cellar dense", c, cellar_build), ("next-plaid", p, plaid_build)):
+    rows = [("Cellar dense", c, cellar_build)]
+    if "cellar-direct" in s:
+        rows.append(("Cellar dense, direct reader", s["cellar-direct"], cellar_build))
+    for label, r, b in rows + [("next-plaid", p, plaid_build)]:
         q, l = r["quality"], r["single_query"]
         md.append(f"| {label} | {q['exact_top10_found']:.3f} | {q['exact_top100_found']:.3f} | {q['ndcg_at_10']:.3f} | "
                   f"{fmt(l['p50_ms'], 2)} | {fmt(l['p95_ms'], 2)} | {r['peak_rss_bytes'] / 2**20:.0f} | "
@@ -159,11 +176,14 @@ for name in names:
            f"{build['config']['nbits']}. Cellar's index bytes count every file (store, first stage, BM25, texts, pooled vectors).", "",
            "P95 (ms) against offered QPS, open loop (Poisson arrivals, latency from the due time, queueing included; "
            "`sat.`: more than 5% of the requests were still unanswered 5 s after the window; higher rates are not run):", "",
-           "| offered QPS | Cellar P95 | Cellar achieved QPS | next-plaid P95 | next-plaid achieved QPS |", "|---:|---:|---:|---:|---:|"]
-    rates = sorted({row["offered_qps"] for r in (c, p) for row in r["sweep"]})
+           ]
+    swept = [("Cellar", c)] + ([("Cellar direct", s["cellar-direct"])] if "cellar-direct" in s else []) + [("next-plaid", p)]
+    md += ["| offered QPS | " + " | ".join(f"{n} P95 | {n} achieved QPS" for n, _ in swept) + " |",
+           "|---:|" + "---:|---:|" * len(swept)]
+    rates = sorted({row["offered_qps"] for _, r in swept for row in r["sweep"]})
     for rate in rates:
         cells = []
-        for r in (c, p):
+        for _, r in swept:
             row = next((x for x in r["sweep"] if x["offered_qps"] == rate), None)
             if row is None:
                 cells += ["(not run)", "-"]

@@ -54,13 +54,17 @@ pub struct Workload {
     pub ids: Vec<String>,
 }
 
+/// How a benchmark opens an index: `reader`, and for the direct reader an emulated SSD latency
+/// per read call (`--inject-latency-us`, 32 reads in flight).
+pub fn open_options(reader: ReaderKind, inject_latency_us: Option<u64>) -> OpenOptions {
+    let inject_latency = inject_latency_us
+        .map(|us| InjectedLatency { per_read: std::time::Duration::from_micros(us), max_in_flight: 32 });
+    OpenOptions { reader, inject_latency, ..Default::default() }
+}
+
 impl QueryArgs {
     pub fn load(&self) -> Result<Workload> {
-        let inject_latency = self
-            .inject_latency_us
-            .map(|us| InjectedLatency { per_read: std::time::Duration::from_micros(us), max_in_flight: 32 });
-        let options = OpenOptions { reader: self.reader, inject_latency, ..Default::default() };
-        let index = Index::open(&self.index, options)?;
+        let index = Index::open(&self.index, open_options(self.reader, self.inject_latency_us))?;
         let collection = BeirPaths::locate(&self.data)?;
         let qrels = collection.qrels(&self.split)?;
         let mut queries = eval::judged_queries(&collection.queries()?, &qrels);

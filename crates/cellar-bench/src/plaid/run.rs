@@ -44,6 +44,13 @@ pub struct SearchArgs {
     /// next-plaid's index (`plaid build`).
     #[arg(long)]
     pub plaid: Option<PathBuf>,
+    /// Cellar's reader (its peak RSS counts the store's pages it maps with mmap, not what the
+    /// direct reader reads into its buffers).
+    #[arg(long, default_value = "mmap")]
+    pub reader: cellar_core::io::ReaderKind,
+    /// Direct reader only: emulated SSD latency per read call, µs (32 reads in flight).
+    #[arg(long)]
+    pub inject_latency_us: Option<u64>,
     /// The queries' vectors (the folder `plaid exact` read).
     #[arg(long)]
     pub query_vectors: PathBuf,
@@ -138,7 +145,8 @@ pub fn search(args: SearchArgs) -> Result<()> {
     let (system, name): (Box<dyn System>, _) = match args.system {
         SystemName::Cellar => {
             let texts = reference.query_ids.iter().map(|id| format!("query {id}")).collect();
-            (Box::new(systems::Cellar::open(&args.index, texts, &given)?), "cellar dense")
+            let options = crate::ivf::common::open_options(args.reader, args.inject_latency_us);
+            (Box::new(systems::Cellar::open(&args.index, options, texts, &given)?), "cellar dense")
         }
         SystemName::NextPlaid => {
             let dir = args.plaid.as_ref().ok_or_else(|| CellarError::invalid("--plaid is required"))?;

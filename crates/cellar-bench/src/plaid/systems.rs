@@ -27,8 +27,13 @@ pub struct Cellar {
 }
 
 impl Cellar {
-    pub fn open(dir: &Path, texts: Vec<String>, given: &[(Vec<f32>, Vec<f32>)]) -> Result<Cellar> {
-        let index = Index::open(dir, OpenOptions::default())?;
+    pub fn open(
+        dir: &Path,
+        options: OpenOptions,
+        texts: Vec<String>,
+        given: &[(Vec<f32>, Vec<f32>)],
+    ) -> Result<Cellar> {
+        let index = Index::open(dir, options)?;
         let vectors =
             given.iter().map(|(t, p)| QueryVectorsIn::compact(t, Some(p), VectorDtype::F32)).collect();
         Ok(Cellar { index, texts, vectors })
@@ -59,6 +64,7 @@ impl System for Cellar {
         let resolved = self.index.params(&self.request(0, 100)).ok();
         serde_json::json!({
             "mode": "dense",
+            "reader": self.index.reader_kind().name(),
             "first_stage": first_stage,
             "resolved": resolved.and_then(|p| serde_json::to_value(p).ok()),
         })
