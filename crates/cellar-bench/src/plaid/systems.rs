@@ -23,7 +23,9 @@ pub trait System: Sync {
 pub struct Cellar {
     index: Index,
     texts: Vec<String>,
-    vectors: Vec<QueryVectorsIn>,
+    /// Each query's token vectors and pooled vector, put in a request's compact form when it
+    /// is sent (as a client would), not held twice.
+    vectors: Vec<(Vec<f32>, Vec<f32>)>,
 }
 
 impl Cellar {
@@ -31,11 +33,9 @@ impl Cellar {
         dir: &Path,
         options: OpenOptions,
         texts: Vec<String>,
-        given: &[(Vec<f32>, Vec<f32>)],
+        vectors: Vec<(Vec<f32>, Vec<f32>)>,
     ) -> Result<Cellar> {
         let index = Index::open(dir, options)?;
-        let vectors =
-            given.iter().map(|(t, p)| QueryVectorsIn::compact(t, Some(p), VectorDtype::F32)).collect();
         Ok(Cellar { index, texts, vectors })
     }
 
@@ -43,7 +43,8 @@ impl Cellar {
         let mut request = SearchRequest::new(self.texts[q].clone(), Mode::Dense);
         request.k = Some(k);
         request.include_text = Some(false);
-        request.query_vectors = Some(self.vectors[q].clone());
+        let (tokens, pooled) = &self.vectors[q];
+        request.query_vectors = Some(QueryVectorsIn::compact(tokens, Some(pooled), VectorDtype::F32));
         request
     }
 }
