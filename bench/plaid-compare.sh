@@ -17,8 +17,8 @@
 #   Cellar is searched twice: with its mmap reader (the store's pages it touches count in its
 #   RSS, as next-plaid's mapped index does in its) and with the direct reader (no page cache in
 #   its RSS; every read goes to the disk).
-# CELLAR_ONLY=1: only Cellar's two searches again, on what $WORK/<name> holds (a quiet re-run of
-# its latency), then the report.
+# SEARCH_ONLY=1: only the searches again (Cellar's two, next-plaid's where its index is there), on
+# what $WORK/<name> holds (a quiet re-run of the latencies), then the report.
 # Then writes $OUT.md (with $OUT.notes.md, the reading, at its end) and $OUT.json (REPORT_ONLY=1:
 # only that) from every collection of $WORK that has its results (a run of
 # one collection keeps the others' rows).
@@ -33,7 +33,7 @@ export RAYON_NUM_THREADS=$THREADS
 [ $# -gt 0 ] || set -- scifact 200k
 # REPORT_ONLY=1: only write the report from what $WORK holds.
 [ -z "${REPORT_ONLY:-}" ] || { set --; BIN=${BIN:-./target/release}; }
-ONLY=${CELLAR_ONLY:-}
+ONLY=${SEARCH_ONLY:-}
 # BIN=DIR: use DIR/cellar-bench and DIR/cellar as they are (copies of release builds) instead of
 # building the checkout (whose other crates may be mid-edit).
 GIVEN_BIN=${BIN:-}
@@ -58,6 +58,7 @@ collection() { # NAME INDEX DATA QUERY_VECTORS MAX_QUERIES RATES
   if [ -n "$ONLY" ]; then
     search cellar
     search cellar direct
+    [ ! -d "$d/plaid" ] || search next-plaid
     return
   fi
   echo "== $name: $index ($maxq queries, rates $rates)"
