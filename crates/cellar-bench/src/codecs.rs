@@ -171,6 +171,7 @@ pub fn run(args: CodecsArgs) -> Result<()> {
                     centroids: args.centroids,
                     top_fit_points: args.top_fit_points,
                     leaf_iterations: args.leaf_iterations,
+                    tree: None,
                 },
             };
             recode(&options)?;

@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 
 pub use self::f16::{first_beyond_f16, F16Codec, F16_OVERFLOW};
 pub use self::int8::Int8Codec;
-pub use self::residual::{centroid_count, ResidualCodec, MAX_CENTROIDS, MAX_FIT_TOKENS, UNCODED_ENERGY_MAX};
+pub use self::residual::{
+    centroid_count, ResidualCodec, MAX_CENTROIDS, MAX_FIT_TOKENS, MAX_GIVEN_CENTROIDS, UNCODED_ENERGY_MAX,
+};
 use crate::error::{CellarError, Result};
 use crate::kernels::{self, Isa};
 
@@ -147,9 +149,42 @@ pub fn codec_from_params(kind: CodecKind, dim: usize, params: &[u8], path: &Path
     })
 }
 
+/// A two-level centroid tree given to a residual fit instead of the one its k-means would place
+/// (e.g. another stage's quantizer, so that one centroid id per token serves both, as in PLAID).
+/// A vector is assigned to the nearest (L2) leaf under its nearest top centroid.
+#[derive(Clone, PartialEq)]
+pub struct CentroidTree {
+    pub dim: usize,
+    /// Top centroids, row after row (`groups * dim`).
+    pub top: Vec<f32>,
+    /// Top centroid `t`'s leaves are `ranges[t]..ranges[t + 1]`: `groups + 1` values ascending
+    /// strictly from 0 to the leaf count.
+    pub ranges: Vec<u32>,
+    /// Leaf centroids, row after row (`leaves * dim`, 1 to [`MAX_GIVEN_CENTROIDS`] leaves).
+    pub leaves: Vec<f32>,
+}
+
+impl CentroidTree {
+    /// Leaf centroids (rows of `leaves`, whole or not).
+    pub fn leaf_count(&self) -> usize {
+        self.leaves.len() / self.dim.max(1)
+    }
+}
+
+/// The shape, not the values: a tree holds megabytes of floats.
+impl Debug for CentroidTree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CentroidTree")
+            .field("dim", &self.dim)
+            .field("groups", &self.ranges.len().saturating_sub(1))
+            .field("leaves", &self.leaf_count())
+            .finish()
+    }
+}
+
 /// How a residual codec is fitted; `None` keeps the codec's own default. Builds use the
 /// defaults (a fixed seed, so a build repeats); benchmarks compare fits.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct FitOptions {
     /// Seed of the centroid tree's k-means.
     pub seed: Option<u64>,
@@ -165,6 +200,10 @@ pub struct FitOptions {
     /// Most Lloyd passes of each top cluster's split into leaves (default: `LEAF_ITERATIONS`
     /// of `residual/fit.rs`; at least 1).
     pub leaf_iterations: Option<usize>,
+    /// Centroids given instead of fitted: no k-means runs (so `seed`, `centroids`,
+    /// `top_fit_points` and `leaf_iterations` must be `None`), the residual scales, buckets and
+    /// uncoded dimensions are fitted on the sample against this tree as usual.
+    pub tree: Option<Arc<CentroidTree>>,
 }
 
 /// Fits a codec of `kind` on `sample` (`n * dim` values; f16 ignores it).

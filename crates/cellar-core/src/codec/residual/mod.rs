@@ -5,7 +5,9 @@
 //! most [`MAX_CENTROIDS`] leaves (a token is assigned by descending the tree: about
 //! `2 * sqrt(k)` dot products instead of `k`), then per-dimension residual scales (their RMS)
 //! and `2^bits` buckets of the scaled residuals placed for the least squared error (Lloyd-Max:
-//! each bucket's value the mean of its members, cutoffs halfway between values). A dimension
+//! each bucket's value the mean of its members, cutoffs halfway between values). A fit may be
+//! given its tree instead (`FitOptions::tree`, up to [`MAX_GIVEN_CENTROIDS`] leaves: e.g. the
+//! token stage's quantizer, so that one id per token serves both); the rest is fitted alike. A dimension
 //! decodes to `centroid + scale * bucket value` (`kernels::residual`), and MaxSim runs on the
 //! decoded f32 tokens.
 //!
@@ -25,7 +27,7 @@ use self::fit::{
     lloyd_max, permute_rows, two_level, uncoded_layout, Layout, Tree, TreeFit, LEAF_ITERATIONS,
     TOP_FIT_POINTS,
 };
-use super::{check_dim, Codec, CodecKind, FitOptions};
+use super::{check_dim, CentroidTree, Codec, CodecKind, FitOptions};
 use crate::cluster::{half_norms, nearest_each, nearest_in, Points};
 use crate::error::{CellarError, Result};
 use crate::kernels::residual::ResidualTables;
@@ -33,8 +35,10 @@ use crate::kernels::{self, Isa};
 
 /// Most sample tokens the centroids and buckets are fitted on (a larger sample is strided).
 pub const MAX_FIT_TOKENS: usize = 65_536;
-/// Most centroids (ids are 16-bit; the bound keeps fitting and encoding fast).
+/// Most centroids a fit places (ids are 16-bit; the bound keeps fitting and encoding fast).
 pub const MAX_CENTROIDS: usize = 4_096;
+/// Most leaves of a tree given to a fit (`FitOptions::tree`): as many as a 16-bit id names.
+pub const MAX_GIVEN_CENTROIDS: usize = 1 << 16;
 /// Scaled residual values kept to place the bucket cutoffs.
 const MAX_BUCKET_VALUES: usize = 1 << 20;
 const MIN_SCALE: f32 = 1e-12;
@@ -86,6 +90,48 @@ fn at_least_one(value: Option<usize>, what: &str) -> Result<Option<usize>> {
     }
 }
 
+/// The codec's tree from a given one (`FitOptions::tree`), refused unless its shape fits a
+/// codec of `dim` values: `dim` columns, 1 to [`MAX_GIVEN_CENTROIDS`] leaves, every top
+/// centroid with at least one leaf, finite values, and no k-means option beside it.
+fn given_tree(given: &CentroidTree, dim: usize, options: &FitOptions) -> Result<Tree> {
+    let bad = |detail: String| Err(CellarError::invalid(format!("the given centroid tree: {detail}")));
+    let kmeans = [
+        ("a seed", options.seed.is_some()),
+        ("a centroid count", options.centroids.is_some()),
+        ("top-level fit points", options.top_fit_points.is_some()),
+        ("leaf iterations", options.leaf_iterations.is_some()),
+    ];
+    if let Some((what, _)) = kmeans.iter().find(|(_, set)| *set) {
+        return bad(format!("replaces the k-means, which {what} would shape"));
+    }
+    if given.dim != dim {
+        return bad(format!("has {} dimensions, the codec {dim}", given.dim));
+    }
+    let groups = given.ranges.len().saturating_sub(1);
+    if groups == 0 || given.leaves.is_empty() {
+        return bad("is empty".into());
+    }
+    if !given.leaves.len().is_multiple_of(dim) || given.top.len() != groups * dim {
+        return bad(format!(
+            "{} top values for {groups} top centroids and {} leaf values are not whole rows of {dim}",
+            given.top.len(),
+            given.leaves.len()
+        ));
+    }
+    let leaves = given.leaves.len() / dim;
+    if leaves > MAX_GIVEN_CENTROIDS {
+        return bad(format!("has {leaves} leaves; 16-bit ids name at most {MAX_GIVEN_CENTROIDS}"));
+    }
+    let r = &given.ranges;
+    if r[0] != 0 || r[groups] as usize != leaves || r.windows(2).any(|w| w[0] >= w[1]) {
+        return bad(format!("its ranges do not increase from 0 to the {leaves} leaves"));
+    }
+    if given.top.iter().chain(&given.leaves).any(|v| !v.is_finite()) {
+        return bad("a centroid value is not finite".into());
+    }
+    Ok(Tree { top: given.top.clone(), ranges: given.ranges.clone(), leaves: given.leaves.clone() })
+}
+
 fn check_layout(kind: CodecKind, dim: usize) -> Result<usize> {
     check_dim(dim)?;
     let bits = kind
@@ -108,7 +154,7 @@ impl ResidualCodec {
     }
 
     /// [`ResidualCodec::fit`] with another seed or bound on uncoded dimensions (benchmarks
-    /// compare fits with them).
+    /// compare fits with them), or on a given centroid tree instead of its own k-means.
     pub fn fit_with(kind: CodecKind, dim: usize, sample: &[f32], options: &FitOptions) -> Result<Self> {
         let bits = check_layout(kind, dim)?;
         let uncoded_energy_max = options.uncoded_energy_max.unwrap_or(UNCODED_ENERGY_MAX);
@@ -132,6 +178,19 @@ impl ResidualCodec {
             data.extend_from_slice(v);
         }
         let points = Points { data: &data, dim };
+        let tree = match &options.tree {
+            Some(given) => given_tree(given, dim, options)?,
+            None => Self::fit_tree(&points, options)?,
+        };
+        let layout = Layout::all_coded(dim);
+        let mut codec =
+            ResidualCodec::assemble(kind, dim, bits, tree, layout, vec![1.0; dim], Vec::new(), Vec::new());
+        codec.fit_buckets(&points, uncoded_energy_max);
+        Ok(codec)
+    }
+
+    /// The two-level k-means tree over `points`, as `options` shape it.
+    fn fit_tree(points: &Points, options: &FitOptions) -> Result<Tree> {
         let k = match options.centroids {
             None => centroid_count(points.len()),
             Some(k) if (1..=MAX_CENTROIDS.min(points.len())).contains(&k) => k,
@@ -149,12 +208,7 @@ impl ResidualCodec {
             leaf_iterations: at_least_one(options.leaf_iterations, "leaf iterations")?
                 .unwrap_or(LEAF_ITERATIONS),
         };
-        let tree = two_level(&points, k, options.seed.unwrap_or(SEED), &shape);
-        let layout = Layout::all_coded(dim);
-        let mut codec =
-            ResidualCodec::assemble(kind, dim, bits, tree, layout, vec![1.0; dim], Vec::new(), Vec::new());
-        codec.fit_buckets(&points, uncoded_energy_max);
-        Ok(codec)
+        Ok(two_level(points, k, options.seed.unwrap_or(SEED), &shape))
     }
 
     /// A codec from its parts (the centroids' half norms are derived).
@@ -678,6 +732,166 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    /// A tree of `groups` top centroids (`data`'s rows `0, 7, 14, ...`) over `leaves` leaves
+    /// (rows `0, 7, 14, ...` again, so that no top is without one), each leaf filed under its
+    /// nearest top, as a tree's own assignment routes it.
+    fn tree_from_rows(data: &[f32], dim: usize, groups: usize, leaves: usize) -> CentroidTree {
+        let row = |i: usize| &data[i * 7 * dim..(i * 7 + 1) * dim];
+        let top: Vec<f32> = (0..groups).flat_map(|g| row(g).to_vec()).collect();
+        let dist = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>();
+        let nearest_top = |v: &[f32]| {
+            (0..groups)
+                .min_by(|&a, &b| {
+                    dist(v, &top[a * dim..(a + 1) * dim]).total_cmp(&dist(v, &top[b * dim..(b + 1) * dim]))
+                })
+                .unwrap()
+        };
+        let mut filed: Vec<(usize, usize)> = (0..leaves).map(|i| (nearest_top(row(i)), i)).collect();
+        filed.sort();
+        let mut ranges = vec![0u32; groups + 1];
+        filed.iter().for_each(|(g, _)| ranges[g + 1] += 1);
+        (0..groups).for_each(|g| ranges[g + 1] += ranges[g]);
+        let leaves = filed.iter().flat_map(|&(_, i)| row(i).to_vec()).collect();
+        CentroidTree { dim, top, ranges, leaves }
+    }
+
+    #[test]
+    fn a_given_trees_leaves_are_the_codecs_centroids() {
+        let dim = 64;
+        let (data, _) = sample_with_quiet_dims(3000, 17);
+        let tree = tree_from_rows(&data, dim, 4, 80);
+        assert!(tree.ranges.windows(2).all(|w| w[0] < w[1]), "every top has a leaf");
+        let options = FitOptions { tree: Some(std::sync::Arc::new(tree.clone())), ..FitOptions::default() };
+        for kind in [CodecKind::Residual1, CodecKind::Residual2, CodecKind::Residual4] {
+            let codec = ResidualCodec::fit_with(kind, dim, &data, &options).unwrap();
+            assert_eq!(codec.centroid_count(), 80, "{kind:?}");
+            // The fit still leaves the quiet dimensions uncoded; the leaves keep their ids.
+            assert_eq!(codec.coded_dims(), 56, "{kind:?}");
+            for leaf in 0..80 {
+                // A token a hair from a leaf takes the leaf's id.
+                let v: Vec<f32> =
+                    tree.leaves[leaf * dim..(leaf + 1) * dim].iter().map(|x| x + 1e-4).collect();
+                let mut bytes = Vec::new();
+                codec.encode(&v, &mut bytes);
+                assert_eq!(u16::from_le_bytes([bytes[0], bytes[1]]) as usize, leaf, "{kind:?}");
+            }
+            // Encode, decode and codec.bin round trip as for a fitted tree.
+            let vs = &data[..200 * dim];
+            let (mut one, mut many) = (Vec::new(), Vec::new());
+            vs.chunks_exact(dim).for_each(|v| codec.encode(v, &mut one));
+            codec.encode_many(vs, &mut many);
+            assert_eq!(one, many, "{kind:?}");
+            let mut decoded = Vec::new();
+            codec.decode(&one, &mut decoded);
+            let err: f32 =
+                decoded.iter().zip(vs).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() / vs.len() as f32;
+            // The codes recover much of what the leaf alone leaves over (the leaf of each id,
+            // in the caller's order: the given tree's row).
+            let leaf_only: f32 = one
+                .chunks_exact(codec.bytes_per_vector())
+                .zip(vs.chunks_exact(dim))
+                .map(|(b, v)| {
+                    let id = u16::from_le_bytes([b[0], b[1]]) as usize;
+                    let leaf = &tree.leaves[id * dim..(id + 1) * dim];
+                    v.iter().zip(leaf).map(|(a, b)| (a - b) * (a - b)).sum::<f32>()
+                })
+                .sum::<f32>()
+                / vs.len() as f32;
+            let most = [0.7, 0.3, 0.05][kind.residual_bits().unwrap() / 2];
+            assert!(err < most * leaf_only, "{kind:?}: mean squared error {err}, {leaf_only} from the leaf");
+            let again =
+                ResidualCodec::from_params(kind, dim, &codec.params(), Path::new("codec.bin")).unwrap();
+            let mut decoded_again = Vec::new();
+            again.decode(&one, &mut decoded_again);
+            assert_eq!(decoded, decoded_again, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_given_tree_may_hold_more_leaves_than_a_fit_places() {
+        let dim = 8;
+        let data = sample(6000, dim, 23);
+        // 5,000 leaves (over MAX_CENTROIDS) from the sample's rows, under 50 tops of 100.
+        let leaves = data[..5000 * dim].to_vec();
+        let top: Vec<f32> = (0..50).flat_map(|g| data[g * 100 * dim..(g * 100 + 1) * dim].to_vec()).collect();
+        let ranges = (0..=50).map(|g| g * 100).collect();
+        let tree = CentroidTree { dim, top, ranges, leaves };
+        let options = FitOptions { tree: Some(std::sync::Arc::new(tree)), ..FitOptions::default() };
+        let codec = ResidualCodec::fit_with(CodecKind::Residual2, dim, &data, &options).unwrap();
+        assert!(codec.centroid_count() > MAX_CENTROIDS);
+        let again =
+            ResidualCodec::from_params(CodecKind::Residual2, dim, &codec.params(), Path::new("codec.bin"))
+                .unwrap();
+        assert_eq!(again.centroid_count(), 5000);
+    }
+
+    #[test]
+    fn a_given_tree_of_a_bad_shape_is_refused() {
+        let dim = 64;
+        let (data, _) = sample_with_quiet_dims(1000, 19);
+        let good = tree_from_rows(&data, dim, 4, 80);
+        let with = |tree: CentroidTree| FitOptions {
+            tree: Some(std::sync::Arc::new(tree)),
+            ..FitOptions::default()
+        };
+        let mut cases: Vec<(FitOptions, &str)> = vec![
+            (with(CentroidTree { dim: 32, ..good.clone() }), "has 32 dimensions, the codec 64"),
+            (with(CentroidTree { dim, top: vec![], ranges: vec![0], leaves: vec![] }), "is empty"),
+            (with(CentroidTree { leaves: vec![], ..good.clone() }), "is empty"),
+            (
+                with(CentroidTree { leaves: good.leaves[..good.leaves.len() - 3].to_vec(), ..good.clone() }),
+                "whole rows",
+            ),
+            (with(CentroidTree { top: good.top[..dim].to_vec(), ..good.clone() }), "whole rows"),
+        ];
+        let r = good.ranges.clone();
+        let mut bad_ranges = vec![r.clone(), r.clone(), r.clone(), r.clone()];
+        bad_ranges[0][0] = 1;
+        bad_ranges[1][4] = 79;
+        bad_ranges[2][2] = r[1];
+        bad_ranges[3].swap(1, 2);
+        for ranges in bad_ranges {
+            cases.push((with(CentroidTree { ranges, ..good.clone() }), "ranges do not increase"));
+        }
+        let mut nan = good.clone();
+        nan.leaves[5] = f32::NAN;
+        cases.push((with(nan), "not finite"));
+        let too_many = CentroidTree {
+            dim: 8,
+            top: vec![0.5; 8],
+            ranges: vec![0, MAX_GIVEN_CENTROIDS as u32 + 1],
+            leaves: vec![0.5; 8 * (MAX_GIVEN_CENTROIDS + 1)],
+        };
+        for (options, says) in cases {
+            let err = ResidualCodec::fit_with(CodecKind::Residual2, dim, &data, &options).unwrap_err();
+            assert!(
+                matches!(err, CellarError::InvalidInput(_)) && err.to_string().contains(says),
+                "{says}: {err}"
+            );
+        }
+        let err = ResidualCodec::fit_with(CodecKind::Residual2, 8, &sample(100, 8, 3), &with(too_many))
+            .unwrap_err();
+        assert!(
+            matches!(err, CellarError::InvalidInput(_)) && err.to_string().contains("at most 65536"),
+            "{err}"
+        );
+        // A given tree replaces the k-means: an option that would shape it is refused beside it.
+        for options in [
+            FitOptions { seed: Some(1), ..with(good.clone()) },
+            FitOptions { centroids: Some(80), ..with(good.clone()) },
+            FitOptions { top_fit_points: Some(10), ..with(good.clone()) },
+            FitOptions { leaf_iterations: Some(1), ..with(good.clone()) },
+        ] {
+            let err = ResidualCodec::fit_with(CodecKind::Residual2, dim, &data, &options).unwrap_err();
+            assert!(
+                matches!(err, CellarError::InvalidInput(_))
+                    && err.to_string().contains("replaces the k-means"),
+                "{err}"
+            );
+        }
+        assert!(ResidualCodec::fit_with(CodecKind::Residual2, dim, &data, &with(good)).is_ok());
     }
 
     #[test]
