@@ -1,13 +1,16 @@
-//! How a residual codec is learned from sample tokens: the two-level centroid tree, which
-//! dimensions stay uncoded, and the Lloyd-Max buckets. The codec itself, its bytes and its
-//! scoring are in the parent module.
+//! How a residual codec is learned from sample tokens: the two-level centroid tree (or the check
+//! of one given instead), which dimensions stay uncoded, and the Lloyd-Max buckets. The codec
+//! itself, its bytes and its scoring are in the parent module.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
+use super::MAX_GIVEN_CENTROIDS;
 use crate::cluster::{kmeans_sampled, kmeans_with, mean, Points};
+use crate::codec::{CentroidTree, FitOptions};
+use crate::error::{CellarError, Result};
 
 /// Most points the tree's top level is placed on (more are evenly spread over; every point then
 /// goes to its nearest top centroid). Its few dozen centroids only route a token to its leaves:
@@ -178,6 +181,48 @@ pub(super) fn two_level(points: &Points, k: usize, seed: u64, shape: &TreeFit) -
         ranges.push(ranges.last().copied().unwrap_or(0) + children.len() as u32);
     }
     Tree { top, ranges, leaves }
+}
+
+/// The codec's tree from a given one (`FitOptions::tree`), refused unless its shape fits a
+/// codec of `dim` values: `dim` columns, 1 to [`MAX_GIVEN_CENTROIDS`] leaves, every top
+/// centroid with at least one leaf, finite values, and no k-means option beside it.
+pub(super) fn given_tree(given: &CentroidTree, dim: usize, options: &FitOptions) -> Result<Tree> {
+    let bad = |detail: String| Err(CellarError::invalid(format!("the given centroid tree: {detail}")));
+    let kmeans = [
+        ("a seed", options.seed.is_some()),
+        ("a centroid count", options.centroids.is_some()),
+        ("top-level fit points", options.top_fit_points.is_some()),
+        ("leaf iterations", options.leaf_iterations.is_some()),
+    ];
+    if let Some((what, _)) = kmeans.iter().find(|(_, set)| *set) {
+        return bad(format!("replaces the k-means, which {what} would shape"));
+    }
+    if given.dim != dim {
+        return bad(format!("has {} dimensions, the codec {dim}", given.dim));
+    }
+    let groups = given.ranges.len().saturating_sub(1);
+    if groups == 0 || given.leaves.is_empty() {
+        return bad("is empty".into());
+    }
+    if !given.leaves.len().is_multiple_of(dim) || given.top.len() != groups * dim {
+        return bad(format!(
+            "{} top values for {groups} top centroids and {} leaf values are not whole rows of {dim}",
+            given.top.len(),
+            given.leaves.len()
+        ));
+    }
+    let leaves = given.leaves.len() / dim;
+    if leaves > MAX_GIVEN_CENTROIDS {
+        return bad(format!("has {leaves} leaves; 16-bit ids name at most {MAX_GIVEN_CENTROIDS}"));
+    }
+    let r = &given.ranges;
+    if r[0] != 0 || r[groups] as usize != leaves || r.windows(2).any(|w| w[0] >= w[1]) {
+        return bad(format!("its ranges do not increase from 0 to the {leaves} leaves"));
+    }
+    if given.top.iter().chain(&given.leaves).any(|v| !v.is_finite()) {
+        return bad("a centroid value is not finite".into());
+    }
+    Ok(Tree { top: given.top.clone(), ranges: given.ranges.clone(), leaves: given.leaves.clone() })
 }
 
 #[cfg(test)]
