@@ -1,4 +1,5 @@
-//! MaxSim and dot-product kernels, one per codec, with runtime CPU dispatch.
+//! MaxSim and dot-product kernels, one per codec, and the token stage's sign-code estimates
+//! (`signs`), with runtime CPU dispatch.
 //!
 //! Layout contract shared by every kernel:
 //! - a query is `nq * dim` f32 values, row-major (token-major);
@@ -17,6 +18,7 @@
 
 pub mod residual;
 mod scalar;
+pub mod signs;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

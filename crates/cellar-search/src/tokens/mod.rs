@@ -32,6 +32,7 @@ pub mod quantizer;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -39,6 +40,7 @@ use cellar_core::format::fsio::{read_small_file, write_atomic};
 use cellar_core::format::versioned::VersionRange;
 use cellar_core::format::FileKind;
 use cellar_core::io::{Extent, FileSlice, ReadStats, ReaderKind, ReaderOptions};
+use cellar_core::kernels::signs::{self, SignTables};
 use cellar_core::kernels::Isa;
 use cellar_core::stats::ms_since;
 use cellar_core::{CellarError, DocId, Result};
@@ -194,7 +196,8 @@ struct WrittenLists {
 struct WrittenList {
     ids: Vec<u32>,
     codes: Vec<u8>,
-    factors: Vec<u16>,
+    /// Little-endian f16, as on disk.
+    factors: Vec<u8>,
 }
 
 /// The open token stage of an index.
@@ -204,6 +207,11 @@ pub struct TokenStage {
     entries: Vec<ListEntry>,
     lists: FileSlice,
     written: Mutex<Arc<WrittenLists>>,
+    /// One bit per leaf: its list matched its checksum when a search first read it. The file
+    /// never changes once committed (a rebuild swaps the whole stage), so a list is checked
+    /// once per open, not at every search (at 2M documents a search reads 20–70 MB of lists,
+    /// and checking them all took a quarter of the stage's time); `verify` checks every one.
+    checked: Vec<AtomicU64>,
 }
 
 /// A search's settings of the stage.
@@ -272,23 +280,34 @@ struct Run<'a> {
     score: f32,
     ids: &'a [u32],
     codes: &'a [u8],
-    factors: Factors<'a>,
+    /// Little-endian f16.
+    factors: &'a [u8],
     at: usize,
+    /// The estimates of the block of postings `block · BLOCK..` (`usize::MAX`: none yet),
+    /// computed together when the cursor enters the block.
+    block: usize,
+    estimates: [f32; signs::BLOCK],
 }
 
-enum Factors<'a> {
-    /// As stored: little-endian f16 bits.
-    Bytes(&'a [u8]),
-    Words(&'a [u16]),
-}
-
-impl Factors<'_> {
+impl Run<'_> {
+    /// The estimate of posting `k` (the block holding it computed first where it is not).
     #[inline]
-    fn get(&self, k: usize) -> u16 {
-        match self {
-            Factors::Bytes(b) => u16::from_le_bytes([b[2 * k], b[2 * k + 1]]),
-            Factors::Words(w) => w[k],
+    fn estimate(&mut self, isa: Isa, tables: &SignTables, code_bytes: usize, k: usize) -> f32 {
+        let block = k / signs::BLOCK;
+        if block != self.block {
+            let first = block * signs::BLOCK;
+            let n = (self.ids.len() - first).min(signs::BLOCK);
+            signs::estimate_block(
+                isa,
+                tables,
+                self.score,
+                &self.codes[first * code_bytes..(first + n) * code_bytes],
+                &self.factors[2 * first..2 * (first + n)],
+                &mut self.estimates[..n],
+            );
+            self.block = block;
         }
+        self.estimates[k % signs::BLOCK]
     }
 }
 
@@ -360,12 +379,14 @@ impl TokenStage {
                 ));
             }
         }
+        let checked = (0..file.lists.len().div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
         Ok(Some(TokenStage {
             config,
             quantizer: file.quantizer,
             entries: file.lists,
             lists,
             written: Mutex::new(Arc::new(WrittenLists { end: file.docs, lists: HashMap::new() })),
+            checked,
         }))
     }
 
@@ -447,7 +468,7 @@ impl TokenStage {
                 let list = next.lists.entry(leaf).or_default();
                 list.ids.push(id);
                 list.codes.extend_from_slice(&code);
-                list.factors.push(factor);
+                list.factors.extend_from_slice(&factor.to_le_bytes());
             }
         }
         next.end = end;
@@ -500,12 +521,16 @@ impl TokenStage {
             let entry = self.entries[j as usize];
             let bytes = batch.get(i);
             let path = self.lists.path();
-            if crc32c::crc32c(bytes) != entry.crc {
-                return Err(CellarError::corrupted(
-                    path,
-                    entry.offset,
-                    format!("leaf {j}'s list fails its checksum"),
-                ));
+            let (word, bit) = (&self.checked[j as usize / 64], 1u64 << (j % 64));
+            if word.load(Ordering::Relaxed) & bit == 0 {
+                if crc32c::crc32c(bytes) != entry.crc {
+                    return Err(CellarError::corrupted(
+                        path,
+                        entry.offset,
+                        format!("leaf {j}'s list fails its checksum"),
+                    ));
+                }
+                word.fetch_or(bit, Ordering::Relaxed);
             }
             let n = entry.count as usize;
             let first = ids.len();
@@ -525,17 +550,18 @@ impl TokenStage {
         let floors: Vec<f32> =
             std::iter::once(0.0).chain(probed.iter().map(|p| p.last().map_or(0.0, |l| l.1))).collect();
         let imputed: f32 = floors.iter().sum();
-        let tables: Vec<codes::QueryTable> =
-            tokens.chunks_exact(dim).take(probed.len()).map(codes::QueryTable::new).collect();
+        let tables: Vec<SignTables> =
+            tokens.chunks_exact(dim).take(probed.len()).map(SignTables::new).collect();
         // Every (query token, probed leaf) pair's postings, token after token.
         let mut runs: Vec<Run> = Vec::new();
+        let estimates = [0f32; signs::BLOCK];
         for (t, leaves_of_t) in probed.iter().enumerate() {
             let mark = (t + 1) as u16;
             for &(j, score) in leaves_of_t {
                 let (range, codes, factors) = &read[leaves.binary_search(&j).expect("probed leaf read")];
                 stats.postings += range.len() as u64;
                 let ids = &ids[range.clone()];
-                runs.push(Run { mark, score, ids, codes, factors: Factors::Bytes(factors), at: 0 });
+                runs.push(Run { mark, score, ids, codes, factors, at: 0, block: usize::MAX, estimates });
                 if let Some(w) = written.lists.get(&j) {
                     let ids = &w.ids[..w.ids.partition_point(|&id| id < end)];
                     runs.push(Run {
@@ -543,8 +569,10 @@ impl TokenStage {
                         score,
                         ids,
                         codes: &w.codes,
-                        factors: Factors::Words(&w.factors),
+                        factors: &w.factors,
                         at: 0,
+                        block: usize::MAX,
+                        estimates,
                     });
                 }
             }
@@ -575,8 +603,7 @@ impl TokenStage {
                         if restricted && skip(id) {
                             continue;
                         }
-                        let code = &run.codes[k * code_bytes..(k + 1) * code_bytes];
-                        let estimate = run.score + table.residual(code, run.factors.get(k));
+                        let estimate = run.estimate(isa, table, code_bytes, k);
                         // Without a branch on what the accumulator held (whether this query
                         // token met the document already is a coin toss for the predictor):
                         // the same token keeps its best, another one is settled first.

@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 
 use cellar_core::codec::CodecKind;
 use cellar_core::io::{ReaderKind, ReaderOptions};
+use cellar_core::kernels::signs::SignTables;
 use cellar_core::kernels::Isa;
 use cellar_core::CellarError;
 use cellar_search::filter::Filter;
@@ -172,11 +173,11 @@ fn candidates_are_the_brute_force_scores_of_the_same_rule_with_every_reader() {
                     .enumerate()
                     .map(|(t, p)| {
                         let floor = p.last().unwrap().1;
-                        let table = codes::QueryTable::new(&query[t * DIM..(t + 1) * DIM]);
+                        let table = SignTables::new(&query[t * DIM..(t + 1) * DIM]);
                         let best = held
                             .iter()
                             .filter_map(|(j, bits, factor)| {
-                                p.iter().find(|(l, _)| l == j).map(|(_, s)| s + table.residual(bits, *factor))
+                                p.iter().find(|(l, _)| l == j).map(|(_, s)| table.estimate(*s, bits, *factor))
                             })
                             .reduce(f32::max);
                         touched |= best.is_some();

@@ -16,6 +16,9 @@ mod avx2;
 mod avx512;
 mod driver;
 mod residual;
+mod signs;
+
+pub use signs::MAX_CODE_BYTES as SIGNS_MAX_CODE_BYTES;
 
 use super::Isa;
 use std::cell::Cell;
@@ -72,6 +75,23 @@ pub fn decode_residual(
     match isa {
         Isa::Avx512 if has_avx512() => residual::decode(true, tables, doc, nd, out),
         Isa::Avx2 if has_avx2() => residual::decode(false, tables, doc, nd, out),
+        _ => panic!("kernel level {} is not supported by this CPU", isa.name()),
+    }
+}
+
+/// Estimates of a full block of sign-coded postings (`kernels::signs`): one AVX2 kernel serves
+/// both levels; panics where this CPU lacks the level asked for.
+pub fn estimate_signs(
+    isa: Isa,
+    tables: &super::signs::SignTables,
+    score: f32,
+    codes: &[u8],
+    factors: &[u8],
+    out: &mut [f32],
+) {
+    match isa {
+        Isa::Avx512 if has_avx512() => signs::estimate(tables, score, codes, factors, out),
+        Isa::Avx2 if has_avx2() => signs::estimate(tables, score, codes, factors, out),
         _ => panic!("kernel level {} is not supported by this CPU", isa.name()),
     }
 }

@@ -1,0 +1,214 @@
+//! Estimates of a query token's inner product with sign-coded residuals, 32 postings at a time
+//! (FAISS's and Quick ADC's "fast scan", applied to one bit per dimension).
+//!
+//! A code is `code_bytes` bytes of sign bits (bit `i % 8` of byte `i / 8` for value `i`). The
+//! query's sum over a code's set bits is read from one 16-entry table per half byte (a nibble:
+//! four dimensions), each entry quantised to 7 bits with one scale for the whole query token, so
+//! that two tables' entries add in a byte and 32 codes are looked up at once with a byte shuffle.
+//! For a posting with `factor` (f16) and leaf score `score`:
+//!
+//! `estimate = score + factor · (sum · step + offset)`
+//!
+//! where `sum` is the integer total of its nibbles' entries, `sum · step + offset` the
+//! quantised `<q, s>` (the query signed by the code). The SIMD kernel transposes 32 codes in
+//! registers (no layout of its own on disk), so any list of codes is scanned as stored.
+//! [`estimate_block`] runs the SIMD kernel for a full block of 32 codes whose length is a
+//! multiple of 16 bytes, and the scalar reference otherwise; both compute `sum` exactly and
+//! then the same multiplies and adds in the same order, so they agree to the bit.
+
+use half::f16;
+
+use super::Isa;
+
+/// Postings one call of the SIMD kernel estimates.
+pub const BLOCK: usize = 32;
+
+/// The largest table entry: two add in a byte.
+const ENTRY_MAX: f32 = 127.0;
+
+/// A query token's quantised nibble tables.
+#[derive(Clone, Debug)]
+pub struct SignTables {
+    /// Per code byte, 32 entries: the low nibble's table (dimensions `8j..8j+4`), then the
+    /// high nibble's (`8j+4..8j+8`).
+    pub(crate) luts: Vec<u8>,
+    pub(crate) code_bytes: usize,
+    pub(crate) step: f32,
+    pub(crate) offset: f32,
+}
+
+impl SignTables {
+    /// The tables of `query` (one token, `dim` values) for codes of `⌈dim/8⌉` bytes.
+    pub fn new(query: &[f32]) -> SignTables {
+        let code_bytes = query.len().div_ceil(8);
+        let nibbles = 2 * code_bytes;
+        // Each nibble's four values (zero past the end), their lowest sum and their range.
+        let value = |n: usize, k: usize| query.get(4 * n + k).copied().unwrap_or(0.0);
+        let low: Vec<f32> = (0..nibbles).map(|n| (0..4).map(|k| value(n, k).min(0.0)).sum()).collect();
+        let range = (0..nibbles).map(|n| (0..4).map(|k| value(n, k).abs()).sum::<f32>()).fold(0f32, f32::max);
+        let scale = if range > 0.0 && range.is_finite() { ENTRY_MAX / range } else { 0.0 };
+        let mut luts = vec![0u8; code_bytes * 32];
+        for (n, table) in luts.chunks_exact_mut(16).enumerate() {
+            for (pattern, entry) in table.iter_mut().enumerate() {
+                let sum: f32 = (0..4).filter(|k| pattern >> k & 1 == 1).map(|k| value(n, k)).sum();
+                *entry = ((sum - low[n]) * scale).round().clamp(0.0, ENTRY_MAX) as u8;
+            }
+        }
+        let total: f32 = query.iter().sum();
+        let low_total: f32 = low.iter().sum();
+        let step = if scale > 0.0 { 2.0 / scale } else { 0.0 };
+        SignTables { luts, code_bytes, step, offset: 2.0 * low_total - total }
+    }
+
+    pub fn code_bytes(&self) -> usize {
+        self.code_bytes
+    }
+
+    /// The integer sum of `code`'s nibble entries.
+    #[inline]
+    pub fn sum(&self, code: &[u8]) -> u32 {
+        code.iter()
+            .zip(self.luts.chunks_exact(32))
+            .map(|(&b, t)| u32::from(t[usize::from(b & 15)]) + u32::from(t[16 + usize::from(b >> 4)]))
+            .sum()
+    }
+
+    /// The quantised `<q, s>`: the query's values summed with the signs `code` gives them.
+    #[inline]
+    pub fn signed_sum(&self, code: &[u8]) -> f32 {
+        self.sum(code) as f32 * self.step + self.offset
+    }
+
+    /// One posting's estimate: `score + factor · signed_sum`, as every kernel computes it.
+    #[inline]
+    pub fn estimate(&self, score: f32, code: &[u8], factor: u16) -> f32 {
+        let signed = self.sum(code) as f32 * self.step;
+        score + f16::from_bits(factor).to_f32() * (signed + self.offset)
+    }
+}
+
+/// Writes the estimates of `n = out.len()` postings (at most [`BLOCK`]): their codes
+/// (`n · code_bytes` bytes, one after another) and factors (`n` little-endian f16).
+pub fn estimate_block(
+    isa: Isa,
+    tables: &SignTables,
+    score: f32,
+    codes: &[u8],
+    factors: &[u8],
+    out: &mut [f32],
+) {
+    let (n, cb) = (out.len(), tables.code_bytes);
+    assert!(n <= BLOCK, "a block holds at most {BLOCK} postings, not {n}");
+    assert!(codes.len() >= n * cb && factors.len() >= 2 * n, "a block's codes or factors are short");
+    #[cfg(target_arch = "x86_64")]
+    if n == BLOCK && cb.is_multiple_of(16) && cb <= super::x86::SIGNS_MAX_CODE_BYTES && isa != Isa::Scalar {
+        return super::x86::estimate_signs(isa, tables, score, codes, factors, out);
+    }
+    let _ = isa;
+    estimate_scalar(tables, score, codes, factors, out);
+}
+
+/// The reference: one posting at a time.
+pub fn estimate_scalar(tables: &SignTables, score: f32, codes: &[u8], factors: &[u8], out: &mut [f32]) {
+    let cb = tables.code_bytes;
+    for (i, e) in out.iter_mut().enumerate() {
+        let factor = u16::from_le_bytes([factors[2 * i], factors[2 * i + 1]]);
+        *e = tables.estimate(score, &codes[i * cb..(i + 1) * cb], factor);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    fn unit(rng: &mut StdRng, dim: usize) -> Vec<f32> {
+        let mut v: Vec<f32> = (0..dim).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter_mut().for_each(|x| *x /= norm);
+        v
+    }
+
+    fn signs(rng: &mut StdRng, dim: usize) -> Vec<u8> {
+        let mut code = vec![0u8; dim.div_ceil(8)];
+        for i in 0..dim {
+            if rng.gen_bool(0.5) {
+                code[i / 8] |= 1 << (i % 8);
+            }
+        }
+        code
+    }
+
+    #[test]
+    fn the_quantised_sum_is_within_half_a_step_per_nibble_of_the_exact_one() {
+        let mut rng = StdRng::seed_from_u64(11);
+        for dim in [1, 7, 8, 13, 64, 128, 384] {
+            let q = unit(&mut rng, dim);
+            let tables = SignTables::new(&q);
+            let nibbles = 2 * dim.div_ceil(8);
+            for _ in 0..50 {
+                let code = signs(&mut rng, dim);
+                let exact: f32 = q
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| if code[i / 8] >> (i % 8) & 1 == 1 { *v } else { -v })
+                    .sum();
+                // Each entry is off by at most half a step of the scale (step = 2 / scale).
+                let bound = nibbles as f32 * tables.step / 2.0 + 1e-4;
+                let got = tables.signed_sum(&code);
+                assert!((got - exact).abs() <= bound, "dim {dim}: {got} vs {exact} (bound {bound})");
+            }
+        }
+    }
+
+    #[test]
+    fn a_zero_query_gives_zero() {
+        let tables = SignTables::new(&[0.0; 16]);
+        assert_eq!(tables.signed_sum(&[0xff, 0x0f]), 0.0);
+    }
+
+    #[test]
+    fn every_level_agrees_with_the_scalar_reference_to_the_bit() {
+        let mut rng = StdRng::seed_from_u64(12);
+        for dim in [8, 64, 128, 256, 384] {
+            let q = unit(&mut rng, dim);
+            let tables = SignTables::new(&q);
+            for n in [1, 5, 31, 32] {
+                let codes: Vec<u8> = (0..n).flat_map(|_| signs(&mut rng, dim)).collect();
+                let factors: Vec<u8> = (0..n)
+                    .flat_map(|_| f16::from_f32(rng.gen_range(0.0f32..0.2)).to_bits().to_le_bytes())
+                    .collect();
+                let mut reference = vec![0f32; n];
+                estimate_scalar(&tables, 0.25, &codes, &factors, &mut reference);
+                for isa in Isa::available() {
+                    let mut got = vec![f32::NAN; n];
+                    estimate_block(isa, &tables, 0.25, &codes, &factors, &mut got);
+                    let same = got.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{} at dim {dim}, {n} postings: {got:?} vs {reference:?}", isa.name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn codes_with_every_bit_set_or_none_reach_the_table_extremes() {
+        // All set: every value counted positive; none: every value negative.
+        let q: Vec<f32> = (0..128).map(|i| (i as f32 - 63.5) / 512.0).collect();
+        let tables = SignTables::new(&q);
+        let total: f32 = q.iter().sum();
+        let abs: f32 = q.iter().map(|v| v.abs()).sum();
+        let nibbles = 32.0;
+        let bound = nibbles * tables.step / 2.0 + 1e-5;
+        assert!((tables.signed_sum(&[0xff; 16]) - total).abs() <= bound);
+        assert!((tables.signed_sum(&[0x00; 16]) + total).abs() <= bound);
+        assert!(abs > 0.0);
+        let codes: Vec<u8> = [[0xffu8; 16], [0x00; 16]].iter().cycle().take(32).flatten().copied().collect();
+        let factors: Vec<u8> = std::iter::repeat_n(f16::ONE.to_bits().to_le_bytes(), 32).flatten().collect();
+        for isa in Isa::available() {
+            let mut got = [0f32; 32];
+            estimate_block(isa, &tables, 0.0, &codes, &factors, &mut got);
+            assert!((got[0] - total).abs() <= bound && (got[1] + total).abs() <= bound, "{}", isa.name());
+        }
+    }
+}
