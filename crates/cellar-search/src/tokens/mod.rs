@@ -647,3 +647,58 @@ fn missing(path: &Path, index_dir: &Path) -> CellarError {
         ),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// A run's estimates come block by block of 32 postings (the SIMD kernel where a block is
+    /// full and the codes 16 bytes long): every posting, a partial last block included, gets
+    /// what the scalar reference gives it, on every level this CPU has.
+    #[test]
+    fn a_run_estimates_every_posting_as_the_reference_does_across_blocks() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let dim = 128;
+        let cb = codes::code_bytes(dim);
+        let n = 3 * signs::BLOCK + 4;
+        let codes: Vec<u8> = (0..n * cb).map(|_| rng.gen()).collect();
+        let factors: Vec<u8> = (0..n)
+            .flat_map(|_| half::f16::from_f32(rng.gen_range(0.0f32..0.3)).to_bits().to_le_bytes())
+            .collect();
+        let ids: Vec<u32> = (0..n as u32).collect();
+        let query: Vec<f32> = (0..dim).map(|_| rng.gen_range(-0.2f32..0.2)).collect();
+        let tables = SignTables::new(&query);
+        for isa in Isa::available() {
+            let mut run = Run {
+                mark: 1,
+                score: 0.5,
+                ids: &ids,
+                codes: &codes,
+                factors: &factors,
+                at: 0,
+                block: usize::MAX,
+                estimates: [0.0; signs::BLOCK],
+            };
+            for k in 0..n {
+                let mut want = [0f32];
+                signs::estimate_scalar(
+                    &tables,
+                    0.5,
+                    &codes[k * cb..(k + 1) * cb],
+                    &factors[2 * k..2 * k + 2],
+                    &mut want,
+                );
+                let got = run.estimate(isa, &tables, cb, k);
+                assert_eq!(
+                    got.to_bits(),
+                    want[0].to_bits(),
+                    "{} posting {k}: {got} vs {}",
+                    isa.name(),
+                    want[0]
+                );
+            }
+        }
+    }
+}
