@@ -3,7 +3,10 @@
 //! records) plus hand-computed answers.
 
 use cellar_core::kernels::residual::ResidualTables;
-use cellar_core::kernels::{decode_residual, dot_f16, dot_i8, maxsim_f16, maxsim_f32, maxsim_i8, Isa};
+use cellar_core::kernels::signs::{estimate_scalar, SignTables};
+use cellar_core::kernels::{
+    decode_residual, dot_f16, dot_i8, estimate_signs, maxsim_f16, maxsim_f32, maxsim_i8, Isa,
+};
 use half::f16;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -326,5 +329,60 @@ fn larger_known_answer() {
     for isa in Isa::available() {
         assert_eq!(maxsim_f16(isa, &query, dim, &doc16[1..]), 840.0, "{}", isa.name());
         assert_eq!(maxsim_i8(isa, &query, dim, &doc8), 840.0, "{}", isa.name());
+    }
+}
+
+fn sign_code(rng: &mut StdRng, dim: usize) -> Vec<u8> {
+    let mut code = vec![0u8; dim.div_ceil(8)];
+    for i in 0..dim {
+        if rng.gen_bool(0.5) {
+            code[i / 8] |= 1 << (i % 8);
+        }
+    }
+    code
+}
+
+#[test]
+fn sign_estimates_agree_with_the_scalar_reference_to_the_bit() {
+    let mut rng = StdRng::seed_from_u64(12);
+    for dim in [8, 64, 128, 256, 384] {
+        let q = normals(&mut rng, dim, 0.1);
+        let tables = SignTables::new(&q);
+        for n in [1, 5, 31, 32] {
+            let codes: Vec<u8> = (0..n).flat_map(|_| sign_code(&mut rng, dim)).collect();
+            let factors: Vec<u8> = (0..n)
+                .flat_map(|_| f16::from_f32(rng.gen_range(0.0f32..0.2)).to_bits().to_le_bytes())
+                .collect();
+            let mut reference = vec![0f32; n];
+            estimate_scalar(&tables, 0.25, &codes, &factors, &mut reference);
+            for isa in Isa::available() {
+                let mut got = vec![f32::NAN; n];
+                estimate_signs(isa, &tables, 0.25, &codes, &factors, &mut got);
+                let same = got.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{} at dim {dim}, {n} postings: {got:?} vs {reference:?}", isa.name());
+            }
+        }
+    }
+}
+
+#[test]
+fn sign_estimates_of_all_set_and_all_clear_codes_reach_the_extremes_on_every_level() {
+    // All set: every value counted positive; none: every value negative.
+    let q: Vec<f32> = (0..128).map(|i| (i as f32 - 63.5) / 512.0).collect();
+    let tables = SignTables::new(&q);
+    let total: f32 = q.iter().sum();
+    // Half a step (2 / scale, scale = 127 / the widest half byte's range) per half byte.
+    let widest = q.chunks(4).map(|c| c.iter().map(|v| v.abs()).sum::<f32>()).fold(0f32, f32::max);
+    let bound = 32.0 * (widest / 127.0) + 1e-5;
+    let codes: Vec<u8> = [[0xffu8; 16], [0x00; 16]].iter().cycle().take(32).flatten().copied().collect();
+    let factors: Vec<u8> = std::iter::repeat_n(f16::ONE.to_bits().to_le_bytes(), 32).flatten().collect();
+    for isa in Isa::available() {
+        let mut got = [0f32; 32];
+        estimate_signs(isa, &tables, 0.0, &codes, &factors, &mut got);
+        assert!(
+            (got[0] - total).abs() <= bound && (got[1] + total).abs() <= bound,
+            "{}: {got:?}",
+            isa.name()
+        );
     }
 }

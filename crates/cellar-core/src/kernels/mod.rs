@@ -127,6 +127,29 @@ pub fn decode_residual(isa: Isa, tables: &residual::ResidualTables, doc: &[u8], 
     }
 }
 
+/// The token stage's estimates of `n = out.len()` postings (at most [`signs::BLOCK`]): their
+/// sign codes (`n · code_bytes` bytes, one after another) and factors (`n` little-endian f16);
+/// see [`signs`]. A full block whose codes are a multiple of 16 bytes long runs the SIMD kernel
+/// at any level above `Scalar`, the rest the reference.
+pub fn estimate_signs(
+    isa: Isa,
+    tables: &signs::SignTables,
+    score: f32,
+    codes: &[u8],
+    factors: &[u8],
+    out: &mut [f32],
+) {
+    let (n, cb) = (out.len(), tables.code_bytes());
+    assert!(n <= signs::BLOCK, "a block holds at most {} postings, not {n}", signs::BLOCK);
+    assert!(codes.len() >= n * cb && factors.len() >= 2 * n, "a block's codes or factors are short");
+    #[cfg(target_arch = "x86_64")]
+    if n == signs::BLOCK && cb.is_multiple_of(16) && cb <= x86::SIGNS_MAX_CODE_BYTES && isa != Isa::Scalar {
+        return x86::estimate_signs(isa, tables, score, codes, factors, out);
+    }
+    let _ = isa;
+    signs::estimate_scalar(tables, score, codes, factors, out);
+}
+
 /// MaxSim of an f32 query against an f32 document (`nd * dim` values).
 pub fn maxsim_f32(isa: Isa, query: &[f32], dim: usize, doc: &[f32]) -> f32 {
     check_shapes(query, dim, doc.len());

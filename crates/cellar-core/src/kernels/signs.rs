@@ -12,13 +12,12 @@
 //! where `sum` is the integer total of its nibbles' entries, `sum · step + offset` the
 //! quantised `<q, s>` (the query signed by the code). The SIMD kernel transposes 32 codes in
 //! registers (no layout of its own on disk), so any list of codes is scanned as stored.
-//! [`estimate_block`] runs the SIMD kernel for a full block of 32 codes whose length is a
-//! multiple of 16 bytes, and the scalar reference otherwise; both compute `sum` exactly and
-//! then the same multiplies and adds in the same order, so they agree to the bit.
+//! `kernels::estimate_signs` runs the SIMD kernel for a full block of 32 codes whose length is
+//! a multiple of 16 bytes, and the scalar reference ([`estimate_scalar`]) otherwise; both
+//! compute `sum` exactly and then the same multiplies and adds in the same order, so they agree
+//! to the bit (`tests/kernels.rs`).
 
 use half::f16;
-
-use super::Isa;
 
 /// Postings one call of the SIMD kernel estimates.
 pub const BLOCK: usize = 32;
@@ -87,27 +86,6 @@ impl SignTables {
     }
 }
 
-/// Writes the estimates of `n = out.len()` postings (at most [`BLOCK`]): their codes
-/// (`n · code_bytes` bytes, one after another) and factors (`n` little-endian f16).
-pub fn estimate_block(
-    isa: Isa,
-    tables: &SignTables,
-    score: f32,
-    codes: &[u8],
-    factors: &[u8],
-    out: &mut [f32],
-) {
-    let (n, cb) = (out.len(), tables.code_bytes);
-    assert!(n <= BLOCK, "a block holds at most {BLOCK} postings, not {n}");
-    assert!(codes.len() >= n * cb && factors.len() >= 2 * n, "a block's codes or factors are short");
-    #[cfg(target_arch = "x86_64")]
-    if n == BLOCK && cb.is_multiple_of(16) && cb <= super::x86::SIGNS_MAX_CODE_BYTES && isa != Isa::Scalar {
-        return super::x86::estimate_signs(isa, tables, score, codes, factors, out);
-    }
-    let _ = isa;
-    estimate_scalar(tables, score, codes, factors, out);
-}
-
 /// The reference: one posting at a time.
 pub fn estimate_scalar(tables: &SignTables, score: f32, codes: &[u8], factors: &[u8], out: &mut [f32]) {
     let cb = tables.code_bytes;
@@ -169,29 +147,6 @@ mod tests {
     }
 
     #[test]
-    fn every_level_agrees_with_the_scalar_reference_to_the_bit() {
-        let mut rng = StdRng::seed_from_u64(12);
-        for dim in [8, 64, 128, 256, 384] {
-            let q = unit(&mut rng, dim);
-            let tables = SignTables::new(&q);
-            for n in [1, 5, 31, 32] {
-                let codes: Vec<u8> = (0..n).flat_map(|_| signs(&mut rng, dim)).collect();
-                let factors: Vec<u8> = (0..n)
-                    .flat_map(|_| f16::from_f32(rng.gen_range(0.0f32..0.2)).to_bits().to_le_bytes())
-                    .collect();
-                let mut reference = vec![0f32; n];
-                estimate_scalar(&tables, 0.25, &codes, &factors, &mut reference);
-                for isa in Isa::available() {
-                    let mut got = vec![f32::NAN; n];
-                    estimate_block(isa, &tables, 0.25, &codes, &factors, &mut got);
-                    let same = got.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(same, "{} at dim {dim}, {n} postings: {got:?} vs {reference:?}", isa.name());
-                }
-            }
-        }
-    }
-
-    #[test]
     fn codes_with_every_bit_set_or_none_reach_the_table_extremes() {
         // All set: every value counted positive; none: every value negative.
         let q: Vec<f32> = (0..128).map(|i| (i as f32 - 63.5) / 512.0).collect();
@@ -203,12 +158,5 @@ mod tests {
         assert!((tables.signed_sum(&[0xff; 16]) - total).abs() <= bound);
         assert!((tables.signed_sum(&[0x00; 16]) + total).abs() <= bound);
         assert!(abs > 0.0);
-        let codes: Vec<u8> = [[0xffu8; 16], [0x00; 16]].iter().cycle().take(32).flatten().copied().collect();
-        let factors: Vec<u8> = std::iter::repeat_n(f16::ONE.to_bits().to_le_bytes(), 32).flatten().collect();
-        for isa in Isa::available() {
-            let mut got = [0f32; 32];
-            estimate_block(isa, &tables, 0.0, &codes, &factors, &mut got);
-            assert!((got[0] - total).abs() <= bound && (got[1] + total).abs() <= bound, "{}", isa.name());
-        }
     }
 }

@@ -298,7 +298,7 @@ impl Run<'_> {
         if block != self.block {
             let first = block * signs::BLOCK;
             let n = (self.ids.len() - first).min(signs::BLOCK);
-            signs::estimate_block(
+            cellar_core::kernels::estimate_signs(
                 isa,
                 tables,
                 self.score,
