@@ -342,6 +342,41 @@ fn sign_code(rng: &mut StdRng, dim: usize) -> Vec<u8> {
     code
 }
 
+/// How far a quantised `<q, s>` may be from the exact one: half a step of the tables' scale
+/// (step = 2 / scale, scale = 127 / the widest half byte's sum of |q|) for each half byte.
+fn sign_bound(q: &[f32]) -> f32 {
+    let widest = q.chunks(4).map(|c| c.iter().map(|v| v.abs()).sum::<f32>()).fold(0f32, f32::max);
+    (2 * q.len().div_ceil(8)) as f32 * widest / 127.0
+}
+
+#[test]
+fn the_quantised_sign_sum_is_within_half_a_step_per_half_byte_of_the_exact_one() {
+    let mut rng = StdRng::seed_from_u64(11);
+    for dim in [1, 7, 8, 13, 64, 128, 384] {
+        let mut q: Vec<f32> = (0..dim).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+        let norm = q.iter().map(|x| x * x).sum::<f32>().sqrt();
+        q.iter_mut().for_each(|x| *x /= norm);
+        let tables = SignTables::new(&q);
+        for _ in 0..50 {
+            let code = sign_code(&mut rng, dim);
+            let exact: f32 = q
+                .iter()
+                .enumerate()
+                .map(|(i, v)| if code[i / 8] >> (i % 8) & 1 == 1 { *v } else { -v })
+                .sum();
+            let bound = sign_bound(&q) + 1e-4;
+            let got = tables.signed_sum(&code);
+            assert!((got - exact).abs() <= bound, "dim {dim}: {got} vs {exact} (bound {bound})");
+        }
+    }
+}
+
+#[test]
+fn a_zero_query_gives_a_zero_sign_sum() {
+    let tables = SignTables::new(&[0.0; 16]);
+    assert_eq!(tables.signed_sum(&[0xff, 0x0f]), 0.0);
+}
+
 #[test]
 fn sign_estimates_agree_with_the_scalar_reference_to_the_bit() {
     let mut rng = StdRng::seed_from_u64(12);
@@ -366,14 +401,14 @@ fn sign_estimates_agree_with_the_scalar_reference_to_the_bit() {
 }
 
 #[test]
-fn sign_estimates_of_all_set_and_all_clear_codes_reach_the_extremes_on_every_level() {
+fn codes_with_every_bit_set_or_none_reach_the_sign_extremes_on_every_level() {
     // All set: every value counted positive; none: every value negative.
     let q: Vec<f32> = (0..128).map(|i| (i as f32 - 63.5) / 512.0).collect();
     let tables = SignTables::new(&q);
     let total: f32 = q.iter().sum();
-    // Half a step (2 / scale, scale = 127 / the widest half byte's range) per half byte.
-    let widest = q.chunks(4).map(|c| c.iter().map(|v| v.abs()).sum::<f32>()).fold(0f32, f32::max);
-    let bound = 32.0 * (widest / 127.0) + 1e-5;
+    let bound = sign_bound(&q) + 1e-5;
+    assert!((tables.signed_sum(&[0xff; 16]) - total).abs() <= bound);
+    assert!((tables.signed_sum(&[0x00; 16]) + total).abs() <= bound);
     let codes: Vec<u8> = [[0xffu8; 16], [0x00; 16]].iter().cycle().take(32).flatten().copied().collect();
     let factors: Vec<u8> = std::iter::repeat_n(f16::ONE.to_bits().to_le_bytes(), 32).flatten().collect();
     for isa in Isa::available() {

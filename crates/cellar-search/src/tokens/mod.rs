@@ -293,9 +293,10 @@ struct Run<'a> {
 impl Run<'_> {
     /// The estimate of posting `k` (the block holding it computed first where it is not).
     #[inline]
-    fn estimate(&mut self, isa: Isa, tables: &SignTables, code_bytes: usize, k: usize) -> f32 {
+    fn estimate(&mut self, isa: Isa, tables: &SignTables, k: usize) -> f32 {
         let block = k / signs::BLOCK;
         if block != self.block {
+            let code_bytes = tables.code_bytes();
             let first = block * signs::BLOCK;
             let n = (self.ids.len() - first).min(signs::BLOCK);
             cellar_core::kernels::estimate_signs(
@@ -555,14 +556,22 @@ impl TokenStage {
             tokens.chunks_exact(dim).take(probed.len()).map(SignTables::new).collect();
         // Every (query token, probed leaf) pair's postings, token after token.
         let mut runs: Vec<Run> = Vec::new();
-        let estimates = [0f32; signs::BLOCK];
         for (t, leaves_of_t) in probed.iter().enumerate() {
             let mark = (t + 1) as u16;
             for &(j, score) in leaves_of_t {
                 let (range, codes, factors) = &read[leaves.binary_search(&j).expect("probed leaf read")];
                 stats.postings += range.len() as u64;
                 let ids = &ids[range.clone()];
-                runs.push(Run { mark, score, ids, codes, factors, at: 0, block: usize::MAX, estimates });
+                runs.push(Run {
+                    mark,
+                    score,
+                    ids,
+                    codes,
+                    factors,
+                    at: 0,
+                    block: usize::MAX,
+                    estimates: [0.0; signs::BLOCK],
+                });
                 if let Some(w) = written.lists.get(&j) {
                     let ids = &w.ids[..w.ids.partition_point(|&id| id < end)];
                     runs.push(Run {
@@ -573,7 +582,7 @@ impl TokenStage {
                         factors: &w.factors,
                         at: 0,
                         block: usize::MAX,
-                        estimates,
+                        estimates: [0.0; signs::BLOCK],
                     });
                 }
             }
@@ -604,7 +613,7 @@ impl TokenStage {
                         if restricted && skip(id) {
                             continue;
                         }
-                        let estimate = run.estimate(isa, table, code_bytes, k);
+                        let estimate = run.estimate(isa, table, k);
                         // Without a branch on what the accumulator held (whether this query
                         // token met the document already is a coin toss for the predictor):
                         // the same token keeps its best, another one is settled first.
@@ -690,7 +699,7 @@ mod tests {
                     &factors[2 * k..2 * k + 2],
                     &mut want,
                 );
-                let got = run.estimate(isa, &tables, cb, k);
+                let got = run.estimate(isa, &tables, k);
                 assert_eq!(
                     got.to_bits(),
                     want[0].to_bits(),
