@@ -69,6 +69,9 @@ struct Row {
     /// Mean of the searches' first stage (`Timings::first_stage_ms`): what a change to a first
     /// stage moves, apart from the re-ranking's reads and MaxSim.
     first_stage_ms: f64,
+    /// Mean bytes of token lists a search read (0 where the token stage did not run): what the
+    /// stage costs a reader that goes to the disk.
+    lists_kib: f64,
 }
 
 #[derive(Serialize)]
@@ -117,7 +120,7 @@ pub fn run(mut args: ExactArgs) -> Result<()> {
     };
     let scan_secs = started.elapsed().as_secs_f64();
     let mut rows =
-        vec![row("exact MaxSim (every document)", &queries, &qrels, &exact, &exact, &ids, &[], &[])];
+        vec![row("exact MaxSim (every document)", &queries, &qrels, &exact, &exact, &ids, &[], &[], &[])];
     let mut asked: Vec<(String, SearchRequest)> = args
         .modes
         .iter()
@@ -133,6 +136,7 @@ pub fn run(mut args: ExactArgs) -> Result<()> {
     }
     for (name, asked) in &asked {
         let (mut ms, mut stage) = (Vec::with_capacity(queries.len()), Vec::with_capacity(queries.len()));
+        let mut kib = Vec::with_capacity(queries.len());
         let answers: Vec<Vec<u32>> = queries
             .iter()
             .zip(&given)
@@ -146,10 +150,11 @@ pub fn run(mut args: ExactArgs) -> Result<()> {
                 let response = index.search(request)?;
                 ms.push(ms_since(start));
                 stage.push(response.timings.first_stage_ms);
+                kib.push(response.tokens.map_or(0.0, |t| t.bytes_read as f64 / 1024.0));
                 Ok(response.hits.iter().map(|h| h.internal_id).collect())
             })
             .collect::<Result<_>>()?;
-        rows.push(row(name, &queries, &qrels, &answers, &exact, &ids, &ms, &stage));
+        rows.push(row(name, &queries, &qrels, &answers, &exact, &ids, &ms, &stage, &kib));
     }
     let report = Report {
         provenance: Provenance::now(),
@@ -220,6 +225,7 @@ fn row(
     ids: &[String],
     ms: &[f64],
     stage: &[f64],
+    kib: &[f64],
 ) -> Row {
     let mut sorted = ms.to_vec();
     sorted.sort_by(f64::total_cmp);
@@ -248,7 +254,16 @@ fn row(
         exact_overlap_at_100: at100 / n,
         p50_ms: at(0.5),
         p95_ms: at(0.95),
-        first_stage_ms: if stage.is_empty() { 0.0 } else { stage.iter().sum::<f64>() / stage.len() as f64 },
+        first_stage_ms: mean(stage),
+        lists_kib: mean(kib),
+    }
+}
+
+fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        0.0
+    } else {
+        values.iter().sum::<f64>() / values.len() as f64
     }
 }
 
@@ -262,12 +277,12 @@ fn markdown(r: &Report) -> String {
         r.queries, r.documents, r.scan_secs
     );
     s.push_str(
-        "| system | nDCG@10 | Recall@100 | exact top-10 found | exact top-100 found | P50 ms | P95 ms | first stage ms (mean) |\n|---|---|---|---|---|---|---|---|\n",
+        "| system | nDCG@10 | Recall@100 | exact top-10 found | exact top-100 found | P50 ms | P95 ms | first stage ms (mean) | lists KiB read (mean) |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for row in &r.rows {
         let _ = writeln!(
             s,
-            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.1} | {:.1} | {:.0} |",
             row.system,
             row.ndcg_at_10,
             row.recall_at_100,
@@ -275,7 +290,8 @@ fn markdown(r: &Report) -> String {
             row.exact_overlap_at_100,
             row.p50_ms,
             row.p95_ms,
-            row.first_stage_ms
+            row.first_stage_ms,
+            row.lists_kib
         );
     }
     s.push_str(
