@@ -1,13 +1,13 @@
 //! `cellar eval`: runs every row of the evaluation table over a split's judged queries.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use cellar_core::io::ReaderKind;
 use cellar_core::{CellarError, Result};
-use cellar_search::corpus::BeirPaths;
+use cellar_search::corpus::{BeirPaths, Qrels, Query};
 use cellar_search::eval::{self, RowResult};
 use cellar_search::progress;
-use cellar_search::{Index, OpenOptions, WeightPrecision};
+use cellar_search::{Index, OpenOptions, QueryVectorsIn, WeightPrecision};
 use clap::Args;
 
 #[derive(Args)]
@@ -32,14 +32,45 @@ pub struct EvalArgs {
     /// Write the rows as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub judged: JudgedQueries,
+}
+
+/// Which judged queries `cellar eval` and `cellar tune` rank, and how they are given.
+#[derive(Args)]
+pub struct JudgedQueries {
     /// Rank with the queries' own vectors instead of encoding them: an embeddings folder
     /// (docs/embeddings.md) whose corpus.jsonl lines are the queries (`cellar-bench corpus`
     /// writes one as query-vectors/).
     #[arg(long)]
     pub query_vectors: Option<PathBuf>,
-    /// Evaluate only the first N judged queries.
+    /// Only the first N judged queries.
     #[arg(long)]
     pub max_queries: Option<usize>,
+}
+
+impl JudgedQueries {
+    /// The split's judged queries (the first `max_queries`), refused when there are none, and
+    /// their vectors when `query_vectors` gives them.
+    pub fn load(
+        &self,
+        data: &Path,
+        split: &str,
+        qrels: &Qrels,
+    ) -> Result<(Vec<Query>, Option<Vec<QueryVectorsIn>>)> {
+        let collection = BeirPaths::locate(data)?;
+        let mut queries = eval::judged_queries(&collection.queries()?, qrels);
+        queries.truncate(self.max_queries.unwrap_or(usize::MAX));
+        if queries.is_empty() {
+            return Err(CellarError::InvalidInput(format!(
+                "no query of {} is judged in qrels/{split}.tsv",
+                data.display()
+            )));
+        }
+        let vectors =
+            self.query_vectors.as_deref().map(|dir| eval::read_query_vectors(dir, &queries)).transpose()?;
+        Ok((queries, vectors))
+    }
 }
 
 pub fn run(args: EvalArgs) -> Result<()> {
@@ -52,19 +83,8 @@ pub fn run(args: EvalArgs) -> Result<()> {
             ..Default::default()
         },
     )?;
-    let collection = BeirPaths::locate(&args.data)?;
-    let qrels = collection.qrels(&args.split)?;
-    let mut queries = eval::judged_queries(&collection.queries()?, &qrels);
-    queries.truncate(args.max_queries.unwrap_or(usize::MAX));
-    if queries.is_empty() {
-        return Err(CellarError::InvalidInput(format!(
-            "no query of {} is judged in qrels/{}.tsv",
-            args.data.display(),
-            args.split
-        )));
-    }
-    let vectors =
-        args.query_vectors.as_deref().map(|dir| eval::read_query_vectors(dir, &queries)).transpose()?;
+    let qrels = BeirPaths::locate(&args.data)?.qrels(&args.split)?;
+    let (queries, vectors) = args.judged.load(&args.data, &args.split, &qrels)?;
     let bar = progress::bar(queries.len() as u64, "queries");
     let prepared = eval::prepare_all_with(&index, &queries, vectors.as_deref(), &bar)?;
     let ids = eval::doc_ids(&index)?;

@@ -1,15 +1,18 @@
 //! `cellar tune`: sweeps alpha and rerank_k on a development split and saves the cheapest pair
 //! within `--epsilon` of the best as the index's search defaults (with `--p95-ms X`, the best
 //! whose measured P95 is within X); the token stage's nprobe too, where the index has one. The
-//! test split is refused.
+//! test split is refused. With `--query-vectors` the queries' own vectors are ranked (an index
+//! without a model tunes too).
 
 use std::path::PathBuf;
 
 use cellar_core::{CellarError, Result};
 use cellar_search::corpus::BeirPaths;
 use cellar_search::progress;
-use cellar_search::{eval, tune, Index, OpenOptions};
+use cellar_search::{tune, Index, OpenOptions};
 use clap::Args;
+
+use crate::eval_cmd::JudgedQueries;
 
 #[derive(Args)]
 pub struct TuneArgs {
@@ -41,6 +44,8 @@ pub struct TuneArgs {
     /// where you serve). Without it, the cheapest setting within --epsilon of the best is kept.
     #[arg(long, value_name = "MS")]
     pub p95_ms: Option<f64>,
+    #[command(flatten)]
+    pub judged: JudgedQueries,
 }
 
 pub fn run(args: TuneArgs) -> Result<()> {
@@ -51,16 +56,20 @@ pub fn run(args: TuneArgs) -> Result<()> {
         ));
     }
     let mut index = Index::open(&args.index, OpenOptions { model_dir: args.model, ..Default::default() })?;
-    let collection = BeirPaths::locate(&args.data)?;
-    let qrels = collection.qrels(&args.split)?;
-    let queries = eval::judged_queries(&collection.queries()?, &qrels);
+    let qrels = BeirPaths::locate(&args.data)?.qrels(&args.split)?;
+    let (queries, vectors) = args.judged.load(&args.data, &args.split, &qrels)?;
     let bar = progress::bar(queries.len() as u64, "queries");
     let report = tune::tune(
         &index,
         &queries,
         &qrels,
         &format!("{}/qrels/{}.tsv", args.data.display(), args.split),
-        tune::TuneOptions { epsilon: args.epsilon, cv: args.cv, p95_limit_ms: args.p95_ms },
+        tune::TuneOptions {
+            epsilon: args.epsilon,
+            cv: args.cv,
+            p95_limit_ms: args.p95_ms,
+            query_vectors: vectors.as_deref(),
+        },
         &bar,
     )?;
     println!("| rerank_k | best fusion | best alpha | nDCG@10 on {} |\n|---|---|---|---|", args.split);

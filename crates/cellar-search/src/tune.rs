@@ -24,7 +24,7 @@ use crate::index::Index;
 use crate::metrics::{mean, score_query, Metrics};
 use crate::mode::{DenseStage, Mode};
 use crate::query::{PreparedQuery, QueryEncoding};
-use crate::request::SearchRequest;
+use crate::request::{QueryVectorsIn, SearchRequest};
 use crate::scored::Scored;
 
 /// Alphas tried: 0, 0.05, ..., 1.
@@ -50,13 +50,16 @@ pub struct TunePoint {
 
 /// How `cellar tune` chooses.
 #[derive(Clone, Copy, Debug)]
-pub struct TuneOptions {
+pub struct TuneOptions<'a> {
     /// nDCG@10 a cheaper choice may give up against the best (no latency bound).
     pub epsilon: f64,
     /// k-fold cross-validation of the choice.
     pub cv: Option<usize>,
     /// The P95 (ms) every setting chosen is held to.
     pub p95_limit_ms: Option<f64>,
+    /// The queries' own vectors (one per query, in order: `eval::read_query_vectors`), ranked
+    /// instead of encoding their text: collections without a model tune too.
+    pub query_vectors: Option<&'a [QueryVectorsIn]>,
 }
 
 /// nprobe values tried for the token stage (those up to its leaves).
@@ -227,10 +230,10 @@ pub fn tune(
     queries: &[Query],
     qrels: &Qrels,
     qrels_name: &str,
-    options: TuneOptions,
+    options: TuneOptions<'_>,
     bar: &ProgressBar,
 ) -> Result<TuneReport> {
-    let TuneOptions { epsilon, cv, p95_limit_ms } = options;
+    let TuneOptions { epsilon, cv, p95_limit_ms, query_vectors } = options;
     if queries.is_empty() {
         return Err(CellarError::InvalidInput("no judged queries to tune on".into()));
     }
@@ -241,7 +244,14 @@ pub fn tune(
         return Err(CellarError::InvalidInput(format!("p95_ms {limit}: a positive number of milliseconds")));
     }
     let depth = index.config().search.candidates;
-    let prepared = crate::eval::prepare_all(index, queries, bar)?;
+    if let Some(given) = query_vectors.filter(|v| v.len() != queries.len()) {
+        return Err(CellarError::InvalidInput(format!(
+            "{} query vectors for {} queries: give one per query, in order",
+            given.len(),
+            queries.len()
+        )));
+    }
+    let prepared = crate::eval::prepare_all_with(index, queries, query_vectors, bar)?;
     let stages = stages(index, queries, &prepared)?;
     let ids = crate::eval::doc_ids(index)?;
     let points = sweep(&stages, qrels, &ids, &Fusion::ALL, depth);

@@ -497,3 +497,43 @@ fn a_value_beyond_half_precision_is_refused_by_a_build_and_by_a_write() {
     index.write(WriteRequest { ops: docs.iter().map(|d| WriteOp::Add(as_write(d))).collect() }).unwrap();
     assert_eq!(index.len(), 4);
 }
+
+/// An index of given vectors has no model to encode a query's text: `tune` ranks the queries'
+/// own vectors, and without them says what is missing.
+#[test]
+fn an_index_without_a_model_tunes_on_the_queries_own_vectors() {
+    use cellar_search::corpus::{Qrels, Query};
+    use cellar_search::tune::{self, TuneOptions};
+    use indicatif::ProgressBar;
+
+    let tmp = TempDir::new().unwrap();
+    let out = tmp.path().join("index");
+    let docs = synthetic(64, 11);
+    Index::build_from_embeddings(&options(&out, CodecKind::F16), DIM, None, docs.into_iter().map(Ok))
+        .unwrap();
+    let index = Index::open(&out, OpenOptions::default()).unwrap();
+    // Query t asks for axis t; the documents holding it (i % DIM == t) are the relevant ones.
+    let queries: Vec<Query> =
+        (0..DIM).map(|t| Query { id: format!("q{t}"), text: format!("topic{t}") }).collect();
+    let qrels: Qrels = (0..DIM)
+        .map(|t| (format!("q{t}"), (0..64).filter(|i| i % DIM == t).map(|i| (format!("d{i}"), 1)).collect()))
+        .collect();
+    let vectors: Vec<QueryVectorsIn> = (0..DIM)
+        .map(|t| QueryVectorsIn { tokens: vec![axis(t)], pooled: Some(axis(t)), ..Default::default() })
+        .collect();
+    let options = |query_vectors| TuneOptions { epsilon: 0.0, cv: None, p95_limit_ms: None, query_vectors };
+    let bar = ProgressBar::hidden();
+
+    let report = tune::tune(&index, &queries, &qrels, "qrels", options(Some(&vectors)), &bar).unwrap();
+    assert!(!report.points.is_empty());
+    // Each query's four documents hold its axis as a token: MaxSim puts them first.
+    assert!(report.top.metrics.ndcg_at_10 > 0.99, "{:?}", report.top);
+    assert_eq!(report.defaults.tuned.as_ref().unwrap().queries, DIM);
+
+    let error = tune::tune(&index, &queries, &qrels, "qrels", options(None), &bar).unwrap_err().to_string();
+    assert!(error.contains("model"), "{error}");
+    let error = tune::tune(&index, &queries, &qrels, "qrels", options(Some(&vectors[1..])), &bar)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("15 query vectors for 16 queries"), "{error}");
+}
