@@ -410,6 +410,41 @@ fn dense_takes_the_token_stage_and_hybrid_the_ivf_where_there_is_one() {
     assert_eq!((pooled.candidates, pooled.rerank_k), (defaults.candidates, defaults.rerank_k));
 }
 
+/// `cellar tune` fuses the candidates a served hybrid search re-ranks: on an index whose hybrid
+/// joins the token stage, the stage's candidates too, so a query BM25 cannot match still has
+/// them (tuning over BM25's alone chose the fusion for a first stage no search runs).
+#[test]
+fn tune_sweeps_the_candidates_of_the_hybrid_search_it_tunes() {
+    use cellar_search::corpus::Query;
+    use cellar_search::{eval, tune};
+    let index = Index::open(&built().dir, OpenOptions::default()).unwrap();
+    let text = "nothingmatchesthis";
+    let vectors = QueryVectorsIn {
+        tokens: query_of(3).chunks(DIM).map(<[f32]>::to_vec).collect(),
+        ..Default::default()
+    };
+    let queries = [Query { id: "q".into(), text: text.into() }];
+    let bar = indicatif::ProgressBar::hidden();
+    let prepared =
+        eval::prepare_all_with(&index, &queries, Some(std::slice::from_ref(&vectors)), &bar).unwrap();
+    let stages = tune::stages(&index, &queries, &prepared).unwrap();
+    let request = SearchRequest {
+        query: text.into(),
+        mode: Some(Mode::Hybrid),
+        query_vectors: Some(vectors),
+        ..dense(&query_of(3), 10)
+    };
+    let served = index.search(request).unwrap();
+    assert!(served.params.tokens.is_some(), "no IVF: hybrid joins the token stage");
+    let stage = &stages[0];
+    assert_eq!(stage.candidates.len(), served.candidates);
+    assert_eq!(stage.candidates.len(), index.tokens_config().unwrap().search.hybrid_candidates);
+    assert_eq!(stage.maxsim.len(), stage.candidates.len());
+    // Its best MaxSim is the served hybrid's first hit (BM25 gave nothing to fuse).
+    let best = (0..stage.maxsim.len()).max_by(|&a, &b| stage.maxsim[a].total_cmp(&stage.maxsim[b])).unwrap();
+    assert_eq!(served.hits[0].internal_id, stage.candidates[best].id.0);
+}
+
 #[test]
 fn bad_token_stage_requests_are_refused_with_the_reason() {
     let index = Index::open(&built().dir, OpenOptions::default()).unwrap();
