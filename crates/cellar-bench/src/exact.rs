@@ -25,6 +25,7 @@ use serde::Serialize;
 
 use crate::harness::output::write_report;
 use crate::harness::provenance::Provenance;
+use crate::harness::stats::mean;
 use crate::ivf::common::{QueryArgs, Workload};
 
 /// Depth of the exact ranking and of the modes' answers.
@@ -254,16 +255,8 @@ fn row(
         exact_overlap_at_100: at100 / n,
         p50_ms: at(0.5),
         p95_ms: at(0.95),
-        first_stage_ms: mean(stage),
-        lists_kib: mean(kib),
-    }
-}
-
-fn mean(values: &[f64]) -> f64 {
-    if values.is_empty() {
-        0.0
-    } else {
-        values.iter().sum::<f64>() / values.len() as f64
+        first_stage_ms: mean(stage).unwrap_or(0.0),
+        lists_kib: mean(kib).unwrap_or(0.0),
     }
 }
 

@@ -50,16 +50,12 @@ pub struct JudgedQueries {
 }
 
 impl JudgedQueries {
-    /// The split's judged queries (the first `max_queries`), refused when there are none, and
-    /// their vectors when `query_vectors` gives them.
-    pub fn load(
-        &self,
-        data: &Path,
-        split: &str,
-        qrels: &Qrels,
-    ) -> Result<(Vec<Query>, Option<Vec<QueryVectorsIn>>)> {
+    /// The split's judgments and its judged queries (the first `max_queries`), refused when
+    /// there are none, with their vectors when `query_vectors` gives them.
+    pub fn load(&self, data: &Path, split: &str) -> Result<(Qrels, Vec<Query>, Option<Vec<QueryVectorsIn>>)> {
         let collection = BeirPaths::locate(data)?;
-        let mut queries = eval::judged_queries(&collection.queries()?, qrels);
+        let qrels = collection.qrels(split)?;
+        let mut queries = eval::judged_queries(&collection.queries()?, &qrels);
         queries.truncate(self.max_queries.unwrap_or(usize::MAX));
         if queries.is_empty() {
             return Err(CellarError::InvalidInput(format!(
@@ -69,7 +65,7 @@ impl JudgedQueries {
         }
         let vectors =
             self.query_vectors.as_deref().map(|dir| eval::read_query_vectors(dir, &queries)).transpose()?;
-        Ok((queries, vectors))
+        Ok((qrels, queries, vectors))
     }
 }
 
@@ -83,8 +79,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
             ..Default::default()
         },
     )?;
-    let qrels = BeirPaths::locate(&args.data)?.qrels(&args.split)?;
-    let (queries, vectors) = args.judged.load(&args.data, &args.split, &qrels)?;
+    let (qrels, queries, vectors) = args.judged.load(&args.data, &args.split)?;
     let bar = progress::bar(queries.len() as u64, "queries");
     let prepared = eval::prepare_all_with(&index, &queries, vectors.as_deref(), &bar)?;
     let ids = eval::doc_ids(&index)?;

@@ -7,7 +7,6 @@
 use std::path::PathBuf;
 
 use cellar_core::{CellarError, Result};
-use cellar_search::corpus::BeirPaths;
 use cellar_search::progress;
 use cellar_search::{tune, Index, OpenOptions};
 use clap::Args;
@@ -56,8 +55,7 @@ pub fn run(args: TuneArgs) -> Result<()> {
         ));
     }
     let mut index = Index::open(&args.index, OpenOptions { model_dir: args.model, ..Default::default() })?;
-    let qrels = BeirPaths::locate(&args.data)?.qrels(&args.split)?;
-    let (queries, vectors) = args.judged.load(&args.data, &args.split, &qrels)?;
+    let (qrels, queries, vectors) = args.judged.load(&args.data, &args.split)?;
     let bar = progress::bar(queries.len() as u64, "queries");
     let report = tune::tune(
         &index,

@@ -207,14 +207,21 @@ pub fn prepare_all(index: &Index, queries: &[Query], bar: &ProgressBar) -> Resul
     prepare_all_with(index, queries, None, bar)
 }
 
-/// Prepares every query once; with `vectors` (one per query, in order: `read_query_vectors`) a
-/// query is ranked with its own vectors and never encoded.
+/// Prepares every query once; with `vectors` (one per query, in order: `read_query_vectors`; any
+/// other count is refused) a query is ranked with its own vectors and never encoded.
 pub fn prepare_all_with(
     index: &Index,
     queries: &[Query],
     vectors: Option<&[QueryVectorsIn]>,
     bar: &ProgressBar,
 ) -> Result<Vec<PreparedQuery>> {
+    if let Some(given) = vectors.filter(|v| v.len() != queries.len()) {
+        return Err(CellarError::InvalidInput(format!(
+            "{} query vectors for {} queries: give one per query, in order",
+            given.len(),
+            queries.len()
+        )));
+    }
     let prepared = queries
         .iter()
         .enumerate()

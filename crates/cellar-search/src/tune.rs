@@ -244,13 +244,6 @@ pub fn tune(
         return Err(CellarError::InvalidInput(format!("p95_ms {limit}: a positive number of milliseconds")));
     }
     let depth = index.config().search.candidates;
-    if let Some(given) = query_vectors.filter(|v| v.len() != queries.len()) {
-        return Err(CellarError::InvalidInput(format!(
-            "{} query vectors for {} queries: give one per query, in order",
-            given.len(),
-            queries.len()
-        )));
-    }
     let prepared = crate::eval::prepare_all_with(index, queries, query_vectors, bar)?;
     let stages = stages(index, queries, &prepared)?;
     let ids = crate::eval::doc_ids(index)?;
