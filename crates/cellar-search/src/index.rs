@@ -40,6 +40,11 @@ pub struct OpenOptions {
     /// Written documents held in RAM (encoded vectors and text) before a write flushes them
     /// to a segment (`live::FLUSH_BYTES`).
     pub flush_bytes: usize,
+    /// Whether the write that fills the memtable leaves its flush to a thread of its own and
+    /// returns (writes go on meanwhile into a fresh log; one waits only when the memtable fills
+    /// again before that flush is done), instead of returning once the segment is written. The
+    /// next write, [`Index::flush`] or [`Index::retry_flush`] commits the segment.
+    pub background_flush: bool,
     /// Bytes of the most re-read base records kept in RAM (`cellar_core::io::hot`); 0: none.
     /// Needs the mmap or direct reader.
     pub hot_cache_bytes: usize,
@@ -58,6 +63,7 @@ impl Default for OpenOptions {
             model_weights: WeightPrecision::default(),
             inject_latency: None,
             flush_bytes: crate::written::state::FLUSH_BYTES,
+            background_flush: false,
             hot_cache_bytes: 0,
             durability: cellar_core::format::wal::Durability::Fsync,
         }
@@ -235,6 +241,10 @@ impl Index {
 
     pub(crate) fn flush_bytes(&self) -> usize {
         self.options.flush_bytes
+    }
+
+    pub(crate) fn background_flush(&self) -> bool {
+        self.options.background_flush
     }
 
     pub(crate) fn durability(&self) -> cellar_core::format::wal::Durability {

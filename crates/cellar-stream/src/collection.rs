@@ -37,6 +37,10 @@ pub struct Options {
     pub compact_after: usize,
     /// Compact on the process's compaction thread (otherwise only `compact()` does).
     pub background_compaction: bool,
+    /// A full memtable's segment is written on a thread of its own while writes go on
+    /// (`cellar_search::OpenOptions::background_flush`); otherwise the write that filled it
+    /// returns once the segment is written.
+    pub background_flush: bool,
 }
 
 impl Default for Options {
@@ -46,6 +50,7 @@ impl Default for Options {
             memtable_bytes: 64 << 20,
             compact_after: 4,
             background_compaction: true,
+            background_flush: true,
         }
     }
 }
@@ -128,6 +133,7 @@ impl Collection {
         let open = OpenOptions {
             reader: cellar_core::io::ReaderKind::Pread,
             flush_bytes: options.memtable_bytes,
+            background_flush: options.background_flush,
             durability: options.durability,
             ..OpenOptions::default()
         };
@@ -324,5 +330,12 @@ impl Drop for Collection {
         // After this no compaction writes here; one running now finishes first.
         let _running = lock(&self.inner.compacting);
         self.inner.closed.store(true, Ordering::Release);
+        // A segment a background flush is writing is committed, not written again at the next open.
+        if let Err(e) = self.index.finish_flush() {
+            log::warn!(
+                "{}: the flush under way at close ({e}); the next open writes it again",
+                self.inner.dir.display()
+            );
+        }
     }
 }

@@ -35,6 +35,7 @@ fn feeder_options() -> Options {
         memtable_bytes: 12 << 10,
         compact_after: 2,
         background_compaction: true,
+        background_flush: true,
     }
 }
 

@@ -22,7 +22,12 @@ const BATCHES: u64 = 150;
 
 /// A tiny memtable and eager background compaction: segments change under the searchers.
 fn options() -> Options {
-    Options { compact_after: 2, background_compaction: true, ..common::options(16 << 10) }
+    Options {
+        compact_after: 2,
+        background_compaction: true,
+        background_flush: true,
+        ..common::options(16 << 10)
+    }
 }
 
 /// Ids carry their group (`g3:17`), and so does the metadata field `group`.

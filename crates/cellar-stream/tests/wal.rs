@@ -57,6 +57,26 @@ fn records_survive_a_reopen_in_order_and_appends_continue() {
 }
 
 #[test]
+fn a_rotated_log_moves_its_records_whole_and_starts_empty() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (path, frozen) = (tmp.path().join("wal.log"), tmp.path().join("wal.frozen.log"));
+    write_log(&path);
+    let (mut wal, _, _) = replay(&path);
+    wal.rotate(&frozen).unwrap();
+    assert!(wal.is_empty(), "appends start again after the header");
+    wal.append(&[b"after"]).unwrap();
+    drop(wal);
+    // The records are at `to`, byte for byte as they were logged; the log holds only the new one.
+    assert_eq!(replay(&frozen).2, payloads());
+    assert_eq!(replay(&path).2, vec![b"after".to_vec()]);
+    let names: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2, "no temporary file is left: {names:?}");
+}
+
+#[test]
 fn a_torn_tail_is_cut_at_every_byte_and_the_log_stays_appendable() {
     let tmp = tempfile::tempdir().unwrap();
     let full = tmp.path().join("full.log");

@@ -18,9 +18,10 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::failpoint::{self, FailPoint};
-use crate::format::fsio::sync_dir;
+use crate::format::fsio::{sync_dir, TMP_SUFFIX};
 use crate::format::VersionRange;
 use crate::{CellarError, IoContext, Result};
 
@@ -61,7 +62,7 @@ pub struct Recovery {
 /// Syncs a log's file (`Wal::syncer`): every record appended before the call is durable when
 /// it returns.
 pub struct LogSync {
-    file: File,
+    file: Arc<File>,
     path: PathBuf,
 }
 
@@ -74,7 +75,8 @@ impl LogSync {
 /// An open log, positioned at its end.
 pub struct Wal {
     path: PathBuf,
-    file: File,
+    /// Shared with the log's `LogSync`s.
+    file: Arc<File>,
     end: u64,
     durability: Durability,
 }
@@ -116,7 +118,8 @@ impl Wal {
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path);
         let file = file.at(path)?;
         let len = file.metadata().at(path)?.len();
-        let mut wal = Wal { path: path.to_path_buf(), file, end: WAL_HEADER_BYTES, durability };
+        let mut wal =
+            Wal { path: path.to_path_buf(), file: Arc::new(file), end: WAL_HEADER_BYTES, durability };
         if len < WAL_HEADER_BYTES {
             // A log whose header never reached the disk cannot hold an acknowledged record.
             wal.write_header()?;
@@ -136,8 +139,12 @@ impl Wal {
             Err(e) => return Err(CellarError::io(path, e)),
         };
         let len = file.metadata().at(path)?.len();
-        let mut wal =
-            Wal { path: path.to_path_buf(), file, end: WAL_HEADER_BYTES, durability: Durability::None };
+        let mut wal = Wal {
+            path: path.to_path_buf(),
+            file: Arc::new(file),
+            end: WAL_HEADER_BYTES,
+            durability: Durability::None,
+        };
         if len < WAL_HEADER_BYTES {
             return Ok(0);
         }
@@ -256,13 +263,12 @@ impl Wal {
 
     /// A handle that syncs this log's file from another thread, without the `Wal` (which its
     /// writer holds): what [`Wal::append_unsynced`]'s records wait for. `None` without
-    /// durability.
-    pub fn syncer(&self) -> Result<Option<LogSync>> {
+    /// durability. (It shares the log's open file: after a `rotate`, take a new one.)
+    pub fn syncer(&self) -> Option<LogSync> {
         if self.durability != Durability::Fsync {
-            return Ok(None);
+            return None;
         }
-        let file = self.file.try_clone().at(&self.path)?;
-        Ok(Some(LogSync { file, path: self.path.clone() }))
+        Some(LogSync { file: Arc::clone(&self.file), path: self.path.clone() })
     }
 
     /// Empties the log (after its records were flushed to a segment), durably.
@@ -271,6 +277,46 @@ impl Wal {
         self.file.sync_all().at(&self.path)?;
         self.end = WAL_HEADER_BYTES;
         Ok(())
+    }
+
+    /// Moves the log's records to `to` and starts this log empty, without copying them: a
+    /// flush writes a segment from the records at `to` while new batches go on being logged
+    /// here, and a reader replays `to` before this log. The empty log is made first (beside
+    /// it, under a temporary name a crash leaves for the writer's sweep), then the two renames;
+    /// with [`Durability::Fsync`] the records at `to` and both names are durable when this
+    /// returns. After an error the log is rotated exactly when `to` exists (only the last
+    /// directory sync fails after the renames); the records are synced first, so a crash
+    /// between the renames finds them at `to` and no log (opening makes an empty one).
+    pub fn rotate(&mut self, to: &Path) -> Result<()> {
+        let durable = self.durability == Durability::Fsync;
+        if durable {
+            self.file.sync_data().at(&self.path)?;
+        }
+        let mut fresh = self.path.as_os_str().to_owned();
+        fresh.push(TMP_SUFFIX);
+        let fresh = PathBuf::from(fresh);
+        let made = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&fresh);
+        let file = made.at(&fresh)?;
+        let header = file.write_all_at(&header_bytes(), 0).and_then(|()| match durable {
+            true => file.sync_all(),
+            false => Ok(()),
+        });
+        if let Err(e) = header {
+            let _ = std::fs::remove_file(&fresh);
+            return Err(CellarError::io(&fresh, e));
+        }
+        std::fs::rename(&self.path, to).at(&self.path)?;
+        if let Err(e) = std::fs::rename(&fresh, &self.path) {
+            // Put the records back where appends and readers expect them.
+            let _ = std::fs::rename(to, &self.path);
+            return Err(CellarError::io(&self.path, e));
+        }
+        self.file = Arc::new(file);
+        self.end = WAL_HEADER_BYTES;
+        match durable {
+            true => sync_dir(self.path.parent().unwrap_or(Path::new("."))),
+            false => Ok(()),
+        }
     }
 
     /// Cuts the log back to `end` bytes (a record boundary [`Wal::len`] gave before an

@@ -7,11 +7,12 @@
 //! touching it, as at open), after reloading BM25's searcher, and publishes it.
 //!
 //! Consistency: the writer logs a batch before it commits it to BM25, so BM25 reloaded first
-//! holds no document the log read after it lacks. A flush or merge replaces the manifest (a new
-//! file: `write_atomic`) and then empties the log; a load that straddles one saw the manifest
-//! change under it and is made again, up to [`FOLLOW_TRIES`] times. A change is told by each
-//! file's inode, size and modification time: the log only grows between two manifests, and
-//! each manifest is a new file.
+//! holds no document the log read after it lacks. A flush rotates the log (a new file; the old
+//! one is read first, as `wal.frozen.log`) and, once its segment is written, replaces the
+//! manifest (a new file: `write_atomic`); a merge replaces the manifest. A load that straddles
+//! either saw the manifest or the log's file change under it and is made again, up to
+//! [`FOLLOW_TRIES`] times. A change is told by each file's inode, size and modification time:
+//! a log file only grows, and each manifest is a new file.
 
 use std::sync::TryLockError;
 
@@ -63,7 +64,7 @@ impl Index {
             }
             self.bm25.reload()?;
             let loaded = self.load_live(None, &mut slot);
-            if Stamp::of(&self.live.dir).manifest == before.manifest {
+            if before.same_files(&Stamp::of(&self.live.dir)) {
                 loaded?;
                 *followed = before;
                 return Ok(true);

@@ -7,6 +7,7 @@
 //!   LOCK           the writer's lock: one process writes an index at a time
 //!   MANIFEST.json  commit point: segments, tombstones, next internal id, last flushed batch
 //!   wal.log        write-ahead log of the batches since the last flush (`batch`)
+//!   wal.frozen.log the log a flush under way rotated out, its documents being written
 //!   seg-<seq>/     immutable segments of flushed documents (`segment`)
 //! ```
 //!
@@ -17,7 +18,11 @@
 //! atomically, so a search sees a batch whole or not at all. An update is a delete of the old
 //! version and an add of the new one under a new internal id; a delete is a tombstone that BM25,
 //! the IVF probe, the dense scan, re-ranking and text fetch all honour. Once the memtable holds
-//! [`FLUSH_BYTES`], it is written as a segment, the manifest names it, and the log is emptied.
+//! [`FLUSH_BYTES`], it is frozen: the log is rotated to [`FROZEN_WAL_FILE`] and its documents are
+//! written as a segment on a thread of their own while writes go on into a fresh log and the
+//! memtable; the manifest then names the segment, the view drops those documents from the
+//! memtable, and the frozen log goes. The write that froze it waits for that (without holding
+//! the writer) unless the index was opened with `background_flush`, when a later write commits it.
 //! A flush that fails (a full disk) fails no write: the next write tries again, and past
 //! [`MEMTABLE_BOUND_FLUSHES`] times the threshold a new batch is refused before it is logged. A
 //! BM25 commit that fails is undone: its batches are taken back out of the log before their
@@ -45,14 +50,14 @@ use crate::corpus::Document;
 use crate::index::Index;
 use crate::written::batch::{LiveDoc, LogBatch};
 pub use crate::written::batch::{OP_DELETE, OP_PUT, OP_PUT_GROUP, OP_PUT_META};
-use crate::written::memtable::Memtable;
 use crate::written::segment::{self, Segment, SegmentWriter};
 use crate::written::state::{
-    f16_row, Bm25Failure, LiveManifest, LiveView, Measured, Recovered, SegmentEntry, StagedBatch, Writer,
+    f16_row, Bm25Failure, Frozen, JobResult, LiveManifest, LiveView, Measured, Recovered, SegmentEntry,
+    SegmentJob, StagedBatch, Writer,
 };
 pub use crate::written::state::{
-    LiveStats, DRIFT_RETRAIN, DRIFT_SAMPLE, FLUSH_BYTES, LIVE_DIR, LIVE_MANIFEST, LIVE_READABLE_VERSIONS,
-    LIVE_VERSION, MEMTABLE_BOUND_FLUSHES, WAL_FILE,
+    LiveStats, DRIFT_RETRAIN, DRIFT_SAMPLE, FLUSH_BYTES, FROZEN_WAL_FILE, LIVE_DIR, LIVE_MANIFEST,
+    LIVE_READABLE_VERSIONS, LIVE_VERSION, MEMTABLE_BOUND_FLUSHES, WAL_FILE,
 };
 
 /// What [`Index::commit_through`] found of a batch.
@@ -168,24 +173,41 @@ impl Index {
         }
         view.seq = manifest.flushed_seq;
         let wal_path = live.join(WAL_FILE);
+        let frozen_path = live.join(FROZEN_WAL_FILE);
         let mut replayed: Vec<LogBatch> = Vec::new();
-        let mut replay = |payload: &[u8]| -> Result<()> {
-            let batch = LogBatch::decode(payload, &wal_path)?;
-            if batch.seq > manifest.flushed_seq {
-                view.apply(&batch, &assign, &wal_path)?;
+        // The frozen log first (a flush was under way), then the log. A batch already applied
+        // (flushed, or in both files after a crash between a rotation's renames) is skipped.
+        let mut replay_from = |path: &Path, view: &mut LiveView, payload: &[u8]| -> Result<()> {
+            let batch = LogBatch::decode(payload, path)?;
+            if batch.seq > view.seq {
+                view.apply(&batch, &assign, path)?;
                 replayed.push(batch);
             }
             Ok(())
         };
+        Wal::read(&frozen_path, |payload| replay_from(&frozen_path, &mut view, payload))?;
         let Some(lock) = lock else {
-            Wal::read(&wal_path, &mut replay)?;
+            Wal::read(&wal_path, |payload| replay_from(&wal_path, &mut view, payload))?;
             self.live.publish(view);
             return Ok(());
         };
-        let (wal, recovery) = Wal::open(&wal_path, self.durability(), &mut replay)?;
+        // The writer takes up a flush a crash cut short: the memtable's documents so far are the
+        // frozen ones (written to a segment by the next flush); none left, the frozen log goes.
+        let frozen = match view.memtable.is_empty() {
+            true => {
+                if frozen_path.exists() {
+                    std::fs::remove_file(&frozen_path).at(&frozen_path)?;
+                }
+                None
+            }
+            false => Some(Frozen::of(&view)),
+        };
+        let (wal, recovery) =
+            Wal::open(&wal_path, self.durability(), |payload| replay_from(&wal_path, &mut view, payload))?;
+        *self.live.lock_frozen() = frozen;
         *self.live.recovery.lock().unwrap_or_else(|p| p.into_inner()) =
             (recovery.records, recovery.truncated_bytes);
-        *self.live.log_sync.lock().unwrap_or_else(|p| p.into_inner()) = wal.syncer()?;
+        *self.live.log_sync.lock().unwrap_or_else(|p| p.into_inner()) = wal.syncer();
         // A grouped index's writes skip BM25 (its searches are exact inside a group).
         if !self.config.grouped {
             let applied = self.bm25.applied_seq()?;
@@ -396,64 +418,153 @@ impl Index {
         Ok(self.live.view().seq)
     }
 
-    /// Writes the memtable as a segment, commits the manifest, empties the log. Called with the
-    /// writer held. On a failure before the manifest names the segment, its files are removed
-    /// (on a full disk they would take the space the next try needs) and nothing changed.
+    /// Flushes every logged document to a segment now, with the writer held: a frozen flush
+    /// (`Frozen`) is finished first (waited for, or written again after a failure), then what
+    /// was written since is frozen, written and committed. On an error nothing is lost: a
+    /// frozen flush stays frozen (its segment's files removed) and the next flush writes it again.
     fn flush_locked(&self, writer: &mut Writer) -> Result<()> {
         self.settle(writer)?;
+        for _ in 0..2 {
+            if self.live.lock_frozen().is_none() {
+                if self.live.view().memtable.is_empty() {
+                    return Ok(());
+                }
+                self.freeze(writer)?;
+            }
+            let (done, _) = self.start_segment_job(true)?;
+            SegmentJob::wait(&done);
+            self.commit_frozen(writer)?;
+        }
+        Ok(())
+    }
+
+    /// Freezes the memtable, with the writer held and nothing staged (`settle`), when no flush
+    /// is frozen already: the log is rotated (`Wal::rotate`; its batches move to
+    /// [`FROZEN_WAL_FILE`]) and the memtable's documents become the ones the next segment takes,
+    /// while writes go on into the fresh log and the memtable.
+    fn freeze(&self, writer: &mut Writer) -> Result<()> {
         let view = self.live.view();
-        if view.memtable.is_empty() {
+        let mut frozen = self.live.lock_frozen();
+        if frozen.is_some() || view.memtable.is_empty() {
             return Ok(());
         }
-        let live = &self.live.dir;
-        let name = format!("seg-{:016x}", view.seq);
-        let written = self.write_segment(&view, &name);
-        let (segment, manifest) = match written.and_then(|segment| {
+        let to = self.live.dir.join(FROZEN_WAL_FILE);
+        // One a crash left after its segment was committed (every batch in it is flushed).
+        match std::fs::remove_file(&to) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(CellarError::io(&to, e)),
+            _ => {}
+        }
+        let rotated = writer.wal.rotate(&to);
+        if rotated.is_err() && !to.exists() {
+            return rotated;
+        }
+        // The group commit syncs the fresh log from now on.
+        *self.live.log_sync.lock().unwrap_or_else(|p| p.into_inner()) = writer.wal.syncer();
+        *frozen = Some(Frozen::of(&view));
+        rotated
+    }
+
+    /// Starts writing the frozen documents' segment on a thread of its own, unless it is being
+    /// written; returns what to wait on for it. Called with the writer held; `held_throughout`:
+    /// and held until the segment is committed, so no batch is logged meanwhile. Then a frozen
+    /// flush written again (after a failure, or a crash) takes the documents written since
+    /// too, in one segment, and its commit empties the log as well. The flag it returns says
+    /// the frozen documents include the log's (now or from such an earlier try): the caller
+    /// must then hold the writer until the commit, whatever it asked.
+    fn start_segment_job(&self, held_throughout: bool) -> Result<(Arc<JobResult>, bool)> {
+        let mut frozen = self.live.lock_frozen();
+        let Some(f) = frozen.as_mut() else {
+            return Err(CellarError::internal("no frozen documents to write to a segment"));
+        };
+        if let Some(job) = &f.job {
+            return Ok((Arc::clone(&job.done), f.with_log));
+        }
+        let view = self.live.view();
+        if held_throughout && view.memtable.len() > f.docs {
+            *f = Frozen { with_log: true, ..Frozen::of(&view) };
+        }
+        let mut docs: Vec<Arc<LiveDoc>> = view.memtable.iter().take(f.docs).cloned().collect();
+        if docs.len() != f.docs || docs.last().map(|d| d.id.0 + 1) != Some(f.next_id) {
+            return Err(CellarError::internal(format!(
+                "the memtable no longer begins with the {} frozen documents before id {}",
+                f.docs, f.next_id
+            )));
+        }
+        let grouped = self.config.grouped;
+        if grouped {
+            // In (group, id) order: ids are unique, so the order is total.
+            docs.sort_unstable_by(|a, b| a.doc.group.cmp(&b.doc.group).then(a.id.cmp(&b.id)));
+        }
+        let (live, name) = (self.live.dir.clone(), f.segment_name());
+        let (codec, model_dim) = (Arc::clone(self.store.codec()), self.config.encoder.model_dim);
+        let job = SegmentJob::spawn(move || {
+            let mut out = SegmentWriter::create(&live, &name, codec, model_dim, grouped)?;
+            for doc in &docs {
+                out.add(doc.id, doc.n_tokens as usize, &doc.tokens, &doc.pooled, &doc.doc)?;
+            }
+            out.finish()
+        })?;
+        let done = Arc::clone(&job.done);
+        f.job = Some(job);
+        Ok((done, f.with_log))
+    }
+
+    /// Commits the frozen documents' segment once its job is done, with the writer held: the
+    /// manifest names it (the flushed batch and the deletions as of the freeze), the view
+    /// after it holds it in place of the memtable's oldest documents, and the frozen log goes.
+    /// `Ok(false)` while the job runs. A job that failed leaves the documents frozen, its
+    /// files removed, and returns its error.
+    fn commit_frozen(&self, writer: &mut Writer) -> Result<bool> {
+        self.settle(writer)?;
+        let mut frozen = self.live.lock_frozen();
+        let Some(f) = frozen.as_mut() else { return Ok(true) };
+        let Some(written) = f.job.as_mut().and_then(SegmentJob::take) else { return Ok(false) };
+        f.job = None;
+        let (live, name) = (&self.live.dir, f.segment_name());
+        let committed = written.and_then(|ids| {
+            let segment = self.open_segment(&name, &ids)?;
             let mut manifest = writer.manifest.clone();
             manifest.segments.push(SegmentEntry {
                 name: name.clone(),
                 first: segment.first().0,
                 docs: segment.len() as u32,
             });
-            manifest.next_id = view.next_id;
-            manifest.flushed_seq = view.seq;
-            manifest.deleted = view.deleted_ids();
+            manifest.next_id = f.next_id;
+            manifest.flushed_seq = f.seq;
+            manifest.deleted = f.deleted.clone();
             manifest.save(live)?;
             Ok((segment, manifest))
-        }) {
+        });
+        let (segment, manifest) = match committed {
             Ok(done) => done,
             Err(e) => {
+                // On a full disk its files would take the space the next try needs.
                 segment::discard(live, &name);
                 return Err(e);
             }
         };
+        let view = self.live.view();
         let mut next = (*view).clone();
-        next.memtable = Memtable::default();
-        next.mem_bytes = 0;
+        next.memtable = view.memtable.without_first(f.docs);
+        next.mem_bytes -= f.bytes;
         next.add_segment(segment);
         writer.manifest = manifest;
         self.live.publish(next);
+        let with_log = f.with_log;
+        *frozen = None;
         self.live.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        writer.wal.reset()
-    }
-
-    /// The memtable of `view` written as segment `name`, opened: in id order, or in a grouped
-    /// index in (group, id) order.
-    fn write_segment(&self, view: &LiveView, name: &str) -> Result<Segment> {
-        let live = &self.live.dir;
-        let model_dim = self.config.encoder.model_dim;
-        let grouped = self.config.grouped;
-        let mut out = SegmentWriter::create(live, name, Arc::clone(self.store.codec()), model_dim, grouped)?;
-        let mut order: Vec<&Arc<LiveDoc>> = view.memtable.iter().collect();
-        if grouped {
-            // Ids are unique: the order is total, and an unstable sort gives the same one.
-            order.sort_unstable_by(|a, b| a.doc.group.cmp(&b.doc.group).then(a.id.cmp(&b.id)));
+        if with_log {
+            // Every batch in it is flushed too; should emptying it fail, replays skip them.
+            if let Err(e) = writer.wal.reset() {
+                log::warn!("{}: not emptied after its flush ({e})", writer.wal.path().display());
+            }
         }
-        for doc in order {
-            out.add(doc.id, doc.n_tokens as usize, &doc.tokens, &doc.pooled, &doc.doc)?;
+        let log = live.join(FROZEN_WAL_FILE);
+        if let Err(e) = std::fs::remove_file(&log) {
+            // Every batch in it is flushed: replays skip them, and the next freeze replaces it.
+            log::warn!("{}: not removed after its flush ({e})", log.display());
         }
-        let ids = out.finish()?;
-        self.open_segment(name, &ids)
+        Ok(true)
     }
 
     /// Opens segment `name` just written with the records of `ids`.
@@ -464,19 +575,30 @@ impl Index {
         Segment::open(live, name, first, ids.len(), model_dim, reader, grouped, &self.assigner())
     }
 
-    /// After a write logged and published its batch: flushes the memtable when it is past
-    /// `flush_bytes`. A failure is the flush's, not the batch's: counted (`flush_failures`),
-    /// logged, and tried again by the next write or [`Index::retry_flush`]; the memtable keeps
-    /// serving meanwhile.
+    /// Whether a flush has something to do after a write: the memtable's documents written since
+    /// the last freeze are past `flush_bytes`, or a frozen flush's job is done (to commit) or
+    /// not running (to start again).
+    fn flush_due(&self) -> bool {
+        let frozen = self.live.lock_frozen();
+        let frozen_bytes = frozen.as_ref().map_or(0, |f| f.bytes);
+        let filled = self.live.view().mem_bytes.saturating_sub(frozen_bytes) > self.flush_bytes();
+        filled || frozen.as_ref().is_some_and(|f| f.job.as_ref().is_none_or(SegmentJob::is_done))
+    }
+
+    /// After a write logged and published its batch: flushes the memtable once the documents
+    /// written since the last flush are past `flush_bytes`. The memtable is frozen and its
+    /// segment written on a thread of its own while writes go on (`freeze`); without
+    /// `background_flush` this write waits for that segment, without holding the writer, and
+    /// commits it; with it, a later write (or `flush`, `retry_flush`) commits it once done, and
+    /// a write that fills the memtable again before then waits for it (so the memtable holds
+    /// about twice `flush_bytes` at most). A failure is the flush's, not the batch's: counted
+    /// (`flush_failures`), logged, and tried again by the next write or [`Index::retry_flush`];
+    /// the memtable keeps serving meanwhile.
     pub(crate) fn flush_after_write(&self) {
-        if self.live.view().mem_bytes <= self.flush_bytes() {
+        if !self.flush_due() {
             return;
         }
-        let flushed = self.writer().and_then(|mut slot| match slot.as_mut() {
-            Some(writer) if self.live.view().mem_bytes > self.flush_bytes() => self.flush_locked(writer),
-            _ => Ok(()),
-        });
-        if let Err(e) = flushed {
+        if let Err(e) = self.flush_step() {
             self.live.flush_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             log::error!(
                 "{}: flushing the memtable ({} bytes) failed ({e}); its batches stay acknowledged, in the log and the memtable, and the next write tries again",
@@ -486,13 +608,67 @@ impl Index {
         }
     }
 
-    /// A flush that failed after its batches were logged, tried again without waiting for the
-    /// next write (the server's background thread calls this once a second): when this process
-    /// writes the index and its memtable is past `flush_bytes`, flushes it, a failure counted
-    /// and logged as after a write. A process that does not write never flushes.
+    /// `flush_after_write`'s work.
+    fn flush_step(&self) -> Result<()> {
+        let mut slot = self.writer()?;
+        let Some(writer) = slot.as_mut() else { return Ok(()) };
+        self.settle(writer)?;
+        let filled = || {
+            let frozen_bytes = self.live.lock_frozen().as_ref().map_or(0, |f| f.bytes);
+            self.live.view().mem_bytes.saturating_sub(frozen_bytes) > self.flush_bytes()
+        };
+        if self.live.lock_frozen().is_some() {
+            let (done, with_log) = self.start_segment_job(!self.background_flush())?;
+            if filled() || with_log || !self.background_flush() {
+                // Filled again before the frozen flush is done (or it is tried again without
+                // `background_flush`, or it takes the log's batches): this write waits for it.
+                SegmentJob::wait(&done);
+            }
+            if !self.commit_frozen(writer)? {
+                return Ok(());
+            }
+        }
+        if !filled() {
+            return Ok(());
+        }
+        self.freeze(writer)?;
+        let (done, _) = self.start_segment_job(false)?;
+        if self.background_flush() {
+            return Ok(());
+        }
+        // Written without the writer held: other writes go on meanwhile.
+        drop(slot);
+        SegmentJob::wait(&done);
+        let mut slot = self.writer()?;
+        match slot.as_mut() {
+            Some(writer) => self.commit_frozen(writer).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for a flush whose segment is being written (`background_flush`) and commits it;
+    /// nothing to do when none is. What an owner calls before it closes the index, so the next
+    /// open finds the segment committed instead of writing it again from the frozen log.
+    pub fn finish_flush(&self) -> Result<()> {
+        if self.live.lock_frozen().as_ref().is_none_or(|f| f.job.is_none()) {
+            return Ok(());
+        }
+        let mut slot = self.writer()?;
+        let Some(writer) = slot.as_mut() else { return Ok(()) };
+        let done = match self.live.lock_frozen().as_ref().and_then(|f| f.job.as_ref()) {
+            Some(job) => Arc::clone(&job.done),
+            None => return Ok(()),
+        };
+        SegmentJob::wait(&done);
+        self.commit_frozen(writer).map(drop)
+    }
+
+    /// A flush due without a write to run it (the server's background thread calls this once
+    /// a second): one that failed after its batches were logged tried again, or a background
+    /// flush's segment committed, as after a write. A process that does not write never flushes.
     pub fn retry_flush(&self) {
-        // The memtable first: a lock-free read, where the writer's mutex would wait out a write.
-        if self.live.view().mem_bytes > self.flush_bytes() && self.live.is_writer() {
+        // Lock-free first: the writer's mutex would wait out a write.
+        if self.flush_due() && self.live.is_writer() {
             self.flush_after_write();
         }
     }
@@ -615,6 +791,10 @@ impl Index {
         let Measured { disk_bytes, ivf_drift, id_map_bytes } = self.measure(&view);
         let (wal_bytes, flushed_seq) =
             self.live.lock_writer().as_ref().map_or((0, 0), |w| (w.wal.len(), w.manifest.flushed_seq));
+        // The frozen log's batches are not in a segment yet either.
+        let frozen_log = self.live.lock_frozen().as_ref().map(|_| self.live.dir.join(FROZEN_WAL_FILE));
+        let wal_bytes =
+            wal_bytes + frozen_log.and_then(|log| std::fs::metadata(log).ok()).map_or(0, |m| m.len());
         LiveStats {
             ivf_drift,
             ivf_retrain_advised: ivf_drift.is_some_and(|d| d > DRIFT_RETRAIN),

@@ -6,6 +6,10 @@
 //! that hold it: a copy of the memtable copies the list of chunk handles, and a write's first
 //! push copies only the last chunk, if another view holds it. A chunk keeps its own positions by
 //! group and by cluster, so neither is copied whole either: a search asks each chunk.
+//!
+//! Once a flush has put its oldest documents in a segment, the view after it drops them
+//! (`without_first`): whole chunks go, and the first chunk left may begin with documents that are
+//! no longer the memtable's (`skip`), so the positions of the others need not move.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -23,6 +27,8 @@ pub(crate) const CHUNK_DOCS: usize = 256;
 #[derive(Clone, Default)]
 pub(crate) struct Memtable {
     chunks: Vec<Arc<Chunk>>,
+    /// Documents at the start of the first chunk that are no longer the memtable's.
+    skip: usize,
     len: usize,
 }
 
@@ -54,7 +60,11 @@ impl Memtable {
 
     /// The document at position `i` (0 is the oldest).
     pub(crate) fn get(&self, i: usize) -> Option<&Arc<LiveDoc>> {
-        self.chunks.get(i / CHUNK_DOCS)?.docs.get(i % CHUNK_DOCS)
+        if i >= self.len {
+            return None;
+        }
+        let at = i + self.skip;
+        self.chunks.get(at / CHUNK_DOCS)?.docs.get(at % CHUNK_DOCS)
     }
 
     /// The internal id of the oldest document.
@@ -64,7 +74,18 @@ impl Memtable {
 
     /// Every document, oldest first.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<LiveDoc>> {
-        self.chunks.iter().flat_map(|c| c.docs.iter())
+        self.chunks.iter().flat_map(|c| c.docs.iter()).skip(self.skip)
+    }
+
+    /// The memtable without its `n` oldest documents (a flush put them in a segment); the
+    /// chunks it keeps stay shared with this one.
+    pub(crate) fn without_first(&self, n: usize) -> Memtable {
+        assert!(n <= self.len, "dropping {n} of {} memtable documents", self.len);
+        if n == self.len {
+            return Memtable::default();
+        }
+        let at = self.skip + n;
+        Memtable { chunks: self.chunks[at / CHUNK_DOCS..].to_vec(), skip: at % CHUNK_DOCS, len: self.len - n }
     }
 
     /// Appends `doc` (the next id), filed under `cluster` when the index has an IVF.
@@ -90,16 +111,19 @@ impl Memtable {
         self.chunks.iter().enumerate().flat_map(move |(c, chunk)| {
             let at = chunk.groups.get(&key).map_or(&[][..], Vec::as_slice);
             at.iter()
-                .filter(move |p| chunk.docs[usize::from(**p)].doc.group.as_deref() == Some(group))
                 .map(move |p| c * CHUNK_DOCS + usize::from(*p))
+                .filter(move |at| *at >= self.skip)
+                .filter(move |at| chunk.docs[at % CHUNK_DOCS].doc.group.as_deref() == Some(group))
+                .map(move |at| at - self.skip)
         })
     }
 
     /// The documents filed under IVF cluster `cluster`.
     pub(crate) fn in_cluster(&self, cluster: u32) -> impl Iterator<Item = &Arc<LiveDoc>> + '_ {
-        self.chunks.iter().flat_map(move |chunk| {
+        self.chunks.iter().enumerate().flat_map(move |(c, chunk)| {
             let at = chunk.clusters.get(&cluster).map_or(&[][..], Vec::as_slice);
-            at.iter().map(move |p| &chunk.docs[usize::from(*p)])
+            let first = if c == 0 { self.skip } else { 0 };
+            at.iter().filter(move |p| usize::from(**p) >= first).map(move |p| &chunk.docs[usize::from(*p)])
         })
     }
 }
@@ -152,5 +176,50 @@ mod tests {
         let expected: Vec<u32> = (0..=n as u32).filter(|i| *i == n as u32 || i % 5 == 0).collect();
         assert_eq!(zeros, expected);
         assert_eq!(a.first_id(), Some(DocId(0)));
+    }
+
+    /// Dropping the oldest documents (a flush's) at every offset inside a chunk and across
+    /// chunks answers every question as a memtable of the rest alone would.
+    #[test]
+    fn without_its_oldest_documents_a_memtable_answers_as_one_of_the_rest() {
+        let n = CHUNK_DOCS * 3 + 5;
+        let group = |i: u32| ["x", "y", "z"][i as usize % 3];
+        let mut all = Memtable::default();
+        for i in 0..n as u32 {
+            all.push(doc(i, group(i)), Some(i % 7));
+        }
+        for drop in [0, 1, 17, CHUNK_DOCS - 1, CHUNK_DOCS, CHUNK_DOCS + 3, 2 * CHUNK_DOCS, n - 1, n] {
+            let mut rest = Memtable::default();
+            for i in drop as u32..n as u32 {
+                rest.push(doc(i, group(i)), Some(i % 7));
+            }
+            // Twice, in two steps, as two flushes in a row would.
+            let half = drop / 2;
+            for kept in [all.without_first(drop), all.without_first(half).without_first(drop - half)] {
+                let ids = |m: &Memtable| m.iter().map(|d| d.id.0).collect::<Vec<_>>();
+                assert_eq!((kept.len(), ids(&kept)), (rest.len(), ids(&rest)), "dropped {drop}");
+                assert_eq!(kept.first_id(), rest.first_id());
+                for i in [0, 1, rest.len().saturating_sub(1), rest.len()] {
+                    assert_eq!(
+                        kept.get(i).map(|d| d.id),
+                        rest.get(i).map(|d| d.id),
+                        "dropped {drop}, at {i}"
+                    );
+                }
+                for g in ["x", "y", "z"] {
+                    assert_eq!(kept.in_group(g).collect::<Vec<_>>(), rest.in_group(g).collect::<Vec<_>>());
+                }
+                for c in 0..7 {
+                    let of = |m: &Memtable| m.in_cluster(c).map(|d| d.id.0).collect::<Vec<_>>();
+                    assert_eq!(of(&kept), of(&rest), "dropped {drop}, cluster {c}");
+                }
+                // Pushed onto after the drop, as the next write does.
+                let (mut kept, mut rest) = (kept, rest.clone());
+                kept.push(doc(n as u32, "x"), Some(0));
+                rest.push(doc(n as u32, "x"), Some(0));
+                assert_eq!(kept.in_group("x").collect::<Vec<_>>(), rest.in_group("x").collect::<Vec<_>>());
+                assert_eq!(kept.get(kept.len() - 1).map(|d| d.id.0), Some(n as u32));
+            }
+        }
     }
 }

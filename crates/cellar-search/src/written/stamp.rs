@@ -36,4 +36,11 @@ impl Stamp {
     pub(crate) fn of(live: &Path) -> Stamp {
         Stamp { manifest: FileStamp::of(&live.join(LIVE_MANIFEST)), wal: FileStamp::of(&live.join(WAL_FILE)) }
     }
+
+    /// Whether a load between `self` and `later` read one manifest and one log: the same
+    /// manifest, and the same log file (grown, perhaps), not one a flush rotated in.
+    pub(crate) fn same_files(&self, later: &Stamp) -> bool {
+        let file = |s: &Option<FileStamp>| s.map(|f| (f.dev, f.ino));
+        self.manifest == later.manifest && file(&self.wal) == file(&later.wal)
+    }
 }

@@ -25,6 +25,10 @@ pub const LIVE_DIR: &str = "live";
 pub const LIVE_MANIFEST: &str = "MANIFEST.json";
 /// The write-ahead log.
 pub const WAL_FILE: &str = "wal.log";
+/// The log rotated out when the memtable was frozen (`Wal::rotate`): the batches of the
+/// documents a flush is writing to a segment, replayed before `wal.log` until the manifest
+/// names that segment.
+pub const FROZEN_WAL_FILE: &str = "wal.frozen.log";
 /// Version of `MANIFEST.json`.
 pub const LIVE_VERSION: u32 = 1;
 /// The versions of `MANIFEST.json` this build reads.
@@ -102,6 +106,101 @@ pub(crate) struct LiveView {
     pub next_id: u32,
     /// The last batch applied.
     pub seq: u64,
+}
+
+/// The memtable's oldest documents, frozen: a flush writes them to a segment while writes go on
+/// into the memtable and a fresh log. One at a time.
+pub(crate) struct Frozen {
+    /// The last batch they hold, and the id after their last document.
+    pub(crate) seq: u64,
+    pub(crate) next_id: u32,
+    /// How many of the memtable's documents (its oldest), and their `LiveView::mem_bytes`.
+    pub(crate) docs: usize,
+    pub(crate) bytes: usize,
+    /// Ids deleted up to `seq`: the manifest's `deleted` once it names the segment.
+    pub(crate) deleted: Vec<u32>,
+    /// Whether they include the log's batches too (a flush written again with the writer held
+    /// throughout took the documents written since): the log is emptied at the commit.
+    pub(crate) with_log: bool,
+    /// The segment being written on its own thread; `None` before it starts and after it
+    /// failed (the next flush writes it again).
+    pub(crate) job: Option<SegmentJob>,
+}
+
+impl Frozen {
+    /// Every document of `view`'s memtable, frozen.
+    pub(crate) fn of(view: &LiveView) -> Frozen {
+        Frozen {
+            seq: view.seq,
+            next_id: view.next_id,
+            docs: view.memtable.len(),
+            bytes: view.mem_bytes,
+            deleted: view.deleted_ids(),
+            with_log: false,
+            job: None,
+        }
+    }
+
+    /// The name of the segment its documents go to.
+    pub(crate) fn segment_name(&self) -> String {
+        format!("seg-{:016x}", self.seq)
+    }
+}
+
+/// What a segment job hands back: the record ids it wrote, once it is done.
+pub(crate) type JobResult = (Mutex<Option<Result<Vec<u32>>>>, std::sync::Condvar);
+
+/// A segment written on a thread of its own.
+pub(crate) struct SegmentJob {
+    thread: Option<std::thread::JoinHandle<()>>,
+    pub(crate) done: Arc<JobResult>,
+}
+
+impl SegmentJob {
+    /// Runs `write` on a new thread.
+    pub(crate) fn spawn(write: impl FnOnce() -> Result<Vec<u32>> + Send + 'static) -> Result<SegmentJob> {
+        let done = Arc::new((Mutex::new(None), std::sync::Condvar::new()));
+        let slot = Arc::clone(&done);
+        let thread = std::thread::Builder::new()
+            .name("cellar-flush".into())
+            .spawn(move || {
+                let written = write();
+                *slot.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(written);
+                slot.1.notify_all();
+            })
+            .map_err(|e| CellarError::internal(format!("starting a flush thread: {e}")))?;
+        Ok(SegmentJob { thread: Some(thread), done })
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.done.0.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    /// Waits until the job's segment is written (or failed).
+    pub(crate) fn wait(done: &JobResult) {
+        let mut slot = done.0.lock().unwrap_or_else(|p| p.into_inner());
+        while slot.is_none() {
+            slot = done.1.wait(slot).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// What it wrote, once done (the thread joined): `None` while it runs.
+    pub(crate) fn take(&mut self) -> Option<Result<Vec<u32>>> {
+        let result = self.done.0.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        Some(result)
+    }
+}
+
+impl Drop for SegmentJob {
+    /// Nothing writes in `live/` after its index is dropped: a job under way is waited for.
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Where a document's data lives.
@@ -338,8 +437,8 @@ pub struct LiveStats {
     pub flushes: u64,
     #[serde(default)]
     pub merges: u64,
-    /// Bytes of the write-ahead log (the batches not yet in a segment); 0 in a process that
-    /// does not write.
+    /// Bytes of the write-ahead log (the batches not yet in a segment: the log, and the frozen
+    /// log while a flush writes its segment); 0 in a process that does not write.
     #[serde(default)]
     pub wal_bytes: u64,
     /// The last batch applied, and the last one in a segment.
@@ -408,6 +507,8 @@ pub(crate) struct Live {
     pub(crate) log_sync: Mutex<Option<cellar_core::format::wal::LogSync>>,
     /// Log syncs this process made, for `LiveStats`.
     pub(crate) log_syncs: AtomicU64,
+    /// The documents a flush is writing to a segment (changed with the writer held).
+    pub(crate) frozen: Mutex<Option<Frozen>>,
     /// In a process that does not write: collection id → internal id of the build's documents
     /// (built by the first lookup), and of the written ones of one view (built again for a newer
     /// view), so `get` is a lookup, not a scan.
@@ -492,6 +593,7 @@ impl Live {
             recovery: Mutex::new((0, 0)),
             log_sync: Mutex::new(None),
             log_syncs: AtomicU64::new(0),
+            frozen: Mutex::new(None),
             base_ids: Mutex::new(None),
             written_ids: Mutex::new(None),
             commits: Mutex::new((0, 0)),
@@ -569,6 +671,18 @@ impl Live {
 
     pub(crate) fn lock_writer(&self) -> MutexGuard<'_, Option<Writer>> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn lock_frozen(&self) -> MutexGuard<'_, Option<Frozen>> {
+        self.frozen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Live {
+    /// A flush's segment job is waited for before the writer's lock is released (the fields'
+    /// order would release it first), so no other writer sweeps a segment still being written.
+    fn drop(&mut self) {
+        drop(self.lock_frozen().take());
     }
 }
 

@@ -245,6 +245,36 @@ fn a_flush_failing_after_its_batch_was_logged_fails_no_write_and_the_memtable_st
     assert_eq!(index.len(), 48 + acknowledged.len() + 1);
 }
 
+/// The same with `background_flush`: the segment job that meets the full disk leaves its
+/// documents frozen (its files removed) while writes go on into the fresh log; each later write
+/// tries it again; once space returns a write commits it and freezes the rest, and after a
+/// reopen every acknowledged document is there once.
+#[test]
+fn a_failing_background_flush_fails_no_write_and_commits_once_space_returns() {
+    let (_tmp, dir) = built();
+    let options = || OpenOptions { flush_bytes: 32, background_flush: true, ..OpenOptions::default() };
+    let index = Index::open(&dir, options()).unwrap();
+    write(&index, vec![add("w0", 499)]).unwrap();
+    index.finish_flush().unwrap();
+    let guard = arm(FailPoint::FileWrite, &dir, 0);
+    let ids: Vec<String> = (0..3).map(|i| format!("bg{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        write(&index, vec![add(id, 500 + i)]).unwrap();
+    }
+    let stats = index.live_stats();
+    assert!(stats.flush_failures >= 1 && stats.segments == 1, "only w0's segment: {stats:?}");
+    assert!(leftovers(&dir).is_empty(), "a failed flush left {:?}", leftovers(&dir));
+    drop(guard);
+    write(&index, vec![add("bg3", 503)]).unwrap();
+    index.finish_flush().unwrap();
+    let stats = index.live_stats();
+    assert_eq!((stats.segments, stats.memtable_docs), (3, 0), "the frozen flush, then the rest: {stats:?}");
+    drop(index);
+    let index = Index::open(&dir, options()).unwrap();
+    assert_eq!(present(&index, &["w0", "bg0", "bg1", "bg2", "bg3"]), [true; 5]);
+    assert_eq!(index.live_stats().written, 5, "each document once");
+}
+
 /// Issue 43.2: a flush that failed after its batches were logged is tried again without
 /// waiting for a write (`Index::retry_flush`, which the server's background thread calls once a
 /// second), and never by a handle that does not write the index.

@@ -24,8 +24,8 @@ use cellar_search::tokens::{
 
 use cellar_search::live::merge::MERGED_SUFFIX;
 use cellar_search::live::{
-    LIVE_DIR, LIVE_MANIFEST, LIVE_READABLE_VERSIONS, LIVE_VERSION, OP_DELETE, OP_PUT, OP_PUT_GROUP,
-    OP_PUT_META, WAL_FILE,
+    FROZEN_WAL_FILE, LIVE_DIR, LIVE_MANIFEST, LIVE_READABLE_VERSIONS, LIVE_VERSION, OP_DELETE, OP_PUT,
+    OP_PUT_GROUP, OP_PUT_META, WAL_FILE,
 };
 use cellar_search::{DocIn, Index, OpenOptions, WriteOp, WriteRequest};
 
@@ -200,7 +200,7 @@ fn live_page_matches_the_code_and_a_written_index() {
     let files: Vec<String> = table(&text, "file").into_iter().map(|r| r[0].clone()).collect();
     let lock = cellar_core::format::fsio::LOCK_FILE;
     let merged = format!("seg-<seq>{MERGED_SUFFIX}/");
-    assert_eq!(files, [lock, LIVE_MANIFEST, WAL_FILE, "seg-<seq>/", merged.as_str()]);
+    assert_eq!(files, [lock, LIVE_MANIFEST, WAL_FILE, FROZEN_WAL_FILE, "seg-<seq>/", merged.as_str()]);
     let tags: Vec<(String, String)> = table(&text, "tag")
         .into_iter()
         .map(|r| (r[0].clone(), r[1].split(':').next().unwrap().to_string()))

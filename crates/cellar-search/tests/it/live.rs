@@ -574,3 +574,75 @@ fn the_writer_removes_what_a_crash_left_and_keeps_what_the_manifest_names() {
     assert_eq!(left, listed, "only what the manifest names stays");
     assert_eq!(index.get("harpsichord-0").unwrap().unwrap().text, HARPSICHORD);
 }
+
+/// A background flush: the write that fills the memtable freezes it (the log rotated to
+/// `wal.frozen.log`) and returns while a thread writes the segment; the next write commits it.
+/// A reader beside the writer follows across the rotation, and a crash while the segment is
+/// being written (a copy of the directory then) loses nothing: the next writer sweeps the
+/// unnamed segment, replays the frozen log and flushes those documents again.
+#[test]
+fn a_background_flush_returns_at_once_and_a_crash_during_it_loses_nothing() {
+    let (tmp, dir) = copy_index();
+    let options = OpenOptions { flush_bytes: 1, background_flush: true, ..Default::default() };
+    let writer = Index::open(&dir, options.clone()).unwrap();
+    let reader = open(&dir, ReaderKind::Mmap);
+    let base = writer.len();
+    let live = dir.join(cellar_search::live::LIVE_DIR);
+    let frozen = live.join(cellar_search::live::FROZEN_WAL_FILE);
+    write(&writer, vec![WriteOp::Add(doc("harpsichord-0", HARPSICHORD))]);
+    let stats = writer.live_stats();
+    assert!(frozen.exists(), "the write froze the memtable: its log was rotated");
+    assert_eq!(
+        (stats.segments, stats.memtable_docs, stats.flushed_seq),
+        (0, 1, 0),
+        "not committed yet: {stats:?}"
+    );
+    let crashed = tmp.path().join("crashed");
+    crate::fixture::copy_dir(&dir, &crashed);
+    // The next write waits for that segment (the memtable filled again), commits it, and
+    // freezes its own document.
+    write(&writer, vec![WriteOp::Add(doc("harpsichord-1", HARPSICHORD))]);
+    let stats = writer.live_stats();
+    assert_eq!((stats.segments, stats.memtable_docs, stats.flushed_seq), (1, 1, 1), "{stats:?}");
+    assert!(frozen.exists(), "the second document's flush is under way");
+    assert!(reader.follow().unwrap());
+    assert_eq!(reader.len(), base + 2);
+    for id in ["harpsichord-0", "harpsichord-1"] {
+        assert_eq!(reader.get(id).unwrap().unwrap().text, HARPSICHORD, "the reader finds {id}");
+    }
+    writer.flush().unwrap();
+    let stats = writer.live_stats();
+    assert_eq!((stats.segments, stats.memtable_docs, stats.flushed_seq), (2, 0, 2), "{stats:?}");
+    assert!(!frozen.exists(), "the frozen log goes once its segment is named");
+    drop(writer);
+    let index = Index::open(&dir, options.clone()).unwrap();
+    assert_eq!((index.len(), index.live_stats().segments), (base + 2, 2));
+    drop(index);
+
+    // The crash: the manifest names no segment; the frozen log holds the document.
+    let index = Index::open(&crashed, options).unwrap();
+    index.take_writer().unwrap();
+    assert_eq!(index.len(), base + 1);
+    assert_eq!(index.get("harpsichord-0").unwrap().unwrap().text, HARPSICHORD);
+    let found = ids(&index, &every_mode(HARPSICHORD_QUERY, 1)[0].1);
+    assert_eq!(found, ["harpsichord-0"]);
+    let names = |dir: &std::path::Path| -> Vec<String> {
+        let live = dir.join(cellar_search::live::LIVE_DIR);
+        let mut names: Vec<String> =
+            std::fs::read_dir(live).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        names
+    };
+    assert!(
+        !names(&crashed).iter().any(|n| n.starts_with("seg-")),
+        "the unnamed segment was swept: {:?}",
+        names(&crashed)
+    );
+    index.flush().unwrap();
+    assert_eq!(index.live_stats().segments, 1);
+    assert!(!names(&crashed).iter().any(|n| n == cellar_search::live::FROZEN_WAL_FILE));
+    drop(index);
+    let index = open(&crashed, ReaderKind::Ram);
+    assert_eq!(index.get("harpsichord-0").unwrap().unwrap().text, HARPSICHORD);
+    assert_eq!(index.len(), base + 1);
+}

@@ -13,7 +13,13 @@ pub const DIM: usize = 8;
 
 /// A small, fast-flushing, fsync-free collection (durability is the crash test's business).
 pub fn options(memtable_bytes: usize) -> Options {
-    Options { durability: Durability::None, memtable_bytes, compact_after: 3, background_compaction: false }
+    Options {
+        durability: Durability::None,
+        memtable_bytes,
+        compact_after: 3,
+        background_compaction: false,
+        background_flush: false,
+    }
 }
 
 pub fn open(dir: &Path, options: Options) -> Collection {
