@@ -252,6 +252,9 @@ fn open_options(args: &ServeArgs) -> Result<OpenOptions> {
         model_weights: args.model_weights,
         inject_latency,
         hot_cache_bytes: args.cache_mib.map(|m| positive(m, "cache-mib")).transpose()?.unwrap_or(0) << 20,
+        // A write that fills the memtable is answered without waiting for its segment; the
+        // merger thread commits it within a second (`Index::retry_flush`) if no write does.
+        background_flush: true,
         ..OpenOptions::default()
     })
 }

@@ -112,14 +112,23 @@ pub fn serve_with(
         let state = AppState::guarded(index.map(Arc::new), indexes.map(Arc::new), streams, config, memory);
         let merger = spawn_merger(state.clone());
         on_ready(address);
+        let closing = state.clone();
         let served = serve_on(listener, state, shutdown_signal()).await;
         merger.store(true, std::sync::atomic::Ordering::SeqCst);
+        // A segment a background flush is writing is committed before the process exits, not
+        // written again from the frozen log at the next start.
+        for index in closing.open_indexes() {
+            if let Err(e) = index.finish_flush() {
+                log::warn!("{}: the flush under way at shutdown ({e}); the next open writes it again", index.dir().display());
+            }
+        }
         served
     })
 }
 
 /// The served indexes' background merger: once a second, for each open index, a flush that
-/// failed after its batches were logged tried again (`Index::retry_flush`); where the written
+/// failed after its batches were logged tried again, or a background flush's segment committed
+/// (`Index::retry_flush`); where the written
 /// segments need it, a merge within the default budget (`MergeBudget`: 32 MiB/s of records
 /// copied, 256 records held), one index at a time; and an IVF retrain where written documents
 /// drifted past `DRIFT_RETRAIN` (`Index::needs_retrain`: writes wait while it runs, searches go
