@@ -119,7 +119,10 @@ pub fn serve_with(
         // written again from the frozen log at the next start.
         for index in closing.open_indexes() {
             if let Err(e) = index.finish_flush() {
-                log::warn!("{}: the flush under way at shutdown ({e}); the next open writes it again", index.dir().display());
+                log::warn!(
+                    "{}: the flush under way at shutdown ({e}); the next open writes it again",
+                    index.dir().display()
+                );
             }
         }
         served
