@@ -208,6 +208,8 @@ fn sigkill_during_feeds_loses_no_acknowledged_write() {
     let mut rng = StdRng::seed_from_u64(42);
     let deadline = Instant::now() + Duration::from_secs(120);
     let (mut acked_total, mut in_flight_applied, mut in_flight_dropped, mut swept) = (0, 0, 0, 0);
+    // Kills that found a flush under way (its frozen log not yet replaced by a named segment).
+    let mut mid_flush = 0;
     for round in 1..=ROUNDS {
         assert!(Instant::now() < deadline, "the crash test ran out of time at round {round}");
         let lines = run_feeder(dir.path(), round, Duration::from_millis(rng.gen_range(30..400)));
@@ -217,6 +219,7 @@ fn sigkill_during_feeds_loses_no_acknowledged_write() {
             "round {round}: the feeder never started: {lines:?}"
         );
         swept += strays(dir.path());
+        mid_flush += usize::from(dir.path().join("live").join(cellar_search::live::FROZEN_WAL_FILE).exists());
         for (key, value) in acked.iter().flatten() {
             model.insert(key.clone(), *value);
         }
@@ -245,7 +248,8 @@ fn sigkill_during_feeds_loses_no_acknowledged_write() {
     }
     eprintln!(
         "crash test: {ROUNDS} SIGKILLs, {acked_total} acknowledged batches all present, in-flight batch \
-         applied {in_flight_applied} times and absent {in_flight_dropped} times, {swept} stray files swept"
+         applied {in_flight_applied} times and absent {in_flight_dropped} times, {swept} stray files swept, \
+         {mid_flush} kills during a flush"
     );
 }
 

@@ -159,6 +159,8 @@ fn sigkill_during_writes_loses_no_acknowledged_write() {
     let mut state: State = BTreeMap::new();
     let mut rng = StdRng::seed_from_u64(7);
     let mut acked = 0;
+    // Kills that found a flush under way (its frozen log not yet replaced by a named segment).
+    let mut mid_flush = 0;
     for round in 0..ROUNDS {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["live_crash::writer", "--exact", "--nocapture", "--test-threads=1"])
@@ -196,6 +198,8 @@ fn sigkill_during_writes_loses_no_acknowledged_write() {
         lines.extend(lines_rx.try_iter());
         assert!(lines.iter().any(|l| l == "START"), "round {round}: the writer never started: {lines:?}");
         acked += lines.iter().filter(|l| *l == "ACK").count();
+        let frozen = dir.join(cellar_search::live::LIVE_DIR).join(cellar_search::live::FROZEN_WAL_FILE);
+        mid_flush += usize::from(frozen.exists());
         let in_flight = replay(&lines, &mut state);
 
         let index = Index::open(&dir, OpenOptions::default()).unwrap();
@@ -233,6 +237,9 @@ fn sigkill_during_writes_loses_no_acknowledged_write() {
             assert!(known, "round {round}: stray {name} in live/");
         }
     }
+    eprintln!(
+        "live crash test: {ROUNDS} SIGKILLs, {acked} acknowledged batches, {mid_flush} kills during a flush"
+    );
     let index = Index::open(&dir, OpenOptions::default()).unwrap();
     assert!(acked > 10 * ROUNDS as usize, "{acked} batches acknowledged in {ROUNDS} rounds");
     let deleted = state.values().filter(|v| v.is_none()).count();
