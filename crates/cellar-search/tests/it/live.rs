@@ -367,10 +367,22 @@ fn a_merge_folds_segments_drops_deleted_records_and_changes_no_answer() {
 
 #[test]
 fn searches_during_writes_and_merges_see_whole_batches_and_no_acknowledged_delete() {
+    searches_see_whole_batches(false);
+}
+
+/// The same while each write's flush writes its segment in the background, and a later write
+/// commits it (the memtable's oldest documents dropped as the segment takes their place).
+#[test]
+fn searches_during_background_flushes_see_whole_batches_and_no_acknowledged_delete() {
+    searches_see_whole_batches(true);
+}
+
+fn searches_see_whole_batches(background_flush: bool) {
     use std::sync::atomic::{AtomicI64, Ordering};
     const ROUNDS: i64 = 24;
     let (_tmp, dir) = copy_index();
-    let index = Index::open(&dir, OpenOptions { flush_bytes: 1, ..Default::default() }).unwrap();
+    let index =
+        Index::open(&dir, OpenOptions { flush_bytes: 1, background_flush, ..Default::default() }).unwrap();
     let pooled = |r: i64| -> Vec<f32> {
         let mut v = vec![0.01f32; 384];
         v[(r as usize * 7) % 384] = 1.0;
