@@ -610,7 +610,7 @@ fn a_background_flush_returns_at_once_and_a_crash_during_it_loses_nothing() {
         "not committed yet: {stats:?}"
     );
     let crashed = tmp.path().join("crashed");
-    crate::fixture::copy_dir(&dir, &crashed);
+    copy_under_way(&dir, &crashed);
     // The next write waits for that segment (the memtable filled again), commits it, and
     // freezes its own document.
     write(&writer, vec![WriteOp::Add(doc("harpsichord-1", HARPSICHORD))]);
@@ -657,4 +657,29 @@ fn a_background_flush_returns_at_once_and_a_crash_during_it_loses_nothing() {
     let index = open(&crashed, ReaderKind::Ram);
     assert_eq!(index.get("harpsichord-0").unwrap().unwrap().text, HARPSICHORD);
     assert_eq!(index.len(), base + 1);
+}
+
+/// Copies `from` while a flush's thread may be writing in it, as a crash would find it: a file or
+/// directory gone (renamed, removed) between the listing and its copy is left out.
+fn copy_under_way(from: &std::path::Path, to: &std::path::Path) {
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    std::fs::create_dir_all(to).unwrap();
+    let entries = match std::fs::read_dir(from) {
+        Ok(entries) => entries,
+        Err(e) if gone(&e) => return,
+        Err(e) => panic!("{}: {e}", from.display()),
+    };
+    for entry in entries {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        match entry.file_type() {
+            Ok(kind) if kind.is_dir() => copy_under_way(&entry.path(), &target),
+            Ok(_) => match std::fs::copy(entry.path(), &target) {
+                Err(e) if !gone(&e) => panic!("{}: {e}", entry.path().display()),
+                _ => {}
+            },
+            Err(e) if gone(&e) => {}
+            Err(e) => panic!("{}: {e}", entry.path().display()),
+        }
+    }
 }
