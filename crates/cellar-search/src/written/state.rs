@@ -147,8 +147,15 @@ impl Frozen {
     }
 }
 
-/// What a segment job hands back: the record ids it wrote, once it is done.
-pub(crate) type JobResult = (Mutex<Option<Result<Vec<u32>>>>, std::sync::Condvar);
+/// What a segment job hands back: whether it is done, and the record ids it wrote (taken by
+/// the commit; `done` stays, so a writer still waiting on it wakes).
+#[derive(Default)]
+pub(crate) struct JobState {
+    done: bool,
+    written: Option<Result<Vec<u32>>>,
+}
+
+pub(crate) type JobResult = (Mutex<JobState>, std::sync::Condvar);
 
 /// A segment written on a thread of its own.
 pub(crate) struct SegmentJob {
@@ -159,13 +166,14 @@ pub(crate) struct SegmentJob {
 impl SegmentJob {
     /// Runs `write` on a new thread.
     pub(crate) fn spawn(write: impl FnOnce() -> Result<Vec<u32>> + Send + 'static) -> Result<SegmentJob> {
-        let done = Arc::new((Mutex::new(None), std::sync::Condvar::new()));
+        let done: Arc<JobResult> = Arc::new((Mutex::new(JobState::default()), std::sync::Condvar::new()));
         let slot = Arc::clone(&done);
         let thread = std::thread::Builder::new()
             .name("cellar-flush".into())
             .spawn(move || {
                 let written = write();
-                *slot.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(written);
+                *slot.0.lock().unwrap_or_else(|p| p.into_inner()) =
+                    JobState { done: true, written: Some(written) };
                 slot.1.notify_all();
             })
             .map_err(|e| CellarError::internal(format!("starting a flush thread: {e}")))?;
@@ -173,20 +181,20 @@ impl SegmentJob {
     }
 
     pub(crate) fn is_done(&self) -> bool {
-        self.done.0.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.done.0.lock().unwrap_or_else(|p| p.into_inner()).done
     }
 
-    /// Waits until the job's segment is written (or failed).
+    /// Waits until the job's segment is written (or failed), whether or not a commit took it since.
     pub(crate) fn wait(done: &JobResult) {
-        let mut slot = done.0.lock().unwrap_or_else(|p| p.into_inner());
-        while slot.is_none() {
-            slot = done.1.wait(slot).unwrap_or_else(|p| p.into_inner());
+        let mut state = done.0.lock().unwrap_or_else(|p| p.into_inner());
+        while !state.done {
+            state = done.1.wait(state).unwrap_or_else(|p| p.into_inner());
         }
     }
 
     /// What it wrote, once done (the thread joined): `None` while it runs.
     pub(crate) fn take(&mut self) -> Option<Result<Vec<u32>>> {
-        let result = self.done.0.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        let result = self.done.0.lock().unwrap_or_else(|p| p.into_inner()).written.take()?;
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -703,6 +711,24 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
+
+    /// Two writers may wait on one flush's segment (the one that froze it, outside the writer,
+    /// and one whose write filled the memtable again); the first to commit takes what the job
+    /// wrote, and the other must still wake (a hang of `make test`'s Python threads test).
+    #[test]
+    fn a_writer_waiting_on_a_segment_job_wakes_after_another_took_what_it_wrote() {
+        let mut job = SegmentJob::spawn(|| Ok(vec![7])).unwrap();
+        SegmentJob::wait(&job.done);
+        assert_eq!(job.take().unwrap().unwrap(), vec![7]);
+        assert!(job.take().is_none() && job.is_done(), "taken once; still done");
+        let done = Arc::clone(&job.done);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            SegmentJob::wait(&done);
+            tx.send(()).unwrap();
+        });
+        assert!(rx.recv_timeout(Duration::from_secs(10)).is_ok(), "a waiter after the take wakes at once");
+    }
 
     #[test]
     fn a_writer_whose_batch_is_published_does_not_wait_for_the_commit_under_way() {
