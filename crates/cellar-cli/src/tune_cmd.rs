@@ -1,6 +1,8 @@
 //! `cellar tune`: sweeps alpha and rerank_k on a development split and saves the cheapest pair
 //! within `--epsilon` of the best as the index's search defaults (with `--p95-ms X`, the best
-//! whose measured P95 is within X); the token stage's nprobe too, where the index has one. The
+//! whose measured P95 is within X); where hybrid joins a token stage, its first-stage depths
+//! too (BM25's candidates and the stage's joined); the token stage's nprobe and depth, where the
+//! index has one. The
 //! test split is refused. With `--query-vectors` the queries' own vectors are ranked (an index
 //! without a model tunes too).
 
@@ -70,31 +72,27 @@ pub fn run(args: TuneArgs) -> Result<()> {
         },
         &bar,
     )?;
-    println!("| rerank_k | best fusion | best alpha | nDCG@10 on {} |\n|---|---|---|---|", args.split);
-    for rerank_k in tune::RERANK_K_GRID {
-        let best = report
-            .points
-            .iter()
-            .filter(|p| p.rerank_k == rerank_k)
-            .max_by(|a, b| a.metrics.ndcg_at_10.total_cmp(&b.metrics.ndcg_at_10));
-        if let Some(p) = best {
-            println!("| {} | {} | {:.2} | {:.4} |", p.rerank_k, p.fusion, p.alpha, p.metrics.ndcg_at_10);
-        }
-    }
+    print_sweep(&report, &args.split);
     let (best, top) = (&report.best, &report.top);
     println!(
-        "best on {} ({} queries): fusion {}, alpha {:.2}, rerank_k {} -> nDCG@10 {:.4}",
+        "best on {} ({} queries): fusion {}, alpha {:.2}, rerank_k {}{} -> nDCG@10 {:.4}",
         args.split,
         queries.len(),
         top.fusion,
         top.alpha,
         top.rerank_k,
+        depths(&report, top),
         top.metrics.ndcg_at_10
     );
     if report.p95_limit_ms.is_none() {
         println!(
-            "chosen (smallest rerank_k within epsilon {} of the best): fusion {}, alpha {:.2}, rerank_k {} -> nDCG@10 {:.4}",
-            report.epsilon, best.fusion, best.alpha, best.rerank_k, best.metrics.ndcg_at_10
+            "chosen (smallest rerank_k within epsilon {} of the best): fusion {}, alpha {:.2}, rerank_k {}{} -> nDCG@10 {:.4}",
+            report.epsilon,
+            best.fusion,
+            best.alpha,
+            best.rerank_k,
+            depths(&report, best),
+            best.metrics.ndcg_at_10
         );
     }
     if let Some(cv) = &report.cv {
@@ -106,8 +104,12 @@ pub fn run(args: TuneArgs) -> Result<()> {
     if let Some(limit) = report.p95_limit_ms {
         print_timed("rerank_k (hybrid)", &report.latency, args.split.as_str());
         println!(
-            "chosen (best nDCG@10 with P95 within {limit} ms): fusion {}, alpha {:.2}, rerank_k {} -> nDCG@10 {:.4}",
-            best.fusion, best.alpha, best.rerank_k, best.metrics.ndcg_at_10
+            "chosen (best nDCG@10 with P95 within {limit} ms): fusion {}, alpha {:.2}, rerank_k {}{} -> nDCG@10 {:.4}",
+            best.fusion,
+            best.alpha,
+            best.rerank_k,
+            depths(&report, best),
+            best.metrics.ndcg_at_10
         );
     }
     if let Some(tokens) = &report.tokens {
@@ -143,8 +145,8 @@ pub fn run(args: TuneArgs) -> Result<()> {
             t.as_ref().and_then(|t| t.chosen.as_ref()).map(|c| c.value)
         };
         let (nprobe, depth) = (chosen(&report.tokens), chosen(&report.token_depth));
-        if nprobe.is_some() || depth.is_some() {
-            index.save_token_defaults(nprobe, depth)?;
+        if nprobe.is_some() || depth.is_some() || report.hybrid_candidates.is_some() {
+            index.save_token_defaults(nprobe, depth, report.hybrid_candidates)?;
         }
         index.save_defaults(report.defaults)?;
         println!("saved as the defaults of {}", args.index.display());
@@ -152,10 +154,58 @@ pub fn run(args: TuneArgs) -> Result<()> {
     Ok(())
 }
 
-/// A timed sweep as a table: the value, nDCG@10, P50 and P95.
+/// The hybrid sweep as a table: the best fusion and alpha of each rerank_k (at each pair of
+/// first-stage depths, where the sweep varied them).
+fn print_sweep(report: &tune::TuneReport, split: &str) {
+    let swept = report.hybrid_candidates.is_some();
+    let mut settings: Vec<(tune::HybridDepth, usize)> = Vec::new();
+    for p in &report.points {
+        if !settings.contains(&(p.depth, p.rerank_k)) {
+            settings.push((p.depth, p.rerank_k));
+        }
+    }
+    match swept {
+        true => println!(
+            "| BM25 candidates | token stage joined | rerank_k | best fusion | best alpha | nDCG@10 on {split} |\n|---|---|---|---|---|---|"
+        ),
+        false => println!("| rerank_k | best fusion | best alpha | nDCG@10 on {split} |\n|---|---|---|---|"),
+    }
+    for (depth, rerank_k) in settings {
+        let best = report
+            .points
+            .iter()
+            .filter(|p| p.rerank_k == rerank_k && p.depth == depth)
+            .max_by(|a, b| a.metrics.ndcg_at_10.total_cmp(&b.metrics.ndcg_at_10))
+            .expect("the setting's points");
+        let row = format!(
+            "{} | {} | {:.2} | {:.4} |",
+            best.rerank_k, best.fusion, best.alpha, best.metrics.ndcg_at_10
+        );
+        match swept {
+            true => println!("| {} | {} | {row}", depth.candidates, depth.joined),
+            false => println!("| {row}"),
+        }
+    }
+}
+
+/// `point`'s first-stage depths where the sweep varied them.
+fn depths(report: &tune::TuneReport, point: &tune::TunePoint) -> String {
+    match report.hybrid_candidates {
+        Some(_) => format!(
+            " over BM25's {} candidates joined by the token stage's {}",
+            point.depth.candidates, point.depth.joined
+        ),
+        None => String::new(),
+    }
+}
+
+/// A timed sweep as a table: the value, nDCG@10, P50 and P95 (and a hybrid setting's
+/// first-stage depths).
 fn print_timed(what: &str, points: &[tune::TimedPoint], split: &str) {
     println!("| {what} | nDCG@10 on {split} | P50 ms | P95 ms |\n|---|---|---|---|");
     for p in points {
-        println!("| {} | {:.4} | {:.1} | {:.1} |", p.value, p.metrics.ndcg_at_10, p.p50_ms, p.p95_ms);
+        let depths =
+            p.hybrid.map_or(String::new(), |d| format!(" (BM25 {}, joined {})", d.candidates, d.joined));
+        println!("| {}{depths} | {:.4} | {:.1} | {:.1} |", p.value, p.metrics.ndcg_at_10, p.p50_ms, p.p95_ms);
     }
 }

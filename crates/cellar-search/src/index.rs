@@ -379,15 +379,21 @@ impl Index {
         self.config.save(&self.dir)
     }
 
-    /// Saves `nprobe` and `depth`, where given, as the token stage's defaults
+    /// Saves `nprobe`, `depth` and `hybrid_candidates`, where given, as the token stage's defaults
     /// (`tokens/tokens.json`; `cellar tune`). Searches of this handle keep the ones it opened
     /// with; the next open takes them.
-    pub fn save_token_defaults(&self, nprobe: Option<usize>, depth: Option<usize>) -> Result<()> {
+    pub fn save_token_defaults(
+        &self,
+        nprobe: Option<usize>,
+        depth: Option<usize>,
+        hybrid_candidates: Option<usize>,
+    ) -> Result<()> {
         let Some(mut config) = crate::tokens::TokensConfig::load(&self.dir)? else {
             return Err(CellarError::invalid("this index has no token stage to tune"));
         };
         config.search.nprobe = nprobe.unwrap_or(config.search.nprobe);
         config.search.depth = depth.or(config.search.depth);
+        config.search.hybrid_candidates = hybrid_candidates.unwrap_or(config.search.hybrid_candidates);
         config.save(&crate::tokens::TokensConfig::dir(&self.dir))
     }
 }

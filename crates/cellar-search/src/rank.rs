@@ -16,6 +16,7 @@
 //!   a filter that matched at most `filter_exact_max` documents skips the first stage: every
 //!   match is read and scored (`rank_matches`), so a selective filter loses nothing.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
@@ -489,6 +490,45 @@ impl Index {
         let scored = self.read_and_score(query, &ids)?;
         let maxsim = ids.iter().map(|id| score_of(id, &[&scored])).collect();
         Ok((candidates, maxsim))
+    }
+
+    /// [`Index::candidates_with_maxsim`] of a hybrid search over the token stage at each of
+    /// `depths` — `(candidates, joined)`: BM25's candidates and the stage's `hybrid_candidates`
+    /// joined to them, each list searched at that depth as a served search does — with every
+    /// document read and scored once for all of them (for tuning the depths).
+    pub fn hybrid_depths_with_maxsim(
+        &self,
+        query: &PreparedQuery,
+        depths: &[(usize, usize)],
+    ) -> Result<Vec<(Vec<Scored>, Vec<f32>)>> {
+        let request = crate::request::SearchRequest { mode: Some(Mode::Hybrid), ..Default::default() };
+        let params = self.params(&request)?;
+        let tokens = params.tokens.ok_or_else(|| {
+            CellarError::invalid("this index's hybrid search joins no token stage: its depths are not swept")
+        })?;
+        let mut lexical = std::collections::HashMap::new();
+        let mut dense = std::collections::HashMap::new();
+        for &(candidates, joined) in depths {
+            if let Entry::Vacant(list) = lexical.entry(candidates) {
+                list.insert(self.lexical_search(&query.text, candidates, None, params.lexical)?);
+            }
+            if let Entry::Vacant(list) = dense.entry(joined) {
+                list.insert(self.token_candidates(&query.store_tokens, None, tokens.query(joined), None)?.0);
+            }
+        }
+        let joined: Vec<Vec<Scored>> =
+            depths.iter().map(|(c, j)| first_stage(Some(&lexical[c]), &dense[j])).collect();
+        let mut ids: Vec<DocId> = joined.iter().flatten().map(|s| s.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let scored = self.read_and_score(query, &ids)?;
+        Ok(joined
+            .into_iter()
+            .map(|candidates| {
+                let maxsim = candidates.iter().map(|c| score_of(&c.id, &[&scored])).collect();
+                (candidates, maxsim)
+            })
+            .collect())
     }
 }
 

@@ -1,6 +1,7 @@
 //! `cellar tune`: sweeps the fusion method, alpha and rerank_k on a development split (or, with
 //! `--cv K`, cross-validates the choice on the only split there is) and keeps the cheapest point
-//! within `epsilon` of the best. An index with a token stage also has its `nprobe` swept in the
+//! within `epsilon` of the best. Where hybrid joins a token stage, its first-stage depths are
+//! swept too (BM25's candidates × the stage's candidates joined to them). An index with a token stage also has its `nprobe` swept in the
 //! dense mode, then its depth (the documents dense mode re-ranks) at that nprobe. With a latency bound (`--p95-ms X`), each setting's single-query P95 on the split
 //! (encoding included) is measured, and the best quality within X is kept instead.
 //!
@@ -33,11 +34,47 @@ pub fn alpha_grid() -> Vec<f32> {
 }
 
 pub const RERANK_K_GRID: [usize; 5] = [16, 32, 64, 128, 200];
+/// rerank_k tried beyond [`RERANK_K_GRID`] where the candidates go that deep.
+pub const DEEP_RERANK_K_GRID: [usize; 2] = [500, 1000];
+/// BM25 depths (a hybrid search's `candidates`, which bound its `rerank_k`) tried, with the
+/// index's own, where hybrid joins a token stage.
+pub const HYBRID_CANDIDATES_GRID: [usize; 2] = [200, 1000];
+/// Token-stage candidates joined to BM25's (`hybrid_candidates`) tried, with the stage's own.
+/// On the 2M synthetic collection 1,000 joined and 1,200 re-ranked gave 0.692 nDCG@10 against
+/// the defaults' 0.611 (bench/results/tokens-hybrid-2m.md), a depth no grid of rerank_k up to
+/// the index's 200 candidates could reach.
+pub const HYBRID_JOINED_GRID: [usize; 3] = [100, 300, 1000];
+
+/// The rerank_k values of the grids up to `candidates` (a search re-ranks no more).
+fn rerank_grid(candidates: usize) -> impl Iterator<Item = usize> {
+    RERANK_K_GRID.into_iter().chain(DEEP_RERANK_K_GRID).filter(move |k| *k <= candidates)
+}
 
 /// nDCG@10 a cheaper choice may give up against the best point of the sweep.
 pub const DEFAULT_EPSILON: f64 = 0.002;
 /// Largest `epsilon` accepted.
 pub const MAX_EPSILON: f64 = 0.05;
+
+/// A hybrid search's first-stage depths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct HybridDepth {
+    /// BM25's candidates (`candidates`).
+    pub candidates: usize,
+    /// The dense stage's candidates joined to them (`hybrid_candidates`; 0: none).
+    pub joined: usize,
+}
+
+impl HybridDepth {
+    /// BM25's `candidates` alone (or joined by a dense stage the sweep does not vary).
+    pub fn bm25(candidates: usize) -> Self {
+        HybridDepth { candidates, joined: 0 }
+    }
+
+    /// First-stage documents listed: what ties between equal points are broken by.
+    fn listed(&self) -> usize {
+        self.candidates + self.joined
+    }
+}
 
 /// One point of the sweep.
 #[derive(Clone, Debug, Serialize)]
@@ -45,6 +82,7 @@ pub struct TunePoint {
     pub fusion: Fusion,
     pub alpha: f32,
     pub rerank_k: usize,
+    pub depth: HybridDepth,
     pub metrics: Metrics,
 }
 
@@ -73,6 +111,9 @@ pub const TOKEN_DEPTH_GRID: [usize; 5] = [100, 200, 500, 1000, 2000];
 pub struct TimedPoint {
     /// What the sweep varies: `rerank_k` (hybrid), `nprobe` or `depth` (the token stage).
     pub value: usize,
+    /// Hybrid: the first-stage depths it was timed at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hybrid: Option<HybridDepth>,
     pub metrics: Metrics,
     pub p50_ms: f64,
     pub p95_ms: f64,
@@ -99,8 +140,12 @@ pub struct TuneReport {
     /// each held-out fold, over all queries (an estimate of the procedure, not a held-out set).
     pub cv: Option<CvEstimate>,
     pub defaults: SearchDefaults,
-    /// With a latency bound: the P95 it held the choice to, and each rerank_k's measured latency
-    /// (hybrid, with that rerank_k's best fusion and alpha).
+    /// Where hybrid joins the token stage: the stage's candidates joined to BM25's at the
+    /// chosen point (its `hybrid_candidates` default).
+    pub hybrid_candidates: Option<usize>,
+    /// With a latency bound: the P95 it held the choice to, and the latency of each setting
+    /// timed (hybrid: the best fusion and alpha of each depths and rerank_k, best first, up to
+    /// the first within the bound).
     pub p95_limit_ms: Option<f64>,
     pub latency: Vec<TimedPoint>,
     /// The token stage's nprobe sweep, when the index has one.
@@ -130,6 +175,22 @@ pub struct QueryStages {
     pub encoding: Option<QueryEncoding>,
 }
 
+/// Every query's stages at one pair of first-stage depths.
+#[derive(Clone)]
+pub struct DepthStages {
+    pub depth: HybridDepth,
+    pub stages: Vec<QueryStages>,
+}
+
+impl DepthStages {
+    /// The same depths over the queries `keep` takes (by position).
+    fn only(&self, keep: impl Fn(usize) -> bool) -> DepthStages {
+        let stages =
+            self.stages.iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, s)| s.clone()).collect();
+        DepthStages { depth: self.depth, stages }
+    }
+}
+
 /// The stages of every query (`prepared`: each one's encoding, from `eval::prepare_all`), with
 /// the hybrid defaults' candidates (`candidates` deep).
 pub fn stages(index: &Index, queries: &[Query], prepared: &[PreparedQuery]) -> Result<Vec<QueryStages>> {
@@ -142,6 +203,49 @@ pub fn stages(index: &Index, queries: &[Query], prepared: &[PreparedQuery]) -> R
             Ok(QueryStages { id: query.id.clone(), candidates, maxsim, encoding: prepared.encoding })
         })
         .collect()
+}
+
+/// The stages a tune sweeps: where a hybrid search joins the token stage, every query's at each
+/// depth of the grids ([`HYBRID_CANDIDATES_GRID`] × [`HYBRID_JOINED_GRID`], with the defaults,
+/// below the collection's `docs`); otherwise at the defaults alone ([`stages`]).
+pub fn depth_stages(
+    index: &Index,
+    queries: &[Query],
+    prepared: &[PreparedQuery],
+    docs: usize,
+) -> Result<Vec<DepthStages>> {
+    let params = index.params(&SearchRequest { mode: Some(Mode::Hybrid), ..Default::default() })?;
+    let Some(tokens) = params.tokens else {
+        let depth = HybridDepth { candidates: params.candidates, joined: params.hybrid_dense().unwrap_or(0) };
+        return Ok(vec![DepthStages { depth, stages: stages(index, queries, prepared)? }]);
+    };
+    let grid = |own: usize, grid: &[usize]| -> Vec<usize> {
+        let mut values: Vec<usize> = grid.iter().copied().filter(|n| *n < docs).chain([own]).collect();
+        values.sort_unstable();
+        values.dedup();
+        values
+    };
+    let joined = grid(tokens.hybrid_candidates, &HYBRID_JOINED_GRID);
+    let pairs: Vec<(usize, usize)> = grid(params.candidates, &HYBRID_CANDIDATES_GRID)
+        .into_iter()
+        .flat_map(|c| joined.iter().map(move |j| (c, *j)))
+        .collect();
+    let mut sets: Vec<DepthStages> = pairs
+        .iter()
+        .map(|&(candidates, joined)| DepthStages {
+            depth: HybridDepth { candidates, joined },
+            stages: Vec::with_capacity(queries.len()),
+        })
+        .collect();
+    for (query, prepared) in queries.iter().zip(prepared) {
+        for (set, (candidates, maxsim)) in
+            sets.iter_mut().zip(index.hybrid_depths_with_maxsim(prepared, &pairs)?)
+        {
+            let id = query.id.clone();
+            set.stages.push(QueryStages { id, candidates, maxsim, encoding: prepared.encoding });
+        }
+    }
+    Ok(sets)
 }
 
 /// Each query's ranking (collection ids, `EVAL_DEPTH` deep) under one setting.
@@ -163,7 +267,8 @@ pub fn rankings(
         .collect()
 }
 
-/// Every point of the grid (`fusions` × alphas × rerank_k up to `depth`) on `stages`.
+/// Every point of the grid (`fusions` × alphas × rerank_k up to `depth`) on `stages`, whose
+/// candidates are BM25's `depth` (with whatever the defaults join).
 pub fn sweep(
     stages: &[QueryStages],
     qrels: &Qrels,
@@ -171,21 +276,38 @@ pub fn sweep(
     fusions: &[Fusion],
     depth: usize,
 ) -> Vec<TunePoint> {
+    let set = DepthStages { depth: HybridDepth::bm25(depth), stages: stages.to_vec() };
+    sweep_depths(std::slice::from_ref(&set), qrels, ids, fusions)
+}
+
+/// Every point of the grid (`fusions` × alphas × rerank_k up to the candidates) at each depth.
+pub fn sweep_depths(
+    sets: &[DepthStages],
+    qrels: &Qrels,
+    ids: &[String],
+    fusions: &[Fusion],
+) -> Vec<TunePoint> {
     let mut points = Vec::new();
-    for &fusion in fusions {
-        for rerank_k in RERANK_K_GRID.into_iter().filter(|k| *k <= depth) {
-            for alpha in alpha_grid() {
-                let metrics = score_all(&rankings(stages, ids, fusion, alpha, rerank_k), qrels);
-                points.push(TunePoint { fusion, alpha, rerank_k, metrics });
+    for set in sets {
+        for &fusion in fusions {
+            for rerank_k in rerank_grid(set.depth.candidates) {
+                for alpha in alpha_grid() {
+                    let metrics = score_all(&rankings(&set.stages, ids, fusion, alpha, rerank_k), qrels);
+                    points.push(TunePoint { fusion, alpha, rerank_k, depth: set.depth, metrics });
+                }
             }
         }
     }
     points
 }
 
-/// k-fold cross-validation of the choice of [`choose`]: query `i` is in fold `i % folds`; each
-/// fold is ranked with the point chosen on the others, and the per-query metrics of all folds
-/// are averaged.
+/// The stages at `point`'s depths.
+fn at_depth<'a>(sets: &'a [DepthStages], point: &TunePoint) -> &'a [QueryStages] {
+    &sets.iter().find(|s| s.depth == point.depth).expect("every point comes from a set").stages
+}
+
+/// k-fold cross-validation of the choice of [`choose`] on `stages` (BM25's `depth`): see
+/// [`cross_validate_depths`].
 pub fn cross_validate(
     stages: &[QueryStages],
     qrels: &Qrels,
@@ -195,26 +317,37 @@ pub fn cross_validate(
     folds: usize,
     epsilon: f64,
 ) -> Result<CvEstimate> {
-    if !(2..=MAX_FOLDS).contains(&folds) || folds > stages.len() {
+    let set = DepthStages { depth: HybridDepth::bm25(depth), stages: stages.to_vec() };
+    cross_validate_depths(std::slice::from_ref(&set), qrels, ids, fusions, folds, epsilon)
+}
+
+/// k-fold cross-validation of the choice of [`choose`] over every depth of `sets`: query `i`
+/// is in fold `i % folds`; each fold is ranked with the point chosen on the others, and the
+/// per-query metrics of all folds are averaged.
+pub fn cross_validate_depths(
+    sets: &[DepthStages],
+    qrels: &Qrels,
+    ids: &[String],
+    fusions: &[Fusion],
+    folds: usize,
+    epsilon: f64,
+) -> Result<CvEstimate> {
+    let queries = sets.first().map_or(0, |s| s.stages.len());
+    if !(2..=MAX_FOLDS).contains(&folds) || folds > queries {
         return Err(CellarError::invalid(format!(
-            "{folds} folds: 2 to {MAX_FOLDS} allowed, and no more than the {} judged queries",
-            stages.len()
+            "{folds} folds: 2 to {MAX_FOLDS} allowed, and no more than the {queries} judged queries"
         )));
     }
-    let mut per_query = Vec::with_capacity(stages.len());
+    let mut per_query = Vec::with_capacity(queries);
     for fold in 0..folds {
-        let in_fold = |want: bool| -> Vec<QueryStages> {
-            stages
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| (i % folds == fold) == want)
-                .map(|(_, s)| s.clone())
-                .collect()
+        let part = |held: bool| -> Vec<DepthStages> {
+            sets.iter().map(|s| s.only(|i| (i % folds == fold) == held)).collect()
         };
-        let (held, rest) = (in_fold(true), in_fold(false));
-        let points = sweep(&rest, qrels, ids, fusions, depth);
+        let (held, rest) = (part(true), part(false));
+        let points = sweep_depths(&rest, qrels, ids, fusions);
         let (chosen, _) = choose(&points, epsilon);
-        for (qid, ranked) in rankings(&held, ids, chosen.fusion, chosen.alpha, chosen.rerank_k) {
+        let ranked = rankings(at_depth(&held, chosen), ids, chosen.fusion, chosen.alpha, chosen.rerank_k);
+        for (qid, ranked) in ranked {
             let refs: Vec<&str> = ranked.iter().map(String::as_str).collect();
             per_query.push(score_query(&refs, &qrels[&qid]));
         }
@@ -225,6 +358,8 @@ pub fn cross_validate(
 /// Sweeps the grid on `queries` (judged in `qrels`) over every fusion method and returns the
 /// new defaults; the caller decides whether to save them. With `cv`, the report also holds the
 /// k-fold estimate of the choice (for collections whose only judgments are the test split).
+/// Where hybrid joins a token stage, its depths are swept too ([`depth_stages`]), at the
+/// stage's default nprobe.
 pub fn tune(
     index: &Index,
     queries: &[Query],
@@ -243,13 +378,12 @@ pub fn tune(
     if let Some(limit) = p95_limit_ms.filter(|l| !(l.is_finite() && *l > 0.0)) {
         return Err(CellarError::InvalidInput(format!("p95_ms {limit}: a positive number of milliseconds")));
     }
-    let depth = index.config().search.candidates;
     let prepared = crate::eval::prepare_all_with(index, queries, query_vectors, bar)?;
-    let stages = stages(index, queries, &prepared)?;
     let ids = crate::eval::doc_ids(index)?;
-    let points = sweep(&stages, qrels, &ids, &Fusion::ALL, depth);
+    let sets = depth_stages(index, queries, &prepared, ids.len())?;
+    let points = sweep_depths(&sets, qrels, &ids, &Fusion::ALL);
     let cv = match cv {
-        Some(folds) => Some(cross_validate(&stages, qrels, &ids, &Fusion::ALL, depth, folds, epsilon)?),
+        Some(folds) => Some(cross_validate_depths(&sets, qrels, &ids, &Fusion::ALL, folds, epsilon)?),
         None => None,
     };
     let (best, top) = choose(&points, epsilon);
@@ -257,16 +391,7 @@ pub fn tune(
     let timed = Timed { index, queries, prepared: &prepared, qrels, ids: &ids };
     let mut latency = Vec::new();
     if let Some(limit) = p95_limit_ms {
-        for rerank_k in RERANK_K_GRID.into_iter().filter(|k| *k <= depth) {
-            let at = best_at(&points, rerank_k);
-            let mut request = SearchRequest::new("", Mode::Hybrid).with_k(EVAL_DEPTH);
-            (request.fusion, request.alpha, request.rerank_k) =
-                (Some(at.fusion), Some(at.alpha), Some(rerank_k));
-            latency.push(timed.run(&request, rerank_k)?);
-        }
-        best = within_limit(&points, &latency, limit)
-            .ok_or_else(|| over_limit("hybrid rerank_k", &latency, limit))?
-            .clone();
+        best = fastest_within(&timed, &points, limit, &mut latency)?.clone();
     }
     let (tokens, token_depth) = match index.current_tokens() {
         Some(stage) => {
@@ -278,9 +403,11 @@ pub fn tune(
         }
         None => (None, None),
     };
+    let hybrid = SearchRequest { mode: Some(Mode::Hybrid), ..Default::default() };
+    let joins_tokens = index.params(&hybrid)?.tokens.is_some();
     let defaults = SearchDefaults {
         mode: Mode::Hybrid,
-        candidates: depth,
+        candidates: best.depth.candidates,
         rerank_k: best.rerank_k,
         alpha: best.alpha,
         fusion: best.fusion,
@@ -293,22 +420,62 @@ pub fn tune(
             cv: cv.as_ref().map(|c| CvRecord { folds: c.folds, value: c.metrics.ndcg_at_10 }),
         }),
     };
-    Ok(TuneReport { points, best, top, epsilon, cv, defaults, p95_limit_ms, latency, tokens, token_depth })
+    let hybrid_candidates = joins_tokens.then_some(best.depth.joined);
+    Ok(TuneReport {
+        points,
+        best,
+        top,
+        epsilon,
+        cv,
+        defaults,
+        hybrid_candidates,
+        p95_limit_ms,
+        latency,
+        tokens,
+        token_depth,
+    })
 }
 
-/// The highest nDCG@10 at `rerank_k` (its fusion and alpha).
-fn best_at(points: &[TunePoint], rerank_k: usize) -> &TunePoint {
-    points
-        .iter()
-        .filter(|p| p.rerank_k == rerank_k)
-        .max_by(|a, b| better(a, b))
-        .expect("a point per rerank_k")
+/// A hybrid search with `point`'s settings.
+fn hybrid_request(point: &TunePoint) -> SearchRequest {
+    let mut request = SearchRequest::new("", Mode::Hybrid).with_k(EVAL_DEPTH);
+    (request.fusion, request.alpha, request.rerank_k) =
+        (Some(point.fusion), Some(point.alpha), Some(point.rerank_k));
+    request.candidates = Some(point.depth.candidates);
+    if point.depth.joined > 0 {
+        request.hybrid_candidates = Some(point.depth.joined);
+    }
+    request
 }
 
-/// The best point whose rerank_k's measured P95 is within `limit`.
-fn within_limit<'a>(points: &'a [TunePoint], latency: &[TimedPoint], limit: f64) -> Option<&'a TunePoint> {
-    let fast = |k: usize| latency.iter().any(|t| t.value == k && t.p95_ms <= limit);
-    points.iter().filter(|p| fast(p.rerank_k)).max_by(|a, b| better(a, b))
+/// The best point whose setting's P95 is within `limit`: the best of each (depths, rerank_k)
+/// is timed, best first, until one is within it (each timing is pushed to `timed_points`); an
+/// error names the fastest when none is.
+fn fastest_within<'a>(
+    timed: &Timed<'_>,
+    points: &'a [TunePoint],
+    limit: f64,
+    timed_points: &mut Vec<TimedPoint>,
+) -> Result<&'a TunePoint> {
+    let mut settings: Vec<&TunePoint> = Vec::new();
+    for p in points {
+        match settings.iter_mut().find(|s| s.rerank_k == p.rerank_k && s.depth == p.depth) {
+            Some(s) if better(p, s).is_gt() => *s = p,
+            Some(_) => {}
+            None => settings.push(p),
+        }
+    }
+    settings.sort_by(|a, b| better(b, a));
+    for setting in settings {
+        let mut point = timed.run(&hybrid_request(setting), setting.rerank_k)?;
+        point.hybrid = Some(setting.depth);
+        let within = point.p95_ms <= limit;
+        timed_points.push(point);
+        if within {
+            return Ok(setting);
+        }
+    }
+    Err(over_limit("hybrid rerank_k", timed_points, limit))
 }
 
 /// No setting met the bound: the error names the fastest.
@@ -316,9 +483,11 @@ fn over_limit(what: &str, timed: &[TimedPoint], limit: f64) -> CellarError {
     let fastest = timed.iter().min_by(|a, b| a.p95_ms.total_cmp(&b.p95_ms));
     CellarError::invalid(match fastest {
         Some(t) => format!(
-            "no setting keeps P95 within {limit} ms: the fastest, {what} {}, took P95 {:.1} ms on these \
+            "no setting keeps P95 within {limit} ms: the fastest, {what} {}{}, took P95 {:.1} ms on these \
              queries (nothing was saved)",
-            t.value, t.p95_ms
+            t.value,
+            t.hybrid.map_or(String::new(), |d| format!(" (BM25's {}, {} joined)", d.candidates, d.joined)),
+            t.p95_ms
         ),
         None => format!("no setting of {what} to measure (nothing was saved)"),
     })
@@ -340,7 +509,7 @@ impl Timed<'_> {
         let spec = RowSpec { label: String::new(), request: request.clone() };
         let row = evaluate_row(self.index, self.queries, self.prepared, self.qrels, self.ids, &spec)?;
         let at = |p: f64| percentile_of(&row.total_ms, p).unwrap_or(f64::NAN);
-        Ok(TimedPoint { value, metrics: row.metrics, p50_ms: at(50.0), p95_ms: at(95.0) })
+        Ok(TimedPoint { value, hybrid: None, metrics: row.metrics, p50_ms: at(50.0), p95_ms: at(95.0) })
     }
 }
 
@@ -394,14 +563,15 @@ fn sweep_tokens(
     Ok(TokenTune { points, chosen })
 }
 
-/// Highest nDCG@10; on ties, the smaller rerank_k (cheaper), then the smaller alpha, then the
-/// earlier fusion method of [`Fusion::ALL`].
+/// Highest nDCG@10; on ties, the smaller rerank_k (cheaper), then the shallower first stage,
+/// then the smaller alpha, then the earlier fusion method of [`Fusion::ALL`].
 fn better(a: &TunePoint, b: &TunePoint) -> std::cmp::Ordering {
     let order = |f: Fusion| Fusion::ALL.iter().position(|g| *g == f);
     a.metrics
         .ndcg_at_10
         .total_cmp(&b.metrics.ndcg_at_10)
         .then(b.rerank_k.cmp(&a.rerank_k))
+        .then(b.depth.listed().cmp(&a.depth.listed()))
         .then(b.alpha.total_cmp(&a.alpha))
         .then(order(b.fusion).cmp(&order(a.fusion)))
 }
@@ -465,6 +635,7 @@ mod tests {
             fusion: Fusion::Z,
             alpha,
             rerank_k,
+            depth: HybridDepth::bm25(200),
             metrics: Metrics { ndcg_at_10: ndcg, ..Metrics::default() },
         }
     }
