@@ -4,7 +4,8 @@
 //! `search_group`, exact inside one group through its one read pipeline. What is the stream's
 //! own: the rules of its documents (`doc`), its options, opening (creating on first write,
 //! migrating a first-format collection), and compaction on the process's one compaction thread
-//! (`compactor`) once a flush leaves more than `compact_after` segments.
+//! (`compactor`) once a flush leaves more than `compact_after` segments; the same thread commits
+//! a background flush's segment once it is written.
 //!
 //! A document's sequence number is its version: the index's internal id of that write, plus
 //! one (every write of a document takes a new, higher one).
@@ -278,14 +279,16 @@ fn with_position(error: CellarError, i: usize, n: usize) -> CellarError {
 }
 
 impl Collection {
-    /// Applies `ops` as one batch, then queues a compaction when the segments are past
-    /// `compact_after`.
+    /// Applies `ops` as one batch, then queues the collection on the compaction thread when the
+    /// segments are past `compact_after`, or when the batch started a background flush (whose
+    /// segment the thread commits once written, instead of the next write).
     fn write(&self, ops: Vec<WriteOp>) -> Result<cellar_search::WriteReport> {
         let report = self.index.write(WriteRequest { ops })?;
         let inner = &self.inner;
         inner.log_batches.fetch_add(1, Ordering::Relaxed);
-        let wanted = inner.options.background_compaction
-            && self.index.written_segments() > inner.options.compact_after;
+        let wanted = (inner.options.background_compaction
+            && self.index.written_segments() > inner.options.compact_after)
+            || (inner.options.background_flush && self.index.flush_under_way());
         if wanted && !inner.queued.swap(true, Ordering::AcqRel) {
             compactor::request(inner.me.clone() as Weak<dyn Compact>);
         }
@@ -308,8 +311,9 @@ impl Inner {
 }
 
 impl Compact for Inner {
-    /// A compaction the compaction thread runs for this collection, unless its handle was
-    /// dropped meanwhile.
+    /// What the compaction thread runs for this collection, unless its handle was dropped
+    /// meanwhile: a background flush's segment committed once written, then a compaction when
+    /// the segments are past `compact_after`.
     fn compact_queued(&self) {
         let _one_at_a_time = lock(&self.compacting);
         self.queued.store(false, Ordering::Release);
@@ -319,7 +323,10 @@ impl Compact for Inner {
         // Upgraded under `compacting`, and dropped before it is released: the handle's drop
         // waits for it, and then holds the last reference.
         let Some(index) = self.index.upgrade() else { return };
-        if let Err(e) = self.compact_locked(&index) {
+        index.commit_flush_when_done();
+        let wanted =
+            self.options.background_compaction && index.written_segments() > self.options.compact_after;
+        if let Err(e) = if wanted { self.compact_locked(&index) } else { Ok(false) } {
             log::error!("{}: background compaction failed: {e}", self.dir.display());
         }
     }

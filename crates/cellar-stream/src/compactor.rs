@@ -1,7 +1,8 @@
 //! The one background compaction thread of the process, shared by every collection.
 //!
-//! A collection whose flush leaves more than `compact_after` segments queues itself here (once:
-//! a second request while it waits is dropped); the thread merges one collection at a time. A
+//! A collection whose flush leaves more than `compact_after` segments, or whose write started a
+//! background flush, queues itself here (once: a second request while it waits is dropped); the
+//! thread commits the flush's segment once written and merges, one collection at a time. A
 //! thread per collection made 1,000 written streams cost 1,000 threads (issue 21.5). The queue
 //! holds `Weak` handles, so a collection closed while it waits is skipped, and a closed one is
 //! never written by a compaction that started after its close (see `Inner::compact_queued`).

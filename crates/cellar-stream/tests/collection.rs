@@ -8,7 +8,7 @@ use cellar_core::kernels::{maxsim_f16, Isa};
 use cellar_core::CellarError;
 use cellar_search::group::terms;
 use cellar_search::{Filter, MetaValue, Metadata, Mode, SearchRequest};
-use cellar_stream::Collection;
+use cellar_stream::{Collection, Options};
 use common::{doc, doc_ins, open, options, query, search, vectors_of, Doc, DIM};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -82,6 +82,25 @@ fn flush_and_compaction_keep_the_newest_version_and_drop_tombstones() {
     drop(c);
     let c = open(dir.path(), options(1 << 20));
     assert_eq!(c.stats().segment_entries, 19);
+}
+
+/// A background flush started by a write is committed by the compaction thread once its
+/// segment is written, not left for the next write (a stream fed once and then only searched,
+/// as under `cellar serve`, had its segment uncommitted and the frozen log kept until closed).
+#[test]
+fn a_background_flush_is_committed_without_another_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(dir.path(), Options { background_flush: true, ..options(2_000) });
+    let docs: Vec<Doc> = (0..40).map(|i| doc(&format!("g{}", i % 4), &format!("d{i}"), 1)).collect();
+    c.put_batch(doc_ins(&docs)).unwrap();
+    c.wait_idle();
+    let stats = c.stats();
+    assert_eq!((stats.flushes, stats.segments, stats.memtable_entries), (1, 1, 0), "{stats:?}");
+    let frozen = dir.path().join("live").join(cellar_search::live::FROZEN_WAL_FILE);
+    assert!(!frozen.exists(), "the frozen log is removed at the commit");
+    for d in &docs {
+        assert_eq!(c.get(&d.group, &d.id).unwrap().text, d.text);
+    }
 }
 
 /// The live documents of a model, scored by the scalar reference kernel.

@@ -259,6 +259,24 @@ impl Index {
         self.commit_frozen(writer).map(drop)
     }
 
+    /// Whether a background flush's segment is being written or waits to be committed.
+    pub fn flush_under_way(&self) -> bool {
+        self.live.lock_frozen().as_ref().is_some_and(|f| f.job.is_some())
+    }
+
+    /// Waits for a background flush's segment being written, without holding the writer (writes
+    /// go on meanwhile), then commits it as [`Index::retry_flush`] does: what an owner with a
+    /// thread of its own runs so that a flush is committed without waiting for the next write
+    /// (a stream's compaction thread). Nothing to do when no flush is under way.
+    pub fn commit_flush_when_done(&self) {
+        let done = match self.live.lock_frozen().as_ref().and_then(|f| f.job.as_ref()) {
+            Some(job) => Arc::clone(&job.done),
+            None => return,
+        };
+        SegmentJob::wait(&done);
+        self.retry_flush();
+    }
+
     /// A flush due without a write to run it (the server's background thread calls this once
     /// a second): one that failed after its batches were logged tried again, or a background
     /// flush's segment committed, as after a write. A process that does not write never flushes.
