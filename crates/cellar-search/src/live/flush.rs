@@ -4,7 +4,7 @@
 //! and drops them from the memtable (`live/mod.rs` explains the whole; `docs/format/live.md`
 //! every crash order).
 
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 use cellar_core::{CellarError, DocId, Result};
 
@@ -191,10 +191,14 @@ impl Index {
     /// (`flush_failures`), logged, and tried again by the next write or [`Index::retry_flush`];
     /// the memtable keeps serving meanwhile.
     pub(crate) fn flush_after_write(&self) {
-        if !self.flush_due() {
-            return;
+        if self.flush_due() {
+            self.flush_counted(self.writer());
         }
-        if let Err(e) = self.flush_step() {
+    }
+
+    /// [`Index::flush_step`] with the writer's `slot`, a failure counted and logged.
+    fn flush_counted(&self, slot: Result<MutexGuard<'_, Option<Writer>>>) {
+        if let Err(e) = slot.and_then(|slot| self.flush_step(slot)) {
             self.live.flush_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             log::error!(
                 "{}: flushing the memtable ({} bytes) failed ({e}); its batches stay acknowledged, in the log and the memtable, and the next write tries again",
@@ -204,9 +208,8 @@ impl Index {
         }
     }
 
-    /// `flush_after_write`'s work.
-    fn flush_step(&self) -> Result<()> {
-        let mut slot = self.writer()?;
+    /// `flush_after_write`'s work, the writer's `slot` held.
+    fn flush_step(&self, mut slot: MutexGuard<'_, Option<Writer>>) -> Result<()> {
         let Some(writer) = slot.as_mut() else { return Ok(()) };
         self.settle(writer)?;
         let filled = || {
@@ -265,16 +268,22 @@ impl Index {
     }
 
     /// Waits for a background flush's segment being written, without holding the writer (writes
-    /// go on meanwhile), then commits it as [`Index::retry_flush`] does: what an owner with a
+    /// go on meanwhile), then commits it unless a write holds the writer: what an owner with a
     /// thread of its own runs so that a flush is committed without waiting for the next write
-    /// (a stream's compaction thread). Nothing to do when no flush is under way.
+    /// (a stream's compaction thread). A write holding the writer then commits it itself after
+    /// its batch (`flush_after_write` finds the segment written), so a steady feed keeps
+    /// committing on its own thread, uncontended. Nothing to do when no flush is under way.
     pub fn commit_flush_when_done(&self) {
         let done = match self.live.lock_frozen().as_ref().and_then(|f| f.job.as_ref()) {
             Some(job) => Arc::clone(&job.done),
             None => return,
         };
         SegmentJob::wait(&done);
-        self.retry_flush();
+        if let Some(slot) = self.live.try_lock_writer().filter(|slot| slot.is_some()) {
+            if self.flush_due() {
+                self.flush_counted(Ok(slot));
+            }
+        }
     }
 
     /// A flush due without a write to run it (the server's background thread calls this once

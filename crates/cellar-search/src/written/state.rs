@@ -681,6 +681,15 @@ impl Live {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The writer's slot if no one holds it now.
+    pub(crate) fn try_lock_writer(&self) -> Option<MutexGuard<'_, Option<Writer>>> {
+        match self.writer.try_lock() {
+            Ok(slot) => Some(slot),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     pub(crate) fn lock_frozen(&self) -> MutexGuard<'_, Option<Frozen>> {
         self.frozen.lock().unwrap_or_else(|p| p.into_inner())
     }
