@@ -161,3 +161,34 @@ def test_threads_write_and_search_one_stream(tmp_path: Path) -> None:
     assert not errors, errors
     assert stream.stats()["flushes"] > 0
     assert len(stream.search("g2", query_tokens=[axis(1)], k=100)) == 60
+
+
+def test_threads_writing_with_background_flushes_all_finish(tmp_path: Path) -> None:
+    """Four threads writing and searching one stream whose flushes run in the background (the
+    compaction thread waiting for each segment beside the writers): every thread ends, which
+    the test above cannot see (it joins with a timeout and goes on), and nothing is lost."""
+    stream = cellar.Stream.open(
+        tmp_path / "threads", dim=4, fsync=False, memtable_bytes=4096, background_flush=True
+    )
+    errors: list[BaseException] = []
+
+    def writer(g: int) -> None:
+        try:
+            for i in range(60):
+                stream.put(f"g{g}", f"g{g}-{i}", "t", tokens=[axis(i % 4)])
+                for hit in stream.search(f"g{g}", query_tokens=[axis(0)], k=5):
+                    assert hit["id"].startswith(f"g{g}-")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(g,), daemon=True) for g in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not [t.name for t in threads if t.is_alive()], "a writer thread hung"
+    assert not errors, errors
+    stream.flush()
+    assert stream.stats()["flushes"] > 0
+    for g in range(4):
+        assert len(stream.search(f"g{g}", query_tokens=[axis(1)], k=100)) == 60
