@@ -140,20 +140,21 @@ def test_a_background_flush_is_committed_by_flush_and_loses_nothing(tmp_path: Pa
     assert len(again.search("g", query_tokens=[axis(1)], k=100)) == 80
 
 
+def write_and_search(stream: "cellar.Stream", g: int, errors: list[BaseException]) -> None:
+    """Sixty puts into group `g`, each followed by a search of it; failures go to `errors`."""
+    try:
+        for i in range(60):
+            stream.put(f"g{g}", f"g{g}-{i}", "t", tokens=[axis(i % 4)])
+            for hit in stream.search(f"g{g}", query_tokens=[axis(0)], k=5):
+                assert hit["id"].startswith(f"g{g}-")
+    except BaseException as e:  # noqa: BLE001 - reported by the caller
+        errors.append(e)
+
+
 def test_threads_write_and_search_one_stream(tmp_path: Path) -> None:
     stream = cellar.Stream.open(tmp_path / "threads", dim=4, fsync=False, memtable_bytes=4096)
     errors: list[BaseException] = []
-
-    def writer(g: int) -> None:
-        try:
-            for i in range(60):
-                stream.put(f"g{g}", f"g{g}-{i}", "t", tokens=[axis(i % 4)])
-                for hit in stream.search(f"g{g}", query_tokens=[axis(0)], k=5):
-                    assert hit["id"].startswith(f"g{g}-")
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=writer, args=(g,)) for g in range(4)]
+    threads = [threading.Thread(target=write_and_search, args=(stream, g, errors)) for g in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -171,17 +172,9 @@ def test_threads_writing_with_background_flushes_all_finish(tmp_path: Path) -> N
         tmp_path / "threads", dim=4, fsync=False, memtable_bytes=4096, background_flush=True
     )
     errors: list[BaseException] = []
-
-    def writer(g: int) -> None:
-        try:
-            for i in range(60):
-                stream.put(f"g{g}", f"g{g}-{i}", "t", tokens=[axis(i % 4)])
-                for hit in stream.search(f"g{g}", query_tokens=[axis(0)], k=5):
-                    assert hit["id"].startswith(f"g{g}-")
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=writer, args=(g,), daemon=True) for g in range(4)]
+    threads = [
+        threading.Thread(target=write_and_search, args=(stream, g, errors), daemon=True) for g in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:
