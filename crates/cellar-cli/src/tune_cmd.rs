@@ -2,8 +2,7 @@
 //! within `--epsilon` of the best as the index's search defaults (with `--p95-ms X`, the best
 //! whose measured P95 is within X); where hybrid joins a token stage, its first-stage depths
 //! too (BM25's candidates and the stage's joined); the token stage's nprobe and depth, where the
-//! index has one. The
-//! test split is refused. With `--query-vectors` the queries' own vectors are ranked (an index
+//! index has one. The test split is refused. With `--query-vectors` the queries' own vectors are ranked (an index
 //! without a model tunes too).
 
 use std::path::PathBuf;
@@ -158,31 +157,19 @@ pub fn run(args: TuneArgs) -> Result<()> {
 /// first-stage depths, where the sweep varied them).
 fn print_sweep(report: &tune::TuneReport, split: &str) {
     let swept = report.hybrid_candidates.is_some();
-    let mut settings: Vec<(tune::HybridDepth, usize)> = Vec::new();
-    for p in &report.points {
-        if !settings.contains(&(p.depth, p.rerank_k)) {
-            settings.push((p.depth, p.rerank_k));
-        }
-    }
     match swept {
         true => println!(
             "| BM25 candidates | token stage joined | rerank_k | best fusion | best alpha | nDCG@10 on {split} |\n|---|---|---|---|---|---|"
         ),
         false => println!("| rerank_k | best fusion | best alpha | nDCG@10 on {split} |\n|---|---|---|---|"),
     }
-    for (depth, rerank_k) in settings {
-        let best = report
-            .points
-            .iter()
-            .filter(|p| p.rerank_k == rerank_k && p.depth == depth)
-            .max_by(|a, b| a.metrics.ndcg_at_10.total_cmp(&b.metrics.ndcg_at_10))
-            .expect("the setting's points");
+    for best in tune::best_of_each_setting(&report.points) {
         let row = format!(
             "{} | {} | {:.2} | {:.4} |",
             best.rerank_k, best.fusion, best.alpha, best.metrics.ndcg_at_10
         );
         match swept {
-            true => println!("| {} | {} | {row}", depth.candidates, depth.joined),
+            true => println!("| {} | {} | {row}", best.depth.candidates, best.depth.joined),
             false => println!("| {row}"),
         }
     }

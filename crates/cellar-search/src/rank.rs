@@ -468,23 +468,22 @@ impl Index {
     pub fn candidates_with_maxsim(&self, query: &PreparedQuery, n: usize) -> Result<(Vec<Scored>, Vec<f32>)> {
         let request = crate::request::SearchRequest { mode: Some(Mode::Hybrid), ..Default::default() };
         let params = self.params(&request)?;
-        let bm25 = self.lexical_search(&query.text, n, None, params.lexical)?;
         // The dense stage a served hybrid joins: the token stage's candidates where the
         // parameters take it (an index with a token stage and no IVF), else the IVF's.
-        let candidates = match (params.tokens, params.ivf.filter(|p| p.hybrid_candidates > 0)) {
-            (Some(tokens), _) => {
-                let query_of = tokens.query(tokens.hybrid_candidates);
-                let (dense, _) = self.token_candidates(&query.store_tokens, None, query_of, None)?;
-                first_stage(Some(&bm25), &dense)
-            }
-            (None, Some(ivf)) => {
+        if let Some(tokens) = params.tokens {
+            let mut one = self.hybrid_depths_with_maxsim(query, &[(n, tokens.hybrid_candidates)])?;
+            return Ok(one.remove(0));
+        }
+        let bm25 = self.lexical_search(&query.text, n, None, params.lexical)?;
+        let candidates = match params.ivf.filter(|p| p.hybrid_candidates > 0) {
+            Some(ivf) => {
                 let probe = ivf.probe(ivf.hybrid_candidates);
                 let view = self.live_view();
                 let (index_ivf, searchable) = (self.ivf()?, Searchable::new(&view, None));
                 let (ivf_hits, _) = self.ivf_probe(&index_ivf, &searchable, &query.pooled, probe).finish()?;
                 first_stage(Some(&bm25), &ivf_hits)
             }
-            (None, None) => bm25,
+            None => bm25,
         };
         let ids: Vec<DocId> = candidates.iter().map(|c| c.id).collect();
         let scored = self.read_and_score(query, &ids)?;

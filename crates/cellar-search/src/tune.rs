@@ -1,9 +1,11 @@
 //! `cellar tune`: sweeps the fusion method, alpha and rerank_k on a development split (or, with
 //! `--cv K`, cross-validates the choice on the only split there is) and keeps the cheapest point
 //! within `epsilon` of the best. Where hybrid joins a token stage, its first-stage depths are
-//! swept too (BM25's candidates × the stage's candidates joined to them). An index with a token stage also has its `nprobe` swept in the
-//! dense mode, then its depth (the documents dense mode re-ranks) at that nprobe. With a latency bound (`--p95-ms X`), each setting's single-query P95 on the split
-//! (encoding included) is measured, and the best quality within X is kept instead.
+//! swept too (BM25's candidates × the stage's candidates joined to them). An index with a token
+//! stage also has its `nprobe` swept in the dense mode, then its depth (the documents dense mode
+//! re-ranks) at that nprobe. With a latency bound (`--p95-ms X`), each setting's single-query
+//! P95 on the split (encoding included) is measured, and the best quality within X is kept
+//! instead.
 //!
 //! Each query's BM25 candidates and their MaxSim scores are computed once; every (alpha,
 //! rerank_k) pair is then fused with the same function the query pipeline uses. A query reads
@@ -457,14 +459,7 @@ fn fastest_within<'a>(
     limit: f64,
     timed_points: &mut Vec<TimedPoint>,
 ) -> Result<&'a TunePoint> {
-    let mut settings: Vec<&TunePoint> = Vec::new();
-    for p in points {
-        match settings.iter_mut().find(|s| s.rerank_k == p.rerank_k && s.depth == p.depth) {
-            Some(s) if better(p, s).is_gt() => *s = p,
-            Some(_) => {}
-            None => settings.push(p),
-        }
-    }
+    let mut settings = best_of_each_setting(points);
     settings.sort_by(|a, b| better(b, a));
     for setting in settings {
         let mut point = timed.run(&hybrid_request(setting), setting.rerank_k)?;
@@ -476,6 +471,20 @@ fn fastest_within<'a>(
         }
     }
     Err(over_limit("hybrid rerank_k", timed_points, limit))
+}
+
+/// The best point (fusion and alpha) of each setting of the sweep — its depths and rerank_k —
+/// in the sweep's order.
+pub fn best_of_each_setting(points: &[TunePoint]) -> Vec<&TunePoint> {
+    let mut settings: Vec<&TunePoint> = Vec::new();
+    for p in points {
+        match settings.iter_mut().find(|s| s.rerank_k == p.rerank_k && s.depth == p.depth) {
+            Some(s) if better(p, s).is_gt() => *s = p,
+            Some(_) => {}
+            None => settings.push(p),
+        }
+    }
+    settings
 }
 
 /// No setting met the bound: the error names the fastest.
