@@ -52,6 +52,9 @@ pub struct TokensBuildArgs {
     /// Default documents of the stage re-ranked with MaxSim in dense mode (its candidates and rerank_k; default: 0.5% of the documents, 200 to 1,000).
     #[arg(long)]
     pub default_depth: Option<usize>,
+    /// The rank, among a query token's routed leaves, of the leaf whose score is imputed to documents without a token in its probed leaves (at least nprobe; default: one leaf in 128).
+    #[arg(long)]
+    pub default_impute: Option<usize>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
 }
@@ -73,6 +76,7 @@ pub fn run(args: TokensArgs) -> Result<()> {
             route: args.default_route,
             hybrid_candidates: args.default_hybrid_candidates,
             depth: args.default_depth,
+            impute: args.default_impute,
         },
         progress: true,
         ..TokensBuildOptions::default()

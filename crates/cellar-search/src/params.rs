@@ -66,6 +66,8 @@ pub struct TokenParams {
     pub nprobe: usize,
     /// Groups of leaves scored per query token.
     pub route: usize,
+    /// The rank of the leaf whose score a query token imputes to documents it did not meet.
+    pub impute: usize,
     /// Hybrid: token-stage candidates joined to BM25's; dense: the stage's depth is `candidates`.
     pub hybrid_candidates: usize,
     /// Dense mode: read the best documents found so far while the stage scores the rest.
@@ -77,7 +79,7 @@ pub struct TokenParams {
 impl TokenParams {
     /// The stage's query for `depth` documents.
     pub fn query(&self, depth: usize) -> TokenQuery {
-        TokenQuery { nprobe: self.nprobe, route: self.route, depth }
+        TokenQuery { nprobe: self.nprobe, route: self.route, impute: self.impute, depth }
     }
 }
 
@@ -111,6 +113,7 @@ fn resolve_tokens(options: &SearchRequest, tokens: &TokensConfig) -> Result<Toke
     Ok(TokenParams {
         nprobe,
         route: d.route.min(tokens.groups).max(1),
+        impute: tokens.impute(),
         hybrid_candidates,
         prefetch: options.prefetch.unwrap_or(crate::tokens::PREFETCH),
         prefetch_step,

@@ -107,9 +107,9 @@ pub(crate) fn build_over(
     if docs == 0 {
         return Err(CellarError::InvalidInput("the index holds no documents: nothing to quantize".into()));
     }
-    if options.defaults.nprobe == 0 || options.defaults.route == 0 {
+    if options.defaults.nprobe == 0 || options.defaults.route == 0 || options.defaults.impute == Some(0) {
         return Err(CellarError::InvalidInput(
-            "the token stage's nprobe and route must be at least 1".into(),
+            "the token stage's nprobe, route and impute must be at least 1".into(),
         ));
     }
     let most = crate::request::MAX_CANDIDATES;

@@ -15,8 +15,9 @@
 //!   `cellar-core`'s `FileSlice` (the index's reader kind: ram, mmap or direct), and each
 //!   document scored as WARP does: per query token, the best estimate `q·c + q·r` over its
 //!   tokens in the probed leaves (the residual's product read from the codes without decoding
-//!   them), or, where it has none there, the score of the query token's last probed leaf (its
-//!   imputed bound); summed over the query tokens. The best `depth` go to MaxSim. The lists
+//!   them), or, where it has none there, the score of a leaf deeper in the query token's
+//!   ranking than its last probed one (WARP's missing-similarity estimate, [`default_impute`]);
+//!   summed over the query tokens. The best `depth` go to MaxSim. The lists
 //!   are walked together, one window of ids at a time, so the scores being summed stay in cache.
 //!
 //! Documents written after the build (the living index) are assigned to the same leaves the
@@ -79,6 +80,11 @@ pub struct TokenDefaults {
     /// covers. Absent from `tokens.json` unless set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<usize>,
+    /// The rank, among a query token's routed leaves, of the leaf whose score is imputed to a
+    /// document with no token in its probed leaves (the `nprobe`-th where it is lower); `None`:
+    /// [`default_impute`] of the leaves. Absent from `tokens.json` unless set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impute: Option<usize>,
 }
 
 /// Dense mode's depth over a token stage of `docs` documents when none was set: 0.5% of them,
@@ -92,16 +98,33 @@ pub fn default_depth(docs: u64) -> usize {
     (docs / 200).clamp(200, 1000) as usize
 }
 
+/// The leaf rank a query token's imputed score comes from when none was set: one leaf in 128
+/// (32 of SciFact's 4,096, 256 of the 2M collection's 32,781). A document without a token in a
+/// query token's probed leaves most likely has its best one well outside them, so the score of
+/// the last probed leaf (PLAID's and WARP's bound at `nprobe`) flatters it against documents
+/// that were met; imputing a deeper leaf's score ranks the met ones first. On SciFact's vectors
+/// at nprobe 2 this finds 0.979 of the exact top 10 against 0.901 (top 100: 0.782 against
+/// 0.552), at 2M and nprobe 32 0.620 against 0.593; past about a third of the routed leaves it
+/// loses again (bench/results/tokens-impute.md).
+pub fn default_impute(leaves: usize) -> usize {
+    (leaves / 128).max(1)
+}
+
 impl TokensConfig {
     /// Dense mode's depth over this stage: the one set, or [`default_depth`] of its documents.
     pub fn depth(&self) -> usize {
         self.search.depth.unwrap_or_else(|| default_depth(self.docs))
     }
+
+    /// The leaf rank of a query token's imputed score: the one set, or [`default_impute`].
+    pub fn impute(&self) -> usize {
+        self.search.impute.unwrap_or_else(|| default_impute(self.leaves))
+    }
 }
 
 impl Default for TokenDefaults {
     fn default() -> Self {
-        TokenDefaults { nprobe: 32, route: 8, hybrid_candidates: 100, depth: None }
+        TokenDefaults { nprobe: 32, route: 8, hybrid_candidates: 100, depth: None, impute: None }
     }
 }
 
@@ -220,6 +243,8 @@ pub struct TokenStage {
 pub struct TokenQuery {
     pub nprobe: usize,
     pub route: usize,
+    /// The rank of the leaf whose score is imputed (at least `nprobe`: see [`default_impute`]).
+    pub impute: usize,
     pub depth: usize,
 }
 
@@ -495,7 +520,12 @@ impl TokenStage {
     ) -> Result<(Vec<Scored>, TokenStats)> {
         let start = Instant::now();
         let mut stats = TokenStats::default();
-        let probed = self.quantizer.probe(isa, tokens, query.nprobe, query.route);
+        // Each query token's leaves down to the imputed one, whose score is its floor: imputed to
+        // a document without a token in the probed leaves (the first `nprobe`).
+        let mut probed = self.quantizer.probe(isa, tokens, query.nprobe.max(query.impute), query.route);
+        let floors: Vec<f32> =
+            std::iter::once(0.0).chain(probed.iter().map(|p| p.last().map_or(0.0, |l| l.1))).collect();
+        probed.iter_mut().for_each(|p| p.truncate(query.nprobe));
         // Every distinct leaf's list, read once in one batch.
         let mut leaves: Vec<u32> = probed.iter().flatten().map(|(j, _)| *j).collect();
         leaves.sort_unstable();
@@ -547,10 +577,6 @@ impl TokenStage {
             let (codes, factors) = bytes[used..].split_at(n * code_bytes);
             read.push((first..ids.len(), codes, factors));
         }
-        // Each query token's floor: the score of its last probed leaf, imputed to a document
-        // without a token there.
-        let floors: Vec<f32> =
-            std::iter::once(0.0).chain(probed.iter().map(|p| p.last().map_or(0.0, |l| l.1))).collect();
         let imputed: f32 = floors.iter().sum();
         let tables: Vec<SignTables> =
             tokens.chunks_exact(dim).take(probed.len()).map(SignTables::new).collect();

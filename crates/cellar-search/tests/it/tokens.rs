@@ -140,7 +140,8 @@ fn maxsim(query: &[f32], doc: &[f32]) -> f32 {
 fn candidates_are_the_brute_force_scores_of_the_same_rule_with_every_reader() {
     let b = built();
     let isa = Isa::detected();
-    let query_kinds = [(3, 2), (8, 64), (1, 1)];
+    // (nprobe, route, impute): the imputed leaf deeper than the probed ones, or not.
+    let query_kinds = [(3, 2, 8), (8, 64, 1), (1, 1, 4)];
     for kind in ReaderKind::ALL {
         let stage = TokenStage::open(&b.dir, DOCS as u64, DIM, &ReaderOptions::new(kind))
             .unwrap()
@@ -165,9 +166,13 @@ fn candidates_are_the_brute_force_scores_of_the_same_rule_with_every_reader() {
                     .collect()
             })
             .collect();
-        for (i, (nprobe, route)) in query_kinds.into_iter().enumerate() {
+        for (i, (nprobe, route, impute)) in query_kinds.into_iter().enumerate() {
             let query = query_of(i * 31);
-            let probed = q.probe(isa, &query, nprobe, route);
+            // A query token's floor: the score of its leaf ranked `impute` (or `nprobe`, the
+            // deeper), imputed where a document has no token in its `nprobe` probed leaves.
+            let ranked = q.probe(isa, &query, nprobe.max(impute), route);
+            let floors: Vec<f32> = ranked.iter().map(|p| p.last().unwrap().1).collect();
+            let probed: Vec<&[(u32, f32)]> = ranked.iter().map(|p| &p[..nprobe.min(p.len())]).collect();
             let mut expected: Vec<(u32, f32)> = Vec::new();
             for (d, held) in postings.iter().enumerate() {
                 let mut touched = false;
@@ -175,7 +180,7 @@ fn candidates_are_the_brute_force_scores_of_the_same_rule_with_every_reader() {
                     .iter()
                     .enumerate()
                     .map(|(t, p)| {
-                        let floor = p.last().unwrap().1;
+                        let floor = floors[t];
                         let table = SignTables::new(&query[t * DIM..(t + 1) * DIM]);
                         let best = held
                             .iter()
@@ -195,7 +200,7 @@ fn candidates_are_the_brute_force_scores_of_the_same_rule_with_every_reader() {
                 .candidates(
                     isa,
                     &query,
-                    TokenQuery { nprobe, route, depth: DOCS },
+                    TokenQuery { nprobe, route, impute, depth: DOCS },
                     DOCS as u32,
                     false,
                     &|_| false,
@@ -219,7 +224,7 @@ fn candidates_are_the_brute_force_scores_of_the_same_rule_with_every_reader() {
                 .candidates(
                     isa,
                     &query,
-                    TokenQuery { nprobe, route, depth: DOCS },
+                    TokenQuery { nprobe, route, impute, depth: DOCS },
                     1 << 20,
                     false,
                     &|_| false,
@@ -233,7 +238,7 @@ fn candidates_are_the_brute_force_scores_of_the_same_rule_with_every_reader() {
                 .candidates(
                     isa,
                     &query,
-                    TokenQuery { nprobe, route, depth: DOCS },
+                    TokenQuery { nprobe, route, impute, depth: DOCS },
                     DOCS as u32,
                     true,
                     &|id| id % 2 == 0,
@@ -323,6 +328,37 @@ fn dense_depth_is_half_a_percent_of_the_documents_from_200_to_1000_unless_set() 
     let index = Index::open(&dir, OpenOptions::default()).unwrap();
     let params = index.search(dense(&query_of(3), 10)).unwrap().params;
     assert_eq!((params.candidates, params.rerank_k), (300, 300));
+}
+
+#[test]
+fn the_imputed_leaf_is_one_in_128_of_the_leaves_unless_set() {
+    use cellar_search::tokens::default_impute;
+    let rule: Vec<usize> = [0, 64, 1_024, 4_096, 32_781].into_iter().map(default_impute).collect();
+    assert_eq!(rule, [1, 1, 8, 32, 256]);
+    // The built stage's default: not written to tokens.json, the rule of its leaves served.
+    let index = Index::open(&built().dir, OpenOptions::default()).unwrap();
+    let leaves = cellar_search::tokens::TokensConfig::load(&built().dir).unwrap().expect("tokens/").leaves;
+    let saved = std::fs::read_to_string(built().dir.join("tokens/tokens.json")).unwrap();
+    assert!(!saved.contains("impute"), "{saved}");
+    let params = index.search(dense(&query_of(3), 10)).unwrap().params;
+    assert_eq!(params.tokens.expect("the token stage's settings").impute, default_impute(leaves));
+    drop(index);
+    // One set at build is saved and served.
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path().join("index");
+    copy_dir(&built().dir, &dir);
+    let set = cellar_search::tokens::TokenDefaults { impute: Some(12), ..Default::default() };
+    let config = build_tokens(&dir, &TokensBuildOptions { defaults: set, ..stage_options() }).unwrap();
+    assert_eq!(config.impute(), 12);
+    let saved = std::fs::read_to_string(dir.join("tokens/tokens.json")).unwrap();
+    assert!(saved.contains("\"impute\": 12"), "{saved}");
+    let index = Index::open(&dir, OpenOptions::default()).unwrap();
+    let params = index.search(dense(&query_of(3), 10)).unwrap().params;
+    assert_eq!(params.tokens.expect("the token stage's settings").impute, 12);
+    drop(index);
+    let zero = cellar_search::tokens::TokenDefaults { impute: Some(0), ..Default::default() };
+    let err = build_tokens(&dir, &TokensBuildOptions { defaults: zero, ..stage_options() }).unwrap_err();
+    assert!(matches!(err, CellarError::InvalidInput(_)) && err.to_string().contains("impute"), "{err}");
 }
 
 #[test]
@@ -554,7 +590,7 @@ fn a_retrain_takes_written_documents_into_its_lists_and_drops_deleted_ones() {
     // lists, and holds no posting of a deleted one.
     let stage =
         TokenStage::open(&dir, DOCS as u64, DIM, &ReaderOptions::new(ReaderKind::Mmap)).unwrap().unwrap();
-    let query = TokenQuery { nprobe: 64, route: stage.config().groups, depth: DOCS + n_written };
+    let query = TokenQuery { nprobe: 64, route: stage.config().groups, impute: 64, depth: DOCS + n_written };
     let end = (DOCS + n_written) as u32;
     let (found, _) =
         stage.candidates(Isa::detected(), &queries[2], query, end, false, &|_| false, None).unwrap();
@@ -706,7 +742,7 @@ fn golden_token_stage_is_reproduced_byte_for_byte_and_read() {
             .candidates(
                 Isa::detected(),
                 &query_of(5),
-                TokenQuery { nprobe: 4, route: 8, depth: 10 },
+                TokenQuery { nprobe: 4, route: 8, impute: 4, depth: 10 },
                 DOCS as u32,
                 false,
                 &|_| false,
