@@ -102,8 +102,10 @@ pub struct TuneOptions<'a> {
     pub query_vectors: Option<&'a [QueryVectorsIn]>,
 }
 
-/// nprobe values tried for the token stage (those up to its leaves).
-pub const TOKEN_NPROBE_GRID: [usize; 5] = [8, 16, 32, 64, 128];
+/// nprobe values tried for the token stage (those up to its leaves). From 2: with the imputed
+/// score taken from a deeper leaf (`tokens::default_impute`), 2 leaves a query token find 0.980
+/// of the exact top 10 on SciFact (bench/results/tokens-impute.md).
+pub const TOKEN_NPROBE_GRID: [usize; 7] = [2, 4, 8, 16, 32, 64, 128];
 /// Depths tried for dense mode over the token stage (its documents re-ranked with MaxSim).
 pub const TOKEN_DEPTH_GRID: [usize; 5] = [100, 200, 500, 1000, 2000];
 
