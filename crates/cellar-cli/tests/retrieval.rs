@@ -104,8 +104,11 @@ fn tune_holds_the_choice_to_a_p95_bound_and_tunes_the_token_stage() {
         (retrained["docs"].as_u64(), &retrained["search"]["nprobe"], &retrained["search"]["depth"]),
         (Some(9), &saved["search"]["nprobe"], &saved["search"]["depth"])
     );
-    let out =
-        cellar(&["search", "--index", index_s, "kelp forests in cold seas", "--mode", "dense", "--json"]);
+    // Every leaf probed (tune may choose as few as 2 of them), so every document in the lists on
+    // disk is met, the written one with them.
+    let every_leaf = retrained["leaves"].as_u64().expect("the stage's leaves").to_string();
+    let search = ["search", "--index", index_s, "kelp forests in cold seas", "--mode", "dense", "--json"];
+    let out = cellar(&[&search[..], &["--nprobe", &every_leaf]].concat());
     assert!(out.status.success(), "{}", text(&out.stderr));
     let hits: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // (The test model scores every pair near 1: the written document is a candidate, not first.)
