@@ -317,17 +317,32 @@ fn dense_depth_is_half_a_percent_of_the_documents_from_200_to_1000_unless_set() 
     use cellar_search::tokens::default_depth;
     let rule: Vec<usize> = [0, 5_183, 100_000, 200_000, 2_000_000].into_iter().map(default_depth).collect();
     assert_eq!(rule, [200, 200, 500, 1000, 1000]);
+    let set = cellar_search::tokens::TokenDefaults { depth: Some(300), ..Default::default() };
+    let rebuilt = rebuilt_with(set);
+    assert_eq!(rebuilt.config.depth(), 300);
+    assert!(rebuilt.saved.contains("\"depth\": 300"), "{}", rebuilt.saved);
+    assert_eq!((rebuilt.params.candidates, rebuilt.params.rerank_k), (300, 300));
+}
+
+/// A copy of the built index whose token stage was built again with `defaults`: its config, its
+/// `tokens.json` as saved, and the settings a dense search then runs with.
+struct Rebuilt {
+    _tmp: TempDir,
+    dir: std::path::PathBuf,
+    config: cellar_search::tokens::TokensConfig,
+    saved: String,
+    params: cellar_search::SearchParams,
+}
+
+fn rebuilt_with(defaults: cellar_search::tokens::TokenDefaults) -> Rebuilt {
     let tmp = TempDir::new().unwrap();
     let dir = tmp.path().join("index");
     copy_dir(&built().dir, &dir);
-    let set = cellar_search::tokens::TokenDefaults { depth: Some(300), ..Default::default() };
-    let config = build_tokens(&dir, &TokensBuildOptions { defaults: set, ..stage_options() }).unwrap();
-    assert_eq!(config.depth(), 300);
+    let config = build_tokens(&dir, &TokensBuildOptions { defaults, ..stage_options() }).unwrap();
     let saved = std::fs::read_to_string(dir.join("tokens/tokens.json")).unwrap();
-    assert!(saved.contains("\"depth\": 300"), "{saved}");
     let index = Index::open(&dir, OpenOptions::default()).unwrap();
     let params = index.search(dense(&query_of(3), 10)).unwrap().params;
-    assert_eq!((params.candidates, params.rerank_k), (300, 300));
+    Rebuilt { _tmp: tmp, dir, config, saved, params }
 }
 
 #[test]
@@ -344,20 +359,14 @@ fn the_imputed_leaf_is_one_in_128_of_the_leaves_unless_set() {
     assert_eq!(params.tokens.expect("the token stage's settings").impute, default_impute(leaves));
     drop(index);
     // One set at build is saved and served.
-    let tmp = TempDir::new().unwrap();
-    let dir = tmp.path().join("index");
-    copy_dir(&built().dir, &dir);
     let set = cellar_search::tokens::TokenDefaults { impute: Some(12), ..Default::default() };
-    let config = build_tokens(&dir, &TokensBuildOptions { defaults: set, ..stage_options() }).unwrap();
-    assert_eq!(config.impute(), 12);
-    let saved = std::fs::read_to_string(dir.join("tokens/tokens.json")).unwrap();
-    assert!(saved.contains("\"impute\": 12"), "{saved}");
-    let index = Index::open(&dir, OpenOptions::default()).unwrap();
-    let params = index.search(dense(&query_of(3), 10)).unwrap().params;
-    assert_eq!(params.tokens.expect("the token stage's settings").impute, 12);
-    drop(index);
+    let rebuilt = rebuilt_with(set);
+    assert_eq!(rebuilt.config.impute(), 12);
+    assert!(rebuilt.saved.contains("\"impute\": 12"), "{}", rebuilt.saved);
+    assert_eq!(rebuilt.params.tokens.expect("the token stage's settings").impute, 12);
     let zero = cellar_search::tokens::TokenDefaults { impute: Some(0), ..Default::default() };
-    let err = build_tokens(&dir, &TokensBuildOptions { defaults: zero, ..stage_options() }).unwrap_err();
+    let err =
+        build_tokens(&rebuilt.dir, &TokensBuildOptions { defaults: zero, ..stage_options() }).unwrap_err();
     assert!(matches!(err, CellarError::InvalidInput(_)) && err.to_string().contains("impute"), "{err}");
 }
 
