@@ -103,7 +103,7 @@ pub fn default_depth(docs: u64) -> usize {
 /// query token's probed leaves most likely has its best one well outside them, so the score of
 /// the last probed leaf (PLAID's and WARP's bound at `nprobe`) flatters it against documents
 /// that were met; imputing a deeper leaf's score ranks the met ones first. On SciFact's vectors
-/// at nprobe 2 this finds 0.979 of the exact top 10 against 0.901 (top 100: 0.782 against
+/// at nprobe 2 this finds 0.980 of the exact top 10 against 0.901 (top 100: 0.789 against
 /// 0.552), at 2M and nprobe 32 0.620 against 0.593; past about a third of the routed leaves it
 /// loses again (bench/results/tokens-impute.md).
 pub fn default_impute(leaves: usize) -> usize {
