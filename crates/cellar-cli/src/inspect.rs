@@ -63,6 +63,17 @@ fn inspect_index(dir: &Path, verify: bool) -> Result<()> {
         Some(ivf) => println!("ivf        {} clusters, default nprobe {}", ivf.clusters, ivf.search.nprobe),
         None => println!("ivf        none"),
     }
+    match index.tokens_config() {
+        Some(t) => println!(
+            "tokens     {} leaves over {} tokens, default nprobe {}, impute {}, dense depth {}",
+            t.leaves,
+            t.tokens,
+            t.search.nprobe,
+            t.impute(),
+            t.depth()
+        ),
+        None => println!("tokens     none"),
+    }
     println!();
     let footprint = print_store(&dir.join(VECTORS_DIR))?;
     let mut own: Vec<(PathBuf, FileKind)> = [FileKind::Pooled, FileKind::Texts, FileKind::TextOffsets]

@@ -114,6 +114,18 @@ fn tune_holds_the_choice_to_a_p95_bound_and_tunes_the_token_stage() {
     // (The test model scores every pair near 1: the written document is a candidate, not first.)
     let found = hits["hits"].as_array().unwrap().iter().any(|h| h["id"] == "kelp");
     assert!(found && hits["tokens"]["scored"] == 9, "{hits}");
+    // `inspect` names the stage and the defaults a search takes from it.
+    let out = cellar(&["inspect", index_s]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let says = format!(
+        "tokens     {every_leaf} leaves over {} tokens, default nprobe {}, impute {}, dense depth {}",
+        // impute: one leaf in 128, at least 1 (this stage has fewer than 128 leaves)
+        retrained["tokens"],
+        saved["search"]["nprobe"],
+        1,
+        saved["search"]["depth"]
+    );
+    assert!(text(&out.stdout).contains(&says), "{says:?} missing from:\n{}", text(&out.stdout));
 }
 
 #[test]
