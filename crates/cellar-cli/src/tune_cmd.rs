@@ -2,8 +2,8 @@
 //! within `--epsilon` of the best as the index's search defaults (with `--p95-ms X`, the best
 //! whose measured P95 is within X); where hybrid joins a token stage, its first-stage depths
 //! too (BM25's candidates and the stage's joined); the token stage's nprobe and depth, where the
-//! index has one. The test split is refused. With `--query-vectors` the queries' own vectors are ranked (an index
-//! without a model tunes too).
+//! index has one. The test split is refused. With `--query-vectors` the queries' own vectors are
+//! ranked (an index without a model tunes too).
 
 use std::path::PathBuf;
 

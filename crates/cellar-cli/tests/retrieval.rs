@@ -117,13 +117,10 @@ fn tune_holds_the_choice_to_a_p95_bound_and_tunes_the_token_stage() {
     // `inspect` names the stage and the defaults a search takes from it.
     let out = cellar(&["inspect", index_s]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    // (impute: one leaf in 128, at least 1; this stage has fewer than 128 leaves.)
     let says = format!(
-        "tokens     {every_leaf} leaves over {} tokens, default nprobe {}, impute {}, dense depth {}",
-        // impute: one leaf in 128, at least 1 (this stage has fewer than 128 leaves)
-        retrained["tokens"],
-        saved["search"]["nprobe"],
-        1,
-        saved["search"]["depth"]
+        "tokens     {every_leaf} leaves over {} tokens, default nprobe {}, impute 1, dense depth {}",
+        retrained["tokens"], saved["search"]["nprobe"], saved["search"]["depth"]
     );
     assert!(text(&out.stdout).contains(&says), "{says:?} missing from:\n{}", text(&out.stdout));
 }
