@@ -96,20 +96,7 @@ pub fn run(mut args: ExactArgs) -> Result<()> {
         VectorStore::open(&args.queries.index.join(VECTORS_DIR), &ReaderOptions::new(ReaderKind::Mmap))?;
     let started = Instant::now();
     let exact = match args.exact_cache.as_deref().filter(|p| p.exists()) {
-        Some(path) => {
-            let bytes = std::fs::read(path).map_err(|e| CellarError::io(path, e))?;
-            let cached: Vec<Vec<u32>> = serde_json::from_slice(&bytes)
-                .map_err(|e| CellarError::invalid(format!("{}: not an exact cache: {e}", path.display())))?;
-            if cached.len() != queries.len() {
-                return Err(CellarError::invalid(format!(
-                    "{} holds {} queries' rankings, the sample has {}",
-                    path.display(),
-                    cached.len(),
-                    queries.len()
-                )));
-            }
-            cached
-        }
+        Some(path) => read_cache(path, queries.len())?,
         None => {
             let exact = scan(&store, &given)?;
             if let Some(path) = &args.exact_cache {
@@ -168,6 +155,21 @@ pub fn run(mut args: ExactArgs) -> Result<()> {
     write_report(&args.queries.out, &report, &markdown)?;
     print!("{markdown}");
     Ok(())
+}
+
+/// The exact rankings kept by `--exact-cache`, for a sample of `queries` queries.
+pub(crate) fn read_cache(path: &std::path::Path, queries: usize) -> Result<Vec<Vec<u32>>> {
+    let bytes = std::fs::read(path).map_err(|e| CellarError::io(path, e))?;
+    let cached: Vec<Vec<u32>> = serde_json::from_slice(&bytes)
+        .map_err(|e| CellarError::invalid(format!("{}: not an exact cache: {e}", path.display())))?;
+    if cached.len() != queries {
+        return Err(CellarError::invalid(format!(
+            "{} holds {} queries' rankings, the sample has {queries}",
+            path.display(),
+            cached.len()
+        )));
+    }
+    Ok(cached)
 }
 
 /// The exact top `DEPTH` of every query over every record of `store`, on every core (also the

@@ -20,6 +20,7 @@ mod retrain;
 mod store;
 mod stream;
 mod synth;
+mod tokens_met;
 mod tokens_retrain;
 
 use std::process::ExitCode;
@@ -71,6 +72,10 @@ enum Command {
     /// Documents written after a token stage was built: the first query after an open, the RAM
     /// their lists hold and the dense mode's recall, before and after `Index::retrain_tokens`.
     TokensRetrain(tokens_retrain::TokensRetrainArgs),
+    /// Whether the token stage meets, per query token, the exact top 10's documents and the
+    /// token MaxSim takes from each, by nprobe and route, with each token in one leaf or spilled
+    /// to a second.
+    TokensMet(tokens_met::TokensMetArgs),
     /// Cellar's dense mode side by side with next-plaid on identical vectors: recall of the
     /// exact top 10/100, nDCG@10, latency, P95 against QPS, peak RSS, index bytes, build CPU
     /// (next-plaid needs the `next-plaid` feature).
@@ -105,6 +110,7 @@ fn main() -> ExitCode {
         Command::Filter(args) => filter::run(args),
         Command::Retrain(args) => retrain::run(args),
         Command::TokensRetrain(args) => tokens_retrain::run(args),
+        Command::TokensMet(args) => tokens_met::run(args),
         Command::Plaid(args) => plaid::run(args),
         Command::Store(args) => store::run(args),
         Command::Ivf(args) => ivf::run(args),
