@@ -130,6 +130,9 @@ pub fn run(args: TokensMetArgs) -> Result<()> {
             "--query-vectors is required: the sample's exact rankings are of its vectors",
         ));
     }
+    if args.route.contains(&0) {
+        return Err(CellarError::invalid("--route 0: a query token is routed to at least one group"));
+    }
     let Workload { queries, prepared, .. } = args.queries.load()?;
     let exact = read_cache(&args.exact_cache, queries.len())?;
     let options = ReaderOptions::new(ReaderKind::Mmap);
