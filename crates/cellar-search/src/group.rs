@@ -22,7 +22,7 @@ use crate::doc::check_key;
 use crate::index::Index;
 use crate::meta::Metadata;
 use crate::mode::Mode;
-use crate::plan::flatten;
+use crate::plan::{check_query_values, flatten};
 use crate::query::PreparedQuery;
 use crate::request::{SearchRequest, MAX_QUERY_VECTORS};
 use crate::vectors::mean_normalized;
@@ -154,6 +154,7 @@ impl Index {
         let (tokens, n_tokens, pooled, text) = match &request.query_vectors {
             Some(given) => {
                 let flat = flatten(given.clone(), dim, "query_vectors", MAX_QUERY_VECTORS)?;
+                check_query_values(&flat)?;
                 (flat.tokens, flat.n_tokens, flat.pooled, request.query.clone())
             }
             None if !request.query.trim().is_empty() => {
@@ -164,9 +165,6 @@ impl Index {
         };
         if n_tokens == 0 && (maxsim || pooled.is_none()) {
             return invalid(format!("the query has 0 token vectors; 1 to {MAX_QUERY_VECTORS} allowed"));
-        }
-        if tokens.iter().chain(pooled.iter().flatten()).any(|v| !v.is_finite()) {
-            return invalid("the query holds a value that is not finite".into());
         }
         let pooled = match (maxsim, pooled) {
             (true, _) => Vec::new(),

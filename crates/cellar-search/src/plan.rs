@@ -351,17 +351,31 @@ fn needs_pooled(params: &SearchParams) -> bool {
 
 /// Checks flattened caller vectors against what the resolved search needs: token vectors for
 /// MaxSim, the pooled vector for every search that probes the IVF or scans the pooled vectors
-/// (not the token stage's),
-/// finite values throughout, and each vector's squared norm finite in f32 (values near 1e38
-/// are finite but their dot products are not, and a score must never be infinite or NaN).
+/// (not the token stage's), and their values ([`check_query_values`]).
 fn check_vectors(vectors: &QueryVectors, params: &SearchParams) -> Result<()> {
     let mode = params.mode;
-    let dim = vectors.tokens.len().checked_div(vectors.n_tokens).unwrap_or(0);
     if vectors.n_tokens == 0 && mode.needs_tokens() {
         return Err(CellarError::InvalidInput(format!(
             "mode {mode} scores MaxSim: query_vectors.tokens must hold 1 to {MAX_QUERY_VECTORS} vectors, got 0"
         )));
     }
+    check_query_values(vectors)?;
+    if vectors.pooled.is_none() && needs_pooled(params) {
+        let hint = if mode == Mode::Hybrid {
+            ": it joins IVF candidates (send query_vectors.pooled, or hybrid_candidates 0)"
+        } else {
+            " (query_vectors.pooled)"
+        };
+        return Err(CellarError::InvalidInput(format!("mode {mode} needs the query's pooled vector{hint}")));
+    }
+    Ok(())
+}
+
+/// The one rule for a caller's query values (an index's search and a group's): finite values
+/// throughout, and each vector's squared norm finite in f32 (values near 1e38 are finite but
+/// their dot products are not, and a score must never be infinite or NaN).
+pub fn check_query_values(vectors: &QueryVectors) -> Result<()> {
+    let dim = vectors.tokens.len().checked_div(vectors.n_tokens).unwrap_or(0);
     if let Some(i) = vectors.tokens.iter().position(|v| !v.is_finite()) {
         return Err(CellarError::InvalidInput(format!(
             "query_vectors.tokens[{}][{}] is not a finite number",
@@ -374,25 +388,11 @@ fn check_vectors(vectors: &QueryVectors, params: &SearchParams) -> Result<()> {
     {
         return Err(too_large(&format!("query_vectors.tokens[{i}]")));
     }
-    if vectors
-        .pooled
-        .as_deref()
-        .is_some_and(|p| p.iter().all(|v| v.is_finite()) && !squared_norm_is_finite(p))
-    {
-        return Err(too_large("query_vectors.pooled"));
-    }
-    match &vectors.pooled {
-        None if needs_pooled(params) => {
-            let hint = if mode == Mode::Hybrid {
-                ": it joins IVF candidates (send query_vectors.pooled, or hybrid_candidates 0)"
-            } else {
-                " (query_vectors.pooled)"
-            };
-            Err(CellarError::InvalidInput(format!("mode {mode} needs the query's pooled vector{hint}")))
-        }
+    match vectors.pooled.as_deref() {
         Some(pooled) if pooled.iter().any(|v| !v.is_finite()) => {
             Err(CellarError::InvalidInput("query_vectors.pooled holds a value that is not finite".into()))
         }
+        Some(pooled) if !squared_norm_is_finite(pooled) => Err(too_large("query_vectors.pooled")),
         _ => Ok(()),
     }
 }

@@ -170,6 +170,40 @@ fn a_group_search_is_exact_in_the_memtable_after_flushes_a_merge_and_a_reopen() 
     check_all(&index, &model, &mut rng, "reopened");
 }
 
+#[test]
+fn a_group_search_refuses_query_values_whose_scores_would_not_be_finite() {
+    // The index's own rule (`plan::check_query_values`): finite values, and each vector's
+    // squared norm finite in f32, so no score is infinite or NaN.
+    let tmp = TempDir::new().unwrap();
+    let index = create(&tmp.path().join("grouped"));
+    let mut rng = StdRng::seed_from_u64(3);
+    index.write(WriteRequest { ops: vec![WriteOp::Add(random_doc(&mut rng, "g", "a"))] }).unwrap();
+    let refused = |query: Vec<Vec<f32>>, mode: Mode, words: &str| {
+        let mut req = request(&query, 3);
+        req.mode = Some(mode);
+        let e = index.search_group("g", &req).unwrap_err();
+        assert!(matches!(e, CellarError::InvalidInput(_)), "{e:?}");
+        assert!(e.to_string().contains(words), "{words:?} in {e}");
+    };
+    let mut huge = vec![vec![0.1; DIM]; 2];
+    huge[1][3] = 1e20;
+    refused(huge.clone(), Mode::Dense, "query_vectors.tokens[1] is too large");
+    refused(huge, Mode::DenseExact, "too large");
+    let mut nan = vec![vec![0.1; DIM]; 2];
+    nan[0][5] = f32::NAN;
+    refused(nan, Mode::Dense, "query_vectors.tokens[0][5] is not a finite number");
+    // A pooled vector given beside the tokens is held to the same rule.
+    let mut req = request(&[vec![0.1; DIM]], 3);
+    let given = req.query_vectors.as_mut().unwrap();
+    given.pooled = Some(vec![1e20; DIM]);
+    req.mode = Some(Mode::DenseExact);
+    let e = index.search_group("g", &req).unwrap_err();
+    assert!(e.to_string().contains("query_vectors.pooled is too large"), "{e}");
+    // What scores well stays searchable.
+    let ok = index.search_group("g", &request(&[vec![0.1; DIM]], 3)).unwrap();
+    assert!(ok.hits.iter().all(|h| h.score.is_finite()));
+}
+
 fn touches(op: &WriteOp, key: &(String, String)) -> bool {
     match op {
         WriteOp::Put(d) => d.group.as_ref() == Some(&key.0) && d.id == key.1,
