@@ -22,7 +22,7 @@ use crate::doc::check_key;
 use crate::index::Index;
 use crate::meta::Metadata;
 use crate::mode::Mode;
-use crate::plan::{check_query_values, flatten};
+use crate::plan::{check_query, check_query_values, check_terms, flatten};
 use crate::query::PreparedQuery;
 use crate::request::{SearchRequest, MAX_QUERY_VECTORS};
 use crate::vectors::mean_normalized;
@@ -158,6 +158,7 @@ impl Index {
                 (flat.tokens, flat.n_tokens, flat.pooled, request.query.clone())
             }
             None if !request.query.trim().is_empty() => {
+                check_query(&request.query)?;
                 let encoded = self.encoder()?.encode_query(&request.query)?;
                 (encoded.tokens, encoded.n_tokens, Some(encoded.pooled), request.query.clone())
             }
@@ -171,6 +172,9 @@ impl Index {
             (false, Some(p)) => p,
             (false, None) => mean_normalized(&tokens, dim).unwrap_or_else(|| vec![0.0; dim]),
         };
+        if let Some(given) = &request.require_terms {
+            check_terms(given)?;
+        }
         let terms = request.require_terms.as_deref().map(terms).unwrap_or_default();
         if request.require_terms.is_some() && terms.is_empty() {
             return invalid("require_terms holds no term".into());

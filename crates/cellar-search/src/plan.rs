@@ -245,8 +245,8 @@ fn reads_before_encoding(plan: &Plan) -> bool {
     p.early_read && plan.vectors.is_none() && matches!(p.mode, Mode::Rerank | Mode::Hybrid) && p.rerank_k > 0
 }
 
-/// Checks a query's text: not empty, not over-long.
-fn check_query(text: &str) -> Result<()> {
+/// Checks a query's text: not empty, not over-long (an index's search and a group's).
+pub(crate) fn check_query(text: &str) -> Result<()> {
     if text.trim().is_empty() {
         return Err(CellarError::InvalidInput("the query is empty".into()));
     }
@@ -259,8 +259,8 @@ fn check_query(text: &str) -> Result<()> {
     Ok(())
 }
 
-/// `require_terms` is not empty and no longer than a query.
-fn check_terms(terms: &str) -> Result<()> {
+/// `require_terms` is not empty and no longer than a query (an index's search and a group's).
+pub(crate) fn check_terms(terms: &str) -> Result<()> {
     if terms.trim().is_empty() || terms.len() > MAX_QUERY_BYTES {
         return Err(CellarError::invalid(format!(
             "require_terms must hold 1 to {MAX_QUERY_BYTES} bytes of terms, got {}",

@@ -171,9 +171,10 @@ fn a_group_search_is_exact_in_the_memtable_after_flushes_a_merge_and_a_reopen() 
 }
 
 #[test]
-fn a_group_search_refuses_query_values_whose_scores_would_not_be_finite() {
-    // The index's own rule (`plan::check_query_values`): finite values, and each vector's
-    // squared norm finite in f32, so no score is infinite or NaN.
+fn a_group_search_holds_its_query_to_the_index_rules() {
+    // The index's own rules (`plan::check_query_values`, `check_query`, `check_terms`): finite
+    // values, each vector's squared norm finite in f32 (no score is infinite or NaN), and the
+    // text limits.
     let tmp = TempDir::new().unwrap();
     let index = create(&tmp.path().join("grouped"));
     let mut rng = StdRng::seed_from_u64(3);
@@ -199,6 +200,17 @@ fn a_group_search_refuses_query_values_whose_scores_would_not_be_finite() {
     req.mode = Some(Mode::DenseExact);
     let e = index.search_group("g", &req).unwrap_err();
     assert!(e.to_string().contains("query_vectors.pooled is too large"), "{e}");
+    // The text limits are the index's too: a query or require_terms over MAX_QUERY_BYTES.
+    let long = "word ".repeat(cellar_search::request::MAX_QUERY_BYTES / 5 + 1);
+    let mut text = request(&[], 3);
+    text.query_vectors = None;
+    text.query = long.clone();
+    let e = index.search_group("g", &text).unwrap_err();
+    assert!(matches!(e, CellarError::InvalidInput(_)) && e.to_string().contains("the limit is 4096"), "{e}");
+    let mut terms = request(&[vec![0.1; DIM]], 3);
+    terms.require_terms = Some(long);
+    let e = index.search_group("g", &terms).unwrap_err();
+    assert!(e.to_string().contains("require_terms must hold 1 to 4096 bytes"), "{e}");
     // What scores well stays searchable.
     let ok = index.search_group("g", &request(&[vec![0.1; DIM]], 3)).unwrap();
     assert!(ok.hits.iter().all(|h| h.score.is_finite()));
