@@ -151,6 +151,9 @@ impl Index {
         let k = request.checked_k()?;
         let maxsim = scores_maxsim(request.mode)?;
         let dim = self.config.encoder.model_dim;
+        if !request.query.trim().is_empty() {
+            check_query(&request.query)?;
+        }
         let (tokens, n_tokens, pooled, text) = match &request.query_vectors {
             Some(given) => {
                 let flat = flatten(given.clone(), dim, "query_vectors", MAX_QUERY_VECTORS)?;
@@ -158,7 +161,6 @@ impl Index {
                 (flat.tokens, flat.n_tokens, flat.pooled, request.query.clone())
             }
             None if !request.query.trim().is_empty() => {
-                check_query(&request.query)?;
                 let encoded = self.encoder()?.encode_query(&request.query)?;
                 (encoded.tokens, encoded.n_tokens, Some(encoded.pooled), request.query.clone())
             }

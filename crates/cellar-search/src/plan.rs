@@ -246,7 +246,7 @@ fn reads_before_encoding(plan: &Plan) -> bool {
 }
 
 /// Checks a query's text: not empty, not over-long (an index's search and a group's).
-pub(crate) fn check_query(text: &str) -> Result<()> {
+pub fn check_query(text: &str) -> Result<()> {
     if text.trim().is_empty() {
         return Err(CellarError::InvalidInput("the query is empty".into()));
     }

@@ -11,6 +11,7 @@ use cellar_search::{DocIn, QueryVectorsIn, SearchRequest};
 use crate::registry::Streams;
 use crate::Collection;
 use cellar_search::group::scores_maxsim;
+use cellar_search::plan::check_query;
 
 /// An encoder loaded on the first call that needs one.
 pub struct LazyEncoder {
@@ -91,6 +92,7 @@ pub fn request_with_vectors(
             "the search has neither query text nor query_tokens (query_vectors)".into(),
         ));
     }
+    check_query(&request.query)?;
     let encoded = encoder_of(encoder, dim)?.encode_query(&request.query)?;
     let pooled = request.query_vectors.take().and_then(|v| v.pooled).unwrap_or(encoded.pooled);
     request.query_vectors = Some(QueryVectorsIn::from_flat(&encoded.tokens, dim, Some(pooled)));

@@ -11,7 +11,7 @@ use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, Result};
 use cellar_search::doc::{MAX_DOC_TEXT_BYTES, MAX_ID_BYTES};
 use cellar_search::meta::MAX_META_KEYS;
-use cellar_search::request::{MAX_K, MAX_QUERY_VECTORS};
+use cellar_search::request::{MAX_K, MAX_QUERY_BYTES, MAX_QUERY_VECTORS};
 use cellar_search::{DocIn, Filter, Metadata, Mode, QueryVectorsIn, SearchRequest};
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
@@ -134,6 +134,7 @@ pub enum StreamSearchJson {
 #[serde(deny_unknown_fields)]
 pub struct QueryJson {
     /// Query text, encoded by the server when `query_tokens` is absent.
+    #[schemars(length(max = MAX_QUERY_BYTES))]
     pub query: Option<String>,
     #[schemars(length(max = MAX_QUERY_VECTORS), inner(length(max = MAX_DIM)))]
     pub query_tokens: Option<Vec<Vec<f32>>>,
@@ -145,6 +146,7 @@ pub struct QueryJson {
     #[schemars(range(min = 1, max = MAX_K))]
     pub k: Option<usize>,
     /// Only documents containing every term of this text.
+    #[schemars(length(max = MAX_QUERY_BYTES))]
     pub require_terms: Option<String>,
     /// Metadata equality filters.
     #[serde(default)]

@@ -483,3 +483,16 @@ fn a_failed_flush_fails_no_logged_write() {
         assert_eq!(c.get("g", &format!("d{i}")).unwrap().text, doc("g", &format!("d{i}"), 1).text);
     }
 }
+
+#[test]
+fn a_search_text_over_the_index_limit_is_refused_before_any_model_is_loaded() {
+    use cellar_stream::encoding::{request_with_vectors, LazyEncoder};
+    let missing_model = LazyEncoder::new(Some(std::path::PathBuf::from("/nonexistent/cellar-model")));
+    let long = SearchRequest::new("word ".repeat(1000), Mode::Dense);
+    let e = request_with_vectors(long, DIM, &missing_model).unwrap_err();
+    assert!(matches!(&e, CellarError::InvalidInput(m) if m.contains("the limit is 4096")), "{e:?}");
+    // A text within the limit goes on to the encoder (absent here, and said so).
+    let short = SearchRequest::new("word", Mode::Dense);
+    let e = request_with_vectors(short, DIM, &missing_model).unwrap_err();
+    assert!(!matches!(e, CellarError::InvalidInput(_)), "{e:?}");
+}
