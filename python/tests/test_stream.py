@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import cellar
@@ -99,6 +100,32 @@ def test_caller_vectors_and_numpy_like_arrays(tmp_path: Path) -> None:
     assert [h["id"] for h in stream.search("g", query_tokens=Array([axis(3)]), k=1)] == ["z"]
     assert [h["id"] for h in stream.search("g", mode="pooled", query_pooled=axis(2), k=1)] == ["y"]
     assert stream.get("g", "x")["tokens"] == [axis(0), axis(1)]
+
+
+def test_a_stream_takes_its_codec_from_an_index(tmp_path: Path) -> None:
+    import json
+    import random
+
+    rng = random.Random(5)
+    dim = 16
+
+    def vectors(n: int) -> list[list[float]]:
+        return [[rng.uniform(-1, 1) for _ in range(dim)] for _ in range(n)]
+
+    source = tmp_path / "source"
+    arrays = [np.array(vectors(4), dtype=np.float32) for _ in range(150)]
+    cellar.Index.from_embeddings(str(source), [f"s{i}" for i in range(150)], arrays, codec="residual2", ivf=False)
+    stream = cellar.Stream.open(tmp_path / "small", dim=dim, codec_from=str(source))
+    assert json.loads((tmp_path / "small" / "index.json").read_text())["codec"] == "residual2"
+    docs = {f"d{i}": vectors(3) for i in range(20)}
+    for doc_id, tokens in docs.items():
+        stream.put("g", doc_id, doc_id, tokens=tokens)
+    hits = stream.search("g", query_tokens=docs["d7"], k=1)
+    assert [h["id"] for h in hits] == ["d7"]
+    stored = stream.get("g", "d7")["tokens"]
+    assert len(stored) == 3 and stored != docs["d7"], "stored as residual2 codes, decoded"
+    with pytest.raises(cellar.InvalidInputError, match="codec_from"):
+        cellar.Stream.open(tmp_path / "wide", dim=2 * dim, codec_from=str(source))
 
 
 def test_bad_input_raises_typed_errors(tmp_path: Path) -> None:

@@ -38,6 +38,10 @@ pub struct FeedArgs {
     /// Compact the collection once the feed is written.
     #[arg(long)]
     pub compact: bool,
+    /// A collection this feed creates takes its codec (and PCA) from this index, fitted on
+    /// documents like the feed's (residual2 or int8 instead of f16); an existing one keeps its own.
+    #[arg(long, value_name = "INDEX")]
+    pub codec_from: Option<PathBuf>,
     #[arg(long)]
     pub model: Option<PathBuf>,
 }
@@ -132,7 +136,8 @@ pub fn run(args: FeedArgs) -> Result<()> {
         return Err(CellarError::InvalidInput("--batch must be at least 1".into()));
     }
     let durability = if args.no_fsync { Durability::None } else { Durability::Fsync };
-    let streams = Streams::open(&args.streams, Options { durability, ..Options::default() })?;
+    let options = Options { durability, codec_from: args.codec_from.clone(), ..Options::default() };
+    let streams = Streams::open(&args.streams, options)?;
     let file = std::fs::File::open(&args.file)
         .map_err(|e| CellarError::Io { path: args.file.clone(), source: e })?;
     let size = file.metadata().map_or(0, |m| m.len());

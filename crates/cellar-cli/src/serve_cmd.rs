@@ -115,6 +115,11 @@ pub struct ServeArgs {
     /// segment; at most this times --max-open-streams in all.
     #[arg(long, default_value_t = 64)]
     pub stream_memtable_mb: usize,
+    /// Streaming collections the server creates take their codec (and PCA) from this index,
+    /// fitted on documents like theirs (residual2 or int8 instead of f16); existing ones keep
+    /// their own.
+    #[arg(long, value_name = "INDEX")]
+    pub stream_codec_from: Option<std::path::PathBuf>,
     /// Load the query encoder on the first request that needs it instead of at start (a server
     /// whose clients send query vectors then never loads the model).
     #[arg(long)]
@@ -177,7 +182,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
 /// `--lazy-encoder`).
 fn streams_state(root: &std::path::Path, args: &ServeArgs) -> Result<cellar_server::streams::StreamsState> {
     let memtable_bytes = positive(args.stream_memtable_mb, "stream-memtable-mb")? << 20;
-    let options = cellar_stream::Options { memtable_bytes, ..cellar_stream::Options::default() };
+    let codec_from = args.stream_codec_from.clone();
+    if let Some(from) = &codec_from {
+        cellar_search::IndexConfig::load(from)?; // refused now, not at the first stream created
+    }
+    let options = cellar_stream::Options { memtable_bytes, codec_from, ..cellar_stream::Options::default() };
     let mut streams = cellar_stream::Streams::open(root, options)?;
     if let Some(n) = args.max_open_streams {
         streams = streams.with_max_open(positive(n, "max-open-streams")?);

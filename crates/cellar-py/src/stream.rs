@@ -68,9 +68,11 @@ impl PyStream {
     /// use). ``fsync=False`` acknowledges writes before they reach the disk (bulk loads).
     /// ``background_flush=True`` lets the put that fills the memtable return while a thread writes
     /// its segment (a later put, ``flush`` or closing commits it, so ``stats()`` counts it then);
-    /// by default that put returns once the segment is written.
+    /// by default that put returns once the segment is written. ``codec_from`` (an index's
+    /// folder): a collection this open creates takes that index's codec (residual2, int8) and
+    /// PCA instead of f16; an existing one keeps its own.
     #[staticmethod]
-    #[pyo3(signature = (path, *, dim=None, model=None, fsync=true, memtable_bytes=None, background_compaction=true, background_flush=false))]
+    #[pyo3(signature = (path, *, dim=None, model=None, fsync=true, memtable_bytes=None, background_compaction=true, background_flush=false, codec_from=None))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
@@ -81,8 +83,10 @@ impl PyStream {
         memtable_bytes: Option<i64>,
         background_compaction: bool,
         background_flush: bool,
+        codec_from: Option<PathBuf>,
     ) -> PyResult<PyStream> {
-        let mut options = Options { background_compaction, background_flush, ..Options::default() };
+        let mut options =
+            Options { background_compaction, background_flush, codec_from, ..Options::default() };
         options.durability = if fsync { Durability::Fsync } else { Durability::None };
         if let Some(bytes) = memtable_bytes {
             options.memtable_bytes =

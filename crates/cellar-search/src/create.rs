@@ -56,9 +56,9 @@ impl Index {
                 options.codec.name()
             )));
         }
-        if options.pca_dim.is_some() {
+        if options.pca_dim.is_some() && options.codec_from.is_none() {
             return Err(CellarError::invalid(
-                "pca_dim: PCA is fitted on document vectors and an empty index has none",
+                "pca_dim: PCA is fitted on document vectors and an empty index has none (or takes it from codec_from)",
             ));
         }
         if options.ivf.is_some() {

@@ -186,7 +186,11 @@ impl Index {
         }
         let query = PreparedQuery {
             text,
-            tokens: if maxsim { self.store.codec().prepare_query(&tokens) } else { Vec::new() },
+            tokens: if maxsim {
+                self.store.codec().prepare_query(&self.project(tokens, n_tokens))
+            } else {
+                Vec::new()
+            },
             store_tokens: Vec::new(),
             n_tokens,
             pooled,

@@ -230,7 +230,7 @@ impl Index {
 
     /// Token vectors of the model's space into the store's (PCA, when the index has one;
     /// otherwise they are returned as they came, uncopied).
-    fn project(&self, tokens: Vec<f32>, n_tokens: usize) -> Vec<f32> {
+    pub(crate) fn project(&self, tokens: Vec<f32>, n_tokens: usize) -> Vec<f32> {
         match &self.pca {
             Some(pca) => crate::vectors::project_tokens(pca, &tokens, n_tokens),
             None => tokens,

@@ -20,7 +20,9 @@ use cellar_core::{CellarError, Result};
 use cellar_search::group::{GroupDoc, GroupResult};
 use cellar_search::live::merge::MergeBudget;
 use cellar_search::live::write::GroupKey;
-use cellar_search::{BuildOptions, DocIn, Index, OpenOptions, SearchRequest, WriteOp, WriteRequest};
+use cellar_search::{
+    BuildOptions, DocIn, Index, IndexConfig, OpenOptions, SearchRequest, WriteOp, WriteRequest,
+};
 
 use crate::compactor::{self, Compact};
 use crate::doc;
@@ -42,6 +44,10 @@ pub struct Options {
     /// (`cellar_search::OpenOptions::background_flush`); otherwise the write that filled it
     /// returns once the segment is written.
     pub background_flush: bool,
+    /// A collection created by this open takes its codec (and PCA) from the index in this
+    /// folder, fitted on documents like the stream's: residual2 or int8 instead of f16 (`None`,
+    /// the default: f16, which needs no fitting). A collection that exists keeps its own.
+    pub codec_from: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -52,6 +58,7 @@ impl Default for Options {
             compact_after: 4,
             background_compaction: true,
             background_flush: true,
+            codec_from: None,
         }
     }
 }
@@ -91,13 +98,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Creates the empty grouped index of a collection of dimension `dim` in `dir` (f16 vectors,
-/// no model: a stream's writers send vectors, or encode text before they write).
-fn create(dir: &Path, dim: usize) -> Result<()> {
+/// Creates the empty grouped index of a collection of dimension `dim` in `dir` (no model: a
+/// stream's writers send vectors, or encode text before they write): f16 vectors, or the codec
+/// and PCA of the index in `codec_from`.
+fn create(dir: &Path, dim: usize, codec_from: Option<&Path>) -> Result<()> {
     doc::check_dim(dim)?;
     let mut build = BuildOptions::new("", dir);
     build.codec = CodecKind::F16;
     build.grouped = true;
+    if let Some(from) = codec_from {
+        let source = IndexConfig::load(from)?;
+        build.codec = source.codec.parse::<CodecKind>()?;
+        build.pca_dim = source.pca_dim;
+        build.codec_from = Some(from.to_path_buf());
+    }
     Index::create_empty(&build, Some(dim)).map(drop)
 }
 
@@ -109,8 +123,9 @@ impl Collection {
     pub fn open(dir: &Path, dim: Option<usize>, options: Options) -> Result<Collection> {
         legacy::finish_migration(dir)?;
         if legacy::is_legacy(dir) {
+            // The first format's f16 vectors stay f16: a migration loses nothing.
             let migrated = legacy::migrate(dir, &|new, dim| {
-                create(new, dim)?;
+                create(new, dim, None)?;
                 Index::open(new, OpenOptions::default())
             })?;
             log::info!(
@@ -125,7 +140,7 @@ impl Collection {
             (false, None) => {
                 return Err(CellarError::NotFound(format!("no streaming collection at {}", dir.display())))
             }
-            (false, Some(dim)) => create(dir, dim)?,
+            (false, Some(dim)) => create(dir, dim, options.codec_from.as_deref())?,
             (true, _) => {}
         }
         // Positioned reads through the page cache: a group's run is read as it was before the

@@ -496,3 +496,129 @@ fn a_search_text_over_the_index_limit_is_refused_before_any_model_is_loaded() {
     let e = request_with_vectors(short, DIM, &missing_model).unwrap_err();
     assert!(!matches!(e, CellarError::InvalidInput(_)), "{e:?}");
 }
+
+/// A residual2 index of `dim`-dimension vectors like the streams' (`vectors_of`), the source of
+/// a stream's codec.
+fn residual2_source(out: &std::path::Path, dim: usize) {
+    source_index(out, dim, None)
+}
+
+/// `dim`-dimension vectors made of `vectors_of(text)`'s rows repeated.
+fn widened(text: &str, dim: usize) -> Vec<f32> {
+    let (tokens, _) = vectors_of(text);
+    tokens.chunks_exact(DIM).flat_map(|r| r.iter().copied().cycle().take(dim)).collect()
+}
+
+/// A residual2 index (with a PCA to `pca_dim` when given) of 200 such documents.
+fn source_index(out: &std::path::Path, dim: usize, pca_dim: Option<usize>) {
+    let mut build = cellar_search::BuildOptions::new("", out);
+    build.codec = cellar_core::codec::CodecKind::Residual2;
+    build.pca_dim = pca_dim;
+    build.sample_tokens = 400;
+    let docs = (0..200).map(|i| {
+        let tokens = widened(&format!("source {i}"), dim);
+        Ok(cellar_search::EmbeddedDoc { id: format!("s{i}"), tokens, ..Default::default() })
+    });
+    cellar_search::Index::build_from_embeddings(&build, dim, Some(200), docs).unwrap();
+}
+
+#[test]
+fn a_stream_created_with_codec_from_stores_that_codec_and_searches_exactly_under_it() {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let source = tmp.path().join("source");
+    residual2_source(&source, DIM);
+    let dir = tmp.path().join("stream");
+    let with_codec = Options { codec_from: Some(source.clone()), ..options(1 << 12) };
+    let c = open(&dir, with_codec);
+    let config = cellar_search::IndexConfig::load(&dir).unwrap();
+    assert_eq!(config.codec, "residual2");
+    let docs: Vec<Doc> =
+        (0..40).map(|i| doc(if i % 2 == 0 { "a" } else { "b" }, &format!("d{i}"), 1)).collect();
+    c.put_batch(doc_ins(&docs)).unwrap();
+    c.flush().unwrap(); // some in a segment, the rest written after it stay in the memtable
+    c.put_batch(doc_ins(&[doc("a", "late", 1)])).unwrap();
+    // Exact MaxSim over the vectors as the codec stores them (what `get` returns).
+    let q = query(7, 3);
+    let got = c.search("a", &search(q.clone(), 5)).unwrap();
+    let members: Vec<String> =
+        docs.iter().filter(|d| d.group == "a").map(|d| d.id.clone()).chain(["late".into()]).collect();
+    let mut reference: Vec<(String, f32)> = members
+        .iter()
+        .map(|id| {
+            let stored = c.get("a", id).unwrap();
+            let score = q
+                .chunks_exact(DIM)
+                .map(|qt| {
+                    stored
+                        .tokens
+                        .chunks_exact(DIM)
+                        .map(|t| qt.iter().zip(t).map(|(x, y)| x * y).sum::<f32>())
+                        .fold(f32::MIN, f32::max)
+                })
+                .sum::<f32>();
+            (id.clone(), score)
+        })
+        .collect();
+    reference.sort_by(|x, y| y.1.total_cmp(&x.1));
+    assert_eq!(got.hits.len(), 5);
+    for (hit, (id, score)) in got.hits.iter().zip(&reference) {
+        assert!((hit.score - score).abs() < 1e-3, "{} {} against {id} {score}", hit.id, hit.score);
+    }
+    // The stored vectors are the codec's, not the f16 ones written.
+    let stored = c.get("a", "d0").unwrap();
+    assert_eq!(stored.n_tokens, docs[0].n_tokens);
+    assert!(
+        stored.tokens.iter().zip(&docs[0].tokens).any(|(s, w)| (s - w).abs() > 1e-3),
+        "residual2 is lossy"
+    );
+    drop(c);
+    // Reopened without the option, it keeps its codec; a new stream without it is f16.
+    let c = open(&dir, options(1 << 12));
+    assert_eq!(c.search("a", &search(q, 5)).unwrap().hits[0].id, got.hits[0].id);
+    assert_eq!(cellar_search::IndexConfig::load(&dir).unwrap().codec, "residual2");
+    open(&tmp.path().join("plain"), options(1 << 12));
+    assert_eq!(cellar_search::IndexConfig::load(&tmp.path().join("plain")).unwrap().codec, "f16");
+    // A source of another dimension is refused, naming it, and creates nothing.
+    let wide = tmp.path().join("wide");
+    residual2_source(&wide, 2 * DIM);
+    let refused = Collection::open(
+        &tmp.path().join("x"),
+        Some(DIM),
+        Options { codec_from: Some(wide), ..options(1 << 12) },
+    );
+    assert!(matches!(&refused, Err(CellarError::InvalidInput(m)) if m.contains("codec_from")), "{refused:?}");
+}
+
+#[test]
+fn a_stream_whose_codec_source_has_a_pca_projects_its_queries_as_its_documents() {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let (dim, source) = (2 * DIM, tmp.path().join("source"));
+    source_index(&source, dim, Some(DIM));
+    let options = Options { codec_from: Some(source), ..options(1 << 12) };
+    let c = Collection::open(&tmp.path().join("stream"), Some(dim), options).unwrap();
+    let config = cellar_search::IndexConfig::load(c.dir()).unwrap();
+    assert_eq!((config.codec.as_str(), config.pca_dim), ("residual2", Some(DIM)));
+    let docs: Vec<cellar_search::DocIn> = (0..30)
+        .map(|i| {
+            let text = format!("pca doc {i}");
+            cellar_search::DocIn {
+                group: Some("g".into()),
+                id: format!("d{i}"),
+                text: text.clone(),
+                vectors: Some(cellar_search::QueryVectorsIn::from_flat(&widened(&text, dim), dim, None)),
+                ..Default::default()
+            }
+        })
+        .collect();
+    c.put_batch(docs).unwrap();
+    // A document's own vectors find it first (its tokens and the query projected alike).
+    for i in [0, 7, 29] {
+        let own = widened(&format!("pca doc {i}"), dim);
+        let req = SearchRequest {
+            k: Some(3),
+            query_vectors: Some(cellar_search::QueryVectorsIn::from_flat(&own, dim, None)),
+            ..SearchRequest::default()
+        };
+        assert_eq!(c.search("g", &req).unwrap().hits[0].id, format!("d{i}"));
+    }
+}

@@ -36,6 +36,7 @@ fn feeder_options() -> Options {
         compact_after: 2,
         background_compaction: true,
         background_flush: true,
+        codec_from: None,
     }
 }
 

@@ -19,6 +19,7 @@ pub fn options(memtable_bytes: usize) -> Options {
         compact_after: 3,
         background_compaction: false,
         background_flush: false,
+        codec_from: None,
     }
 }
 
