@@ -8,11 +8,11 @@ use cellar_core::io::cache::{evict_file, resident_pages};
 use cellar_core::{CellarError, Result};
 use cellar_search::{DocIn, Filter, MetaValue, Mode, QueryVectorsIn, SearchRequest};
 use cellar_stream::doc::mean_or_zero;
-use cellar_stream::Collection;
+use cellar_stream::{Collection, Options};
 use serde::Serialize;
 
 use super::data::{Corpus, VESPA_CLASSES};
-use super::{bench_options, feed_options, StreamArgs};
+use super::{bench_options, StreamArgs};
 use crate::harness::stats::percentile_of;
 
 fn io(path: &Path, e: std::io::Error) -> CellarError {
@@ -37,8 +37,14 @@ pub struct Feed {
 }
 
 /// Feeds the corpus in `batch`es in its interleaved order, then compacts it into one segment.
-pub fn feed(corpus: &Corpus, dir: &Path, batch: usize, map: impl Fn(DocIn) -> DocIn) -> Result<Feed> {
-    let collection = Collection::open(dir, Some(corpus.dim), feed_options())?;
+pub fn feed(
+    corpus: &Corpus,
+    dir: &Path,
+    batch: usize,
+    options: &Options,
+    map: impl Fn(DocIn) -> DocIn,
+) -> Result<Feed> {
+    let collection = Collection::open(dir, Some(corpus.dim), options.clone())?;
     let order = corpus.feed_order();
     let mut put_seconds = 0.0;
     for chunk in order.chunks(batch) {
@@ -97,8 +103,14 @@ pub struct Single {
 
 /// Documents written one per call from `threads` writers: each call waits for its fsync, and
 /// concurrent calls share one (group commit across callers).
-pub fn single_puts(corpus: &Corpus, dir: &Path, n: usize, threads: usize) -> Result<Single> {
-    let collection = Collection::open(dir, Some(corpus.dim), feed_options())?;
+pub fn single_puts(
+    corpus: &Corpus,
+    dir: &Path,
+    n: usize,
+    threads: usize,
+    options: &Options,
+) -> Result<Single> {
+    let collection = Collection::open(dir, Some(corpus.dim), options.clone())?;
     let docs: Vec<DocIn> =
         corpus.feed_order().iter().take(n).map(|&(u, i)| corpus.doc(u as usize, i as usize)).collect();
     let start = Instant::now();

@@ -10,10 +10,12 @@ mod data;
 mod measure;
 mod report;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use cellar_core::codec::CodecKind;
 use cellar_core::{CellarError, Result};
+use cellar_search::{BuildOptions, EmbeddedDoc, Index};
 use cellar_stream::{Collection, Durability, Options};
 use clap::Args;
 
@@ -53,6 +55,28 @@ pub struct StreamArgs {
     /// Skip the global-collection comparison (halves the run).
     #[arg(long)]
     pub no_global: bool,
+    /// Codec of the streams: f16 (the default), or a fitted codec (residual2, int8) taken from
+    /// an index the benchmark builds first from `CODEC_SOURCE_DOCS` of the corpus's documents
+    /// (`Options::codec_from`).
+    #[arg(long, default_value = "f16")]
+    pub codec: CodecKind,
+}
+
+/// Documents of the corpus (every user's first ones, in feed order) the codec source is fitted on.
+const CODEC_SOURCE_DOCS: usize = 4000;
+
+/// An index of `codec` fitted on the corpus's first documents, the streams' `codec_from`.
+fn codec_source(corpus: &Corpus, out: &Path, codec: CodecKind) -> Result<PathBuf> {
+    let mut build = BuildOptions::new("", out);
+    build.codec = codec;
+    let docs = corpus.feed_order().into_iter().take(CODEC_SOURCE_DOCS).map(|(u, i)| {
+        let doc = corpus.doc(u as usize, i as usize);
+        let vectors = doc.vectors.expect("the corpus's documents have vectors");
+        let tokens = vectors.tokens.concat();
+        Ok(EmbeddedDoc { id: format!("{}/{}", u, doc.id), tokens, ..Default::default() })
+    });
+    Index::build_from_embeddings(&build, corpus.dim, None, docs)?;
+    Ok(out.to_path_buf())
 }
 
 pub fn run(args: StreamArgs) -> Result<()> {
@@ -74,12 +98,17 @@ pub fn run(args: StreamArgs) -> Result<()> {
         args.dim
     );
     let started = Instant::now();
+    let codec_from = match args.codec {
+        CodecKind::F16 => None,
+        codec => Some(codec_source(&corpus, &args.work.join("codec-source"), codec)?),
+    };
+    let feeding = feed_options(codec_from);
     let per_user = args.work.join("per-user");
-    let feed = measure::feed(&corpus, &per_user, args.batch, |d| d)?;
+    let feed = measure::feed(&corpus, &per_user, args.batch, &feeding, |d| d)?;
     eprintln!("  fed at {:.0} docs/s; compacted in {:.1} s", feed.docs_per_s, feed.compact_s);
     let single = vec![
-        measure::single_puts(&corpus, &args.work.join("single-1"), 2000, 1)?,
-        measure::single_puts(&corpus, &args.work.join("single-8"), 2000, 8)?,
+        measure::single_puts(&corpus, &args.work.join("single-1"), 2000, 1, &feeding)?,
+        measure::single_puts(&corpus, &args.work.join("single-8"), 2000, 8, &feeding)?,
     ];
     // First, on its own: a collection is opened by one handle at a time (its directory lock).
     let ram = measure::ram(&per_user, corpus.total_docs())?;
@@ -91,7 +120,7 @@ pub fn run(args: StreamArgs) -> Result<()> {
         None
     } else {
         let dir = args.work.join("global");
-        let global_feed = measure::feed(&corpus, &dir, args.batch, measure::into_global)?;
+        let global_feed = measure::feed(&corpus, &dir, args.batch, &feeding, measure::into_global)?;
         let global = Collection::open(&dir, None, bench_options())?;
         Some((global_feed, measure::per_group(&corpus, &global, &args, true)?))
     };
@@ -102,6 +131,7 @@ pub fn run(args: StreamArgs) -> Result<()> {
         docs: corpus.total_docs(),
         tokens: args.tokens,
         dim: args.dim,
+        codec: args.codec.name().to_string(),
         batch: args.batch,
         feed,
         single,
@@ -119,7 +149,8 @@ pub fn bench_options() -> Options {
     Options { background_compaction: false, ..Options::default() }
 }
 
-/// How it feeds: the defaults (fsync, 64 MiB memtable, background compaction).
-pub fn feed_options() -> Options {
-    Options { durability: Durability::Fsync, ..Options::default() }
+/// How it feeds: the defaults (fsync, 64 MiB memtable, background compaction), with the codec
+/// of `codec_from` when given.
+pub fn feed_options(codec_from: Option<PathBuf>) -> Options {
+    Options { durability: Durability::Fsync, codec_from, ..Options::default() }
 }

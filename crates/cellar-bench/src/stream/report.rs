@@ -17,6 +17,8 @@ pub struct Report {
     pub docs: usize,
     pub tokens: usize,
     pub dim: usize,
+    /// The streams' codec (`--codec`).
+    pub codec: String,
     pub batch: usize,
     pub feed: Feed,
     pub single: Vec<Single>,
@@ -56,8 +58,8 @@ fn class_rows(rows: &[ClassResult], disk_mb_s: f64) -> String {
 fn markdown(r: &Report) -> String {
     let f = &r.feed;
     let mut md = format!(
-        "# Streaming mode benchmark\n\n{}\n{} users in the Vespa post's classes (35/28/22/10/5% of users with 100/1,000/10,000/50,000/100,000 documents, scaled), {} documents of {} token vectors x {} dims (f16), batches of {}. Synthetic vectors clustered per user. Latencies are measured in-process (no HTTP), one query at a time.\n\n",
-        r.provenance.markdown(), r.users, r.docs, r.tokens, r.dim, r.batch
+        "# Streaming mode benchmark\n\n{}\n{} users in the Vespa post's classes (35/28/22/10/5% of users with 100/1,000/10,000/50,000/100,000 documents, scaled), {} documents of {} token vectors x {} dims ({}), batches of {}. Synthetic vectors clustered per user. Latencies are measured in-process (no HTTP), one query at a time.\n\n",
+        r.provenance.markdown(), r.users, r.docs, r.tokens, r.dim, r.codec, r.batch
     );
     md += &format!(
         "## Feed\n\n| | value |\n|---|---:|\n| documents/s, batches of {} (one fsync each) | {:.0} |\n",
