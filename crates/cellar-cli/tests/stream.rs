@@ -222,3 +222,47 @@ fn serve_streams_with(root: &Path, extra: &[&str]) -> (std::process::Child, u16)
     let ready = BufReader::new(child.stderr.take().unwrap()).lines().next().unwrap().unwrap();
     (child, port_of(&ready))
 }
+
+#[test]
+fn a_feed_with_codec_from_stores_the_index_codec_and_still_finds_the_note() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The codec source: an index of texts like the notes (the default codec, residual2).
+    let corpus = tmp.path().join("corpus.jsonl");
+    let lines: Vec<Value> = (0..40)
+        .map(|i| {
+            let (_, _, t) = NOTES[i % NOTES.len()];
+            json!({"_id": format!("c{i}"), "title": "", "text": format!("{t} (copy {i})")})
+        })
+        .collect();
+    write_jsonl(&corpus, &lines);
+    let source = tmp.path().join("source");
+    let out = cellar(&["index", corpus.to_str().unwrap(), "--out", source.to_str().unwrap(), "--no-ivf"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (file, root) = (tmp.path().join("notes.jsonl"), tmp.path().join("streams"));
+    let root_s = root.to_str().unwrap();
+    write_jsonl(&file, &notes());
+    let feed = |extra: &[&str]| {
+        let mut args = vec!["feed", file.to_str().unwrap(), "--streams", root_s, "--name", "notes"];
+        args.extend_from_slice(extra);
+        cellar(&args)
+    };
+    let out = feed(&["--codec-from", source.to_str().unwrap(), "--compact"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let config: Value =
+        serde_json::from_slice(&std::fs::read(root.join("notes/index.json")).unwrap()).unwrap();
+    assert_eq!(config["codec"], "residual2");
+    assert_eq!(ids(&search(root_s, "ana", "baking bread", &[]))[0], "n1");
+    // A source that is not an index is refused, naming it.
+    let missing = tmp.path().join("nothing");
+    let out = cellar(&[
+        "feed",
+        file.to_str().unwrap(),
+        "--streams",
+        root_s,
+        "--name",
+        "other",
+        "--codec-from",
+        missing.to_str().unwrap(),
+    ]);
+    assert_user_error(&out, "nothing");
+}
