@@ -278,6 +278,7 @@ class Stream:
         memtable_bytes: int | None = None,
         background_compaction: bool = True,
         background_flush: bool = False,
+        codec_from: _Path | None = None,
     ) -> Stream: ...
     def put(
         self,
