@@ -241,12 +241,21 @@ fn a_feed_with_codec_from_stores_the_index_codec_and_still_finds_the_note() {
     let (file, root) = (tmp.path().join("notes.jsonl"), tmp.path().join("streams"));
     let root_s = root.to_str().unwrap();
     write_jsonl(&file, &notes());
-    let feed = |extra: &[&str]| {
-        let mut args = vec!["feed", file.to_str().unwrap(), "--streams", root_s, "--name", "notes"];
-        args.extend_from_slice(extra);
-        cellar(&args)
+    let feed = |name: &str, from: &Path| {
+        let file = file.to_str().unwrap();
+        cellar(&[
+            "feed",
+            file,
+            "--streams",
+            root_s,
+            "--name",
+            name,
+            "--codec-from",
+            from.to_str().unwrap(),
+            "--compact",
+        ])
     };
-    let out = feed(&["--codec-from", source.to_str().unwrap(), "--compact"]);
+    let out = feed("notes", &source);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let config: Value =
         serde_json::from_slice(&std::fs::read(root.join("notes/index.json")).unwrap()).unwrap();
@@ -254,15 +263,6 @@ fn a_feed_with_codec_from_stores_the_index_codec_and_still_finds_the_note() {
     assert_eq!(ids(&search(root_s, "ana", "baking bread", &[]))[0], "n1");
     // A source that is not an index is refused, naming it.
     let missing = tmp.path().join("nothing");
-    let out = cellar(&[
-        "feed",
-        file.to_str().unwrap(),
-        "--streams",
-        root_s,
-        "--name",
-        "other",
-        "--codec-from",
-        missing.to_str().unwrap(),
-    ]);
+    let out = feed("other", &missing);
     assert_user_error(&out, "nothing");
 }
