@@ -62,10 +62,11 @@ pub struct StreamArgs {
     pub codec: CodecKind,
 }
 
-/// Documents of the corpus (every user's first ones, in feed order) the codec source is fitted on.
+/// Documents the codec source is fitted on: the first of the feed order (a seeded shuffle of
+/// every user's documents, so a sample of them all).
 const CODEC_SOURCE_DOCS: usize = 4000;
 
-/// An index of `codec` fitted on the corpus's first documents, the streams' `codec_from`.
+/// An index of `codec` fitted on a sample of the corpus's documents, the streams' `codec_from`.
 fn codec_source(corpus: &Corpus, out: &Path, codec: CodecKind) -> Result<PathBuf> {
     let mut build = BuildOptions::new("", out);
     build.codec = codec;
