@@ -224,7 +224,7 @@ fn serve_streams_with(root: &Path, extra: &[&str]) -> (std::process::Child, u16)
 }
 
 #[test]
-fn a_feed_with_codec_from_stores_the_index_codec_and_still_finds_the_note() {
+fn feed_and_serve_with_a_codec_source_store_its_codec_and_still_find_the_note() {
     let tmp = tempfile::tempdir().unwrap();
     // The codec source: an index of texts like the notes (the default codec, residual2).
     let corpus = tmp.path().join("corpus.jsonl");
@@ -265,4 +265,16 @@ fn a_feed_with_codec_from_stores_the_index_codec_and_still_finds_the_note() {
     let missing = tmp.path().join("nothing");
     let out = feed("other", &missing);
     assert_user_error(&out, "nothing");
+    // The server creates its streams with the codec too, and refuses a bad source at start.
+    let served = tmp.path().join("served");
+    let (mut child, port) = serve_streams_with(&served, &["--stream-codec-from", source.to_str().unwrap()]);
+    let doc = json!({"text": NOTES[0].2}).to_string();
+    assert_eq!(http(port, "PUT", "/v1/streams/s/groups/ana/docs/n1", &doc).0, 200);
+    let config: Value = serde_json::from_slice(&std::fs::read(served.join("s/index.json")).unwrap()).unwrap();
+    assert_eq!(config["codec"], "residual2");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    let bad = ["serve", "--streams", root_s, "--stream-codec-from", missing.to_str().unwrap()];
+    assert_user_error(&cellar(&bad), "no such index directory");
 }
