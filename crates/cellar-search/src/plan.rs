@@ -373,26 +373,29 @@ fn check_vectors(vectors: &QueryVectors, params: &SearchParams) -> Result<()> {
 
 /// The one rule for a caller's query values (an index's search and a group's): finite values
 /// throughout, and each vector's squared norm finite in f32 (values near 1e38 are finite but
-/// their dot products are not, and a score must never be infinite or NaN).
-pub fn check_query_values(vectors: &QueryVectors) -> Result<()> {
+/// their dot products are not, and a score must never be infinite or NaN). One pass over the
+/// values when they pass: a finite squared norm implies finite values (a NaN or an infinity
+/// makes the sum so); only a vector that fails is looked at again to name what failed.
+pub(crate) fn check_query_values(vectors: &QueryVectors) -> Result<()> {
     let dim = vectors.tokens.len().checked_div(vectors.n_tokens).unwrap_or(0);
-    if let Some(i) = vectors.tokens.iter().position(|v| !v.is_finite()) {
-        return Err(CellarError::InvalidInput(format!(
-            "query_vectors.tokens[{}][{}] is not a finite number",
-            i / dim,
-            i % dim
-        )));
-    }
-    if let Some(i) =
-        (0..vectors.n_tokens).find(|&i| !squared_norm_is_finite(&vectors.tokens[i * dim..][..dim]))
-    {
+    let rows = || (0..vectors.n_tokens).map(|i| &vectors.tokens[i * dim..][..dim]);
+    if !rows().all(squared_norm_is_finite) {
+        if let Some(i) = vectors.tokens.iter().position(|v| !v.is_finite()) {
+            return Err(CellarError::InvalidInput(format!(
+                "query_vectors.tokens[{}][{}] is not a finite number",
+                i / dim,
+                i % dim
+            )));
+        }
+        let i = rows().position(|row| !squared_norm_is_finite(row)).expect("a row failed");
         return Err(too_large(&format!("query_vectors.tokens[{i}]")));
     }
     match vectors.pooled.as_deref() {
+        Some(pooled) if squared_norm_is_finite(pooled) => Ok(()),
         Some(pooled) if pooled.iter().any(|v| !v.is_finite()) => {
             Err(CellarError::InvalidInput("query_vectors.pooled holds a value that is not finite".into()))
         }
-        Some(pooled) if !squared_norm_is_finite(pooled) => Err(too_large("query_vectors.pooled")),
-        _ => Ok(()),
+        Some(_) => Err(too_large("query_vectors.pooled")),
+        None => Ok(()),
     }
 }
