@@ -85,7 +85,14 @@ struct DocLeaves {
     soar: Vec<u32>,
 }
 
-fn doc_leaves(q: &Quantizer, isa: Isa, norms: &[f32], tokens: Vec<f32>, lambda: f32) -> DocLeaves {
+/// `leaves`: the quantizer's leaves as f32 (`Quantizer::leaves_f32`), `norms` their squared norms.
+fn doc_leaves(
+    q: &Quantizer,
+    isa: Isa,
+    (leaves, norms): (&[f32], &[f32]),
+    tokens: Vec<f32>,
+    lambda: f32,
+) -> DocLeaves {
     let dim = q.dim;
     let n = tokens.len() / dim;
     let (mut own, mut nearest, mut soar) =
@@ -97,11 +104,7 @@ fn doc_leaves(q: &Quantizer, isa: Isa, norms: &[f32], tokens: Vec<f32>, lambda: 
         let to = dot_f16(isa, t, leaf(o));
         // r = t - c_o; |r|^2, and r . t.
         let rr = (tt - 2.0 * to + norms[o]).max(1e-12);
-        let r: Vec<f32> = t
-            .iter()
-            .zip(leaf(o).chunks_exact(2))
-            .map(|(x, c)| x - half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect();
+        let r: Vec<f32> = t.iter().zip(&leaves[o * dim..(o + 1) * dim]).map(|(x, c)| x - c).collect();
         let rt: f32 = r.iter().zip(t).map(|(a, b)| a * b).sum();
         let (mut best_l2, mut best_soar) = ((usize::MAX, f32::INFINITY), (usize::MAX, f32::INFINITY));
         for j in (0..norms.len()).filter(|&j| j != o) {
@@ -141,7 +144,8 @@ pub fn run(args: TokensMetArgs) -> Result<()> {
         .ok_or_else(|| CellarError::invalid("the index has no token stage: `cellar tokens build` first"))?;
     let q = stage.quantizer();
     let isa = Isa::detected();
-    let norms: Vec<f32> = q.leaves_f32().chunks_exact(q.dim).map(|c| c.iter().map(|x| x * x).sum()).collect();
+    let leaves = q.leaves_f32();
+    let norms: Vec<f32> = leaves.chunks_exact(q.dim).map(|c| c.iter().map(|x| x * x).sum()).collect();
     let codec = store.codec();
     let bar = cellar_search::progress::bar(queries.len() as u64, "documents' leaves");
     // Every exact top-10 document's leaves, once (queries on two threads).
@@ -149,7 +153,8 @@ pub fn run(args: TokensMetArgs) -> Result<()> {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let handles: Vec<_> = (0..threads)
             .map(|w| {
-                let (exact, store, codec, norms, bar) = (&exact, &store, &codec, &norms, &bar);
+                let (exact, store, codec, bar) = (&exact, &store, &codec, &bar);
+                let rows = (leaves.as_slice(), norms.as_slice());
                 scope.spawn(move || -> Result<Vec<(usize, Vec<DocLeaves>)>> {
                     let mut out = Vec::new();
                     for (i, ranking) in exact.iter().enumerate().skip(w).step_by(threads) {
@@ -159,7 +164,7 @@ pub fn run(args: TokensMetArgs) -> Result<()> {
                             .map(|k| {
                                 let mut tokens = Vec::new();
                                 codec.decode(batch.record(k).tokens, &mut tokens);
-                                doc_leaves(q, isa, norms, tokens, args.soar_lambda)
+                                doc_leaves(q, isa, rows, tokens, args.soar_lambda)
                             })
                             .collect();
                         out.push((i, leaves));
@@ -184,14 +189,16 @@ pub fn run(args: TokensMetArgs) -> Result<()> {
     for &route in &args.route {
         let mut counts = [[0u64; NPROBES.len()]; 6];
         pairs = 0;
+        // Each query token's rank of every leaf it probed (u32::MAX: not probed), set and reset.
+        let mut rank_of = vec![u32::MAX; q.leaves()];
         for (p, docs) in prepared.iter().zip(&docs) {
             let qt = if p.store_tokens.is_empty() { &p.tokens } else { &p.store_tokens };
             let probed = q.probe(isa, qt, deepest, route);
-            for doc in docs {
-                for (i, qv) in qt.chunks_exact(dim).enumerate() {
+            for (qv, probed) in qt.chunks_exact(dim).zip(&probed) {
+                probed.iter().enumerate().for_each(|(r, (j, _))| rank_of[*j as usize] = r as u32);
+                let rank = |leaf: &u32| rank_of[*leaf as usize] as usize;
+                for doc in docs {
                     pairs += 1;
-                    let rank =
-                        |leaf: u32| probed[i].iter().position(|(j, _)| *j == leaf).unwrap_or(usize::MAX);
                     let star = doc
                         .tokens
                         .chunks_exact(dim)
@@ -199,17 +206,15 @@ pub fn run(args: TokensMetArgs) -> Result<()> {
                         .enumerate()
                         .max_by(|a, b| a.1.total_cmp(&b.1))
                         .map_or(0, |(k, _)| k);
-                    let own: Vec<usize> = doc.own.iter().map(|&l| rank(l)).collect();
-                    let nearest: Vec<usize> = doc.nearest.iter().map(|&l| rank(l)).collect();
-                    let soar: Vec<usize> = doc.soar.iter().map(|&l| rank(l)).collect();
-                    let min = |v: &[usize]| v.iter().copied().min().unwrap_or(usize::MAX);
+                    let best = |of: &[u32]| of.iter().map(rank).min().unwrap_or(usize::MAX);
+                    let own = best(&doc.own);
                     let ranks = [
-                        min(&own),
-                        min(&own).min(min(&nearest)),
-                        min(&own).min(min(&soar)),
-                        own[star],
-                        own[star].min(nearest[star]),
-                        own[star].min(soar[star]),
+                        own,
+                        own.min(best(&doc.nearest)),
+                        own.min(best(&doc.soar)),
+                        rank(&doc.own[star]),
+                        rank(&doc.own[star]).min(rank(&doc.nearest[star])),
+                        rank(&doc.own[star]).min(rank(&doc.soar[star])),
                     ];
                     for (c, r) in counts.iter_mut().zip(ranks) {
                         for (slot, &n) in c.iter_mut().zip(&NPROBES) {
@@ -217,6 +222,7 @@ pub fn run(args: TokensMetArgs) -> Result<()> {
                         }
                     }
                 }
+                probed.iter().for_each(|(j, _)| rank_of[*j as usize] = u32::MAX);
             }
         }
         let share = |c: &[u64; NPROBES.len()]| c.iter().map(|&x| x as f64 / pairs.max(1) as f64).collect();
@@ -310,7 +316,7 @@ mod tests {
         let isa = Isa::Scalar;
         let tokens: Vec<f32> = data[..50 * dim].to_vec();
         let lambda = 4.0;
-        let got = doc_leaves(&q, isa, &norms, tokens.clone(), lambda);
+        let got = doc_leaves(&q, isa, (&leaves, &norms), tokens.clone(), lambda);
         let mut soar_differs = 0;
         for (i, t) in tokens.chunks_exact(dim).enumerate() {
             let own = got.own[i] as usize;
