@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use cellar_core::codec::{fit_codec, validate_vector, CodecKind};
+use cellar_core::codec::{check_stored_vector, fit_codec, CodecKind};
 use cellar_core::format::fsio::{DirLock, LOCK_FILE};
 use cellar_core::format::FileKind;
 use cellar_core::store::StoreWriter;
@@ -230,20 +230,6 @@ pub(crate) fn build_embeddings(
     built
 }
 
-/// Refuses a vector with a value half precision cannot hold: pooled vectors are stored as f16
-/// whatever the codec, and so are the f16 codec's token vectors (a larger value would be
-/// stored as infinity, and every score against it lost). `what` names the vector.
-fn check_f16_range(values: &[f32], what: impl Fn() -> String) -> Result<()> {
-    match cellar_core::codec::first_beyond_f16(values) {
-        Some(d) => Err(CellarError::invalid(format!(
-            "{}: the value at dimension {d} ({}) is beyond the range of half precision (+-65504), in which vectors are stored",
-            what(),
-            values[d]
-        ))),
-        None => Ok(()),
-    }
-}
-
 /// One document of [`Index::build_from_embeddings`].
 #[derive(Clone, Debug, Default)]
 pub struct EmbeddedDoc {
@@ -277,8 +263,7 @@ impl EmbeddedDoc {
             )));
         }
         for (t, row) in self.tokens.chunks_exact(dim).enumerate() {
-            validate_vector(row, dim, || format!("{} token {t}", what()))?;
-            check_f16_range(row, || format!("{} token {t}", what()))?;
+            check_stored_vector(row, dim, || format!("{} token {t}", what()))?;
         }
         let n_tokens = self.tokens.len() / dim;
         let pooled = match self.pooled {
@@ -290,8 +275,7 @@ impl EmbeddedDoc {
                         pooled.len()
                     )));
                 }
-                validate_vector(&pooled, dim, || format!("{} pooled vector", what()))?;
-                check_f16_range(&pooled, || format!("{} pooled vector", what()))?;
+                check_stored_vector(&pooled, dim, || format!("{} pooled vector", what()))?;
                 pooled
             }
             None => crate::vectors::mean_normalized(&self.tokens, dim).ok_or_else(|| {

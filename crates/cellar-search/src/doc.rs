@@ -3,6 +3,7 @@
 //! is `crate::meta`'s, its vectors `crate::request`'s `QueryVectorsIn`; the limits are declared
 //! here once.
 
+use cellar_core::codec::check_stored_vector;
 use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, Result};
 use schemars::JsonSchema;
@@ -17,6 +18,38 @@ use crate::request::QueryVectorsIn;
 pub const MAX_ID_BYTES: usize = 1024;
 /// Bytes of a document's title and text together.
 pub const MAX_DOC_TEXT_BYTES: usize = 1 << 20;
+
+/// A document's given vectors checked where they lie, each by `cellar_core::codec::check_stored_vector`, with at
+/// most `MAX_TOKENS_PER_DOC` token rows: JSON rows in place (nothing copied), the base64 forms
+/// decoded (`flatten`). Returns the token count; `at` (`document.vectors`) is what errors name.
+/// What a stream checks before it creates a collection of the first document's dimension.
+pub fn check_vectors(vectors: &QueryVectorsIn, dim: usize, at: &str) -> Result<usize> {
+    let token = |t: usize| move || format!("{at} token {t}");
+    let pooled = || format!("{at} pooled vector");
+    if vectors.tokens_b64.is_some() || vectors.pooled_b64.is_some() {
+        let flat = flatten(vectors.clone(), dim, at, MAX_TOKENS_PER_DOC)?;
+        for (t, row) in flat.tokens.chunks_exact(dim.max(1)).enumerate() {
+            check_stored_vector(row, dim, token(t))?;
+        }
+        if let Some(p) = &flat.pooled {
+            check_stored_vector(p, dim, pooled)?;
+        }
+        return Ok(flat.n_tokens);
+    }
+    if vectors.tokens.len() > MAX_TOKENS_PER_DOC {
+        return Err(CellarError::invalid(format!(
+            "{at}: {} token vectors; at most {MAX_TOKENS_PER_DOC} allowed",
+            vectors.tokens.len()
+        )));
+    }
+    for (t, row) in vectors.tokens.iter().enumerate() {
+        check_stored_vector(row, dim, token(t))?;
+    }
+    if let Some(p) = &vectors.pooled {
+        check_stored_vector(p, dim, pooled)?;
+    }
+    Ok(vectors.tokens.len())
+}
 
 /// A document to add or update.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -129,5 +162,41 @@ impl DocIn {
             tokens: flat.tokens,
             pooled: flat.pooled,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::VectorDtype;
+
+    /// Rows are checked in place and the bad one named by its place; the base64 form of the
+    /// same vectors meets the same rule.
+    #[test]
+    fn given_vectors_are_held_to_the_stored_vector_rule_in_either_form() {
+        let mut rows = vec![vec![0.5f32; 4]; 3];
+        let given = |rows: &Vec<Vec<f32>>| QueryVectorsIn { tokens: rows.clone(), ..Default::default() };
+        let packed = |rows: &Vec<Vec<f32>>| QueryVectorsIn::compact(&rows.concat(), None, VectorDtype::F32);
+        assert_eq!(check_vectors(&given(&rows), 4, "v").unwrap(), 3);
+        assert_eq!(check_vectors(&packed(&rows), 4, "v").unwrap(), 3);
+        rows[2][1] = 1e9;
+        for vectors in [given(&rows), packed(&rows)] {
+            let err = check_vectors(&vectors, 4, "v").unwrap_err().to_string();
+            assert!(
+                err.contains("v token 2: the value at dimension 1 (1000000000) is beyond the range of f16"),
+                "{err}"
+            );
+        }
+        rows[2][1] = 0.5;
+        let pooled = QueryVectorsIn { pooled: Some(vec![f32::NAN; 4]), ..given(&rows) };
+        assert!(check_vectors(&pooled, 4, "v")
+            .unwrap_err()
+            .to_string()
+            .contains("v pooled vector: value NaN"));
+        rows[1].push(0.5);
+        assert!(matches!(
+            check_vectors(&given(&rows), 4, "v"),
+            Err(CellarError::WrongDimension { expected: 4, received: 5 })
+        ));
     }
 }

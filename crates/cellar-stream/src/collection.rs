@@ -102,7 +102,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// stream's writers send vectors, or encode text before they write): f16 vectors, or the codec
 /// and PCA of the index in `codec_from`.
 fn create(dir: &Path, dim: usize, codec_from: Option<&Path>) -> Result<()> {
-    doc::check_dim(dim)?;
+    cellar_core::codec::check_dim(dim)?;
     let mut build = BuildOptions::new("", dir);
     build.codec = CodecKind::F16;
     build.grouped = true;
@@ -219,7 +219,7 @@ impl Collection {
         if docs.is_empty() {
             return Err(CellarError::InvalidInput("a batch holds at least one document".into()));
         }
-        doc::check_dim(dim)?;
+        cellar_core::codec::check_dim(dim)?;
         for (i, d) in docs.iter().enumerate() {
             doc::check_doc(d, dim, "document").map_err(|e| with_position(e, i, docs.len()))?;
         }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::doc::MAX_DIM;
+use cellar_core::codec::MAX_DIM;
 use cellar_core::store::MAX_TOKENS_PER_DOC;
 use cellar_core::{CellarError, Result};
 use cellar_search::doc::{MAX_DOC_TEXT_BYTES, MAX_ID_BYTES};

@@ -239,6 +239,22 @@ pub fn validate_vector(v: &[f32], dim: usize, what: impl Fn() -> String) -> Resu
     Err(CellarError::invalid(format!("{}: value {} at dimension {k} is not finite", what(), v[k])))
 }
 
+/// The rule every stored vector is held to, a build's, a write's and a stream's alike: `dim`
+/// values, each finite and within the range of f16. Pooled vectors are stored as f16 whatever
+/// the codec, and so are the f16 codec's token vectors: a larger value would be stored as
+/// infinity, and every score against it lost. `what` names the vector in errors.
+pub fn check_stored_vector(v: &[f32], dim: usize, what: impl Fn() -> String) -> Result<()> {
+    validate_vector(v, dim, &what)?;
+    match first_beyond_f16(v) {
+        Some(d) => Err(CellarError::invalid(format!(
+            "{}: the value at dimension {d} ({}) is beyond the range of f16 (half precision, +-65504), in which vectors are stored",
+            what(),
+            v[d]
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Whether every value of `v` is finite, eight lanes at a time so that it vectorises: `x * 0`
 /// is ±0 for a finite `x` and NaN for an infinite or NaN one, and a NaN stays in its lane's sum.
 /// (A first-failure search with a branch per value was 3-4% of a residual build's samples.)
@@ -257,7 +273,8 @@ fn all_finite(v: &[f32]) -> bool {
 /// Largest vector dimension a store accepts.
 pub const MAX_DIM: usize = 65_536;
 
-pub(crate) fn check_dim(dim: usize) -> Result<()> {
+/// A collection's dimension: 1 to [`MAX_DIM`].
+pub fn check_dim(dim: usize) -> Result<()> {
     if dim == 0 || dim > MAX_DIM {
         return Err(CellarError::invalid(format!("dimension {dim} is out of range 1..={MAX_DIM}")));
     }
@@ -267,6 +284,45 @@ pub(crate) fn check_dim(dim: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stored vector is refused exactly where f16 would hold infinity or NaN, and the error
+    /// names the vector, the dimension and the value.
+    #[test]
+    fn a_stored_vector_is_refused_exactly_where_f16_cannot_hold_a_value() {
+        let edges = [
+            0.0f32,
+            1.0,
+            65_504.0,
+            65_519.0,
+            65_519.996,
+            65_520.0,
+            65_536.0,
+            f32::MAX,
+            f32::INFINITY,
+            f32::NAN,
+        ];
+        for v in edges.into_iter().flat_map(|v| [v, -v]) {
+            let stored = half::f16::from_f32(v).is_finite();
+            assert_eq!(check_stored_vector(&[0.5, v], 2, String::new).is_ok(), stored, "{v}");
+        }
+        let mut long = vec![0.25f32; 200];
+        long[130] = 1e6;
+        long[190] = f32::NAN;
+        let what = || "doc token 3".to_string();
+        // The non-finite value is named first, wherever it lies; then the one beyond f16.
+        let err = check_stored_vector(&long, 200, what).unwrap_err().to_string();
+        assert!(err.contains("doc token 3: value NaN at dimension 190 is not finite"), "{err}");
+        long[190] = 0.0;
+        let err = check_stored_vector(&long, 200, what).unwrap_err().to_string();
+        assert!(
+            err.contains("doc token 3: the value at dimension 130 (1000000) is beyond the range of f16"),
+            "{err}"
+        );
+        assert!(matches!(
+            check_stored_vector(&long, 128, what),
+            Err(CellarError::WrongDimension { expected: 128, received: 200 })
+        ));
+    }
 
     /// The lane-wise check finds every value that is not finite wherever it sits (in the eight
     /// lanes or the tail), names the first one, and passes the extremes of the finite range.
