@@ -27,7 +27,7 @@ pub fn check_vectors(vectors: &QueryVectorsIn, dim: usize, at: &str) -> Result<u
     let token = |t: usize| move || format!("{at} token {t}");
     let pooled = || format!("{at} pooled vector");
     if vectors.tokens_b64.is_some() || vectors.pooled_b64.is_some() {
-        let flat = flatten(vectors.clone(), dim, at, MAX_TOKENS_PER_DOC)?;
+        let flat = flatten(vectors, dim, at, MAX_TOKENS_PER_DOC)?;
         for (t, row) in flat.tokens.chunks_exact(dim.max(1)).enumerate() {
             check_stored_vector(row, dim, token(t))?;
         }
@@ -153,7 +153,7 @@ impl DocIn {
     /// (`docs[3].vectors`) is what errors name.
     pub fn into_embedded(self, dim: usize, at: &str) -> Result<EmbeddedDoc> {
         let vectors = self.vectors.ok_or_else(|| CellarError::invalid(format!("{at}: no vectors")))?;
-        let flat = flatten(vectors, dim, at, MAX_TOKENS_PER_DOC)?;
+        let flat = flatten(&vectors, dim, at, MAX_TOKENS_PER_DOC)?;
         Ok(EmbeddedDoc {
             id: self.id,
             title: self.title,

@@ -156,7 +156,7 @@ impl Index {
         }
         let (tokens, n_tokens, pooled, text) = match &request.query_vectors {
             Some(given) => {
-                let flat = flatten(given.clone(), dim, "query_vectors", MAX_QUERY_VECTORS)?;
+                let flat = flatten(given, dim, "query_vectors", MAX_QUERY_VECTORS)?;
                 check_query_values(&flat)?;
                 (flat.tokens, flat.n_tokens, flat.pooled, request.query.clone())
             }

@@ -60,8 +60,11 @@ impl Index {
         let params = self.params(&request)?;
         let mode = params.mode;
         let dim = self.config.encoder.model_dim;
-        let mut vectors =
-            request.query_vectors.map(|v| flatten(v, dim, "query_vectors", MAX_QUERY_VECTORS)).transpose()?;
+        let mut vectors = request
+            .query_vectors
+            .as_ref()
+            .map(|v| flatten(v, dim, "query_vectors", MAX_QUERY_VECTORS))
+            .transpose()?;
         // A pooled vector left out is the normalised mean of the token vectors, as a document's
         // is; computed only for the searches that use one.
         if let Some(v) =
@@ -272,14 +275,14 @@ pub(crate) fn check_terms(terms: &str) -> Result<()> {
 
 /// Rows into one flat buffer, after checking their count (at most `max_rows`) and that each has
 /// the model's dimension; `field` (`query_vectors`, `ops[3].add.vectors`) is what errors name.
-pub fn flatten(vectors: QueryVectorsIn, dim: usize, field: &str, max_rows: usize) -> Result<QueryVectors> {
+pub fn flatten(vectors: &QueryVectorsIn, dim: usize, field: &str, max_rows: usize) -> Result<QueryVectors> {
     let dtype = vectors.dtype.unwrap_or_default();
-    let (tokens, n_tokens) = match vectors.tokens_b64 {
+    let (tokens, n_tokens) = match &vectors.tokens_b64 {
         Some(_) if !vectors.tokens.is_empty() => {
             return Err(CellarError::invalid(format!("{field}: give tokens or tokens_b64, not both")))
         }
         Some(text) => {
-            let values = decode_b64_values(&text, dtype, &format!("{field}.tokens_b64"))?;
+            let values = decode_b64_values(text, dtype, &format!("{field}.tokens_b64"))?;
             // The same mistake as a JSON row of the wrong width, and the same answer (422
             // `wrong_dimension`); with no rows to measure, `received` is the values decoded.
             if !values.len().is_multiple_of(dim) {
@@ -303,12 +306,12 @@ pub fn flatten(vectors: QueryVectorsIn, dim: usize, field: &str, max_rows: usize
             "{field}.tokens must hold at most {max_rows} vectors, got {n_tokens}"
         )));
     }
-    let pooled = match (vectors.pooled, vectors.pooled_b64) {
+    let pooled = match (&vectors.pooled, &vectors.pooled_b64) {
         (Some(_), Some(_)) => {
             return Err(CellarError::invalid(format!("{field}: give pooled or pooled_b64, not both")))
         }
-        (_, Some(text)) => Some(decode_b64_values(&text, dtype, &format!("{field}.pooled_b64"))?),
-        (pooled, None) => pooled,
+        (_, Some(text)) => Some(decode_b64_values(text, dtype, &format!("{field}.pooled_b64"))?),
+        (pooled, None) => pooled.clone(),
     };
     if let Some(pooled) = pooled.as_ref().filter(|p| p.len() != dim) {
         return Err(CellarError::WrongDimension { expected: dim, received: pooled.len() });
