@@ -50,13 +50,15 @@ mkdir -p "$W/bin" "$RUNS" "$RESULTS"
 # (never rewritten: a fresh unit's files are left alone, and rustc replaces an output by renaming).
 # The workspace's own units are left out: a tree's crates get the same unit hashes as the checkout's
 # (cargo hashes a path relative to the workspace), and cargo rewrites fingerprints and dep-info in
-# place, which would write through a link into target/release. Fingerprints are copied, not linked.
+# place, which would write through a link into target/release (and a build in the checkout would
+# rewrite the binaries' dep-info, deps/cellar-*, under the side's feet). Fingerprints are copied, not linked.
 seed() {
     [ -d "$1/release" ] || [ ! -d target/release ] || {
         echo "seeding $1 from target/release (its release dependencies reused)"
         mkdir -p "$1"
         cp -al target/release "$1/release"
         rm -rf "$1/release/.fingerprint" "$1"/release/build/cellar-* "$1"/release/deps/*cellar_* \
+            "$1"/release/deps/cellar-* \
             "$1/release/incremental" "$1"/release/cellar "$1"/release/cellar-bench "$1"/release/*.d \
             "$1/release/.cargo-lock"
         cp -a target/release/.fingerprint "$1/release/.fingerprint"
