@@ -243,16 +243,19 @@ pub fn validate_vector(v: &[f32], dim: usize, what: impl Fn() -> String) -> Resu
 /// values, each finite and within the range of f16. Pooled vectors are stored as f16 whatever
 /// the codec, and so are the f16 codec's token vectors: a larger value would be stored as
 /// infinity, and every score against it lost. `what` names the vector in errors.
+/// One pass over the values when they are good (`first_beyond_f16` also finds NaN and
+/// infinities); a bad vector is looked at again to name a value that is not finite first.
 pub fn check_stored_vector(v: &[f32], dim: usize, what: impl Fn() -> String) -> Result<()> {
-    validate_vector(v, dim, &what)?;
-    match first_beyond_f16(v) {
-        Some(d) => Err(CellarError::invalid(format!(
-            "{}: the value at dimension {d} ({}) is beyond the range of f16 (half precision, +-65504), in which vectors are stored",
-            what(),
-            v[d]
-        ))),
-        None => Ok(()),
+    if v.len() != dim {
+        return Err(CellarError::WrongDimension { expected: dim, received: v.len() });
     }
+    let Some(d) = first_beyond_f16(v) else { return Ok(()) };
+    validate_vector(v, dim, &what)?;
+    Err(CellarError::invalid(format!(
+        "{}: the value at dimension {d} ({}) is beyond the range of f16 (half precision, +-65504), in which vectors are stored",
+        what(),
+        v[d]
+    )))
 }
 
 /// Whether every value of `v` is finite, eight lanes at a time so that it vectorises: `x * 0`
