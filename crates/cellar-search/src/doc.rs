@@ -19,10 +19,11 @@ pub const MAX_ID_BYTES: usize = 1024;
 /// Bytes of a document's title and text together.
 pub const MAX_DOC_TEXT_BYTES: usize = 1 << 20;
 
-/// A document's given vectors checked where they lie, each by `cellar_core::codec::check_stored_vector`, with at
-/// most `MAX_TOKENS_PER_DOC` token rows: JSON rows in place (nothing copied), the base64 forms
-/// decoded (`flatten`). Returns the token count; `at` (`document.vectors`) is what errors name.
-/// What a stream checks before it creates a collection of the first document's dimension.
+/// A document's given vectors checked where they lie, each by the one rule of stored vectors
+/// (`cellar_core::codec::check_stored_vector`), with at most `MAX_TOKENS_PER_DOC` token rows:
+/// JSON rows in place (nothing copied), the base64 forms decoded (`flatten`). Returns the token
+/// count; `at` (`document.vectors`) is what errors name. What a stream checks before it creates
+/// a collection of the first document's dimension.
 pub fn check_vectors(vectors: &QueryVectorsIn, dim: usize, at: &str) -> Result<usize> {
     let token = |t: usize| move || format!("{at} token {t}");
     let pooled = || format!("{at} pooled vector");

@@ -243,6 +243,7 @@ pub fn validate_vector(v: &[f32], dim: usize, what: impl Fn() -> String) -> Resu
 /// values, each finite and within the range of f16. Pooled vectors are stored as f16 whatever
 /// the codec, and so are the f16 codec's token vectors: a larger value would be stored as
 /// infinity, and every score against it lost. `what` names the vector in errors.
+///
 /// One pass over the values when they are good (`first_beyond_f16` also finds NaN and
 /// infinities); a bad vector is looked at again to name a value that is not finite first.
 pub fn check_stored_vector(v: &[f32], dim: usize, what: impl Fn() -> String) -> Result<()> {
