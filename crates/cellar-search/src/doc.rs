@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::build::EmbeddedDoc;
 use crate::meta::Metadata;
-use crate::plan::flatten;
+use crate::plan::{flatten, flatten_owned};
 use crate::request::QueryVectorsIn;
 
 /// Bytes of a document's id, and of a streaming document's group.
@@ -154,7 +154,7 @@ impl DocIn {
     /// (`docs[3].vectors`) is what errors name.
     pub fn into_embedded(self, dim: usize, at: &str) -> Result<EmbeddedDoc> {
         let vectors = self.vectors.ok_or_else(|| CellarError::invalid(format!("{at}: no vectors")))?;
-        let flat = flatten(&vectors, dim, at, MAX_TOKENS_PER_DOC)?;
+        let flat = flatten_owned(vectors, dim, at, MAX_TOKENS_PER_DOC)?;
         Ok(EmbeddedDoc {
             id: self.id,
             title: self.title,

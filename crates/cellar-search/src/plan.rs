@@ -62,8 +62,7 @@ impl Index {
         let dim = self.config.encoder.model_dim;
         let mut vectors = request
             .query_vectors
-            .as_ref()
-            .map(|v| flatten(v, dim, "query_vectors", MAX_QUERY_VECTORS))
+            .map(|v| flatten_owned(v, dim, "query_vectors", MAX_QUERY_VECTORS))
             .transpose()?;
         // A pooled vector left out is the normalised mean of the token vectors, as a document's
         // is; computed only for the searches that use one.
@@ -275,7 +274,31 @@ pub(crate) fn check_terms(terms: &str) -> Result<()> {
 
 /// Rows into one flat buffer, after checking their count (at most `max_rows`) and that each has
 /// the model's dimension; `field` (`query_vectors`, `ops[3].add.vectors`) is what errors name.
+/// The vectors are borrowed: a JSON pooled vector is copied ([`flatten_owned`] moves it).
 pub fn flatten(vectors: &QueryVectorsIn, dim: usize, field: &str, max_rows: usize) -> Result<QueryVectors> {
+    flatten_with(vectors, vectors.pooled.clone(), dim, field, max_rows)
+}
+
+/// [`flatten`] of vectors the caller gives up (an index's search, a write's document): the JSON
+/// pooled vector moves into the result instead of being copied.
+pub fn flatten_owned(
+    mut vectors: QueryVectorsIn,
+    dim: usize,
+    field: &str,
+    max_rows: usize,
+) -> Result<QueryVectors> {
+    let pooled = vectors.pooled.take();
+    flatten_with(&vectors, pooled, dim, field, max_rows)
+}
+
+/// [`flatten`] with the JSON pooled vector (`vectors.pooled`) given apart, owned.
+fn flatten_with(
+    vectors: &QueryVectorsIn,
+    pooled: Option<Vec<f32>>,
+    dim: usize,
+    field: &str,
+    max_rows: usize,
+) -> Result<QueryVectors> {
     let dtype = vectors.dtype.unwrap_or_default();
     let (tokens, n_tokens) = match &vectors.tokens_b64 {
         Some(_) if !vectors.tokens.is_empty() => {
@@ -306,12 +329,12 @@ pub fn flatten(vectors: &QueryVectorsIn, dim: usize, field: &str, max_rows: usiz
             "{field}.tokens must hold at most {max_rows} vectors, got {n_tokens}"
         )));
     }
-    let pooled = match (&vectors.pooled, &vectors.pooled_b64) {
+    let pooled = match (pooled, &vectors.pooled_b64) {
         (Some(_), Some(_)) => {
             return Err(CellarError::invalid(format!("{field}: give pooled or pooled_b64, not both")))
         }
         (_, Some(text)) => Some(decode_b64_values(text, dtype, &format!("{field}.pooled_b64"))?),
-        (pooled, None) => pooled.clone(),
+        (pooled, None) => pooled,
     };
     if let Some(pooled) = pooled.as_ref().filter(|p| p.len() != dim) {
         return Err(CellarError::WrongDimension { expected: dim, received: pooled.len() });

@@ -24,8 +24,7 @@ pub fn mean_or_zero(tokens: &[f32], dim: usize) -> Vec<f32> {
 /// Every rule `doc` must pass before a collection of dimension `dim` takes it: the rules of
 /// every document (`DocIn::check`: id, text, metadata), a group, no title, token vectors as
 /// every stored vector (`dim` finite values within the range of f16), at most [`MAX_DOC_BYTES`]
-/// stored. `at` (`document`) is
-/// what errors name.
+/// stored. `at` (`document`) is what errors name.
 pub fn check_doc(doc: &DocIn, dim: usize, at: &str) -> Result<()> {
     let group = doc.group.as_deref().ok_or_else(|| invalid(format!("{at}: the document has no group")))?;
     check_key("group", group)?;
