@@ -1,6 +1,7 @@
 //! MaxSim kernel timings: every instruction-set level this CPU runs against the scalar reference,
 //! per codec (f16, int8, residual 1/2/4-bit: decoded, then scored as f32) and dimension, on synthetic documents (`cellar_core::synth`) and a
-//! 32-token query. Each level's scores must agree with scalar first (relative difference at most
+//! 32-token query (`KERNELS_QUERY_TOKENS` sets another: below 9 tokens on AVX-512 and 7 on AVX2
+//! the kernels take their rows strategy, not the panel one). Each level's scores must agree with scalar first (relative difference at most
 //! `TOLERANCE`, else exit 1); then it is timed, best of `ROUNDS`, and printed as a markdown table
 //! with the CPU model and the speed-up over scalar. A level the CPU lacks is named as skipped.
 //!
@@ -15,6 +16,7 @@ use cellar_core::codec::{Codec, CodecKind};
 use cellar_core::kernels::{cpu_model, Isa};
 use cellar_core::synth::{SynthConfig, SynthCorpus};
 
+/// Query tokens unless `KERNELS_QUERY_TOKENS` says otherwise.
 const QUERY_TOKENS: usize = 32;
 /// Largest |level - scalar| / max(1, |scalar|) over the documents: far above f32 rounding in a
 /// different order, far below one missing term or a wrong maximum.
@@ -34,7 +36,7 @@ struct Workload {
 }
 
 impl Workload {
-    fn new(kind: CodecKind, dim: usize, docs: u64, mean_tokens: usize) -> Workload {
+    fn new(kind: CodecKind, dim: usize, docs: u64, mean_tokens: usize, query_tokens: usize) -> Workload {
         let config = SynthConfig { docs, mean_tokens, dim, clusters: 64, seed: 3 };
         let corpus = SynthCorpus::new(config).expect("a valid synthetic corpus");
         let codec = corpus.codec(kind).expect("a codec for the corpus");
@@ -48,8 +50,8 @@ impl Workload {
             })
             .collect();
         let doc_tokens: usize = docs.iter().map(|d| d.len() / codec.bytes_per_vector()).sum();
-        let query = codec.prepare_query(&corpus.query(1, QUERY_TOKENS));
-        Workload { kind, dim, codec, docs, query, pairs: doc_tokens * QUERY_TOKENS }
+        let query = codec.prepare_query(&corpus.query(1, query_tokens));
+        Workload { kind, dim, codec, docs, query, pairs: doc_tokens * query_tokens }
     }
 
     fn scores(&self, isa: Isa) -> Vec<f32> {
@@ -95,6 +97,7 @@ fn main() -> ExitCode {
     let env_num = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok());
     let docs = env_num("KERNELS_DOCS").map_or(docs, |d| d as u64);
     let mean_tokens = env_num("KERNELS_TOKENS").unwrap_or(mean_tokens);
+    let query_tokens = env_num("KERNELS_QUERY_TOKENS").filter(|n| *n > 0).unwrap_or(QUERY_TOKENS);
     let dims: Vec<usize> = std::env::var("KERNELS_DIMS")
         .ok()
         .map(|v| v.split(',').filter_map(|d| d.trim().parse().ok()).collect())
@@ -113,7 +116,7 @@ fn main() -> ExitCode {
         }
     );
     println!(
-        "{QUERY_TOKENS} query tokens against {docs} synthetic documents of ~{mean_tokens} tokens, one thread; \
+        "{query_tokens} query tokens against {docs} synthetic documents of ~{mean_tokens} tokens, one thread; \
          every level's scores checked against scalar first (relative difference <= {TOLERANCE:e}){}.\n",
         if timing {
             format!("; timings the best of {ROUNDS} rounds of {SECONDS_PER_ROUND} s")
@@ -131,7 +134,7 @@ fn main() -> ExitCode {
             if kind.residual_bits().is_some() && !dim.is_multiple_of(8) {
                 continue; // residual codecs take dimensions in groups of 8
             }
-            let w = Workload::new(kind, dim, docs, mean_tokens);
+            let w = Workload::new(kind, dim, docs, mean_tokens, query_tokens);
             let scalar = if timing { w.pairs_per_second(Isa::Scalar) } else { f64::NAN };
             for &isa in &available {
                 let diff = w.disagreement(isa);

@@ -68,6 +68,13 @@ impl Lanes for Avx2 {
         hsum(v)
     }
     #[inline(always)]
+    unsafe fn sums4(v: [__m256; 4]) -> __m128 {
+        let [a0, a1, a2, a3] = v;
+        // Lanes 0..4: the sums of a0..a3's first halves; lanes 4..8: of their second halves.
+        let t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps::<1>(t))
+    }
+    #[inline(always)]
     unsafe fn load_doc<const E: u8>(doc: *const u8, idx: usize, n: usize) -> __m256 {
         load::<E>(doc, idx, n)
     }

@@ -70,6 +70,20 @@ impl Lanes for Avx512 {
         _mm512_reduce_add_ps(v)
     }
     #[inline(always)]
+    unsafe fn sums4(v: [__m512; 4]) -> __m128 {
+        let [a0, a1, a2, a3] = v;
+        // 128-bit lanes of t01: a0's lanes 0+2 and 1+3, then a1's (t23 likewise).
+        let t01 = _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a0, a1), _mm512_shuffle_f32x4::<0xEE>(a0, a1));
+        let t23 = _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a2, a3), _mm512_shuffle_f32x4::<0xEE>(a2, a3));
+        // Lane k: four partial sums of a_k.
+        let u = _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(t01, t23), _mm512_shuffle_f32x4::<0xDD>(t01, t23));
+        // Inside each lane: pairs swapped, then halves: every element of lane k is a_k's sum.
+        let u = _mm512_add_ps(u, _mm512_permute_ps::<0b10_11_00_01>(u));
+        let u = _mm512_add_ps(u, _mm512_permute_ps::<0b01_00_11_10>(u));
+        let firsts = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+        _mm512_castps512_ps128(_mm512_permutexvar_ps(firsts, u))
+    }
+    #[inline(always)]
     unsafe fn load_doc<const E: u8>(doc: *const u8, idx: usize, n: usize) -> __m512 {
         load::<E>(doc, idx, n)
     }

@@ -5,6 +5,8 @@
 //! point with that ISA's instructions. The operations run in the same order at every level, so
 //! a level's scores depend only on its lane width.
 
+use core::arch::x86_64::{__m128, _mm_max_ps, _mm_set1_ps, _mm_storeu_ps};
+
 use super::{add_all, pad_block, Workspace};
 
 /// Query lane groups (vectors) per panel.
@@ -44,6 +46,9 @@ pub(super) trait Lanes {
     unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
     /// Sum of the lanes.
     unsafe fn sum(v: Self::V) -> f32;
+    /// The lane sums of the four vectors, in their order: one joint reduction, a fraction of
+    /// the shuffles of four [`Lanes::sum`]s.
+    unsafe fn sums4(v: [Self::V; 4]) -> __m128;
     /// `n` (1..=W) doc elements of kind `E` (`x86::Elem`) starting at element `idx` of `doc`,
     /// converted to f32, lanes `n..` zero.
     unsafe fn load_doc<const E: u8>(doc: *const u8, idx: usize, n: usize) -> Self::V;
@@ -192,7 +197,8 @@ unsafe fn rows<L: Lanes, const E: u8>(query: &[f32], dim: usize, doc: *const u8,
     total
 }
 
-/// Max over the `nd` doc tokens of the dot product with each of `R` query rows at `q`.
+/// Max over the `nd` doc tokens of the dot product with each of `R` query rows at `q` (`R` in
+/// 1..=4; two or more rows are reduced together, [`Lanes::sums4`]).
 #[inline(always)]
 unsafe fn rows_block<L: Lanes, const E: u8, const R: usize>(
     q: *const f32,
@@ -203,7 +209,7 @@ unsafe fn rows_block<L: Lanes, const E: u8, const R: usize>(
     let mut best = [f32::NEG_INFINITY; R];
     let full = dim / L::W * L::W;
     // SAFETY: `q` holds `R` rows of `dim`, `doc` `nd` tokens of `dim` (the caller's contract);
-    // every access stays inside a row or a token.
+    // every access stays inside a row or a token. SSE (`_mm_*`) is part of x86-64.
     unsafe {
         let mut qtail = [L::zero(); R];
         if full < dim {
@@ -211,26 +217,35 @@ unsafe fn rows_block<L: Lanes, const E: u8, const R: usize>(
                 *t = L::load_part(q.add(r * dim + full), dim - full);
             }
         }
+        let mut best4 = _mm_set1_ps(f32::NEG_INFINITY);
         for j in 0..nd {
             let base = j * dim;
-            let mut acc = [L::zero(); R];
+            let mut acc = [L::zero(); 4];
             let mut k = 0;
             while k < full {
                 let d = L::load_doc::<E>(doc, base + k, L::W);
-                for (r, a) in acc.iter_mut().enumerate() {
+                for (r, a) in acc[..R].iter_mut().enumerate() {
                     *a = L::fmadd(L::load(q.add(r * dim + k)), d, *a);
                 }
                 k += L::W;
             }
             if full < dim {
                 let d = L::load_doc::<E>(doc, base + full, dim - full);
-                for (a, &t) in acc.iter_mut().zip(&qtail) {
+                for (a, &t) in acc[..R].iter_mut().zip(&qtail) {
                     *a = L::fmadd(t, d, *a);
                 }
             }
-            for (b, &a) in best.iter_mut().zip(&acc) {
-                *b = b.max(L::sum(a));
+            if R == 1 {
+                best[0] = best[0].max(L::sum(acc[0]));
+            } else {
+                // A NaN sum keeps the best so far, as `f32::max` does.
+                best4 = _mm_max_ps(L::sums4(acc), best4);
             }
+        }
+        if R > 1 {
+            let mut four = [0f32; 4];
+            _mm_storeu_ps(four.as_mut_ptr(), best4);
+            best.copy_from_slice(&four[..R]);
         }
     }
     best
