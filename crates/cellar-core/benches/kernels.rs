@@ -1,7 +1,8 @@
 //! MaxSim kernel timings: every instruction-set level this CPU runs against the scalar reference,
-//! per codec (f16, int8, residual 1/2/4-bit: decoded, then scored as f32) and dimension, on synthetic documents (`cellar_core::synth`) and a
-//! 32-token query (`KERNELS_QUERY_TOKENS` sets another: below 9 tokens on AVX-512 and 7 on AVX2
-//! the kernels take their rows strategy, not the panel one). Each level's scores must agree with scalar first (relative difference at most
+//! per codec (f16, int8, residual 1/2/4-bit: decoded, then scored as f32) and dimension, on
+//! synthetic documents (`cellar_core::synth`) and a 32-token query (`KERNELS_QUERY_TOKENS` sets
+//! another: below 9 tokens on AVX-512 and 7 on AVX2 the kernels take their rows strategy, not the
+//! panel one). Each level's scores must agree with scalar first (relative difference at most
 //! `TOLERANCE`, else exit 1); then it is timed, best of `ROUNDS`, and printed as a markdown table
 //! with the CPU model and the speed-up over scalar. A level the CPU lacks is named as skipped.
 //!
