@@ -25,16 +25,9 @@ pub const MAX_DOC_TEXT_BYTES: usize = 1 << 20;
 /// count; `at` (`document.vectors`) is what errors name. What a stream checks before it creates
 /// a collection of the first document's dimension.
 pub fn check_vectors(vectors: &QueryVectorsIn, dim: usize, at: &str) -> Result<usize> {
-    let token = |t: usize| move || format!("{at} token {t}");
-    let pooled = || format!("{at} pooled vector");
     if vectors.tokens_b64.is_some() || vectors.pooled_b64.is_some() {
         let flat = flatten(vectors, dim, at, MAX_TOKENS_PER_DOC)?;
-        for (t, row) in flat.tokens.chunks_exact(dim.max(1)).enumerate() {
-            check_stored_vector(row, dim, token(t))?;
-        }
-        if let Some(p) = &flat.pooled {
-            check_stored_vector(p, dim, pooled)?;
-        }
+        check_stored_rows(flat.tokens.chunks_exact(dim.max(1)), flat.pooled.as_deref(), dim, at)?;
         return Ok(flat.n_tokens);
     }
     if vectors.tokens.len() > MAX_TOKENS_PER_DOC {
@@ -43,13 +36,25 @@ pub fn check_vectors(vectors: &QueryVectorsIn, dim: usize, at: &str) -> Result<u
             vectors.tokens.len()
         )));
     }
-    for (t, row) in vectors.tokens.iter().enumerate() {
-        check_stored_vector(row, dim, token(t))?;
-    }
-    if let Some(p) = &vectors.pooled {
-        check_stored_vector(p, dim, pooled)?;
-    }
+    check_stored_rows(vectors.tokens.iter().map(Vec::as_slice), vectors.pooled.as_deref(), dim, at)?;
     Ok(vectors.tokens.len())
+}
+
+/// Each token row, then the pooled vector, by the stored-vector rule; errors name `at token t`
+/// or `at pooled vector`.
+fn check_stored_rows<'a>(
+    rows: impl Iterator<Item = &'a [f32]>,
+    pooled: Option<&[f32]>,
+    dim: usize,
+    at: &str,
+) -> Result<()> {
+    for (t, row) in rows.enumerate() {
+        check_stored_vector(row, dim, || format!("{at} token {t}"))?;
+    }
+    match pooled {
+        Some(p) => check_stored_vector(p, dim, || format!("{at} pooled vector")),
+        None => Ok(()),
+    }
 }
 
 /// A document to add or update.
