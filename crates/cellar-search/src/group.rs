@@ -262,6 +262,7 @@ impl Index {
             let scores = self.score_members(&view, &q.query, &members, &mut stats)?;
             members.into_iter().zip(scores).collect()
         } else {
+            advise_pooled(&view, &members)?;
             members.into_iter().map(|m| (m, dot_f16(self.isa, &q.query.pooled, m.pooled(&view)))).collect()
         };
         // The k best, and every document tied with the k-th: ties are broken by collection id.
@@ -355,6 +356,21 @@ fn advise_texts(view: &LiveView, members: &[Member]) -> Result<()> {
     for run in runs(members) {
         if let At::Segment(s, _) = run[0].at {
             view.segments[s].texts.will_need(&locals(run))?;
+        }
+    }
+    Ok(())
+}
+
+/// Tells the kernel the pooled vectors of `members` (in their `At` order) in segments will be
+/// read now (a segment's run of rows at once).
+fn advise_pooled(view: &LiveView, members: &[Member]) -> Result<()> {
+    for run in runs(members) {
+        if let At::Segment(s, _) = run[0].at {
+            let locals = locals(run);
+            let (first, last) = (locals.iter().min(), locals.iter().max());
+            if let (Some(first), Some(last)) = (first, last) {
+                view.segments[s].pooled.will_need(first.0 as usize..last.0 as usize + 1)?;
+            }
         }
     }
     Ok(())

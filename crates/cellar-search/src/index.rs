@@ -293,6 +293,19 @@ impl Index {
         self.splade.as_ref().map(crate::splade::SpladeIndex::config)
     }
 
+    /// Unmaps the pages of the index's files this process has mapped (records read with the
+    /// mmap reader, the segments' pooled vectors), so that evicting the files from the page
+    /// cache (`cellar_core::io::cache::evict_file`) makes the next search read them from disk:
+    /// how the benchmarks measure cold searches. Nothing else changes.
+    pub fn release_mapped(&self) -> Result<()> {
+        self.store.release_mapped()?;
+        for segment in &self.live_view().segments {
+            segment.store.release_mapped()?;
+            segment.pooled.release_mapped()?;
+        }
+        Ok(())
+    }
+
     pub fn reader_kind(&self) -> ReaderKind {
         self.store.reader_kind()
     }

@@ -95,6 +95,8 @@ pub struct PooledMatrix {
     dim: usize,
     /// The body's bytes: read into a buffer of their own, or borrowed from a mapping.
     rows: SliceBytes,
+    /// The file they come from.
+    file: FileSlice,
 }
 
 impl PooledMatrix {
@@ -112,16 +114,37 @@ impl PooledMatrix {
         let (_, header) = open_pooled(&path, dim, docs as u64)?;
         // A pooled.bin is immutable once written (segments are renamed into place whole and
         // never rewritten); a file damaged under the map fails the checksum or gives wrong
-        // scores. Mapped for a scan: the dense baseline reads every row in order.
-        let file = FileSlice::opener(&ReaderOptions::new(ReaderKind::Mmap)).scan().open(&path)?;
+        // scores. Mapped for random access (a group's search reads its own rows; a fault on a
+        // file read ahead in order would read up to the device's read-ahead, megabytes, around
+        // one row): whoever reads many rows announces them first (`will_need`).
+        let file = FileSlice::opener(&ReaderOptions::new(ReaderKind::Mmap)).open(&path)?;
         PooledMatrix::checked(dim, &header, file)
     }
 
     /// The body of `file` (a pooled.bin with `header`), checked against the header's checksum.
     fn checked(dim: usize, header: &FileHeader, file: FileSlice) -> Result<PooledMatrix> {
-        let rows = file.read_bytes(body_range(header))?;
+        let file = file.slice(body_range(header))?;
+        let rows = file.read_bytes(0..file.len())?;
         header.check_body_crc(file.path(), crc32c::crc32c(&rows))?;
-        Ok(PooledMatrix { dim, rows })
+        Ok(PooledMatrix { dim, rows, file })
+    }
+
+    /// Tells the kernel that `rows` of a mapped matrix will be read now, so it reads their pages
+    /// at once instead of one fault at a time. Nothing when they lie on one page (the touch
+    /// reads that page itself) or the matrix is in RAM.
+    pub fn will_need(&self, rows: std::ops::Range<usize>) -> Result<()> {
+        let row = (self.dim * 2) as u64;
+        let bytes = rows.start as u64 * row..rows.end as u64 * row;
+        let page = cellar_core::format::PAGE_BYTES as u64;
+        if !self.rows.is_borrowed() || bytes.is_empty() || bytes.start / page == (bytes.end - 1) / page {
+            return Ok(());
+        }
+        self.file.will_need(bytes)
+    }
+
+    /// [`FileSlice::release_mapped`] of a mapped matrix's file (nothing for a loaded one).
+    pub fn release_mapped(&self) -> Result<()> {
+        self.file.release_mapped()
     }
 
     fn bytes(&self) -> &[u8] {

@@ -199,6 +199,7 @@ impl Index {
         let excluded = |id: DocId| searchable.skips(id);
         self.pooled()?.score_into(query, &|i| DocId(i as u32), &excluded, &mut top);
         for segment in &view.segments {
+            segment.pooled.will_need(0..segment.len())?;
             segment.pooled.score_into(query, &|i| DocId(segment.ids[i]), &excluded, &mut top);
         }
         for doc in view.memtable.iter().filter(|d| !searchable.skips(d.id)) {

@@ -190,6 +190,8 @@ pub fn segment_files(collection: &Collection) -> Result<Vec<PathBuf>> {
 }
 
 fn evict_all(collection: &Collection) -> Result<()> {
+    // Mapped pages stay in the page cache through an eviction: unmapped first.
+    collection.index().release_mapped()?;
     segment_files(collection)?.iter().try_for_each(|p| evict_file(p))
 }
 

@@ -332,6 +332,11 @@ impl RecordReader {
         Ok(true)
     }
 
+    /// [`FileSlice::release_mapped`] of the records file.
+    pub fn release_mapped(&self) -> Result<()> {
+        self.file.release_mapped()
+    }
+
     /// Reads the records of `ids` (duplicates allowed), in order. Records read from the file
     /// (mmap, direct, pread) are checked against their CRC: for mmap this is where the pages fault in.
     pub fn read_batch(&self, ids: &[DocId]) -> Result<RecordBatch> {

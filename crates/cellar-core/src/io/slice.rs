@@ -23,7 +23,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memmap2::{Advice, Mmap};
+use memmap2::{Advice, Mmap, UncheckedAdvice};
 
 use super::aligned::{BufferPool, PooledBuf};
 use super::direct::{Engine, POOLED_BUFFER_BYTES};
@@ -412,6 +412,26 @@ impl FileSlice {
         Ok(())
     }
 
+    /// Unmaps from this process the pages of this slice it has mapped (mmap: `MADV_DONTNEED`;
+    /// the other kinds map nothing), so that evicting the file from the page cache
+    /// (`cache::evict_file`, which skips mapped pages) then leaves none of it in memory: how a
+    /// benchmark makes the next read cold. Nothing is lost: the next touch faults the same bytes
+    /// in again.
+    pub fn release_mapped(&self) -> Result<()> {
+        let Backing::Mmap { map, .. } = &self.file.backing else { return Ok(()) };
+        let page = PAGE_BYTES as u64;
+        let (from, to) = (self.start / page * page, (self.start + self.len).div_ceil(page) * page);
+        let to = to.min(map.len() as u64);
+        if to <= from {
+            return Ok(());
+        }
+        // SAFETY: MADV_DONTNEED on a read-only shared mapping of an immutable file only drops
+        // this process's page-table entries; a later access faults the same bytes in again, so
+        // every slice borrowed from the mapping stays valid and unchanged.
+        unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, from as usize, (to - from) as usize) }
+            .at(&self.file.path)
+    }
+
     /// `len` bytes at `offset` of this slice lie inside it (and `ordered`: the range does not
     /// end before it starts); else an error naming the file and the absolute offset.
     fn check(&self, offset: u64, len: u64, ordered: bool) -> Result<()> {
@@ -534,6 +554,35 @@ mod tests {
                 assert_eq!(&*inner.read_bytes(0..inner.len()).unwrap(), want, "{name} {start}+{a}..{b}");
                 assert_eq!(inner.path(), whole.path());
             }
+        }
+    }
+
+    #[test]
+    fn released_mapped_pages_leave_the_page_cache_with_an_eviction_and_read_the_same_again() {
+        use crate::io::cache::{evict_file, resident_pages};
+        let dir = tempfile::tempdir().unwrap();
+        let (path, reference) = data_file(dir.path(), false);
+        File::open(&path).unwrap().sync_all().unwrap();
+        // A file system that keeps evicted pages (tmpfs) leaves nothing to check.
+        std::fs::read(&path).unwrap();
+        evict_file(&path).unwrap();
+        if resident_pages(&path).unwrap().0 != 0 {
+            return;
+        }
+        let whole = FileSlice::open(&path, &ReaderOptions::new(ReaderKind::Mmap)).unwrap();
+        let part = whole.slice(5000..30_000).unwrap();
+        let want = &reference[5000..30_000];
+        assert_eq!(&*part.read_bytes(0..part.len()).unwrap(), want);
+        evict_file(&path).unwrap();
+        let (kept, _) = resident_pages(&path).unwrap();
+        assert!(kept >= 6, "an eviction skips mapped pages: {kept} kept");
+        part.release_mapped().unwrap();
+        evict_file(&path).unwrap();
+        assert_eq!(resident_pages(&path).unwrap().0, 0, "released, then evicted");
+        assert_eq!(&*part.read_bytes(0..part.len()).unwrap(), want, "read again from the file");
+        // Kinds that map nothing have nothing to release.
+        for (name, slice) in every_reader(&path).into_iter().filter(|(_, s)| s.kind() != ReaderKind::Mmap) {
+            slice.slice(5000..30_000).unwrap().release_mapped().unwrap_or_else(|e| panic!("{name}: {e}"));
         }
     }
 

@@ -144,6 +144,12 @@ impl VectorStore {
         self.reader.will_need(ids)
     }
 
+    /// [`FileSlice::release_mapped`](crate::io::FileSlice::release_mapped) of the records
+    /// file: after it, evicting the store's files from the page cache makes its next reads cold.
+    pub fn release_mapped(&self) -> Result<()> {
+        self.reader.release_mapped()
+    }
+
     /// Reads the records of `ids`, in order, through the store's reader.
     fn read_uncached(&self, ids: &[DocId]) -> Result<RecordBatch> {
         match self.reader.kind() {
