@@ -143,11 +143,12 @@ impl Collection {
             (false, Some(dim)) => create(dir, dim, options.codec_from.as_deref())?,
             (true, _) => {}
         }
-        // Positioned reads through the page cache: a group's run is read as it was before the
-        // one engine (what the kernel evicts is read again; a root of many collections maps
-        // nothing per segment).
+        // Records mapped: a warm group's search borrows its records from the page cache with no
+        // call (a run of more than a page is announced with MADV_WILLNEED first), where positioned
+        // reads copied them with a pread each (bench/results/stream-mmap.md). A root keeps at
+        // most `Streams::max_open` collections open, so the mappings stay bounded.
         let open = OpenOptions {
-            reader: cellar_core::io::ReaderKind::Pread,
+            reader: cellar_core::io::ReaderKind::Mmap,
             flush_bytes: options.memtable_bytes,
             background_flush: options.background_flush,
             durability: options.durability,

@@ -85,8 +85,8 @@ pub struct ReaderOptions {
     pub io_engine: IoEngine,
     /// Direct reader only: most reads in flight per batch.
     pub queue_depth: usize,
-    /// Mmap reader only: `MADV_WILLNEED` every run of a batch before touching it, so the kernel
-    /// fetches them concurrently instead of one page fault at a time.
+    /// Mmap reader only: `MADV_WILLNEED` every run of a batch longer than a page before
+    /// touching it, so the kernel fetches them concurrently instead of one page fault at a time.
     pub mmap_willneed: bool,
     /// Direct reader only: an emulated per-read SSD latency (see [`InjectedLatency`]).
     pub inject_latency: Option<InjectedLatency>,
