@@ -2,9 +2,9 @@
 //! one reader kind and a range of it. Slicing it again is free (an `Arc` and two numbers), and
 //! every read of it goes through the same code whatever the kind:
 //! - ram: the whole file read into memory at open; reads borrow it (nothing copied, 0 calls);
-//! - mmap: the file mapped (`MADV_RANDOM` unless opened for a scan); reads borrow the mapping,
-//!   each run announced with `MADV_WILLNEED` when the options ask, and the pages fault in where
-//!   the caller touches them;
+//! - mmap: the file mapped (`MADV_RANDOM`); reads borrow the mapping, each run of more than a
+//!   page announced with `MADV_WILLNEED` when the options ask, and the pages fault in where the
+//!   caller touches them;
 //! - direct: `O_DIRECT`, the ranges of a batch turned into page-aligned runs (shared pages read
 //!   once, adjacent ones merged) read through io_uring or the pread pool into a pooled buffer
 //!   taken under the process's read-buffer budget, with the emulated SSD latency charged per
@@ -83,19 +83,11 @@ pub struct FileSlice {
 /// differs from a random-access reader.
 pub struct SliceOpener<'a> {
     options: &'a ReaderOptions,
-    scan: bool,
     buffer_bytes: usize,
     idle_buffers: usize,
 }
 
 impl SliceOpener<'_> {
-    /// For a file read from start to end (a scan): mmap keeps the kernel's read-ahead (no
-    /// `MADV_RANDOM`) and announces nothing with `MADV_WILLNEED`.
-    pub fn scan(mut self) -> Self {
-        self.scan = true;
-        self
-    }
-
     /// Direct kind: pooled buffers of `bytes`, `idle` of them kept between reads.
     pub fn direct_buffers(mut self, bytes: usize, idle: usize) -> Self {
         (self.buffer_bytes, self.idle_buffers) = (bytes, idle);
@@ -112,10 +104,8 @@ impl SliceOpener<'_> {
                 let file = File::open(path).at(path)?;
                 // SAFETY: index files are immutable once committed; nothing writes them while mapped.
                 let map = unsafe { Mmap::map(&file) }.at(path)?;
-                if !self.scan {
-                    map.advise(Advice::Random).at(path)?;
-                }
-                Backing::Mmap { map: Arc::new(map), willneed: self.options.mmap_willneed && !self.scan }
+                map.advise(Advice::Random).at(path)?;
+                Backing::Mmap { map: Arc::new(map), willneed: self.options.mmap_willneed }
             }
             ReaderKind::Direct if !len.is_multiple_of(PAGE_BYTES as u64) => {
                 return Err(CellarError::corrupted(
@@ -206,7 +196,7 @@ impl FileSlice {
 
     /// An opener for `options`' kind and engine, to set more than [`FileSlice::open`] does.
     pub fn opener(options: &ReaderOptions) -> SliceOpener<'_> {
-        SliceOpener { options, scan: false, buffer_bytes: POOLED_BUFFER_BYTES, idle_buffers: IDLE_BUFFERS }
+        SliceOpener { options, buffer_bytes: POOLED_BUFFER_BYTES, idle_buffers: IDLE_BUFFERS }
     }
 
     /// All of `file` (opened from `path`), read with positioned reads through the page cache.
@@ -469,7 +459,7 @@ mod tests {
         (path, data)
     }
 
-    /// Every way of reading: ram, mmap (with and without `MADV_WILLNEED`, and for a scan), direct
+    /// Every way of reading: ram, mmap (with and without `MADV_WILLNEED`), direct
     /// through io_uring (where the kernel allows it) and the pread pool, with an emulated latency
     /// on one of them.
     fn every_reader(path: &Path) -> Vec<(String, FileSlice)> {
@@ -492,8 +482,6 @@ mod tests {
                 Err(e) => panic!("{o:?}: {e}"),
             }
         }
-        let mmap = ReaderOptions::new(ReaderKind::Mmap);
-        readers.push(("mmap scan".into(), FileSlice::opener(&mmap).scan().open(path).unwrap()));
         let file = File::open(path).unwrap();
         readers.push(("positioned".into(), FileSlice::positioned(file, path).unwrap()));
         readers
