@@ -124,6 +124,10 @@ impl PooledMatrix {
     /// The body of `file` (a pooled.bin with `header`), checked against the header's checksum.
     fn checked(dim: usize, header: &FileHeader, file: FileSlice) -> Result<PooledMatrix> {
         let file = file.slice(body_range(header))?;
+        if file.kind() == ReaderKind::Mmap {
+            // The checksum reads every row: at once, not one fault at a time.
+            file.will_need(0..file.len())?;
+        }
         let rows = file.read_bytes(0..file.len())?;
         header.check_body_crc(file.path(), crc32c::crc32c(&rows))?;
         Ok(PooledMatrix { dim, rows, file })

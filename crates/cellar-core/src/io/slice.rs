@@ -38,6 +38,24 @@ use crate::format::PAGE_BYTES;
 /// ([`SliceOpener::direct_buffers`]).
 const IDLE_BUFFERS: usize = 4;
 
+/// Most bytes announced by one `WILLNEED` call. The kernel reads at most the device's read-ahead
+/// window a call (`force_page_cache_ra`: 128 KiB by default, 8 MiB on this project's virtual
+/// disk) and silently nothing of the rest of a longer range, whose pages then fault in one at a
+/// time: a 32 MiB range read that way took 0.6 s here, in 128 KiB pieces 25 ms
+/// (bench/results/stream-mmap.md).
+const WILLNEED_BYTES: u64 = 128 << 10;
+
+/// Calls `advise(offset, len)` on `len` bytes at `offset` in pieces of at most
+/// [`WILLNEED_BYTES`]; returns the calls made.
+fn will_need_in_pieces(offset: u64, len: u64, advise: &mut dyn FnMut(u64, u64)) -> u64 {
+    let mut calls = 0;
+    for at in (offset..offset + len).step_by(WILLNEED_BYTES as usize) {
+        advise(at, WILLNEED_BYTES.min(offset + len - at));
+        calls += 1;
+    }
+    calls
+}
+
 /// Bytes a read returns: borrowed from the open file (ram, mmap), a pooled page-aligned buffer
 /// (direct), or a buffer of their own (positioned).
 pub(crate) enum BatchBytes {
@@ -317,9 +335,10 @@ impl FileSlice {
                 // would add a call and read nothing sooner.
                 for run in plan.runs.iter().filter(|r| *willneed && r.len > PAGE_BYTES) {
                     let len = run.len.min((self.file.len - run.file_offset) as usize);
-                    // A hint: if the kernel declines, the caller's touches still fault the pages in.
-                    let _ = map.advise_range(Advice::WillNeed, run.file_offset as usize, len);
-                    read_calls += 1;
+                    read_calls += will_need_in_pieces(run.file_offset, len as u64, &mut |at, n| {
+                        // A hint: if the kernel declines, the touches still fault the pages in.
+                        let _ = map.advise_range(Advice::WillNeed, at as usize, n as usize);
+                    });
                 }
                 let bytes = plan.pages * PAGE_BYTES as u64;
                 SliceBatch {
@@ -375,27 +394,31 @@ impl FileSlice {
 
     /// Tells the kernel that bytes `range` of this slice will be read soon, so it reads them
     /// ahead while the caller works on what it has (positioned reads: `POSIX_FADV_WILLNEED`;
-    /// mmap: `MADV_WILLNEED`). A hint: nothing for ram and direct (which bypass the page cache),
-    /// and a declined hint changes nothing but speed.
+    /// mmap: `MADV_WILLNEED`; in pieces of [`WILLNEED_BYTES`]). A hint: nothing for ram and
+    /// direct (which bypass the page cache), and a declined hint changes nothing but speed.
     pub fn will_need(&self, range: Range<u64>) -> Result<()> {
         self.check(range.start, range.end.saturating_sub(range.start), range.start <= range.end)?;
         let (offset, len) = (self.start + range.start, range.end - range.start);
         match &self.file.backing {
             Backing::Positioned(file) => {
                 use std::os::unix::io::AsRawFd;
-                // SAFETY: an advisory call on a descriptor this slice holds open; it reads no
-                // memory of ours, and its failure only loses the read-ahead.
-                unsafe {
-                    libc::posix_fadvise(
-                        file.as_raw_fd(),
-                        offset as libc::off_t,
-                        len as libc::off_t,
-                        libc::POSIX_FADV_WILLNEED,
-                    );
-                }
+                will_need_in_pieces(offset, len, &mut |at, n| {
+                    // SAFETY: an advisory call on a descriptor this slice holds open; it reads
+                    // no memory of ours, and its failure only loses the read-ahead.
+                    unsafe {
+                        libc::posix_fadvise(
+                            file.as_raw_fd(),
+                            at as libc::off_t,
+                            n as libc::off_t,
+                            libc::POSIX_FADV_WILLNEED,
+                        );
+                    }
+                });
             }
             Backing::Mmap { map, .. } => {
-                let _ = map.advise_range(Advice::WillNeed, offset as usize, len as usize);
+                will_need_in_pieces(offset, len, &mut |at, n| {
+                    let _ = map.advise_range(Advice::WillNeed, at as usize, n as usize);
+                });
             }
             Backing::Ram(_) | Backing::Direct { .. } => {}
         }
@@ -571,6 +594,37 @@ mod tests {
         // Kinds that map nothing have nothing to release.
         for (name, slice) in every_reader(&path).into_iter().filter(|(_, s)| s.kind() != ReaderKind::Mmap) {
             slice.slice(5000..30_000).unwrap().release_mapped().unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    /// A range longer than any device's read-ahead window (24 MiB; 8 MiB here, 128 KiB by
+    /// default) is read in whole, mapped or positioned: one call would read its first window.
+    #[test]
+    fn will_need_reads_all_of_a_long_range_into_the_page_cache() {
+        use crate::io::cache::{evict_file, resident_pages};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long.bin");
+        std::fs::write(&path, vec![7u8; 24 << 20]).unwrap();
+        File::open(&path).unwrap().sync_all().unwrap();
+        evict_file(&path).unwrap();
+        if resident_pages(&path).unwrap().0 != 0 {
+            return; // a file system that keeps evicted pages (tmpfs): nothing to check
+        }
+        let mmap = FileSlice::open(&path, &ReaderOptions::new(ReaderKind::Mmap)).unwrap();
+        let positioned = FileSlice::positioned(File::open(&path).unwrap(), &path).unwrap();
+        for (name, slice) in [("mmap", mmap), ("positioned", positioned)] {
+            evict_file(&path).unwrap();
+            slice.will_need(4096..slice.len()).unwrap();
+            // The reads are the kernel's, in the background: waited for, at most 10 s.
+            let (mut resident, start) = (0, std::time::Instant::now());
+            while start.elapsed().as_secs() < 10 {
+                resident = resident_pages(&path).unwrap().0;
+                if resident >= (24 << 20) / 4096 - 1 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert!(resident >= (24 << 20) / 4096 - 1, "{name}: {resident} pages of 6144 read");
         }
     }
 
