@@ -134,16 +134,13 @@ impl PooledMatrix {
     }
 
     /// Tells the kernel that `rows` of a mapped matrix will be read now, so it reads their pages
-    /// at once instead of one fault at a time. Nothing when they lie on one page (the touch
-    /// reads that page itself) or the matrix is in RAM.
+    /// at once instead of one fault at a time (nothing when the matrix is in RAM).
     pub fn will_need(&self, rows: std::ops::Range<usize>) -> Result<()> {
-        let row = (self.dim * 2) as u64;
-        let bytes = rows.start as u64 * row..rows.end as u64 * row;
-        let page = cellar_core::format::PAGE_BYTES as u64;
-        if !self.rows.is_borrowed() || bytes.is_empty() || bytes.start / page == (bytes.end - 1) / page {
+        if !self.rows.is_borrowed() {
             return Ok(());
         }
-        self.file.will_need(bytes)
+        let row = (self.dim * 2) as u64;
+        self.file.will_need(rows.start as u64 * row..rows.end as u64 * row)
     }
 
     /// [`FileSlice::release_mapped`] of a mapped matrix's file (nothing for a loaded one).
