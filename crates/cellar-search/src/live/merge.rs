@@ -34,7 +34,8 @@ pub const MERGE_AFTER_DEAD: f64 = 0.25;
 pub struct MergeBudget {
     /// Bytes of records (vectors, pooled vectors, text) copied per second; 0: unbounded.
     pub bytes_per_sec: u64,
-    /// Records read per batch: what the merge holds in memory at once.
+    /// Documents read per batch (their records, then their texts in one read): what the merge
+    /// holds in memory at once.
     pub chunk_docs: usize,
 }
 
@@ -100,10 +101,11 @@ impl Index {
             report.dropped += run_len - locals.len();
             for chunk in locals.chunks(budget.chunk_docs) {
                 let batch = segment.store.read_batch(chunk)?;
-                for (i, local) in chunk.iter().enumerate() {
+                // The chunk's texts lie together (a run, or in id order): read in one go.
+                let docs = segment.texts.get_many(chunk)?;
+                for ((i, local), doc) in chunk.iter().enumerate().zip(docs) {
                     let record = batch.record(i);
                     let pooled = segment.pooled.row_bytes(local.0 as usize);
-                    let doc = segment.texts.get(*local)?;
                     let id = DocId(segment.ids[local.0 as usize]);
                     out.add(id, record.n_tokens, record.tokens, pooled, &doc)?;
                     report.bytes +=
