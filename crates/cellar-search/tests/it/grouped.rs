@@ -250,6 +250,56 @@ fn a_group_is_read_as_one_run_of_its_segment() {
     assert!(got.stats.bytes_read * 10 < store_bytes, "{} of {store_bytes} bytes read", got.stats.bytes_read);
 }
 
+/// `Index::release_mapped`, what the stream benchmark's cold searches stand on: an eviction
+/// from the page cache keeps the pages a search mapped (records, pooled vectors) until they are
+/// released; released and evicted, nothing of the segment stays cached, and the same searches
+/// answer the same.
+#[test]
+fn released_mappings_let_an_eviction_make_the_next_group_search_cold() {
+    use cellar_core::io::cache::{evict_file, resident_pages};
+    let tmp = TempDir::new().unwrap();
+    // A file system that keeps evicted pages (tmpfs) leaves nothing to check.
+    let probe = tmp.path().join("probe");
+    std::fs::write(&probe, vec![1u8; 1 << 16]).unwrap();
+    std::fs::File::open(&probe).unwrap().sync_all().unwrap();
+    evict_file(&probe).unwrap();
+    if resident_pages(&probe).unwrap().0 != 0 {
+        return;
+    }
+    let index = create(&tmp.path().join("grouped"));
+    let mut rng = StdRng::seed_from_u64(11);
+    let ops = (0..600)
+        .map(|i| WriteOp::Put(random_doc(&mut rng, &format!("g{}", i % 3), &format!("d{i}"))))
+        .collect();
+    index.write(WriteRequest { ops }).unwrap();
+    index.flush().unwrap();
+    let segment = std::fs::read_dir(tmp.path().join("grouped/live"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("seg-"))
+        .unwrap()
+        .path();
+    let files = [segment.join("vectors/vectors.bin"), segment.join("pooled.bin")];
+    let evict = || files.iter().for_each(|f| evict_file(f).unwrap());
+    let cached = || files.iter().map(|f| resident_pages(f).unwrap().0).collect::<Vec<_>>();
+    let query = vec![vec![0.5; DIM]];
+    let mut pooled = request(&query, 5);
+    pooled.mode = Some(Mode::DenseExact);
+    let search = || [index.search_group("g1", &request(&query, 5)), index.search_group("g1", &pooled)];
+    let hits = |r: &[cellar_core::Result<cellar_search::group::GroupResult>; 2]| {
+        r.iter().map(|g| g.as_ref().unwrap().hits.clone()).collect::<Vec<_>>()
+    };
+    let before = hits(&search());
+    files.iter().for_each(|f| std::fs::File::open(f).unwrap().sync_all().unwrap());
+    evict();
+    let kept = cached();
+    assert!(kept.iter().all(|&n| n > 0), "both files' mapped pages survive an eviction: {kept:?}");
+    index.release_mapped().unwrap();
+    evict();
+    assert_eq!(cached(), vec![0, 0], "released, then evicted");
+    assert_eq!(hits(&search()), before, "the same answers, read from the disk again");
+}
+
 #[test]
 fn writes_survive_a_crash_with_their_groups() {
     let tmp = TempDir::new().unwrap();
