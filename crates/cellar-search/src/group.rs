@@ -362,15 +362,11 @@ fn advise_texts(view: &LiveView, members: &[Member]) -> Result<()> {
 }
 
 /// Tells the kernel the pooled vectors of `members` (in their `At` order) in segments will be
-/// read now (a segment's run of rows at once).
+/// read now (a segment's run of rows, first to last, at once).
 fn advise_pooled(view: &LiveView, members: &[Member]) -> Result<()> {
     for run in runs(members) {
-        if let At::Segment(s, _) = run[0].at {
-            let locals = locals(run);
-            let (first, last) = (locals.iter().min(), locals.iter().max());
-            if let (Some(first), Some(last)) = (first, last) {
-                view.segments[s].pooled.will_need(first.0 as usize..last.0 as usize + 1)?;
-            }
+        if let (At::Segment(s, first), At::Segment(_, last)) = (run[0].at, run[run.len() - 1].at) {
+            view.segments[s].pooled.will_need(first as usize..last as usize + 1)?;
         }
     }
     Ok(())

@@ -56,6 +56,14 @@ fn will_need_in_pieces(offset: u64, len: u64, advise: &mut dyn FnMut(u64, u64)) 
     calls
 }
 
+/// `MADV_WILLNEED` on `len` bytes at `offset` of `map`, in pieces; returns the calls made. A
+/// hint: if the kernel declines, the touches still fault the pages in.
+fn will_need_mapped(map: &Mmap, offset: u64, len: u64) -> u64 {
+    will_need_in_pieces(offset, len, &mut |at, n| {
+        let _ = map.advise_range(Advice::WillNeed, at as usize, n as usize);
+    })
+}
+
 /// Bytes a read returns: borrowed from the open file (ram, mmap), a pooled page-aligned buffer
 /// (direct), or a buffer of their own (positioned).
 pub(crate) enum BatchBytes {
@@ -335,10 +343,7 @@ impl FileSlice {
                 // would add a call and read nothing sooner.
                 for run in plan.runs.iter().filter(|r| *willneed && r.len > PAGE_BYTES) {
                     let len = run.len.min((self.file.len - run.file_offset) as usize);
-                    read_calls += will_need_in_pieces(run.file_offset, len as u64, &mut |at, n| {
-                        // A hint: if the kernel declines, the touches still fault the pages in.
-                        let _ = map.advise_range(Advice::WillNeed, at as usize, n as usize);
-                    });
+                    read_calls += will_need_mapped(map, run.file_offset, len as u64);
                 }
                 let bytes = plan.pages * PAGE_BYTES as u64;
                 SliceBatch {
@@ -416,9 +421,7 @@ impl FileSlice {
                 });
             }
             Backing::Mmap { map, .. } => {
-                will_need_in_pieces(offset, len, &mut |at, n| {
-                    let _ = map.advise_range(Advice::WillNeed, at as usize, n as usize);
-                });
+                will_need_mapped(map, offset, len);
             }
             Backing::Ram(_) | Backing::Direct { .. } => {}
         }

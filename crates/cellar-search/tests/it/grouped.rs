@@ -224,28 +224,43 @@ fn touches(op: &WriteOp, key: &(String, String)) -> bool {
     }
 }
 
+/// A grouped index at `out` holding `docs` random documents spread over `groups` groups,
+/// written interleaved (the log and memtable hold the groups mixed; the segment sorts them) and
+/// flushed into one segment.
+fn flushed(out: &Path, seed: u64, docs: usize, groups: usize) -> Index {
+    let index = create(out);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let ops = (0..docs)
+        .map(|i| WriteOp::Put(random_doc(&mut rng, &format!("g{}", i % groups), &format!("d{i}"))))
+        .collect();
+    index.write(WriteRequest { ops }).unwrap();
+    index.flush().unwrap();
+    index
+}
+
+/// The segment directories of the index at `dir`.
+fn segment_dirs(dir: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir.join("live"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("seg-"))
+        .map(|e| e.path())
+        .collect()
+}
+
 /// A group's records are one run in each segment: a search of one group of many reads about its
 /// own records' bytes, not the segment's.
 #[test]
 fn a_group_is_read_as_one_run_of_its_segment() {
     let tmp = TempDir::new().unwrap();
-    let index = create(&tmp.path().join("grouped"));
-    let mut rng = StdRng::seed_from_u64(7);
-    // Interleaved: the log and memtable hold the groups mixed; the segment sorts them.
-    let ops = (0..400)
-        .map(|i| WriteOp::Put(random_doc(&mut rng, &format!("g{}", i % 40), &format!("d{i}"))))
-        .collect();
-    index.write(WriteRequest { ops }).unwrap();
-    index.flush().unwrap();
+    let index = flushed(&tmp.path().join("grouped"), 7, 400, 40);
     let query = vec![vec![0.5; DIM]];
     let got = index.search_group("g7", &request(&query, 3)).unwrap();
     assert_eq!((got.stats.segments_read, got.stats.docs_scanned, got.stats.memtable_entries), (1, 10, 0));
     assert!(got.stats.read_calls <= 2, "one run, read at once: {:?}", got.stats);
-    let store_bytes: u64 = std::fs::read_dir(tmp.path().join("grouped/live"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("seg-"))
-        .map(|e| std::fs::metadata(e.path().join("vectors/vectors.bin")).unwrap().len())
+    let store_bytes: u64 = segment_dirs(&tmp.path().join("grouped"))
+        .iter()
+        .map(|d| std::fs::metadata(d.join("vectors/vectors.bin")).unwrap().len())
         .sum();
     assert!(got.stats.bytes_read * 10 < store_bytes, "{} of {store_bytes} bytes read", got.stats.bytes_read);
 }
@@ -266,19 +281,8 @@ fn released_mappings_let_an_eviction_make_the_next_group_search_cold() {
     if resident_pages(&probe).unwrap().0 != 0 {
         return;
     }
-    let index = create(&tmp.path().join("grouped"));
-    let mut rng = StdRng::seed_from_u64(11);
-    let ops = (0..600)
-        .map(|i| WriteOp::Put(random_doc(&mut rng, &format!("g{}", i % 3), &format!("d{i}"))))
-        .collect();
-    index.write(WriteRequest { ops }).unwrap();
-    index.flush().unwrap();
-    let segment = std::fs::read_dir(tmp.path().join("grouped/live"))
-        .unwrap()
-        .flatten()
-        .find(|e| e.file_name().to_string_lossy().starts_with("seg-"))
-        .unwrap()
-        .path();
+    let index = flushed(&tmp.path().join("grouped"), 11, 600, 3);
+    let segment = segment_dirs(&tmp.path().join("grouped")).remove(0);
     let files = [segment.join("vectors/vectors.bin"), segment.join("pooled.bin")];
     let evict = || files.iter().for_each(|f| evict_file(f).unwrap());
     let cached = || files.iter().map(|f| resident_pages(f).unwrap().0).collect::<Vec<_>>();
